@@ -1,0 +1,28 @@
+# keyfleet — build, test and demo targets. `make help` lists them.
+GO        ?= go
+BIN       ?= bin
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -s -w -X github.com/keyfleet/keyfleet/internal/version.Version=$(VERSION)
+TESTFLAGS ?=
+
+.PHONY: help build test vet fmt-check bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
+
+build: ## build bin/producer and bin/worker
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+
+vet: ## gofmt check and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+test: vet ## vet, then every test with the race detector (needs redis-server)
+	$(GO) test -race -count=1 -timeout 9m $(TESTFLAGS) ./...
+
+bench: ## the pool benchmarks (see README, Performance)
+	$(GO) test -run '^$$' -bench . -benchtime 3s ./pkg/...
+
+clean: ## remove build output
+	rm -rf $(BIN)
