@@ -1,0 +1,63 @@
+package creds
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+var (
+	// ErrPoolEmpty: the pool holds no credential (none registered, or none
+	// of those this Pool may use). Redis losing its state leads here too:
+	// register the credentials again.
+	ErrPoolEmpty = errors.New("creds: pool has no credentials")
+	// ErrNoneAvailable: TryAcquire found no usable credential. The error is
+	// an *UnavailableError that says when to try again.
+	ErrNoneAvailable = errors.New("creds: no credential available")
+	// ErrNoSuchCredential: the credential ID is not in the pool.
+	ErrNoSuchCredential = errors.New("creds: no such credential")
+	// ErrLeaseLost: the lease is not live any more (it expired, was
+	// released, or its credential was removed). The holder must stop using
+	// the credential.
+	ErrLeaseLost = errors.New("creds: lease lost")
+	// ErrCanceled: Acquire gave up because its context ended. The error
+	// also matches the context's error (context.Canceled or
+	// context.DeadlineExceeded).
+	ErrCanceled = errors.New("creds: acquire canceled")
+	// ErrClosed: the Pool was closed.
+	ErrClosed = errors.New("creds: pool closed")
+	// ErrInvalid: a credential definition or an argument is not valid; the
+	// error names the field.
+	ErrInvalid = errors.New("creds: invalid")
+)
+
+// UnavailableError is returned by TryAcquire when no credential is usable.
+type UnavailableError struct {
+	// RetryAfter is when a cooldown, lease or rate window ends next; -1
+	// when only a release or an admin change can free a credential.
+	RetryAfter time.Duration
+}
+
+func (e *UnavailableError) Error() string {
+	if e.RetryAfter < 0 {
+		return ErrNoneAvailable.Error() + " (waiting for a release)"
+	}
+	return fmt.Sprintf("%s (next one in %s)", ErrNoneAvailable, e.RetryAfter)
+}
+
+// Is makes errors.Is(err, ErrNoneAvailable) hold.
+func (e *UnavailableError) Is(target error) bool { return target == ErrNoneAvailable }
+
+// DefinitionError names the field of a credential definition that is wrong.
+type DefinitionError struct {
+	Index   int    // position in the slice given to Register
+	Field   string // "id", "max_concurrent", "rate"
+	Problem string
+}
+
+func (e *DefinitionError) Error() string {
+	return fmt.Sprintf("creds: credentials[%d].%s: %s", e.Index, e.Field, e.Problem)
+}
+
+// Is makes errors.Is(err, ErrInvalid) hold.
+func (e *DefinitionError) Is(target error) bool { return target == ErrInvalid }

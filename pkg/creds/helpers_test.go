@@ -1,0 +1,101 @@
+package creds_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
+	"github.com/keyfleet/keyfleet/pkg/creds"
+)
+
+type env struct {
+	t    testing.TB
+	srv  *redistest.Server
+	rdb  *redis.Client
+	name string
+}
+
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	srv := redistest.Start(t)
+	return &env{t: t, srv: srv, rdb: srv.Client(t), name: redistest.UniqueName(t)}
+}
+
+// pool returns a new handle on the test's pool (one per simulated process).
+func (e *env) pool(opts ...creds.Option) *creds.Pool {
+	e.t.Helper()
+	p, err := creds.New(e.rdb, e.name, opts...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+func (e *env) register(p *creds.Pool, defs ...creds.Credential) {
+	e.t.Helper()
+	if err := p.Register(context.Background(), defs); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// waitSubscribers waits until n pool handles listen on the pool's wake
+// channel, i.e. until n handles have a waiter queued at least once.
+func (e *env) waitSubscribers(p *creds.Pool, n int64) {
+	e.t.Helper()
+	ch := p.KeyPrefix() + "wake"
+	waitFor(e.t, "waiters to subscribe", 10*time.Second, func() bool {
+		m, err := e.rdb.PubSubNumSub(context.Background(), ch).Result()
+		return err == nil && m[ch] >= n
+	})
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustAcquire(t testing.TB, p *creds.Pool, owner string) *creds.Lease {
+	t.Helper()
+	l, err := p.Acquire(ctxT(t, 10*time.Second), owner)
+	if err != nil {
+		t.Fatalf("acquire for %s: %v", owner, err)
+	}
+	return l
+}
+
+func stats(t testing.TB, p *creds.Pool) creds.Stats {
+	t.Helper()
+	st, err := p.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func credStats(t testing.TB, p *creds.Pool, id string) creds.CredentialStats {
+	t.Helper()
+	for _, c := range stats(t, p).Credentials {
+		if c.ID == id {
+			return c
+		}
+	}
+	t.Fatalf("credential %q not in stats", id)
+	return creds.CredentialStats{}
+}
