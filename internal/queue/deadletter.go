@@ -1,0 +1,79 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Reasons an item is dead-lettered.
+const (
+	ReasonPermanent     = "permanent failure"
+	ReasonOutOfAttempts = "out of attempts"
+	ReasonMaxDeliveries = "out of deliveries"
+	ReasonUndecodable   = "undecodable message"
+	ReasonUnknownKind   = "kind not configured"
+)
+
+// DeadLetter records an item that failed for good. It holds the item's
+// payload so that it can be replayed.
+type DeadLetter struct {
+	Item     string          `json:"item"`
+	Batch    string          `json:"batch"`
+	Kind     string          `json:"kind"`
+	Reason   string          `json:"reason"`
+	Attempts int             `json:"attempts"`
+	Failures int             `json:"failures"`
+	Error    string          `json:"error"`
+	Worker   string          `json:"worker"`
+	FailedAt time.Time       `json:"failed_at"`
+	Payload  json.RawMessage `json:"payload"`
+}
+
+// PutDeadLetter stores a dead-letter record (confirmed by the server). Call
+// it before terminating the message: on a work-queue stream the term
+// deletes the message.
+func (q *Queue) PutDeadLetter(ctx context.Context, d DeadLetter) error {
+	if !json.Valid(d.Payload) {
+		s, _ := json.Marshal(string(d.Payload))
+		d.Payload = s
+	}
+	data, err := json.Marshal(d)
+	if err != nil {
+		return fmt.Errorf("queue: encode dead letter of %q: %w", d.Item, err)
+	}
+	if _, err := q.js.Publish(ctx, q.DeadLetterSubject(d.Batch, d.Item), data); err != nil {
+		return fmt.Errorf("queue: store dead letter of %q: %w", d.Item, err)
+	}
+	return nil
+}
+
+// ListDeadLetters calls fn with every dead-letter record of batch (all
+// batches when batch is "").
+func (q *Queue) ListDeadLetters(ctx context.Context, batch string, fn func(DeadLetter) error) error {
+	return q.readLast(ctx, q.dlqStream(), q.batchFilter("dlq", batch), false, func(data []byte, subj string) error {
+		var d DeadLetter
+		if err := json.Unmarshal(data, &d); err != nil {
+			return fmt.Errorf("queue: dead letter on %s: %w", subj, err)
+		}
+		return fn(d)
+	})
+}
+
+// Replay puts a dead-lettered item back on the work queue with fresh
+// attempts and then removes its record.
+func (q *Queue) Replay(ctx context.Context, d DeadLetter) error {
+	it := Item{ID: d.Item, Batch: d.Batch, Kind: d.Kind, Payload: d.Payload,
+		Replay: strconv.FormatInt(time.Now().UnixNano(), 10)}
+	if _, err := q.js.PublishMsg(ctx, q.message(it)); err != nil {
+		return fmt.Errorf("queue: replay %q of batch %q: %w", d.Item, d.Batch, err)
+	}
+	if err := q.dlq.Purge(ctx, jetstream.WithPurgeSubject(q.DeadLetterSubject(d.Batch, d.Item))); err != nil {
+		return fmt.Errorf("queue: replayed %q of batch %q but could not remove its record: %w", d.Item, d.Batch, err)
+	}
+	return nil
+}

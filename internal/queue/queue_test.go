@@ -1,0 +1,241 @@
+package queue_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
+)
+
+func open(t *testing.T) (*queue.Queue, *nats.Conn) {
+	t.Helper()
+	s := natstest.Start(t)
+	nc, err := nats.Connect(s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	q, err := queue.Open(ctx(t), nc, queue.Config{AckWait: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q, nc
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func items(batch string, n int) []queue.Item {
+	out := make([]queue.Item, n)
+	for i := range out {
+		id := fmt.Sprintf("item.%d/x", i)
+		out[i] = queue.Item{ID: id, Batch: batch, Kind: "sleep", Payload: fmt.Appendf(nil, `{"id":%q,"ms":0}`, id)}
+	}
+	return out
+}
+
+func TestOpenIsIdempotent(t *testing.T) {
+	q, nc := open(t)
+	for range 3 {
+		if _, err := queue.Open(ctx(t), nc, q.Config()); err != nil {
+			t.Fatalf("second open: %v", err)
+		}
+	}
+}
+
+func TestPublishDeduplicatesBatch(t *testing.T) {
+	q, _ := open(t)
+	rep, err := q.Publish(ctx(t), items("b1", 50)...)
+	if err != nil || rep.Published != 50 || rep.Duplicates != 0 {
+		t.Fatalf("first publish: %+v %v", rep, err)
+	}
+	rep, err = q.Publish(ctx(t), items("b1", 60)...)
+	if err != nil || rep.Published != 10 || rep.Duplicates != 50 {
+		t.Fatalf("second publish: want 10 new and 50 duplicates, got %+v %v", rep, err)
+	}
+	st, err := q.Stats(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Stream.Messages != 60 || st.Consumer.Pending != 60 {
+		t.Fatalf("stats: %+v", st)
+	}
+}
+
+func TestDeliveredItemDecodes(t *testing.T) {
+	q, nc := open(t)
+	in := items("batch 1", 1)[0]
+	if _, err := q.Publish(ctx(t), in); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := q.Consumer(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := <-batch.Messages()
+	got, err := queue.DecodeItem(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != in.ID || got.Batch != in.Batch || got.Kind != "sleep" || string(got.Payload) != string(in.Payload) {
+		t.Fatalf("decoded %+v, want %+v", got, in)
+	}
+	if err := queue.InProgress(ctx(t), nc, msg); err != nil {
+		t.Fatal(err)
+	}
+	if err := queue.Term(ctx(t), nc, msg, "test"); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := q.Stats(ctx(t))
+	if st.Stream.Messages != 0 {
+		t.Fatalf("a term on a work-queue stream must delete the message: %+v", st)
+	}
+}
+
+func TestResultsKeepLatestPerItem(t *testing.T) {
+	q, _ := open(t)
+	if err := q.ReadResults(ctx(t), "none", func(queue.Result) error { t.Fatal("no results expected"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		for _, outcome := range []string{queue.OutcomeFailed, queue.OutcomeSucceeded} {
+			r := queue.Result{Item: fmt.Sprintf("i.%d", i), Batch: "b.1", Outcome: outcome, Attempts: 1}
+			if err := q.PutResult(ctx(t), r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := q.PutResult(ctx(t), queue.Result{Item: "other", Batch: "b2", Outcome: queue.OutcomeFailed}); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	err := q.ReadResults(ctx(t), "b.1", func(r queue.Result) error {
+		if _, dup := seen[r.Item]; dup {
+			t.Errorf("item %s twice", r.Item)
+		}
+		seen[r.Item] = r.Outcome
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 5 {
+		t.Fatalf("want 5 items, got %v", seen)
+	}
+	for id, o := range seen {
+		if o != queue.OutcomeSucceeded {
+			t.Fatalf("%s: want the latest outcome, got %s", id, o)
+		}
+	}
+	// Watch sees the existing ones and then new ones.
+	done := make(chan int)
+	go func() {
+		n := 0
+		_ = q.WatchResults(ctx(t), "b.1", func(queue.Result) (bool, error) {
+			n++
+			return n < 6, nil
+		})
+		done <- n
+	}()
+	if err := q.PutResult(ctx(t), queue.Result{Item: "late", Batch: "b.1", Outcome: queue.OutcomeSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	if n := <-done; n != 6 {
+		t.Fatalf("watch saw %d", n)
+	}
+}
+
+func TestDeadLetterListAndReplay(t *testing.T) {
+	q, _ := open(t)
+	for i := range 3 {
+		d := queue.DeadLetter{Item: fmt.Sprintf("d%d", i), Batch: "b", Kind: "sleep", Reason: queue.ReasonPermanent,
+			Attempts: 1, Error: "boom", Payload: json.RawMessage(`{"ms":1}`)}
+		if err := q.PutDeadLetter(ctx(t), d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []queue.DeadLetter
+	if err := q.ListDeadLetters(ctx(t), "", func(d queue.DeadLetter) error { got = append(got, d); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[0].Error != "boom" || string(got[0].Payload) != `{"ms":1}` {
+		t.Fatalf("list: %+v", got)
+	}
+	// The item was enqueued before under its batch ID; a replay must not be
+	// dropped as a duplicate.
+	if _, err := q.Publish(ctx(t), queue.Item{ID: "d0", Batch: "b", Kind: "sleep", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := q.Stats(ctx(t))
+	if err := q.Replay(ctx(t), got[0]); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := q.Stats(ctx(t))
+	if after.Stream.Messages != before.Stream.Messages+1 || after.DeadLetters != 2 {
+		t.Fatalf("replay: before %+v after %+v", before, after)
+	}
+}
+
+func TestWorkersRegistry(t *testing.T) {
+	q, _ := open(t)
+	for _, id := range []string{"w 1", "w~2"} {
+		if err := q.Announce(ctx(t), queue.WorkerInfo{ID: id, Concurrency: 3, LastSeen: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ws, err := q.Workers(ctx(t))
+	if err != nil || len(ws) != 2 || ws[0].ID != "w 1" {
+		t.Fatalf("workers: %+v %v", ws, err)
+	}
+	if err := q.Withdraw(ctx(t), "w 1"); err != nil {
+		t.Fatal(err)
+	}
+	ws, _ = q.Workers(ctx(t))
+	if len(ws) != 1 || ws[0].ID != "w~2" {
+		t.Fatalf("after withdraw: %+v", ws)
+	}
+}
+
+func TestFits(t *testing.T) {
+	q, nc := open(t)
+	big := make([]byte, nc.MaxPayload())
+	if _, _, ok := q.Fits(queue.Item{ID: "x", Batch: "b", Kind: "exec", Payload: big}); ok {
+		t.Fatal("an item of max payload plus headers must not fit")
+	}
+	if size, _, ok := q.Fits(queue.Item{ID: "x", Batch: "b", Kind: "exec", Payload: []byte("{}")}); !ok || size < 2 {
+		t.Fatal("a small item must fit")
+	}
+}
+
+func FuzzToken(f *testing.F) {
+	for _, s := range []string{"", "a.b", "~", "x y/z", "ü", "A-z_09"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		tok := queue.Token(s)
+		for i := 0; i < len(tok); i++ {
+			c := tok[i]
+			if c == '.' || c == '*' || c == '>' || c == ' ' || c < 0x21 || c > 0x7e {
+				t.Fatalf("token %q of %q holds %q", tok, s, c)
+			}
+		}
+		back, err := queue.Untoken(tok)
+		if err != nil || back != s {
+			t.Fatalf("round trip %q -> %q -> %q (%v)", s, tok, back, err)
+		}
+	})
+}

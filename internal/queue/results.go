@@ -1,0 +1,137 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Outcomes of an item in a Result.
+const (
+	OutcomeSucceeded = "succeeded"
+	OutcomeFailed    = "failed"
+)
+
+// Result is the final outcome of one item: one JSON line of `producer
+// results`. The results stream keeps the latest per item, so a batch's
+// progress counts each item exactly once even when it ran twice.
+type Result struct {
+	Item    string `json:"item"`
+	Batch   string `json:"batch"`
+	Kind    string `json:"kind"`
+	Outcome string `json:"outcome"` // succeeded | failed
+	// Attempts is the number of runs (KEYFLEET_ATTEMPT of the last run).
+	Attempts int `json:"attempts"`
+	// Duration of the last run, in seconds.
+	Duration     float64 `json:"duration"`
+	CredentialID string  `json:"credential_id"`
+	Error        string  `json:"error"`
+	// Output is the job's output (exec stdout, http body), at most the
+	// worker's jobs.max_output bytes; base64 when OutputEncoding says so.
+	Output          string    `json:"output"`
+	OutputEncoding  string    `json:"output_encoding,omitempty"` // "" (UTF-8 text) or "base64"
+	OutputTruncated bool      `json:"output_truncated"`
+	Worker          string    `json:"worker"`
+	FinishedAt      time.Time `json:"finished_at"`
+}
+
+// PutResult stores an item's outcome (confirmed by the server).
+func (q *Queue) PutResult(ctx context.Context, r Result) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("queue: encode result of %q: %w", r.Item, err)
+	}
+	if _, err := q.js.Publish(ctx, q.ResultSubject(r.Batch, r.Item), data); err != nil {
+		return fmt.Errorf("queue: store result of %q: %w", r.Item, err)
+	}
+	return nil
+}
+
+// ReadResults calls fn with the latest result of every item of batch (all
+// batches when batch is ""), streaming, and returns when it has seen them
+// all.
+func (q *Queue) ReadResults(ctx context.Context, batch string, fn func(Result) error) error {
+	return q.readLast(ctx, q.resultsStream(), q.batchFilter("results", batch), false, func(data []byte, subj string) error {
+		var r Result
+		if err := json.Unmarshal(data, &r); err != nil {
+			return fmt.Errorf("queue: result on %s: %w", subj, err)
+		}
+		return fn(r)
+	})
+}
+
+// WatchResults calls fn with the latest result of every item of batch and
+// then with every new one, until fn returns false, fn fails or ctx ends.
+func (q *Queue) WatchResults(ctx context.Context, batch string, fn func(Result) (more bool, err error)) error {
+	errStop := fmt.Errorf("stop")
+	err := q.readLast(ctx, q.resultsStream(), q.batchFilter("results", batch), true, func(data []byte, subj string) error {
+		var r Result
+		if err := json.Unmarshal(data, &r); err != nil {
+			return fmt.Errorf("queue: result on %s: %w", subj, err)
+		}
+		more, err := fn(r)
+		if err != nil {
+			return err
+		}
+		if !more {
+			return errStop
+		}
+		return nil
+	})
+	if err == errStop {
+		return nil
+	}
+	return err
+}
+
+// readLast streams the last message of every subject matching filter with
+// an ordered consumer. Without follow it stops when it has caught up.
+func (q *Queue) readLast(ctx context.Context, stream, filter string, follow bool, fn func(data []byte, subject string) error) error {
+	cons, err := q.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("queue: read %s: %w", stream, err)
+	}
+	if !follow {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("queue: read %s: %w", stream, err)
+		}
+		if info.NumPending == 0 {
+			return nil
+		}
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("queue: read %s: %w", stream, err)
+	}
+	defer it.Stop()
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			return fmt.Errorf("queue: read %s: %w", stream, err)
+		}
+		if err := fn(msg.Data(), msg.Subject()); err != nil {
+			return err
+		}
+		if !follow {
+			meta, err := msg.Metadata()
+			if err != nil {
+				return fmt.Errorf("queue: read %s: %w", stream, err)
+			}
+			if meta.NumPending == 0 {
+				return nil
+			}
+		}
+	}
+}

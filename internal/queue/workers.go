@@ -1,0 +1,76 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// WorkerInfo is what a worker announces about itself every heartbeat.
+type WorkerInfo struct {
+	ID          string    `json:"id"`
+	Host        string    `json:"host"`
+	PID         int       `json:"pid"`
+	Version     string    `json:"version"`
+	State       string    `json:"state"` // running | draining
+	Concurrency int       `json:"concurrency"`
+	Busy        int       `json:"busy"`
+	Done        int64     `json:"done"`
+	Failed      int64     `json:"failed"`
+	Kinds       []string  `json:"kinds"`
+	StartedAt   time.Time `json:"started_at"`
+	LastSeen    time.Time `json:"last_seen"`
+}
+
+func workerKey(id string) string { return strings.ReplaceAll(Token(id), "~", "=") }
+
+// Announce records a worker's heartbeat; it expires after HeartbeatTTL.
+func (q *Queue) Announce(ctx context.Context, w WorkerInfo) error {
+	data, err := json.Marshal(w)
+	if err != nil {
+		return err
+	}
+	if _, err := q.workers.Put(ctx, workerKey(w.ID), data); err != nil {
+		return fmt.Errorf("queue: announce worker %q: %w", w.ID, err)
+	}
+	return nil
+}
+
+// Withdraw removes a worker from the registry (on a clean shutdown).
+func (q *Queue) Withdraw(ctx context.Context, id string) error {
+	if err := q.workers.Purge(ctx, workerKey(id)); err != nil {
+		return fmt.Errorf("queue: withdraw worker %q: %w", id, err)
+	}
+	return nil
+}
+
+// Workers lists the workers heard from within HeartbeatTTL, by ID.
+func (q *Queue) Workers(ctx context.Context) ([]WorkerInfo, error) {
+	keys, err := q.workers.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("queue: list workers: %w", err)
+	}
+	var out []WorkerInfo
+	for k := range keys.Keys() {
+		e, err := q.workers.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("queue: worker %s: %w", k, err)
+		}
+		var w WorkerInfo
+		if err := json.Unmarshal(e.Value(), &w); err != nil {
+			continue // not ours
+		}
+		out = append(out, w)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
