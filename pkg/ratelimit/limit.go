@@ -58,6 +58,9 @@ func ParseLimit(s string) (Limit, error) {
 	}
 	count, period = strings.TrimSpace(count), strings.TrimSpace(period)
 	n, err := strconv.Atoi(count)
+	if errors.Is(err, strconv.ErrRange) {
+		return bad("count %s is out of range", count)
+	}
 	if err != nil {
 		return bad("count %q is not a whole number", count)
 	}

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 )
 
@@ -45,18 +46,27 @@ func Int64(e any) (int64, error) {
 	}
 }
 
-// Float64 decodes a reply element holding a number as a string or integer.
+// Float64 decodes a reply element holding a finite number as a string, an
+// integer or (RESP3) a double. NaN and infinities are errors: no script
+// reply means them, and they would turn into nonsense durations.
 func Float64(e any) (float64, error) {
+	var v float64
 	switch x := e.(type) {
 	case int64:
 		return float64(x), nil
+	case float64:
+		v = x
 	case string:
-		v, err := strconv.ParseFloat(x, 64)
+		f, err := strconv.ParseFloat(x, 64)
 		if err != nil {
 			return 0, fmt.Errorf("not a number: %q", x)
 		}
-		return v, nil
+		v = f
 	default:
 		return 0, fmt.Errorf("unexpected type %T, want a number", e)
 	}
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("not a finite number: %v", e)
+	}
+	return v, nil
 }

@@ -110,3 +110,11 @@ func (s *SlidingWindow) AllowN(ctx context.Context, key string, limit Limit, n i
 	}
 	return res, nil
 }
+
+// Reset forgets every event recorded under key.
+func (s *SlidingWindow) Reset(ctx context.Context, key string) error {
+	if err := resetScript.Run(ctx, s.rdb, []string{s.prefix + key}).Err(); err != nil {
+		return fmt.Errorf("ratelimit: sliding window reset %q: %w", key, err)
+	}
+	return nil
+}

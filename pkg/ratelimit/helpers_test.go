@@ -1,0 +1,47 @@
+package ratelimit_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
+)
+
+// newRedis starts a private redis-server and returns a client and a key
+// prefix unique to the test.
+func newRedis(t testing.TB) (*redis.Client, string) {
+	t.Helper()
+	s := redistest.Start(t)
+	return s.Client(t), "{" + redistest.UniqueName(t) + "}:"
+}
+
+// unreachableRedis returns a client of a port where nothing listens.
+func unreachableRedis(t testing.TB) *redis.Client {
+	t.Helper()
+	port, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// clockSlack covers the difference between the test's monotonic clock and
+// Redis's wall clock (TIME) over a test, and float rounding in the scripts.
+const clockSlack = 2 * time.Millisecond
+
+// within checks a duration the limiter computed at some moment of Redis
+// time between start and now: want is the value at start, and it can only
+// have shrunk by the time elapsed since.
+func within(t *testing.T, what string, got, want time.Duration, start time.Time) {
+	t.Helper()
+	elapsed := time.Since(start)
+	lo, hi := want-elapsed-clockSlack, want+clockSlack
+	if got < lo || got > hi {
+		t.Errorf("%s = %v, want %v minus the %v elapsed (between %v and %v)", what, got, want, elapsed, lo, hi)
+	}
+}
