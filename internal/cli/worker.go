@@ -1,0 +1,109 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/keyfleet/keyfleet/internal/config"
+	"github.com/keyfleet/keyfleet/internal/exitcode"
+	"github.com/keyfleet/keyfleet/internal/version"
+	"github.com/keyfleet/keyfleet/internal/worker"
+)
+
+// WorkerMain runs the worker command line and returns the exit code.
+func WorkerMain(args []string, stdout, stderr io.Writer) int {
+	return run(newWorkerCmd(stdout, stderr), args, stderr)
+}
+
+func newWorkerCmd(stdout, stderr io.Writer) *cobra.Command {
+	var g globalFlags
+	var concurrency int
+	var id string
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run jobs from the keyfleet queue with credentials from the shared pool",
+		Long: `worker pulls items from NATS JetStream, reserves a credential from the
+Redis pool for each, runs the job with the credential's secret and
+acknowledges it. Run as many workers as you like, on any machines.
+
+The first SIGINT/SIGTERM stops pulling, lets running items finish within
+worker.shutdown_grace, hands the rest back for immediate redelivery and exits
+0. A second signal exits at once (leases expire, messages come back after
+the ack wait).
+
+Exit codes: 0 clean shutdown, 2 bad configuration or flags, 3 NATS or Redis
+unreachable at start, 4 interrupted by a second signal or an internal error.`,
+		Example: `  # one worker with the settings in kf.yaml, 8 jobs at a time
+  worker --config kf.yaml --concurrency 8
+
+  # name it, and point it at other servers
+  KEY_A=sk-... worker --config kf.yaml --id worker-eu-1 --nats-url nats://nats:4222 --redis-url redis://redis:6379/0`,
+		Version: version.Version,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := g.load(func(c *config.Config) {
+				if cmd.Flags().Changed("concurrency") {
+					c.Worker.Concurrency = concurrency
+				}
+			})
+			if err != nil {
+				return err
+			}
+			log, err := newLogger(cfg, stderr)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = log.Sync() }()
+			return runWorker(cfg, id, log)
+		},
+	}
+	g.register(cmd)
+	cmd.Flags().IntVar(&concurrency, "concurrency", 0, "jobs run at once by this process (overrides worker.concurrency)")
+	cmd.Flags().StringVar(&id, "id", "", "worker name in logs, leases and status (default <hostname>-<pid>)")
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	return cmd
+}
+
+func runWorker(cfg *config.Config, id string, log *zap.Logger) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		s := <-sigs
+		log.Info("signal received: shutting down gracefully (send it again to exit at once)", zap.String("signal", s.String()))
+		cancel()
+		s = <-sigs
+		log.Warn("second signal: exiting now; leases expire by themselves and messages come back after the ack wait",
+			zap.String("signal", s.String()))
+		_ = log.Sync()
+		os.Exit(exitcode.Internal)
+	}()
+
+	w, err := worker.New(ctx, worker.Options{Config: cfg, ID: id, Logger: log})
+	if err != nil {
+		return err
+	}
+	if cfg.Worker.Listen != "" {
+		serveCtx, stopServe := context.WithCancel(context.Background())
+		defer stopServe()
+		addr, err := w.Serve(serveCtx, cfg.Worker.Listen)
+		if err != nil {
+			return exitcode.With(exitcode.Usage, err)
+		}
+		log.Info("serving /metrics /healthz /readyz", zap.String("addr", addr))
+	}
+	if err := w.Run(ctx); err != nil {
+		return exitcode.With(exitcode.Internal, fmt.Errorf("worker: %w", err))
+	}
+	return nil
+}

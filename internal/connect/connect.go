@@ -1,0 +1,219 @@
+// Package connect opens the NATS and Redis connections described by the
+// configuration: reconnecting forever once up, a clear error (naming the
+// server, never a password) when a server cannot be reached at start.
+package connect
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/keyfleet/keyfleet/internal/config"
+	"github.com/keyfleet/keyfleet/internal/exitcode"
+)
+
+// Redact hides any password or token in a server URL (or comma-separated
+// list of URLs).
+func Redact(raw string) string {
+	parts := strings.Split(raw, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil || u.User == nil {
+			continue
+		}
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "REDACTED")
+		} else {
+			u.User = url.User("REDACTED") // a NATS token
+		}
+		parts[i] = u.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+// NATSHooks are called on connection events (all optional).
+type NATSHooks struct {
+	Disconnected func(error)
+	Reconnected  func()
+}
+
+// NATS connects to NATS. Once connected it reconnects forever; if the first
+// connection fails the error names the server and has exit code 3.
+func NATS(cfg config.NATS, name string, log *zap.Logger, hooks NATSHooks) (*nats.Conn, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	timeout := cfg.ConnectTimeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	opts := []nats.Option{
+		nats.Name(name),
+		nats.Timeout(timeout),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectJitter(100*time.Millisecond, time.Second),
+		nats.ReconnectBufSize(8 << 20),
+		nats.PingInterval(10 * time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("NATS disconnected", zap.Error(err))
+			if hooks.Disconnected != nil {
+				hooks.Disconnected(err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Info("NATS reconnected", zap.String("server", Redact(c.ConnectedUrl())))
+			if hooks.Reconnected != nil {
+				hooks.Reconnected()
+			}
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subj := ""
+			if sub != nil {
+				subj = sub.Subject
+			}
+			log.Warn("NATS async error", zap.String("subject", subj), zap.Error(err))
+		}),
+	}
+	if cfg.CredentialsFile != "" {
+		opts = append(opts, nats.UserCredentials(cfg.CredentialsFile))
+	}
+	if !cfg.TLS.IsZero() {
+		tc, err := tlsConfig(cfg.TLS)
+		if err != nil {
+			return nil, exitcode.With(exitcode.Usage, fmt.Errorf("nats.tls: %w", err))
+		}
+		opts = append(opts, nats.Secure(tc))
+	}
+	nc, err := nats.Connect(cfg.URL, opts...)
+	if err != nil {
+		return nil, exitcode.With(exitcode.Unreachable, fmt.Errorf("cannot connect to NATS at %s: %w", Redact(cfg.URL), err))
+	}
+	return nc, nil
+}
+
+// Redis returns a Redis client (a cluster client when cfg.Cluster) and
+// checks that the server answers within timeout; otherwise the error names
+// the server and has exit code 3.
+func Redis(ctx context.Context, cfg config.Redis, poolSize int, timeout time.Duration) (redis.UniversalClient, error) {
+	var tc *tls.Config
+	if !cfg.TLS.IsZero() {
+		var err error
+		if tc, err = tlsConfig(cfg.TLS); err != nil {
+			return nil, exitcode.With(exitcode.Usage, fmt.Errorf("redis.tls: %w", err))
+		}
+	}
+	var rdb redis.UniversalClient
+	if cfg.Cluster {
+		o, err := redis.ParseClusterURL(clusterURL(cfg.URL))
+		if err != nil {
+			return nil, exitcode.With(exitcode.Usage, fmt.Errorf("redis.url %s: %w", Redact(cfg.URL), err))
+		}
+		if tc != nil {
+			o.TLSConfig = mergeTLS(o.TLSConfig, tc)
+		}
+		o.PoolSize = max(o.PoolSize, poolSize)
+		rdb = redis.NewClusterClient(o)
+	} else {
+		o, err := redis.ParseURL(cfg.URL)
+		if err != nil {
+			return nil, exitcode.With(exitcode.Usage, fmt.Errorf("redis.url %s: %w", Redact(cfg.URL), err))
+		}
+		if tc != nil {
+			o.TLSConfig = mergeTLS(o.TLSConfig, tc)
+		}
+		o.PoolSize = max(o.PoolSize, poolSize)
+		rdb = redis.NewClient(o)
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		_ = rdb.Close()
+		code := exitcode.Unreachable
+		if strings.Contains(err.Error(), "WRONGPASS") || strings.Contains(err.Error(), "NOAUTH") || strings.Contains(err.Error(), "NOPERM") {
+			err = fmt.Errorf("authentication failed: %w", err)
+		}
+		return nil, exitcode.With(code, fmt.Errorf("cannot reach Redis at %s: %w", Redact(cfg.URL), err))
+	}
+	return rdb, nil
+}
+
+// clusterURL accepts seed nodes as a comma-separated host list
+// ("redis://h1:7000,h2:7001/0") besides go-redis' "?addr=" form.
+func clusterURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err == nil || !strings.Contains(raw, ",") {
+		return raw
+	}
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return raw
+	}
+	userinfo := ""
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		userinfo, rest = rest[:at+1], rest[at+1:]
+	}
+	hosts, path := rest, ""
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		hosts, path = rest[:i], rest[i:]
+	}
+	hs := strings.Split(hosts, ",")
+	out := scheme + "://" + userinfo + hs[0] + path
+	sep := "?"
+	if strings.Contains(path, "?") {
+		sep = "&"
+	}
+	for _, h := range hs[1:] {
+		out += sep + "addr=" + url.QueryEscape(strings.TrimSpace(h))
+		sep = "&"
+	}
+	_ = u
+	return out
+}
+
+func mergeTLS(base, extra *tls.Config) *tls.Config {
+	if base == nil {
+		return extra
+	}
+	c := extra.Clone()
+	if c.ServerName == "" {
+		c.ServerName = base.ServerName
+	}
+	return c
+}
+
+func tlsConfig(t config.TLS) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // an explicit operator choice
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("ca_file %s: no PEM certificate in it", t.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	if t.CertFile != "" || t.KeyFile != "" {
+		if t.CertFile == "" || t.KeyFile == "" {
+			return nil, errors.New("cert_file and key_file go together")
+		}
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("cert_file/key_file: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}

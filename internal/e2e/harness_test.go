@@ -1,0 +1,300 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
+	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
+)
+
+var bins struct{ worker, producer string }
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "keyfleet-e2e-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	build := exec.Command("go", "build", "-race", "-o", dir+"/", "./cmd/...")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building the binaries: %v\n%s", err, out)
+		os.Exit(2)
+	}
+	bins.worker = filepath.Join(dir, "worker")
+	bins.producer = filepath.Join(dir, "producer")
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// fleet is one test's servers, config and processes.
+type fleet struct {
+	t     *testing.T
+	nats  *natstest.Server
+	redis *redistest.Server
+	dir   string
+	cfg   string // config file path
+	env   []string
+	nc    *nats.Conn
+	q     *queue.Queue
+
+	mu    sync.Mutex
+	procs []*proc
+}
+
+// fleetOptions shape the config file.
+type fleetOptions struct {
+	Credentials string // YAML list items under pool.credentials
+	Worker      string // extra YAML lines under worker:
+	Queue       string // extra YAML lines under queue:
+	Jobs        string // YAML under jobs:
+	Pool        string // extra YAML lines under pool:
+	Env         []string
+}
+
+func newFleet(t *testing.T, o fleetOptions) *fleet {
+	t.Helper()
+	f := &fleet{t: t, nats: natstest.Start(t), redis: redistest.Start(t), dir: t.TempDir()}
+	f.env = append(os.Environ(), o.Env...)
+	cfg := fmt.Sprintf(`nats:
+  url: %s
+redis:
+  url: %s
+pool:
+  name: %s
+%s  credentials:
+%s
+worker:
+  shutdown_grace: 10s
+%s
+queue:
+  stream: %s
+%s
+jobs:
+%s
+`, f.nats.URL(), f.redis.URL(), redistest.UniqueName(t), indent(o.Pool, 2), indent(o.Credentials, 4),
+		indent(o.Worker, 2), "KF", indent(o.Queue, 2), indent(o.Jobs, 2))
+	cfg = strings.ReplaceAll(cfg, "{{dir}}", f.dir)
+	f.cfg = filepath.Join(f.dir, "keyfleet.yaml")
+	if err := os.WriteFile(f.cfg, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(f.nats.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	f.nc = nc
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if f.q, err = queue.Open(ctx, nc, queue.Config{Stream: "KF"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.stopAll)
+	return f
+}
+
+func indent(s string, n int) string {
+	if strings.TrimSpace(s) == "" {
+		return ""
+	}
+	pad := strings.Repeat(" ", n)
+	var b strings.Builder
+	for _, line := range strings.Split(strings.Trim(s, "\n"), "\n") {
+		b.WriteString(pad + line + "\n")
+	}
+	return b.String()
+}
+
+// proc is a running binary.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  *lockedBuffer
+	done chan struct{}
+	err  error
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startWorker starts a worker process with the fleet's config.
+func (f *fleet) startWorker(name string, args ...string) *proc {
+	f.t.Helper()
+	return f.start(name, bins.worker, append([]string{"--config", f.cfg, "--id", name}, args...)...)
+}
+
+func (f *fleet) start(name, bin string, args ...string) *proc {
+	f.t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = f.env
+	p := &proc{name: name, cmd: cmd, log: &lockedBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.log, p.log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.t.Fatalf("start %s: %v", name, err)
+	}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	f.mu.Lock()
+	f.procs = append(f.procs, p)
+	f.mu.Unlock()
+	return p
+}
+
+func (p *proc) signal(s syscall.Signal) { _ = p.cmd.Process.Signal(s) }
+
+// wait waits for the process to exit and returns its exit code.
+func (p *proc) wait(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		t.Fatalf("%s did not exit within %s; log:\n%s", p.name, timeout, tail(p.log.String(), 40))
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (f *fleet) stopAll() {
+	f.mu.Lock()
+	procs := f.procs
+	f.mu.Unlock()
+	for _, p := range procs {
+		if !p.exited() {
+			p.signal(syscall.SIGKILL)
+			<-p.done
+		}
+		if f.t.Failed() {
+			f.t.Logf("--- log of %s (tail) ---\n%s", p.name, tail(p.log.String(), 30))
+		}
+	}
+}
+
+// logs returns everything every process of the fleet printed.
+func (f *fleet) logs() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var b strings.Builder
+	for _, p := range f.procs {
+		b.WriteString(p.log.String())
+	}
+	return b.String()
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// publish enqueues n items of kind with the shared publisher; payload
+// builds each item's JSON from its ID.
+func (f *fleet) publish(batch, kind string, n int, payload func(id string) string) []string {
+	f.t.Helper()
+	items := make([]queue.Item, n)
+	ids := make([]string, n)
+	for i := range items {
+		id := fmt.Sprintf("item-%04d", i)
+		ids[i] = id
+		items[i] = queue.Item{ID: id, Batch: batch, Kind: kind, Payload: []byte(payload(id))}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rep, err := f.q.Publish(ctx, items...)
+	if err != nil || rep.Published != n {
+		f.t.Fatalf("publish: %+v %v", rep, err)
+	}
+	return ids
+}
+
+// waitResults waits until n items of batch have a result and returns them
+// by item.
+func (f *fleet) waitResults(batch string, n int, timeout time.Duration) map[string]queue.Result {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	got := map[string]queue.Result{}
+	err := f.q.WatchResults(ctx, batch, func(r queue.Result) (bool, error) {
+		got[r.Item] = r
+		return len(got) < n, nil
+	})
+	if err != nil {
+		f.t.Fatalf("waiting for %d results of %s: have %d: %v", n, batch, len(got), err)
+	}
+	return got
+}
+
+// queueStats reads the queue's counters.
+func (f *fleet) queueStats() queue.Stats {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := f.q.Stats(ctx)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return st
+}
+
+// waitFor polls cond until it holds.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// writeScript writes an executable shell script into the fleet's dir.
+func (f *fleet) writeScript(name, body string) string {
+	f.t.Helper()
+	p := filepath.Join(f.dir, name)
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+		f.t.Fatal(err)
+	}
+	return p
+}

@@ -1,0 +1,37 @@
+package worker
+
+import (
+	"encoding/base64"
+	"time"
+	"unicode/utf8"
+
+	"github.com/keyfleet/keyfleet/internal/jobs"
+	"github.com/keyfleet/keyfleet/internal/queue"
+)
+
+const maxErrorText = 4 << 10
+
+// result builds an item's result record; outputs and error texts are
+// scrubbed of every configured secret and bounded so that the record fits
+// in a NATS message.
+func (w *Worker) result(it queue.Item, outcome string, attempt int, dur time.Duration, credID, errText string, out jobs.Output) queue.Result {
+	body := w.scrub.Bytes(out.Body)
+	truncated := out.Truncated
+	if limit := int(w.nc.MaxPayload()) - 16<<10; limit > 0 && len(body) > limit {
+		body, truncated = body[:limit], true
+	}
+	if len(errText) > maxErrorText {
+		errText = errText[:maxErrorText] + "…"
+	}
+	r := queue.Result{
+		Item: it.ID, Batch: it.Batch, Kind: it.Kind, Outcome: outcome, Attempts: attempt,
+		Duration: dur.Seconds(), CredentialID: credID, Error: w.scrub.String(errText),
+		OutputTruncated: truncated, Worker: w.id, FinishedAt: time.Now().UTC(),
+	}
+	if utf8.Valid(body) {
+		r.Output = string(body)
+	} else {
+		r.Output, r.OutputEncoding = base64.StdEncoding.EncodeToString(body), "base64"
+	}
+	return r
+}

@@ -1,0 +1,345 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/keyfleet/keyfleet/internal/config"
+	"github.com/keyfleet/keyfleet/internal/connect"
+	"github.com/keyfleet/keyfleet/internal/exitcode"
+	"github.com/keyfleet/keyfleet/internal/jobs"
+	"github.com/keyfleet/keyfleet/internal/metrics"
+	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/secret"
+	"github.com/keyfleet/keyfleet/internal/version"
+	"github.com/keyfleet/keyfleet/pkg/creds"
+)
+
+// Options configure a Worker.
+type Options struct {
+	// Config, validated; flags already applied.
+	Config *config.Config
+	// ID names the worker in logs, leases and status (default
+	// <hostname>-<pid>).
+	ID string
+	// Logger (default: no logging).
+	Logger *zap.Logger
+	// Getenv resolves secret_env (default os.Getenv).
+	Getenv func(string) string
+}
+
+// Worker is one worker process.
+type Worker struct {
+	cfg      *config.Config
+	id       string
+	log      *zap.Logger
+	metrics  *metrics.Metrics
+	nc       *nats.Conn
+	q        *queue.Queue
+	cons     jetstream.Consumer
+	rdb      redis.UniversalClient
+	pool     *creds.Pool
+	defs     []creds.Credential
+	secrets  map[string]secret.Secret
+	scrub    *secret.Scrubber
+	handlers map[string]jobs.Handler
+	runs     *runCounter
+	started  time.Time
+
+	registerMu sync.Mutex
+	busy       atomic.Int64
+	done       atomic.Int64
+	failed     atomic.Int64
+	draining   atomic.Bool
+	redisOK    atomic.Bool
+	synced     atomic.Bool
+}
+
+// New resolves secrets, builds the job handlers, connects to NATS and
+// Redis, sets up the queue and registers the configured credentials.
+// Errors carry exit codes: 2 for configuration, 3 for unreachable servers.
+func New(ctx context.Context, o Options) (*Worker, error) {
+	cfg := o.Config
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.ID == "" {
+		host, _ := os.Hostname()
+		o.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if len(cfg.Pool.Credentials) == 0 {
+		return nil, exitcode.With(exitcode.Usage, fmt.Errorf("%s: pool.credentials is empty: a worker needs at least one credential", cfg.Source))
+	}
+	secrets, err := cfg.ResolveSecrets(o.Getenv)
+	if err != nil {
+		return nil, exitcode.With(exitcode.Usage, err)
+	}
+	w := &Worker{
+		cfg:     cfg,
+		id:      o.ID,
+		log:     o.Logger.Named("worker").With(zap.String("worker", o.ID)),
+		metrics: metrics.New(),
+		secrets: secrets,
+		started: time.Now(),
+	}
+	all := make([]secret.Secret, 0, len(secrets))
+	ids := make([]string, 0, len(secrets))
+	for _, c := range cfg.Pool.Credentials {
+		all = append(all, secrets[c.ID])
+		ids = append(ids, c.ID)
+		w.defs = append(w.defs, creds.Credential{ID: c.ID, MaxConcurrent: c.MaxConcurrent, Rate: c.RateText})
+	}
+	w.scrub = secret.NewScrubber(all...)
+	if w.handlers, err = buildHandlers(cfg); err != nil {
+		return nil, exitcode.With(exitcode.Usage, fmt.Errorf("%s: %w", cfg.Source, err))
+	}
+	w.metrics.Slots.Set(float64(cfg.Worker.Concurrency))
+
+	w.nc, err = connect.NATS(cfg.NATS, "keyfleet-worker "+w.id, w.log, connect.NATSHooks{})
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			w.closeConns()
+		}
+	}()
+	qcfg := queueConfig(cfg)
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if w.q, err = queue.Open(qctx, w.nc, qcfg); err != nil {
+		return nil, exitcode.With(exitcode.Unreachable, err)
+	}
+	if w.cons, err = w.q.Consumer(qctx); err != nil {
+		return nil, exitcode.With(exitcode.Unreachable, err)
+	}
+	w.rdb, err = connect.Redis(ctx, cfg.Redis, cfg.Worker.Concurrency+16, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	w.pool, err = creds.New(w.rdb, cfg.Pool.Name, creds.WithLeaseTTL(cfg.Pool.LeaseTTL), creds.WithOnly(ids...))
+	if err != nil {
+		return nil, exitcode.With(exitcode.Usage, err)
+	}
+	w.runs = &runCounter{rdb: w.rdb, prefix: "keyfleet:runs:" + qcfg.WithDefaults().Stream + ":", ttl: 7 * 24 * time.Hour}
+	if err := w.register(qctx); err != nil {
+		if errors.Is(err, creds.ErrInvalid) {
+			return nil, exitcode.With(exitcode.Usage, err)
+		}
+		return nil, exitcode.With(exitcode.Unreachable, err)
+	}
+	w.redisOK.Store(true)
+	ok = true
+	return w, nil
+}
+
+// queueConfig maps the configuration onto the queue's.
+func queueConfig(cfg *config.Config) queue.Config {
+	q := cfg.Queue
+	return queue.Config{
+		Stream: q.Stream, SubjectPrefix: q.SubjectPrefix, Consumer: q.Consumer,
+		AckWait: q.AckWait, MaxDeliver: q.MaxDeliver, RedeliveryBackoff: q.RedeliveryBackoff,
+		DuplicateWindow: q.DuplicateWindow, Replicas: q.Replicas, Memory: q.Storage == "memory",
+		ResultsMaxAge: q.ResultsMaxAge, HeartbeatTTL: max(30*time.Second, 3*cfg.Worker.Heartbeat),
+	}
+}
+
+func buildHandlers(cfg *config.Config) (map[string]jobs.Handler, error) {
+	hs := map[string]jobs.Handler{"sleep": jobs.NewSleep()}
+	if e := cfg.Jobs.Exec; e != nil {
+		h, err := jobs.NewExec(jobs.ExecConfig{
+			Command: e.Command, Timeout: e.Timeout, Dir: e.Dir, Env: e.Env,
+			MaxOutput: cfg.Jobs.MaxOutput, ScrubEnv: cfg.SecretEnvNames(),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("jobs.exec: %w", err)
+		}
+		hs["exec"] = h
+	}
+	if h := cfg.Jobs.HTTP; h != nil {
+		hh, err := jobs.NewHTTP(jobs.HTTPConfig{
+			URL: h.URL, Method: h.Method, Header: h.Header, Format: h.Format,
+			Headers: h.Headers, Timeout: h.Timeout, MaxOutput: cfg.Jobs.MaxOutput,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("jobs.http: %w", err)
+		}
+		hs["http"] = hh
+	}
+	return hs, nil
+}
+
+// register syncs the configured credentials into the pool (at start, and
+// again when Redis has lost its state).
+func (w *Worker) register(ctx context.Context) error {
+	w.registerMu.Lock()
+	defer w.registerMu.Unlock()
+	if err := w.pool.Register(ctx, w.defs); err != nil {
+		return err
+	}
+	w.synced.Store(true)
+	return nil
+}
+
+// ID is the worker's name.
+func (w *Worker) ID() string { return w.id }
+
+// Metrics are the worker's Prometheus metrics.
+func (w *Worker) Metrics() *metrics.Metrics { return w.metrics }
+
+// Ready reports whether the worker can take work: connected to NATS and
+// Redis, pool synced, not shutting down; else why not.
+func (w *Worker) Ready() (bool, string) {
+	switch {
+	case w.draining.Load():
+		return false, "shutting down"
+	case !w.nc.IsConnected():
+		return false, "NATS not connected"
+	case !w.redisOK.Load():
+		return false, "Redis unreachable"
+	case !w.synced.Load():
+		return false, "credential pool not synced"
+	}
+	return true, "ready"
+}
+
+// Run works until ctx ends (the first SIGINT/SIGTERM), then shuts down
+// gracefully: stop pulling; let running items finish within
+// worker.shutdown_grace; cancel the rest and nak them for immediate
+// redelivery; release every lease; flush acks; close. It returns nil after
+// a clean shutdown.
+func (w *Worker) Run(ctx context.Context) error {
+	pullCtx, stopPull := context.WithCancelCause(context.Background())
+	runCtx, stopRun := context.WithCancelCause(context.Background())
+	defer stopRun(nil)
+	var slots sync.WaitGroup
+	pullDone := make(chan struct{})
+	go func() {
+		defer close(pullDone)
+		w.pull(pullCtx, runCtx, &slots)
+	}()
+	hbCtx, stopHB := context.WithCancel(context.Background())
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		w.heartbeat(hbCtx)
+	}()
+	w.log.Info("worker started",
+		zap.Int("concurrency", w.cfg.Worker.Concurrency), zap.String("pool", w.cfg.Pool.Name),
+		zap.Int("credentials", len(w.defs)), zap.Strings("kinds", w.kinds()), zap.String("version", version.Version))
+
+	<-ctx.Done()
+	grace := w.cfg.Worker.ShutdownGrace
+	w.log.Info("shutting down: no new items; in-flight items may finish",
+		zap.Int64("in_flight", w.busy.Load()), zap.Duration("grace", grace))
+	w.draining.Store(true)
+	stopPull(errDraining)
+
+	idle := make(chan struct{})
+	go func() {
+		<-pullDone
+		slots.Wait()
+		close(idle)
+	}()
+	select {
+	case <-idle:
+	case <-time.After(grace):
+		w.log.Warn("shutdown grace over: cancelling running items for immediate redelivery",
+			zap.Int64("in_flight", w.busy.Load()))
+		stopRun(errGraceOver)
+		select {
+		case <-idle:
+		case <-time.After(15 * time.Second):
+			w.log.Error("items did not stop within 15s of cancellation; exiting anyway (their messages come back after the ack wait)")
+		}
+	}
+	stopHB()
+	<-hbDone
+	wctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	if err := w.q.Withdraw(wctx, w.id); err != nil {
+		w.log.Debug("withdraw from registry", zap.Error(err))
+	}
+	cancel()
+	if err := w.nc.FlushTimeout(5 * time.Second); err != nil {
+		w.log.Warn("flushing NATS before exit", zap.Error(err))
+	}
+	w.closeConns()
+	w.log.Info("worker stopped", zap.Int64("done", w.done.Load()), zap.Int64("failed", w.failed.Load()))
+	return nil
+}
+
+func (w *Worker) closeConns() {
+	if w.pool != nil {
+		_ = w.pool.Close()
+	}
+	if w.rdb != nil {
+		_ = w.rdb.Close()
+	}
+	if w.nc != nil {
+		if err := w.nc.Drain(); err != nil {
+			w.nc.Close()
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for !w.nc.IsClosed() && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		w.nc.Close()
+	}
+}
+
+func (w *Worker) kinds() []string {
+	var ks []string
+	for _, k := range queue.Kinds {
+		if _, ok := w.handlers[k]; ok {
+			ks = append(ks, k)
+		}
+	}
+	return ks
+}
+
+// heartbeat announces the worker in the registry until ctx ends.
+func (w *Worker) heartbeat(ctx context.Context) {
+	every := w.cfg.Worker.Heartbeat
+	if every <= 0 {
+		every = 5 * time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		state := "running"
+		if w.draining.Load() {
+			state = "draining"
+		}
+		host, _ := os.Hostname()
+		info := queue.WorkerInfo{
+			ID: w.id, Host: host, PID: os.Getpid(), Version: version.Version, State: state,
+			Concurrency: w.cfg.Worker.Concurrency, Busy: int(w.busy.Load()),
+			Done: w.done.Load(), Failed: w.failed.Load(), Kinds: w.kinds(),
+			StartedAt: w.started, LastSeen: time.Now(),
+		}
+		actx, cancel := context.WithTimeout(ctx, every)
+		if err := w.q.Announce(actx, info); err != nil && ctx.Err() == nil {
+			w.log.Warn("heartbeat", zap.Error(err))
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
