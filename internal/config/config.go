@@ -1,0 +1,328 @@
+// Package config loads keyfleet's YAML configuration into a validated Config.
+//
+// Where the configuration comes from (Load):
+//
+//   - the path given (the --config flag), else the file named by
+//     KEYFLEET_CONFIG, else the built-in defaults for a local NATS and Redis;
+//   - then KEYFLEET_NATS_URL and KEYFLEET_REDIS_URL override the file;
+//   - callers apply their flags afterwards and call Validate again.
+//
+// Decoding is strict: an unknown key, a value of the wrong type, a key set
+// twice or a second YAML document is an error. Every error line names the
+// file and the key path ("config: /etc/kf.yaml: line 12: unknown key
+// "pool.credentials[0].secret_envv""), and all problems are reported at
+// once, joined with errors.Join.
+//
+// A Config never holds a secret: credentials name an environment variable or
+// a file, and ResolveSecrets reads them into secret.Secret values, so
+// printing a Config (even with %+v) cannot leak one. Error messages never
+// echo secret values, nor the user:password part of a URL.
+//
+// config/reference.yaml at the repository root documents every key with its
+// default; a test keeps it in step with these types.
+package config
+
+import (
+	"time"
+
+	"github.com/keyfleet/keyfleet/pkg/ratelimit"
+)
+
+// Environment variables read by Load.
+const (
+	// EnvConfig names the config file when Load is given no path.
+	EnvConfig = "KEYFLEET_CONFIG"
+	// EnvNATSURL, when set, overrides nats.url.
+	EnvNATSURL = "KEYFLEET_NATS_URL"
+	// EnvRedisURL, when set, overrides redis.url.
+	EnvRedisURL = "KEYFLEET_REDIS_URL"
+)
+
+// DefaultsSource is Config.Source when no file was read.
+const DefaultsSource = "built-in defaults"
+
+// Config is keyfleet's configuration. Default returns it with every default
+// filled in; Load reads it from a YAML file. The yaml tags are the keys of
+// the file.
+type Config struct {
+	// NATS is how to reach the NATS server that holds the work queue.
+	NATS NATS `yaml:"nats"`
+	// Redis is how to reach the Redis that holds the credential pool.
+	Redis Redis `yaml:"redis"`
+	// Pool is the shared credential pool.
+	Pool Pool `yaml:"pool"`
+	// Worker tunes the worker daemon.
+	Worker Worker `yaml:"worker"`
+	// Queue names and tunes the JetStream stream and consumer.
+	Queue Queue `yaml:"queue"`
+	// Jobs configures the job kinds.
+	Jobs Jobs `yaml:"jobs"`
+	// Log configures logging.
+	Log Log `yaml:"log"`
+
+	// Source is where the config came from: the file path, or
+	// DefaultsSource. Error messages start with it. Not a YAML key.
+	Source string `yaml:"-"`
+}
+
+// NATS is the connection to NATS.
+type NATS struct {
+	// URL of the NATS server; several servers of one cluster may be listed,
+	// comma separated. Schemes: nats, tls, ws, wss. A user:password@ or
+	// token@ part is allowed. Default "nats://127.0.0.1:4222".
+	URL string `yaml:"url"`
+	// CredentialsFile is a NATS .creds file (user JWT and NKey seed).
+	// Default "" (none).
+	CredentialsFile string `yaml:"credentials_file"`
+	// TLS configures TLS to the server. Default: none set.
+	TLS TLS `yaml:"tls"`
+	// ConnectTimeout bounds each connection attempt. Default 5s.
+	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+}
+
+// TLS holds TLS client settings. The zero value means the defaults of the
+// client library and the system's root CAs.
+type TLS struct {
+	// CAFile is a PEM bundle of CAs to trust instead of the system's.
+	// Default "".
+	CAFile string `yaml:"ca_file"`
+	// CertFile is a PEM client certificate, for mutual TLS; it needs KeyFile.
+	// Default "".
+	CertFile string `yaml:"cert_file"`
+	// KeyFile is the PEM private key of CertFile. Default "".
+	KeyFile string `yaml:"key_file"`
+	// InsecureSkipVerify turns off verification of the server's
+	// certificate. For tests only. Default false.
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
+}
+
+// IsZero reports whether no TLS setting is made.
+func (t TLS) IsZero() bool { return t == TLS{} }
+
+// Redis is the connection to Redis.
+type Redis struct {
+	// URL of Redis: redis://[user:password@]host:port/db, rediss:// for TLS,
+	// or unix:///path/to/socket. With Cluster, the host part lists seed
+	// nodes, comma separated (redis://h1:7000,h2:7001). Default
+	// "redis://127.0.0.1:6379/0".
+	URL string `yaml:"url"`
+	// TLS configures TLS; it needs a rediss:// URL. Default: none set.
+	TLS TLS `yaml:"tls"`
+	// Cluster selects the Redis Cluster client. Default false.
+	Cluster bool `yaml:"cluster"`
+}
+
+// Pool is the credential pool shared by every worker.
+type Pool struct {
+	// Name of the pool; every Redis key of the pool carries it as its hash
+	// tag. Letters, digits, '_', '.', '-'. Default "default".
+	Name string `yaml:"name"`
+	// LeaseTTL is how long a lease lives unless renewed; a crashed worker's
+	// leases come back after it. At least 1s. Default 30s.
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
+	// Cooldown is how long a credential rests after a rate limit that gave
+	// no Retry-After. Default 60s.
+	Cooldown time.Duration `yaml:"cooldown"`
+	// Credentials are the pool's credentials. Default none.
+	Credentials []Credential `yaml:"credentials"`
+}
+
+// Credential is one API credential. Its secret stays on the worker: it is
+// read from SecretEnv or SecretFile by Config.ResolveSecrets.
+type Credential struct {
+	// ID names the credential in Redis, NATS, logs and metrics. Required;
+	// letters, digits, '_', '.', ':', '@', '-'.
+	ID string `yaml:"id"`
+	// SecretEnv is the environment variable holding the secret. Exactly one
+	// of SecretEnv and SecretFile is set.
+	SecretEnv string `yaml:"secret_env"`
+	// SecretFile is a file holding the secret (one trailing newline is
+	// dropped), such as /run/secrets/key-a. A relative path is relative to
+	// the worker's working directory.
+	SecretFile string `yaml:"secret_file"`
+	// MaxConcurrent is how many jobs may hold the credential at once.
+	// Default 1.
+	MaxConcurrent int `yaml:"max_concurrent"`
+	// Rate is the parsed RateText; the zero Limit means no rate limit.
+	// Validate sets it from RateText. Not a YAML key.
+	Rate ratelimit.Limit `yaml:"-"`
+	// RateText is the optional rate as written, in ratelimit.ParseLimit
+	// syntax: "60/m" is at most 60 starts in any 60 s window. Default ""
+	// (no limit).
+	RateText string `yaml:"rate"`
+}
+
+// Worker tunes the worker daemon.
+type Worker struct {
+	// Concurrency is how many items one worker process runs at once.
+	// Default 3.
+	Concurrency int `yaml:"concurrency"`
+	// ShutdownGrace is how long in-flight items may run on after the first
+	// SIGINT/SIGTERM before they are cancelled and handed back. Default 20s.
+	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+	// MaxAttempts bounds the failed runs (transient or timed out) of an
+	// item; then it is dead-lettered. Default 5.
+	MaxAttempts int `yaml:"max_attempts"`
+	// RetryBackoff is the wait before the next run after the n-th failure;
+	// the last entry repeats (see RetryDelay). Default [1s, 5s, 30s, 2m].
+	RetryBackoff []time.Duration `yaml:"retry_backoff"`
+	// Listen is the address of /metrics, /healthz and /readyz, such as
+	// "127.0.0.1:9464". Default "" (no listener).
+	Listen string `yaml:"listen"`
+	// Heartbeat is how often a worker announces itself. Default 5s.
+	Heartbeat time.Duration `yaml:"heartbeat"`
+}
+
+// RetryDelay returns the wait before the next run of an item that has
+// failed `failures` times: RetryBackoff[failures-1], the last entry
+// repeating. It returns 0 for failures < 1 or an empty RetryBackoff.
+func (w Worker) RetryDelay(failures int) time.Duration {
+	if failures < 1 || len(w.RetryBackoff) == 0 {
+		return 0
+	}
+	return w.RetryBackoff[min(failures, len(w.RetryBackoff))-1]
+}
+
+// Queue names and tunes the JetStream work queue.
+type Queue struct {
+	// Stream is the JetStream stream holding the work items. Default
+	// "KEYFLEET".
+	Stream string `yaml:"stream"`
+	// SubjectPrefix: items are published on <prefix>.<kind>. Default
+	// "keyfleet.items".
+	SubjectPrefix string `yaml:"subject_prefix"`
+	// Consumer is the durable pull consumer shared by all workers. Default
+	// "keyfleet-workers".
+	Consumer string `yaml:"consumer"`
+	// AckWait is how long a delivered item may go without an ack or an
+	// in-progress ack before JetStream redelivers it. At least 1s. Default
+	// 30s.
+	AckWait time.Duration `yaml:"ack_wait"`
+	// MaxDeliver bounds deliveries of one message: -1 (the default) is
+	// unlimited; attempts are bounded by Worker.MaxAttempts instead. Any
+	// other value must be at least Worker.MaxAttempts.
+	MaxDeliver int `yaml:"max_deliver"`
+	// RedeliveryBackoff is the consumer's BackOff: waits before redeliveries
+	// after an ack-wait expiry. JetStream uses its first entry as the ack
+	// wait, so that entry must equal AckWait. Default none.
+	RedeliveryBackoff []time.Duration `yaml:"redelivery_backoff"`
+	// DuplicateWindow is the JetStream dedupe window: enqueueing an item of
+	// a batch again inside it adds nothing. Default 2h.
+	DuplicateWindow time.Duration `yaml:"duplicate_window"`
+	// Replicas of the stream (1 to 5; more than 1 needs a NATS cluster).
+	// Default 1.
+	Replicas int `yaml:"replicas"`
+	// Storage of the stream: "file" or "memory". Default "file".
+	Storage string `yaml:"storage"`
+	// ResultsMaxAge is how long results and dead letters are kept.
+	// Default 168h.
+	ResultsMaxAge time.Duration `yaml:"results_max_age"`
+}
+
+// Subject returns the subject items of a job kind are published on.
+func (q Queue) Subject(kind string) string { return q.SubjectPrefix + "." + kind }
+
+// Jobs configures the job kinds. The sleep kind needs no configuration;
+// exec and http run only when configured.
+type Jobs struct {
+	// MaxOutput bounds a job's captured output (exec stdout, http body), in
+	// bytes; YAML takes a number of bytes or a KiB, MiB or GiB suffix.
+	// Default 64KiB (65536).
+	MaxOutput int `yaml:"max_output"`
+	// Exec configures the exec kind; nil (the default) means not
+	// configured.
+	Exec *ExecJob `yaml:"exec"`
+	// HTTP configures the http kind; nil (the default) means not
+	// configured.
+	HTTP *HTTPJob `yaml:"http"`
+}
+
+// ExecJob configures the exec kind: one run of a command per item.
+type ExecJob struct {
+	// Command is the program and its arguments; required.
+	Command []string `yaml:"command"`
+	// Timeout bounds one run. Default 10m.
+	Timeout time.Duration `yaml:"timeout"`
+	// Dir is the command's working directory. Default "" (the worker's).
+	Dir string `yaml:"dir"`
+	// Env holds extra environment variables for the command. The worker
+	// sets the KEYFLEET_* item variables itself; they cannot be set here.
+	// Default none.
+	Env map[string]string `yaml:"env"`
+}
+
+// HTTPJob configures the http kind: one request per item.
+type HTTPJob struct {
+	// URL the item is sent to; http or https. Required.
+	URL string `yaml:"url"`
+	// Method of the request. Default "POST".
+	Method string `yaml:"method"`
+	// Header carries the secret. Default "Authorization".
+	Header string `yaml:"header"`
+	// Format is the Header value; "{secret}" is replaced by the
+	// credential's secret and must occur. Default "Bearer {secret}".
+	Format string `yaml:"format"`
+	// Headers are extra request headers. Default none.
+	Headers map[string]string `yaml:"headers"`
+	// Timeout bounds one request, body included. Default 60s.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Log configures logging.
+type Log struct {
+	// Level is the least severe level logged: debug, info, warn or error.
+	// Default "info".
+	Level string `yaml:"level"`
+	// Format is auto (console on a terminal, JSON otherwise), json or
+	// console. Default "auto".
+	Format string `yaml:"format"`
+}
+
+// Defaults of the optional job kinds, used for keys a file leaves out.
+const (
+	defaultExecTimeout = 10 * time.Minute
+	defaultHTTPMethod  = "POST"
+	defaultHTTPHeader  = "Authorization"
+	defaultHTTPFormat  = "Bearer {secret}"
+	defaultHTTPTimeout = 60 * time.Second
+	defaultMaxConc     = 1
+)
+
+// Default returns the built-in configuration: a local NATS and Redis, no
+// credentials, no exec or http job kind. Source is DefaultsSource.
+func Default() *Config {
+	return &Config{
+		NATS: NATS{
+			URL:            "nats://127.0.0.1:4222",
+			ConnectTimeout: 5 * time.Second,
+		},
+		Redis: Redis{URL: "redis://127.0.0.1:6379/0"},
+		Pool: Pool{
+			Name:     "default",
+			LeaseTTL: 30 * time.Second,
+			Cooldown: 60 * time.Second,
+		},
+		Worker: Worker{
+			Concurrency:   3,
+			ShutdownGrace: 20 * time.Second,
+			MaxAttempts:   5,
+			RetryBackoff:  []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute},
+			Heartbeat:     5 * time.Second,
+		},
+		Queue: Queue{
+			Stream:          "KEYFLEET",
+			SubjectPrefix:   "keyfleet.items",
+			Consumer:        "keyfleet-workers",
+			AckWait:         30 * time.Second,
+			MaxDeliver:      -1,
+			DuplicateWindow: 2 * time.Hour,
+			Replicas:        1,
+			Storage:         "file",
+			ResultsMaxAge:   168 * time.Hour,
+		},
+		Jobs: Jobs{MaxOutput: 64 << 10},
+		Log:  Log{Level: "info", Format: "auto"},
+
+		Source: DefaultsSource,
+	}
+}
