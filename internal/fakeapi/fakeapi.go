@@ -1,0 +1,403 @@
+// Package fakeapi is a local stand-in for a rate-limited paid API, for tests
+// and for `make demo`. It is not a production server.
+//
+// Each configured key has an optional rate (at most N requests admitted in
+// any sliding window of length Period, kept exactly in memory) and an
+// optional concurrency limit. The server answers like the APIs keyfleet is
+// built for:
+//
+//   - no key or an unknown key: 401 {"error":"unauthorized"}
+//   - over the key's rate: 429 {"error":"rate_limited"} with Retry-After in
+//     whole seconds, rounded up from the exact time until the window admits
+//     a request again
+//   - over the key's concurrency: 429 {"error":"rate_limited"} with
+//     Retry-After from Config.RetryAfter
+//   - otherwise, after Config.Latency: 200
+//     {"ok":true,"key_label":"key-0","bytes":N,"echo":<the request JSON, if
+//     at most 1 KiB>}
+//
+// For tests of the status mapping, a JSON request body with
+// "insufficient_quota": true gets 429 {"error":{"code":"insufficient_quota"}}
+// and one with "force_status": <int> gets that status; neither counts
+// against the key's limits. A body that is not JSON gets 400.
+//
+// Stats reports per-key figures, keyed by index and label (never by
+// secret), including a self-check: OverLimit counts requests admitted
+// beyond a key's limits, which must stay 0.
+package fakeapi
+
+import (
+	"bytes"
+	"cmp"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/keyfleet/keyfleet/pkg/ratelimit"
+)
+
+// Key is one API key the server accepts.
+type Key struct {
+	// Secret is the key's value. Required, unique.
+	Secret string
+	// Rate is the key's limit: at most Rate.N requests admitted in any
+	// sliding window of Rate.Period. Zero: unlimited.
+	Rate ratelimit.Limit
+	// Concurrency is how many requests of the key may be in progress at
+	// once. Zero: unlimited.
+	Concurrency int
+}
+
+// Config configures a Server.
+type Config struct {
+	// Keys are the accepted keys. At least one is required.
+	Keys []Key
+	// Latency is how long an admitted request takes. Default 0.
+	Latency time.Duration
+	// RetryAfter is what a 429 says when no exact value applies (the
+	// concurrency limit). Default 1s; sent rounded up to whole seconds.
+	RetryAfter time.Duration
+	// Header names the header that carries the key. Default
+	// "Authorization".
+	Header string
+	// Format is the Header's value with {secret} for the key; it must
+	// contain {secret} once. Default "Bearer {secret}".
+	Format string
+}
+
+// MaxBody is the largest request body the server reads; a larger one gets
+// 413.
+const MaxBody = 1 << 20
+
+// maxEcho is the largest request body echoed back.
+const maxEcho = 1 << 10
+
+const placeholder = "{secret}"
+
+// Server is the fake API, an http.Handler. Safe for concurrent use.
+type Server struct {
+	header         string
+	prefix, suffix string // Format around {secret}
+	retryAfter     time.Duration
+	latency        time.Duration
+	keys           []*keyState
+	unauthorized   atomic.Int64
+	badRequests    atomic.Int64
+}
+
+// keyState is one key's limits, admission state and figures.
+type keyState struct {
+	index  int
+	label  string
+	secret []byte
+	rate   ratelimit.Limit
+	conc   int
+
+	mu       sync.Mutex
+	window   []time.Time // admission times within the rate window, oldest first
+	inflight int         // admitted requests not yet finished
+	// history is a ring of the last rate.N admission times, kept apart from
+	// window for the self-check.
+	history []time.Time
+	next    int
+
+	active      atomic.Int64 // requests in progress, counted outside mu
+	maxActive   atomic.Int64
+	requests    atomic.Int64
+	ok          atomic.Int64
+	rateLimited atomic.Int64
+	quota       atomic.Int64
+	forced      atomic.Int64
+	overLimit   atomic.Int64
+}
+
+// New returns a Server for cfg; its errors name the field at fault.
+func New(cfg Config) (*Server, error) {
+	if len(cfg.Keys) == 0 {
+		return nil, errors.New("fakeapi: keys: at least one key is required")
+	}
+	switch {
+	case cfg.Latency < 0:
+		return nil, fmt.Errorf("fakeapi: latency must not be negative, got %s", cfg.Latency)
+	case cfg.RetryAfter < 0:
+		return nil, fmt.Errorf("fakeapi: retry after must not be negative, got %s", cfg.RetryAfter)
+	}
+	s := &Server{
+		header:     http.CanonicalHeaderKey(cmp.Or(cfg.Header, "Authorization")),
+		retryAfter: cmp.Or(cfg.RetryAfter, time.Second),
+		latency:    cfg.Latency,
+	}
+	format := cmp.Or(cfg.Format, "Bearer "+placeholder)
+	if strings.Count(format, placeholder) != 1 {
+		return nil, fmt.Errorf("fakeapi: format %q must contain %s once", format, placeholder)
+	}
+	s.prefix, s.suffix, _ = strings.Cut(format, placeholder)
+	seen := make(map[string]int, len(cfg.Keys))
+	for i, k := range cfg.Keys {
+		switch {
+		case k.Secret == "":
+			return nil, fmt.Errorf("fakeapi: keys[%d]: secret is empty", i)
+		case k.Concurrency < 0:
+			return nil, fmt.Errorf("fakeapi: keys[%d]: concurrency must not be negative, got %d", i, k.Concurrency)
+		}
+		if j, dup := seen[k.Secret]; dup {
+			return nil, fmt.Errorf("fakeapi: keys[%d]: same secret as keys[%d]", i, j)
+		}
+		seen[k.Secret] = i
+		if !k.Rate.IsZero() {
+			if err := k.Rate.Validate(); err != nil {
+				return nil, fmt.Errorf("fakeapi: keys[%d]: rate: %w", i, err)
+			}
+		}
+		s.keys = append(s.keys, &keyState{
+			index:  i,
+			label:  "key-" + strconv.Itoa(i),
+			secret: []byte(k.Secret),
+			rate:   k.Rate,
+			conc:   k.Concurrency,
+		})
+	}
+	return s, nil
+}
+
+// ServeHTTP answers one request; see the package documentation.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	k := s.authenticate(r.Header.Get(s.header))
+	if k == nil {
+		s.unauthorized.Add(1)
+		writeJSON(w, http.StatusUnauthorized, map[string]any{"error": "unauthorized"})
+		return
+	}
+	k.requests.Add(1)
+
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
+	if err != nil {
+		s.badRequests.Add(1)
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "unreadable_body"})
+		return
+	}
+	if len(body) > MaxBody {
+		s.badRequests.Add(1)
+		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]any{"error": "body_too_large"})
+		return
+	}
+	var ctl struct {
+		ForceStatus       *int `json:"force_status"`
+		InsufficientQuota bool `json:"insufficient_quota"`
+	}
+	if len(bytes.TrimSpace(body)) > 0 && (!json.Valid(body) || bytes.TrimSpace(body)[0] == '{' && json.Unmarshal(body, &ctl) != nil) {
+		s.badRequests.Add(1)
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "invalid_json"})
+		return
+	}
+	switch {
+	case ctl.InsufficientQuota:
+		k.quota.Add(1)
+		writeJSON(w, http.StatusTooManyRequests, map[string]any{"error": map[string]any{
+			"code": "insufficient_quota", "message": "You exceeded your current quota.",
+		}})
+		return
+	case ctl.ForceStatus != nil:
+		code := *ctl.ForceStatus
+		if code < 100 || code > 599 {
+			s.badRequests.Add(1)
+			writeJSON(w, http.StatusBadRequest, map[string]any{"error": "force_status must be 100..599"})
+			return
+		}
+		k.forced.Add(1)
+		writeJSON(w, code, map[string]any{"forced_status": code})
+		return
+	}
+
+	ok, wait := k.admit(time.Now(), s.retryAfter)
+	if !ok {
+		k.rateLimited.Add(1)
+		w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(wait), 10))
+		writeJSON(w, http.StatusTooManyRequests, map[string]any{"error": "rate_limited"})
+		return
+	}
+	k.start()
+	defer k.finish()
+
+	if s.latency > 0 {
+		t := time.NewTimer(s.latency)
+		select {
+		case <-r.Context().Done():
+			t.Stop()
+			return // the client is gone
+		case <-t.C:
+		}
+	}
+	k.ok.Add(1)
+	reply := struct {
+		OK       bool            `json:"ok"`
+		KeyLabel string          `json:"key_label"`
+		Bytes    int             `json:"bytes"`
+		Echo     json.RawMessage `json:"echo,omitempty"`
+	}{OK: true, KeyLabel: k.label, Bytes: len(body)}
+	if trimmed := bytes.TrimSpace(body); len(trimmed) > 0 && len(trimmed) <= maxEcho {
+		reply.Echo = trimmed
+	}
+	writeJSON(w, http.StatusOK, reply)
+}
+
+// authenticate returns the key whose secret the header value carries, or
+// nil. Every key is compared, in constant time.
+func (s *Server) authenticate(v string) *keyState {
+	if len(v) < len(s.prefix)+len(s.suffix) || !strings.HasPrefix(v, s.prefix) || !strings.HasSuffix(v, s.suffix) {
+		return nil
+	}
+	candidate := []byte(v[len(s.prefix) : len(v)-len(s.suffix)])
+	found := -1
+	for i, k := range s.keys {
+		if subtle.ConstantTimeCompare(candidate, k.secret) == 1 {
+			found = i
+		}
+	}
+	if found < 0 {
+		return nil
+	}
+	return s.keys[found]
+}
+
+// admit decides whether a request of the key may start at now. If not, it
+// returns how long until it might: the exact time until the rate window
+// frees, or concWait for the concurrency limit.
+func (k *keyState) admit(now time.Time, concWait time.Duration) (bool, time.Duration) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.conc > 0 && k.inflight >= k.conc {
+		return false, concWait
+	}
+	if k.rate.N > 0 {
+		drop := 0
+		for drop < len(k.window) && now.Sub(k.window[drop]) >= k.rate.Period {
+			drop++
+		}
+		k.window = append(k.window[:0], k.window[drop:]...)
+		if len(k.window) >= k.rate.N {
+			// The request fits once the oldest len-N+1 admissions have left.
+			return false, k.window[len(k.window)-k.rate.N].Add(k.rate.Period).Sub(now)
+		}
+		k.window = append(k.window, now)
+		k.checkRate(now)
+	}
+	k.inflight++
+	return true, 0
+}
+
+// start counts an admitted request as in progress, apart from admit's own
+// book-keeping, and checks the concurrency limit against that count.
+func (k *keyState) start() {
+	active := k.active.Add(1)
+	if k.conc > 0 && active > int64(k.conc) {
+		k.overLimit.Add(1)
+	}
+	for {
+		m := k.maxActive.Load()
+		if active <= m || k.maxActive.CompareAndSwap(m, active) {
+			return
+		}
+	}
+}
+
+// checkRate is the self-check of the rate: the admission at now is over the
+// limit if the N-th admission before it lies less than Period ago.
+func (k *keyState) checkRate(now time.Time) {
+	if len(k.history) < k.rate.N {
+		k.history = append(k.history, now)
+		return
+	}
+	if now.Sub(k.history[k.next]) < k.rate.Period {
+		k.overLimit.Add(1)
+	}
+	k.history[k.next] = now
+	k.next = (k.next + 1) % k.rate.N
+}
+
+// finish ends an admitted request.
+func (k *keyState) finish() {
+	k.active.Add(-1)
+	k.mu.Lock()
+	k.inflight--
+	k.mu.Unlock()
+}
+
+// ceilSeconds rounds d up to whole seconds, at least 1.
+func ceilSeconds(d time.Duration) int64 {
+	return max(1, int64((d+time.Second-1)/time.Second))
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, _ := json.Marshal(v) // plain values and JSON checked by json.Valid
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// Stats are the server's figures.
+type Stats struct {
+	// Keys holds one row per configured key, in Config.Keys order.
+	Keys []KeyStats `json:"keys"`
+	// Unauthorized counts requests with no key or an unknown one.
+	Unauthorized int64 `json:"unauthorized"`
+	// BadRequests counts requests refused with 400 or 413.
+	BadRequests int64 `json:"bad_requests"`
+}
+
+// KeyStats are one key's figures.
+type KeyStats struct {
+	Index int    `json:"index"`
+	Label string `json:"label"` // "key-<index>"
+	// Requests counts authenticated requests with this key.
+	Requests int64 `json:"requests"`
+	// OK counts 200 answers.
+	OK int64 `json:"ok"`
+	// RateLimited counts 429s for the key's rate or concurrency.
+	RateLimited int64 `json:"rate_limited"`
+	// Quota counts insufficient_quota answers; Forced, force_status ones.
+	Quota  int64 `json:"quota"`
+	Forced int64 `json:"forced"`
+	// MaxConcurrent is the most requests of the key seen in progress at
+	// once.
+	MaxConcurrent int64 `json:"max_concurrent"`
+	// OverLimit counts requests admitted beyond the key's rate or
+	// concurrency. A self-check: it must stay 0.
+	OverLimit int64 `json:"over_limit"`
+}
+
+// Stats returns a snapshot of the figures.
+func (s *Server) Stats() Stats {
+	st := Stats{Unauthorized: s.unauthorized.Load(), BadRequests: s.badRequests.Load()}
+	for _, k := range s.keys {
+		st.Keys = append(st.Keys, KeyStats{
+			Index:         k.index,
+			Label:         k.label,
+			Requests:      k.requests.Load(),
+			OK:            k.ok.Load(),
+			RateLimited:   k.rateLimited.Load(),
+			Quota:         k.quota.Load(),
+			Forced:        k.forced.Load(),
+			MaxConcurrent: k.maxActive.Load(),
+			OverLimit:     k.overLimit.Load(),
+		})
+	}
+	return st
+}
+
+// OverLimit is the total of the keys' OverLimit figures; it must be 0.
+func (st Stats) OverLimit() int64 {
+	var n int64
+	for _, k := range st.Keys {
+		n += k.OverLimit
+	}
+	return n
+}

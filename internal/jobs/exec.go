@@ -1,0 +1,402 @@
+// The exec job kind: the contract with the command.
+//
+// exec runs the configured command once per item, as an argument vector
+// (no shell), in a process group of its own.
+//
+// What the command gets:
+//
+//   - stdin: the item's JSON object, exactly as enqueued.
+//   - environment: the worker's environment minus every variable that holds
+//     a credential secret (the secret_env names of all the pool's
+//     credentials, so a job never sees other keys) and minus inherited
+//     KEYFLEET_* variables; plus the configured env; plus
+//     KEYFLEET_ITEM_ID            the item's ID
+//     KEYFLEET_BATCH              the batch ID
+//     KEYFLEET_ATTEMPT            1 on the item's first run, +1 on every later run
+//     KEYFLEET_CREDENTIAL_ID      the ID of the credential leased for this run
+//     KEYFLEET_CREDENTIAL_SECRET  that credential's secret
+//     KEYFLEET_KIND               the item's kind ("exec")
+//   - working directory: the configured dir, else the worker's.
+//
+// What its exit status means:
+//
+//	 0     done; stdout is the item's output.
+//	75     rate limited (EX_TEMPFAIL): the credential cools down and the item
+//	       runs again at once; the run does not use up an attempt. To say how
+//	       long the credential must rest, print a line
+//	           Retry-After: <seconds>        (e.g. "Retry-After: 30", "1.5")
+//	           Retry-After: <HTTP-date>      (e.g. "Retry-After: Wed, 21 Oct 2015 07:28:00 GMT")
+//	       on stderr before exiting; the name is case-insensitive and the
+//	       last such line wins. Without one the pool's cooldown applies.
+//	77     credential rejected (EX_NOPERM): the credential is disabled, with
+//	       the last non-empty stderr line (up to 200 bytes) as the reason,
+//	       and the item runs again with another credential; no attempt is
+//	       used up.
+//	65     permanent failure (EX_DATAERR): the item is not retried; it gets
+//	       a dead-letter record.
+//	other  any other non-zero status, or death by a signal: a transient
+//	       failure; the item is retried after a backoff and the run uses up
+//	       an attempt.
+//
+// Limits and clean-up:
+//
+//   - stdout is kept up to the configured bound (64 KiB by default); the
+//     rest is read and thrown away, so the command never blocks on a full
+//     pipe, and the output is marked truncated.
+//   - error texts quote the end of stderr (up to 2 KiB) and the exit status.
+//   - on the configured timeout the whole process group (the command and
+//     everything it started) is killed with SIGKILL and the run is a
+//     transient failure "timed out after <timeout>".
+//   - when the run is cancelled (worker shutdown, lost lease) the process
+//     group is killed the same way and the item is redelivered.
+//   - when the command exits, whatever it left running in its process group
+//     is killed.
+
+package jobs
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// ExecConfig configures the exec kind (see the contract at the top of
+// exec.go).
+type ExecConfig struct {
+	// Command is the program and its arguments, run without a shell.
+	// Required. A name without a slash is looked up in PATH; a relative
+	// path is taken from Dir.
+	Command []string
+	// Timeout bounds one run. Zero: no bound other than the run's context.
+	Timeout time.Duration
+	// Dir is the working directory. Empty: the worker's.
+	Dir string
+	// Env holds variables added to the job's environment. The per-item
+	// KEYFLEET_* names cannot be set here.
+	Env map[string]string
+	// MaxOutput bounds Output.Body in bytes. Zero: DefaultMaxOutput.
+	MaxOutput int
+	// ScrubEnv names variables of the worker's environment the job must not
+	// see. The worker passes the secret_env names of all its credentials.
+	ScrubEnv []string
+}
+
+// The variables exec sets for each run.
+const (
+	envItemID           = "KEYFLEET_ITEM_ID"
+	envBatch            = "KEYFLEET_BATCH"
+	envAttempt          = "KEYFLEET_ATTEMPT"
+	envCredentialID     = "KEYFLEET_CREDENTIAL_ID"
+	envCredentialSecret = "KEYFLEET_CREDENTIAL_SECRET"
+	envKind             = "KEYFLEET_KIND"
+	envPrefix           = "KEYFLEET_"
+)
+
+// The exit statuses with a meaning (sysexits.h).
+const (
+	exitPermanent   = 65 // EX_DATAERR
+	exitRateLimited = 75 // EX_TEMPFAIL
+	exitRejected    = 77 // EX_NOPERM
+)
+
+// execWaitDelay bounds how long a run waits for the command's pipes to
+// close once the command has exited or been killed.
+const execWaitDelay = 2 * time.Second
+
+// errExecTimeout is the cause of a run's context when Timeout ran out.
+var errExecTimeout = errors.New("exec: timeout")
+
+type execHandler struct {
+	cfg   ExecConfig
+	env   []string        // cfg.Env as sorted NAME=value pairs
+	drop  map[string]bool // names never inherited: ScrubEnv and cfg.Env's own
+	limit int
+}
+
+// NewExec returns the exec handler. Its errors name the field at fault.
+func NewExec(cfg ExecConfig) (Handler, error) {
+	if len(cfg.Command) == 0 {
+		return nil, errors.New("exec: command is empty")
+	}
+	if cfg.Command[0] == "" {
+		return nil, errors.New("exec: command[0] (the program) is empty")
+	}
+	for i, arg := range cfg.Command {
+		if strings.IndexByte(arg, 0) >= 0 {
+			return nil, fmt.Errorf("exec: command[%d] contains a NUL byte", i)
+		}
+	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("exec: timeout must not be negative, got %s", cfg.Timeout)
+	}
+	if cfg.MaxOutput < 0 {
+		return nil, fmt.Errorf("exec: max output must not be negative, got %d", cfg.MaxOutput)
+	}
+	if cfg.Dir != "" {
+		fi, err := os.Stat(cfg.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("exec: dir: %w", err)
+		}
+		if !fi.IsDir() {
+			return nil, fmt.Errorf("exec: dir %q is not a directory", cfg.Dir)
+		}
+	}
+	if err := checkProgram(cfg.Command[0], cfg.Dir); err != nil {
+		return nil, err
+	}
+	h := &execHandler{
+		cfg:   cfg,
+		drop:  make(map[string]bool, len(cfg.ScrubEnv)+len(cfg.Env)),
+		limit: cmp.Or(cfg.MaxOutput, DefaultMaxOutput),
+	}
+	h.cfg.Command = slices.Clone(cfg.Command)
+	reserved := []string{envItemID, envBatch, envAttempt, envCredentialID, envCredentialSecret, envKind}
+	for name, value := range cfg.Env {
+		switch {
+		case name == "" || strings.ContainsAny(name, "=\x00"):
+			return nil, fmt.Errorf("exec: env: bad variable name %q", name)
+		case slices.Contains(reserved, name):
+			return nil, fmt.Errorf("exec: env: %s is set by keyfleet for each item", name)
+		case strings.IndexByte(value, 0) >= 0:
+			return nil, fmt.Errorf("exec: env: %s contains a NUL byte", name)
+		}
+		h.env = append(h.env, name+"="+value)
+		h.drop[name] = true
+	}
+	slices.Sort(h.env)
+	for _, name := range cfg.ScrubEnv {
+		h.drop[name] = true
+	}
+	return h, nil
+}
+
+// checkProgram reports a program that cannot be run, so that a bad config
+// fails at start-up rather than on every item.
+func checkProgram(prog, dir string) error {
+	if !strings.Contains(prog, "/") {
+		if _, err := exec.LookPath(prog); err != nil {
+			return fmt.Errorf("exec: command[0]: %w", err)
+		}
+		return nil
+	}
+	path := prog
+	if dir != "" && !strings.HasPrefix(prog, "/") {
+		path = dir + "/" + prog
+	}
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return fmt.Errorf("exec: command[0]: %w", err)
+	case fi.IsDir():
+		return fmt.Errorf("exec: command[0]: %s is a directory", path)
+	case fi.Mode().Perm()&0o111 == 0:
+		return fmt.Errorf("exec: command[0]: %s is not executable", path)
+	}
+	return nil
+}
+
+func (h *execHandler) Kind() string { return "exec" }
+
+// environ builds the job's environment for one run.
+func (h *execHandler) environ(item Item, cred Credential) []string {
+	parent := os.Environ()
+	env := make([]string, 0, len(parent)+len(h.env)+6)
+	for _, kv := range parent {
+		name, _, _ := strings.Cut(kv, "=")
+		if h.drop[name] || strings.HasPrefix(name, envPrefix) {
+			continue
+		}
+		env = append(env, kv)
+	}
+	env = append(env, h.env...)
+	return append(env,
+		envItemID+"="+item.ID,
+		envBatch+"="+item.Batch,
+		envAttempt+"="+strconv.Itoa(item.Attempt),
+		envCredentialID+"="+cred.ID,
+		envCredentialSecret+"="+cred.Secret.Reveal(),
+		envKind+"="+cmp.Or(item.Kind, "exec"),
+	)
+}
+
+// Run runs the command for one item; see the contract at the top of
+// exec.go. The Output holds the stdout captured whatever the outcome.
+func (h *execHandler) Run(ctx context.Context, item Item, cred Credential) (Output, error) {
+	if ctx.Err() != nil {
+		return Output{}, canceledError("exec", ctx)
+	}
+	for _, f := range []struct{ name, v string }{{"item id", item.ID}, {"batch", item.Batch}, {"kind", item.Kind}} {
+		if strings.IndexByte(f.v, 0) >= 0 {
+			return Output{}, Permanent(fmt.Errorf("exec: %s contains a NUL byte and cannot be passed in the environment", f.name))
+		}
+	}
+	if strings.IndexByte(cred.Secret.Reveal(), 0) >= 0 {
+		return Output{}, Rejected("secret contains a NUL byte and cannot be passed in the environment")
+	}
+
+	runCtx := ctx
+	if h.cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithTimeoutCause(ctx, h.cfg.Timeout, errExecTimeout)
+		defer cancel()
+	}
+
+	// The pipes are made here, not by os/exec, so that Wait returns as soon
+	// as the command exits even if something it started still holds them.
+	var p execPipes
+	defer p.close()
+	if err := p.open(); err != nil {
+		return Output{}, fmt.Errorf("exec: %w", err)
+	}
+
+	cmd := exec.CommandContext(runCtx, h.cfg.Command[0], h.cfg.Command[1:]...)
+	cmd.Dir = h.cfg.Dir
+	cmd.Env = h.environ(item, cred)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.inR, p.outW, p.errW
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return killGroup(cmd.Process) }
+	cmd.WaitDelay = execWaitDelay
+	if err := cmd.Start(); err != nil {
+		return Output{}, fmt.Errorf("exec: start %s: %w", h.cfg.Command[0], err)
+	}
+	p.closeChildEnds()
+
+	stdout := &headBuffer{max: h.limit}
+	stderr := newStderrCollector()
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = io.Copy(stdout, p.outR) })
+	wg.Go(func() { _, _ = io.Copy(stderr, p.errR) })
+	wg.Go(func() {
+		// EPIPE when the command does not read its stdin is no failure.
+		_, _ = io.Copy(p.inW, bytes.NewReader(item.Payload))
+		_ = p.inW.Close()
+	})
+
+	waitErr := cmd.Wait()
+	// The command has exited: kill what it left behind in its group, so
+	// that the pipes close and no stray process keeps the secret.
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	p.drain(&wg)
+	stderr.finish()
+	out := stdout.output()
+
+	switch {
+	case waitErr == nil || errors.Is(waitErr, exec.ErrWaitDelay):
+		// ErrWaitDelay: exited 0, but its I/O outlived it; not a failure.
+		return out, nil
+	case ctx.Err() != nil:
+		return out, canceledError("exec", ctx)
+	case errors.Is(context.Cause(runCtx), errExecTimeout):
+		return out, fmt.Errorf("exec: timed out after %s%s", h.cfg.Timeout, stderrSuffix(stderr))
+	}
+	var ee *exec.ExitError
+	if !errors.As(waitErr, &ee) {
+		return out, fmt.Errorf("exec: %w%s", waitErr, stderrSuffix(stderr))
+	}
+	switch ee.ExitCode() { // -1 when killed by a signal
+	case 0:
+		return out, nil
+	case exitRateLimited:
+		return out, execRateLimited(stderr)
+	case exitRejected:
+		return out, Rejected(cmp.Or(stderr.lastLine, "exit 77"))
+	case exitPermanent:
+		return out, Permanent(fmt.Errorf("exec: %w%s", ee, stderrSuffix(stderr)))
+	default:
+		return out, fmt.Errorf("exec: %w%s", ee, stderrSuffix(stderr))
+	}
+}
+
+// execRateLimited builds the error for exit 75 from what stderr said.
+func execRateLimited(stderr *stderrCollector) error {
+	detail := "exit 75"
+	if stderr.lastLine != "" {
+		detail += ": " + stderr.lastLine
+	}
+	if !stderr.hasRetry {
+		return RateLimited(0, "", detail)
+	}
+	d, ok := ParseRetryAfter(stderr.retry, time.Now())
+	if !ok {
+		return RateLimited(0, "", fmt.Sprintf("%s (unreadable Retry-After %q)", detail, headString([]byte(stderr.retry), 64)))
+	}
+	return RateLimited(d, "exec stderr Retry-After", detail)
+}
+
+func stderrSuffix(c *stderrCollector) string {
+	if s := c.tail.String(); s != "" {
+		return "; stderr: " + s
+	}
+	return ""
+}
+
+// killGroup kills the process group led by p (the command was started with
+// Setpgid, so the group's ID is its PID).
+func killGroup(p *os.Process) error {
+	err := syscall.Kill(-p.Pid, syscall.SIGKILL)
+	if err == nil || errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	return p.Kill()
+}
+
+// execPipes are the command's stdin, stdout and stderr pipes.
+type execPipes struct {
+	inR, inW, outR, outW, errR, errW *os.File
+}
+
+func (p *execPipes) open() error {
+	for _, pair := range []struct{ r, w **os.File }{{&p.inR, &p.inW}, {&p.outR, &p.outW}, {&p.errR, &p.errW}} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return err
+		}
+		*pair.r, *pair.w = r, w
+	}
+	return nil
+}
+
+// closeChildEnds closes this process's copies of the ends the child uses.
+func (p *execPipes) closeChildEnds() {
+	for _, f := range []**os.File{&p.inR, &p.outW, &p.errW} {
+		if *f != nil {
+			_ = (*f).Close()
+			*f = nil
+		}
+	}
+}
+
+// drain waits for the copying goroutines; if a process that left the
+// command's group still holds a pipe, it gives up after execWaitDelay and
+// closes this side, which ends the copies.
+func (p *execPipes) drain(wg *sync.WaitGroup) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(execWaitDelay)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		p.close()
+		<-done
+	}
+}
+
+func (p *execPipes) close() {
+	for _, f := range []*os.File{p.inR, p.inW, p.outR, p.outW, p.errR, p.errW} {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
+}

@@ -1,0 +1,285 @@
+package jobs
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/keyfleet/keyfleet/internal/secret"
+)
+
+// HTTPConfig configures the http kind: each item's payload is sent to URL
+// with the credential's secret in a header, and the status says what
+// happened:
+//
+//	2xx                        done; the response body is the output
+//	429                        rate limited; Retry-After (seconds or an
+//	                           HTTP-date) says for how long
+//	401, 403                   credential rejected
+//	402, or 429 whose body     credential rejected (quota)
+//	mentions insufficient_quota
+//	other 4xx, 3xx             permanent failure
+//	5xx, network errors,       transient failure
+//	timeout
+//
+// Each request carries Content-Type: application/json, the secret header,
+// Headers, X-Keyfleet-Item, X-Keyfleet-Batch, X-Keyfleet-Attempt and
+// Idempotency-Key: <batch>/<item id>.
+type HTTPConfig struct {
+	// URL receives the requests; http or https. Required.
+	URL string
+	// Method is the request method. Default "POST".
+	Method string
+	// Header names the header that carries the secret. Default
+	// "Authorization".
+	Header string
+	// Format is the Header's value; {secret} is replaced by the secret and
+	// must occur. Default "Bearer {secret}".
+	Format string
+	// Headers are added to every request. They may replace Content-Type but
+	// not Header or the X-Keyfleet-* and Idempotency-Key headers.
+	Headers map[string]string
+	// Timeout bounds one request, reading the response included. Default
+	// 60s.
+	Timeout time.Duration
+	// MaxOutput bounds Output.Body in bytes. Default DefaultMaxOutput.
+	MaxOutput int
+	// Client sends the requests. Default: a client on
+	// http.DefaultTransport that does not follow redirects (a redirect
+	// could carry the secret header to another host).
+	Client *http.Client
+}
+
+// The headers the http kind sets on every request.
+const (
+	headerItem        = "X-Keyfleet-Item"
+	headerBatch       = "X-Keyfleet-Batch"
+	headerAttempt     = "X-Keyfleet-Attempt"
+	headerIdempotency = "Idempotency-Key"
+	secretPlaceholder = "{secret}"
+)
+
+const (
+	httpDefaultTimeout = 60 * time.Second
+	httpErrBodyMax     = 16 << 10  // bytes of a non-2xx body read
+	httpSnippetMax     = 300       // bytes of it quoted in an error
+	httpDrainMax       = 256 << 10 // bytes read past the bound to reuse the connection
+	quotaMarker        = "insufficient_quota"
+)
+
+// errHTTPTimeout is the cause of a request's context when Timeout ran out.
+var errHTTPTimeout = errors.New("http: timeout")
+
+var noRedirectClient = &http.Client{
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+}
+
+type httpHandler struct {
+	cfg     HTTPConfig
+	headers http.Header // cfg.Headers, canonical
+	limit   int
+	client  *http.Client
+}
+
+// NewHTTP returns the http handler. Its errors name the field at fault.
+func NewHTTP(cfg HTTPConfig) (Handler, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("http: url is empty")
+	}
+	u, err := url.Parse(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("http: url: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("http: url %q: scheme must be http or https", cfg.URL)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("http: url %q has no host", cfg.URL)
+	}
+	cfg.Method = cmp.Or(cfg.Method, http.MethodPost)
+	if !validToken(cfg.Method) {
+		return nil, fmt.Errorf("http: method %q is not a valid HTTP method", cfg.Method)
+	}
+	cfg.Header = cmp.Or(cfg.Header, "Authorization")
+	if !validToken(cfg.Header) {
+		return nil, fmt.Errorf("http: header %q is not a valid header name", cfg.Header)
+	}
+	cfg.Format = cmp.Or(cfg.Format, "Bearer "+secretPlaceholder)
+	if !strings.Contains(cfg.Format, secretPlaceholder) {
+		return nil, fmt.Errorf("http: format %q must contain %s", cfg.Format, secretPlaceholder)
+	}
+	if !validHeaderValue(cfg.Format) {
+		return nil, fmt.Errorf("http: format %q contains control characters", cfg.Format)
+	}
+	switch {
+	case cfg.Timeout < 0:
+		return nil, fmt.Errorf("http: timeout must not be negative, got %s", cfg.Timeout)
+	case cfg.Timeout == 0:
+		cfg.Timeout = httpDefaultTimeout
+	}
+	if cfg.MaxOutput < 0 {
+		return nil, fmt.Errorf("http: max output must not be negative, got %d", cfg.MaxOutput)
+	}
+	h := &httpHandler{cfg: cfg, headers: make(http.Header, len(cfg.Headers)), limit: cmp.Or(cfg.MaxOutput, DefaultMaxOutput), client: cfg.Client}
+	if h.client == nil {
+		h.client = noRedirectClient
+	}
+	h.cfg.Headers = maps.Clone(cfg.Headers)
+	reserved := []string{cfg.Header, headerItem, headerBatch, headerAttempt, headerIdempotency, "Host", "Content-Length"}
+	for name, value := range cfg.Headers {
+		if !validToken(name) {
+			return nil, fmt.Errorf("http: headers: %q is not a valid header name", name)
+		}
+		for _, r := range reserved {
+			if strings.EqualFold(name, r) {
+				return nil, fmt.Errorf("http: headers: %s cannot be set here", r)
+			}
+		}
+		if !validHeaderValue(value) {
+			return nil, fmt.Errorf("http: headers: the value of %s contains control characters", name)
+		}
+		h.headers.Set(name, value)
+	}
+	return h, nil
+}
+
+func (h *httpHandler) Kind() string { return "http" }
+
+// Run sends one item; see HTTPConfig for the mapping of replies.
+func (h *httpHandler) Run(ctx context.Context, item Item, cred Credential) (Output, error) {
+	if ctx.Err() != nil {
+		return Output{}, canceledError("http", ctx)
+	}
+	for _, f := range []struct{ name, v string }{{"item id", item.ID}, {"batch", item.Batch}} {
+		if !validHeaderValue(f.v) {
+			return Output{}, Permanent(fmt.Errorf("http: %s %q contains control characters and cannot be sent in a header", f.name, f.v))
+		}
+	}
+	auth := strings.ReplaceAll(h.cfg.Format, secretPlaceholder, cred.Secret.Reveal())
+	if !validHeaderValue(auth) {
+		return Output{}, Rejected("secret contains control characters and cannot be sent in a header")
+	}
+
+	reqCtx, cancel := context.WithTimeoutCause(ctx, h.cfg.Timeout, errHTTPTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(reqCtx, h.cfg.Method, h.cfg.URL, bytes.NewReader(item.Payload))
+	if err != nil {
+		return Output{}, Permanent(fmt.Errorf("http: %w", err))
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for name, values := range h.headers {
+		req.Header[name] = slices.Clone(values) // not shared between requests
+	}
+	req.Header.Set(h.cfg.Header, auth)
+	req.Header.Set(headerItem, item.ID)
+	req.Header.Set(headerBatch, item.Batch)
+	req.Header.Set(headerAttempt, strconv.Itoa(item.Attempt))
+	req.Header.Set(headerIdempotency, item.Batch+"/"+item.ID)
+
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return Output{}, h.requestError(ctx, reqCtx, err)
+	}
+	defer resp.Body.Close()
+
+	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+		body := &headBuffer{max: h.limit}
+		if _, err := io.CopyN(body, resp.Body, int64(h.limit)+httpDrainMax); err != nil && err != io.EOF {
+			return Output{}, h.requestError(ctx, reqCtx, fmt.Errorf("reading the %d response: %w", resp.StatusCode, err))
+		}
+		return body.output(), nil
+	}
+
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, httpErrBodyMax)) // a cut body still serves
+	_, _ = io.CopyN(io.Discard, resp.Body, httpDrainMax)
+	status := statusText(resp.StatusCode)
+	if snip := snippet(raw, cred.Secret); snip != "" {
+		status += ": " + snip
+	}
+	switch code := resp.StatusCode; {
+	case code == http.StatusTooManyRequests && bytes.Contains(raw, []byte(quotaMarker)):
+		return Output{}, Rejected("insufficient quota (" + status + ")")
+	case code == http.StatusTooManyRequests:
+		ra := resp.Header.Get("Retry-After")
+		if ra == "" {
+			return Output{}, RateLimited(0, "", status)
+		}
+		d, ok := ParseRetryAfter(ra, time.Now())
+		if !ok {
+			return Output{}, RateLimited(0, "", fmt.Sprintf("%s (unreadable Retry-After %q)", status, headString([]byte(ra), 64)))
+		}
+		return Output{}, RateLimited(d, "Retry-After header", status)
+	case code == http.StatusUnauthorized, code == http.StatusForbidden, code == http.StatusPaymentRequired:
+		return Output{}, Rejected(status)
+	case code >= 300 && code <= 399:
+		return Output{}, Permanent(fmt.Errorf("http: %s (redirects are not followed)", status))
+	case code >= 400 && code <= 499:
+		return Output{}, Permanent(fmt.Errorf("http: %s", status))
+	default: // 5xx, and any status outside the classes
+		return Output{}, fmt.Errorf("http: %s", status)
+	}
+}
+
+// requestError maps an error from sending or reading: the run's
+// cancellation, the request timeout, or a transient network error.
+func (h *httpHandler) requestError(ctx, reqCtx context.Context, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return canceledError("http", ctx)
+	case errors.Is(context.Cause(reqCtx), errHTTPTimeout):
+		return fmt.Errorf("http: timed out after %s: %w", h.cfg.Timeout, context.DeadlineExceeded)
+	default:
+		return fmt.Errorf("http: %w", err)
+	}
+}
+
+func statusText(code int) string {
+	if t := http.StatusText(code); t != "" {
+		return strconv.Itoa(code) + " " + t
+	}
+	return "status " + strconv.Itoa(code)
+}
+
+// snippet returns the start of a response body as one line for an error
+// text, with the secret scrubbed in case the server echoes it.
+func snippet(body []byte, s secret.Secret) string {
+	text := secret.NewScrubber(s).String(string(body))
+	return headString([]byte(strings.Join(strings.Fields(text), " ")), httpSnippetMax)
+}
+
+// validToken reports whether s is an RFC 9110 token (a method or header
+// name).
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// validHeaderValue reports whether s can be sent as a header value: no
+// control characters other than tab.
+func validHeaderValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,39 @@
+package jobs
+
+import "github.com/keyfleet/keyfleet/internal/secret"
+
+// Item is one unit of work as a handler sees it.
+type Item struct {
+	// ID is the item's ID (the --id-field value of its input line).
+	ID string
+	// Batch is the ID of the batch the item was enqueued in.
+	Batch string
+	// Kind names the handler that runs the item ("exec", "http", "sleep").
+	Kind string
+	// Attempt is the run number: 1 on the item's first run, +1 on every
+	// later run whatever its reason.
+	Attempt int
+	// Payload is the item's JSON object exactly as enqueued.
+	Payload []byte
+}
+
+// Credential is the credential leased for one run of an item.
+type Credential struct {
+	// ID names the credential in the pool; safe to log.
+	ID string
+	// Secret is the credential's secret. It prints as [REDACTED]; handlers
+	// call Reveal only where they hand it to the job.
+	Secret secret.Secret
+}
+
+// Output is what a job produced: exec's stdout or http's response body,
+// bounded by the handler's MaxOutput.
+type Output struct {
+	// Body holds at most MaxOutput bytes of the output.
+	Body []byte
+	// Truncated reports that the job produced more than Body holds.
+	Truncated bool
+}
+
+// DefaultMaxOutput is the default bound on Output.Body (64 KiB).
+const DefaultMaxOutput = 64 << 10

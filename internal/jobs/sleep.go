@@ -1,0 +1,69 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+)
+
+// NewSleep returns the sleep handler, for demos and benchmarks: it sleeps
+// for the payload's "ms" field (a number of milliseconds ≥ 0, fractions
+// allowed; missing or null: 0), honouring ctx, and outputs
+// {"slept_ms":N}. A payload that is not a JSON object, or an "ms" that is
+// not a number ≥ 0, is a PermanentError. The credential is not used.
+func NewSleep() Handler { return sleepHandler{} }
+
+type sleepHandler struct{}
+
+func (sleepHandler) Kind() string { return "sleep" }
+
+func (sleepHandler) Run(ctx context.Context, item Item, _ Credential) (Output, error) {
+	ms, err := sleepMillis(item.Payload)
+	if err != nil {
+		return Output{}, Permanent(err)
+	}
+	t := time.NewTimer(time.Duration(math.Round(ms * float64(time.Millisecond))))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return Output{}, canceledError("sleep", ctx)
+	case <-t.C:
+	}
+	return Output{Body: []byte(`{"slept_ms":` + strconv.FormatFloat(ms, 'f', -1, 64) + `}`)}, nil
+}
+
+// maxSleepMillis keeps the duration within time.Duration.
+const maxSleepMillis = float64(math.MaxInt64/int64(time.Millisecond)) - 1
+
+// sleepMillis reads the "ms" field of a payload.
+func sleepMillis(payload []byte) (float64, error) {
+	if len(bytes.TrimSpace(payload)) == 0 {
+		return 0, nil
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &fields); err != nil {
+		return 0, fmt.Errorf("sleep: payload is not a JSON object: %w", err)
+	}
+	raw, ok := fields["ms"]
+	if !ok || string(raw) == "null" {
+		return 0, nil
+	}
+	bad := func(why string) error {
+		return fmt.Errorf("sleep: field \"ms\" must be a number of milliseconds ≥ 0, got %s%s", headString(raw, 40), why)
+	}
+	if c := raw[0]; c != '-' && (c < '0' || c > '9') {
+		return 0, bad("")
+	}
+	ms, err := strconv.ParseFloat(string(raw), 64)
+	switch {
+	case err != nil || ms > maxSleepMillis:
+		return 0, bad(" (too large)")
+	case ms < 0:
+		return 0, bad("")
+	}
+	return ms, nil
+}
