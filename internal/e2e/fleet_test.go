@@ -34,7 +34,13 @@ var testSecrets = map[string]string{"key-a": "sk-test-AAAA-1111-secret", "key-b"
 
 func guardedFleet(t *testing.T, workerYAML, queueYAML string, extraEnv ...string) *fleet {
 	t.Helper()
+	return guardedFleetPool(t, "", workerYAML, queueYAML, extraEnv...)
+}
+
+func guardedFleetPool(t *testing.T, poolYAML, workerYAML, queueYAML string, extraEnv ...string) *fleet {
+	t.Helper()
 	f := newFleet(t, fleetOptions{
+		Pool: poolYAML,
 		Credentials: `- {id: key-a, secret_env: KEY_A, max_concurrent: 1}
 - {id: key-b, secret_env: KEY_B, max_concurrent: 1}`,
 		Worker: workerYAML,

@@ -82,7 +82,6 @@ pool:
 %s  credentials:
 %s
 worker:
-  shutdown_grace: 10s
 %s
 queue:
   stream: %s

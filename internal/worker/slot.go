@@ -127,8 +127,11 @@ func (w *Worker) runOnce(pullCtx, itemCtx context.Context, msg jetstream.Msg, it
 		var rl *jobs.RateLimitedError
 		errors.As(jobErr, &rl)
 		d, source, label := rl.RetryAfter, rl.Source, "retry_after"
-		if d <= 0 || source == "" {
+		switch {
+		case source == "":
 			d, source, label = w.cfg.Pool.Cooldown, "pool.cooldown (no Retry-After given)", "default"
+		case d <= 0:
+			d = minCooldown // "retry now": a pause, not a hot loop
 		}
 		reason := w.scrub.String(fmt.Sprintf("rate limited by the API (%s); cooling %s, wait from %s", rl.Detail, d, source))
 		if err := w.pool.ReleaseCooldown(ctx, lease, d, reason); err != nil {
@@ -194,6 +197,9 @@ func (w *Worker) runOnce(pullCtx, itemCtx context.Context, msg jetstream.Msg, it
 		return false
 	}
 }
+
+// minCooldown is the cooldown after a rate limit whose Retry-After is 0.
+const minCooldown = 100 * time.Millisecond
 
 func (w *Worker) againUnlessDraining(pullCtx context.Context, msg jetstream.Msg, log *zap.Logger) bool {
 	if pullCtx.Err() != nil {

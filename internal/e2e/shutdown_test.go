@@ -1,0 +1,110 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/keyfleet/keyfleet/internal/queue"
+)
+
+// SIGTERM mid-run with items that finish within the grace: the worker
+// exits 0, nothing is lost and no item runs twice.
+func TestSigtermFinishesInFlightWithinGrace(t *testing.T) {
+	f := guardedFleet(t, "concurrency: 2\nshutdown_grace: 10s", "", "SLEEP=0.3")
+	const n = 30
+	f.publish("b", "exec", n, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
+	w1 := f.startWorker("w1")
+	waitFor(t, "w1 to run a few items", time.Minute, func() bool { return len(f.runsPerItem()) >= 3 })
+	w2 := f.startWorker("w2")
+	stopAt := time.Now()
+	w1.signal(syscall.SIGTERM)
+	if code := w1.wait(t, 15*time.Second); code != 0 {
+		t.Fatalf("w1 exited %d after SIGTERM", code)
+	}
+	exitTook := time.Since(stopAt)
+	results := f.waitResults("b", n, 2*time.Minute)
+	for id, r := range results {
+		if r.Outcome != queue.OutcomeSucceeded {
+			t.Fatalf("%s: %+v", id, r)
+		}
+	}
+	for id, c := range f.runsPerItem() {
+		if c != 1 {
+			t.Fatalf("%s ran %d times", id, c)
+		}
+	}
+	if v := f.file("violations"); v != "" {
+		t.Fatal(v)
+	}
+	w2.signal(syscall.SIGTERM)
+	w2.wait(t, 15*time.Second)
+	t.Logf("%d items, SIGTERM mid-run: w1 exited 0 in %s, 0 lost, 0 ran twice", n, exitTook.Round(time.Millisecond))
+}
+
+// An item longer than the grace is cancelled at the end of the grace and
+// handed back at once: another worker starts it long before the ack wait.
+func TestSigtermHandsLongItemToAnotherWorkerAtOnce(t *testing.T) {
+	f := guardedFleet(t, "concurrency: 1\nshutdown_grace: 1s", "ack_wait: 30s", "SLEEP=4")
+	f.publish("b", "exec", 1, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
+	w1 := f.startWorker("w1")
+	waitFor(t, "w1 to start the item", time.Minute, func() bool { return len(f.runsPerItem()) == 1 })
+	w2 := f.startWorker("w2")
+	waitFor(t, "w2 to be registered", time.Minute, func() bool { return strings.Contains(w2.log.String(), "worker started") })
+	stopAt := time.Now()
+	w1.signal(syscall.SIGTERM)
+	if code := w1.wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("w1 exited %d", code)
+	}
+	waitFor(t, "the item to start again", 20*time.Second, func() bool { return f.runsPerItem()["item-0000"] == 2 })
+	handover := time.Since(stopAt)
+	if handover > 15*time.Second {
+		t.Fatalf("the item started again %s after SIGTERM: it waited for the ack wait instead of a nak", handover)
+	}
+	r := f.waitResults("b", 1, time.Minute)["item-0000"]
+	if r.Outcome != queue.OutcomeSucceeded || r.Worker != "w2" || r.Attempts != 2 {
+		t.Fatalf("result %+v", r)
+	}
+	if !strings.Contains(w1.log.String(), "handed back for immediate redelivery") {
+		t.Fatalf("w1 did not report the hand-back:\n%s", tail(w1.log.String(), 10))
+	}
+	w2.signal(syscall.SIGTERM)
+	w2.wait(t, 20*time.Second)
+	t.Logf("item longer than the grace (1s): running on w2 %s after SIGTERM to w1 (ack wait 30s)", handover.Round(time.Millisecond))
+}
+
+// SIGKILL mid-run: the killed worker's items come back after the ack wait,
+// its leases expire, nothing is lost.
+func TestSigkillLosesNothing(t *testing.T) {
+	// Short leases so that the killed worker's keys come back quickly.
+	f := guardedFleetPool(t, "lease_ttl: 2s", "concurrency: 2", "ack_wait: 2s", "SLEEP=0.2")
+	const n = 40
+	f.publish("b", "exec", n, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
+	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
+	waitFor(t, "a few items to run", time.Minute, func() bool { return len(f.runsPerItem()) >= 6 })
+	killAt := time.Now()
+	w1.signal(syscall.SIGKILL)
+	w1.wait(t, 10*time.Second)
+	results := f.waitResults("b", n, 3*time.Minute)
+	took := time.Since(killAt)
+	reran := 0
+	for id, r := range results {
+		if r.Outcome != queue.OutcomeSucceeded {
+			t.Fatalf("%s: %+v", id, r)
+		}
+	}
+	for _, c := range f.runsPerItem() {
+		if c > 1 {
+			reran++
+		}
+	}
+	// The killed worker held at most its concurrency.
+	if reran > 2 {
+		t.Fatalf("%d items ran twice; only the 2 in flight at the kill may", reran)
+	}
+	w2.signal(syscall.SIGTERM)
+	w2.wait(t, 20*time.Second)
+	t.Logf("SIGKILL mid-run: %d items, 0 lost, %d ran again (in flight at the kill), finished %s after the kill", n, reran, took.Round(time.Millisecond))
+}
