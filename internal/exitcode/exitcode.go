@@ -5,6 +5,8 @@
 //	2  usage, configuration or input error
 //	3  a server (NATS or Redis) is unreachable or refused us
 //	4  interrupted (a second signal) or an internal error
+//	130  interrupted by Ctrl-C (SIGINT) while the producer waited; the
+//	     work itself goes on
 package exitcode
 
 import "errors"
@@ -16,6 +18,7 @@ const (
 	Usage       = 2
 	Unreachable = 3
 	Internal    = 4
+	Interrupted = 130
 )
 
 // Error carries an exit code with an error.

@@ -1,0 +1,190 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+	"golang.org/x/term"
+
+	"github.com/keyfleet/keyfleet/internal/config"
+	"github.com/keyfleet/keyfleet/internal/connect"
+	"github.com/keyfleet/keyfleet/internal/exitcode"
+	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/version"
+	"github.com/keyfleet/keyfleet/pkg/creds"
+)
+
+// ProducerMain runs the producer command line and returns the exit code.
+func ProducerMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	// go-redis logs its dial failures on its own; the producer reports
+	// the error once, naming the server.
+	redis.SetLogger(quietRedisLog{})
+	return run(newProducerCmd(stdin, stdout, stderr), args, stderr)
+}
+
+type quietRedisLog struct{}
+
+func (quietRedisLog) Printf(context.Context, string, ...any) {}
+
+// Timeouts of the producer: it is an interactive tool, so an unreachable
+// server is reported within seconds.
+const (
+	connectTimeout = 3 * time.Second  // NATS connect, Redis ping
+	setupTimeout   = 10 * time.Second // creating or updating the streams
+	callTimeout    = 15 * time.Second // one admin or status call
+)
+
+const exitCodesHelp = `Exit codes:
+  0    ok
+  1    items failed (enqueue --wait, results)
+  2    usage, configuration or input error (nothing was enqueued)
+  3    NATS or Redis unreachable, or a publish not confirmed
+  130  interrupted (Ctrl-C) while waiting; the batch goes on`
+
+const configHelp = `Configuration: --config FILE, else $KEYFLEET_CONFIG, else built-in defaults
+for a local NATS and Redis. $KEYFLEET_NATS_URL and $KEYFLEET_REDIS_URL
+override the file; --nats-url and --redis-url override both.`
+
+// producer is the state shared by the producer's commands.
+type producer struct {
+	g      globalFlags
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+}
+
+func newProducerCmd(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
+	p := &producer{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:   "producer",
+		Short: "Enqueue work for the keyfleet workers and administer the fleet",
+		Long: `producer is keyfleet's operator tool: it enqueues JSON Lines items on the
+NATS JetStream work queue (and can wait for their outcomes), shows the state
+of the queue, the workers and the credential pool, changes credentials for
+the running fleet, exports results and replays dead letters.
+
+` + configHelp + `
+
+` + exitCodesHelp,
+		Example: `  # enqueue a file and wait for every item's outcome
+  producer enqueue --config kf.yaml --wait items.jsonl
+
+  # what is going on
+  producer status --config kf.yaml
+
+  # take a key out of use, then export a batch's results
+  producer creds disable key-b --reason "billing issue"
+  producer results --batch items-3f2a9c1b -o results.jsonl`,
+		Version:       version.Version,
+		Args:          cobra.NoArgs,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	p.g.register(root)
+	root.AddCommand(p.enqueueCmd(), p.statusCmd(), p.credsCmd(), p.resultsCmd(), p.dlqCmd())
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	return root
+}
+
+// setup loads the configuration and builds the logger.
+func (p *producer) setup(edit func(*config.Config)) (*config.Config, *zap.Logger, error) {
+	cfg, err := p.g.load(edit)
+	if err != nil {
+		return nil, nil, err
+	}
+	log, err := newLogger(cfg, p.stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, log.Named("producer"), nil
+}
+
+// queueConfig maps the configuration onto the queue's. It must give what
+// the worker's mapping (internal/worker queueConfig) gives: queue.Open
+// updates the streams, consumer and bucket to it.
+func queueConfig(cfg *config.Config) queue.Config {
+	q := cfg.Queue
+	return queue.Config{
+		Stream: q.Stream, SubjectPrefix: q.SubjectPrefix, Consumer: q.Consumer,
+		AckWait: q.AckWait, MaxDeliver: q.MaxDeliver, RedeliveryBackoff: q.RedeliveryBackoff,
+		DuplicateWindow: q.DuplicateWindow, Replicas: q.Replicas, Memory: q.Storage == "memory",
+		ResultsMaxAge: q.ResultsMaxAge, HeartbeatTTL: max(30*time.Second, 3*cfg.Worker.Heartbeat),
+	}
+}
+
+// connectNATS connects with the producer's short timeout.
+func connectNATS(cfg *config.Config, log *zap.Logger) (*nats.Conn, error) {
+	nc := cfg.NATS
+	if nc.ConnectTimeout <= 0 || nc.ConnectTimeout > connectTimeout {
+		nc.ConnectTimeout = connectTimeout
+	}
+	return connect.NATS(nc, "keyfleet-producer", log, connect.NATSHooks{})
+}
+
+// openQueue connects to NATS and opens the queue; close with the returned
+// func. Errors have exit code 3.
+func openQueue(ctx context.Context, cfg *config.Config, log *zap.Logger) (*queue.Queue, func(), error) {
+	nc, err := connectNATS(cfg, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	octx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
+	q, err := queue.Open(octx, nc, queueConfig(cfg))
+	if err != nil {
+		nc.Close()
+		return nil, nil, exitcode.With(exitcode.Unreachable,
+			fmt.Errorf("NATS at %s (is JetStream enabled?): %w", connect.Redact(cfg.NATS.URL), err))
+	}
+	return q, func() { closeNATS(nc) }, nil
+}
+
+// closeNATS flushes and closes, bounded.
+func closeNATS(nc *nats.Conn) {
+	_ = nc.FlushTimeout(2 * time.Second)
+	nc.Close()
+}
+
+// openPool connects to Redis and returns a handle on the configured pool;
+// close with the returned func. Errors have exit code 3.
+func openPool(ctx context.Context, cfg *config.Config) (*creds.Pool, func(), error) {
+	rdb, err := connect.Redis(ctx, cfg.Redis, 2, connectTimeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := creds.New(rdb, cfg.Pool.Name)
+	if err != nil {
+		_ = rdb.Close()
+		return nil, nil, exitcode.With(exitcode.Usage, err)
+	}
+	return pool, func() { _ = pool.Close(); _ = rdb.Close() }, nil
+}
+
+// unreachable marks an error of a call to a server that was reachable a
+// moment ago (a timeout, a lost connection) with exit code 3.
+func unreachable(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return exitcode.With(exitcode.Unreachable, fmt.Errorf("%s: %w", what, err))
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// usageErr is an error of the command line (exit code 2).
+func usageErr(format string, args ...any) error {
+	return exitcode.With(exitcode.Usage, fmt.Errorf(format, args...))
+}

@@ -1,0 +1,240 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/keyfleet/keyfleet/internal/exitcode"
+	"github.com/keyfleet/keyfleet/pkg/creds"
+)
+
+func (p *producer) credsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "creds",
+		Short: "List and change the credentials of the pool, for the running fleet",
+		Long: `creds shows and changes the credential pool in Redis. Changes apply to
+every running worker at once (their next acquire), without restarts, and
+survive worker restarts as long as the credential's definition in the
+configuration file does not change.
+
+Secrets are never shown: Redis holds only credential IDs.
+
+An ID not in the pool is an error (exit 2); Redis unreachable is exit 3.`,
+		Example: `  producer creds list
+  producer creds set key-a --max-concurrent 4 --rate 120/m
+  producer creds set key-a --rate none
+  producer creds disable key-b --reason "quota exhausted until Monday"
+  producer creds enable key-b`,
+		Args: cobra.NoArgs,
+	}
+	cmd.AddCommand(p.credsListCmd(), p.credsSetCmd(), p.credsEnableCmd(), p.credsDisableCmd(), p.credsRemoveCmd())
+	return cmd
+}
+
+// withPool runs fn with a handle on the configured pool.
+func (p *producer) withPool(cmd *cobra.Command, fn func(ctx context.Context, pool *creds.Pool) error) error {
+	cfg, log, err := p.setup(nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
+	defer cancel()
+	pool, closePool, err := openPool(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closePool()
+	return fn(ctx, pool)
+}
+
+// credErr maps the pool's errors to exit codes: an unknown ID or an invalid
+// value is a usage error, anything else a server error.
+func credErr(ctx context.Context, pool *creds.Pool, id string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, creds.ErrNoSuchCredential):
+		known := "none"
+		if st, serr := pool.Stats(ctx); serr == nil && len(st.Credentials) > 0 {
+			ids := make([]string, len(st.Credentials))
+			for i, c := range st.Credentials {
+				ids[i] = c.ID
+			}
+			known = strings.Join(ids, ", ")
+		}
+		return exitcode.With(exitcode.Usage, fmt.Errorf("no credential %q in pool %q (it has: %s)", id, pool.Name(), known))
+	case errors.Is(err, creds.ErrInvalid):
+		return exitcode.With(exitcode.Usage, err)
+	}
+	return unreachable("Redis", err)
+}
+
+// showCredential prints one credential's row after a change.
+func (p *producer) showCredential(ctx context.Context, pool *creds.Pool, id, done string) error {
+	st, err := pool.Stats(ctx)
+	if err != nil {
+		return unreachable("reading the credential pool", err)
+	}
+	for _, c := range st.Credentials {
+		if c.ID == id {
+			rate := c.Rate
+			if rate == "" {
+				rate = "none"
+			}
+			fmt.Fprintf(p.stdout, "%s %s: state %s, max_concurrent %d, rate %s, %d in flight.\n",
+				id, done, c.State, c.MaxConcurrent, rate, c.InFlight)
+			return nil
+		}
+	}
+	fmt.Fprintf(p.stdout, "%s %s.\n", id, done)
+	return nil
+}
+
+func (p *producer) credsListCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the credentials with their state and limits",
+		Long: `list shows the pool's totals and one row per credential: state
+(available, busy at its limits, cooling, disabled), in flight, limits, starts
+in the current rate window, and why it is cooling or disabled. --json prints
+the pool object of ` + "`producer status --json`" + `.`,
+		Example: `  producer creds list
+  producer creds list --json | jq -r '.credentials[] | select(.state=="disabled") | .id'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return p.withPool(cmd, func(ctx context.Context, pool *creds.Pool) error {
+				st, err := pool.Stats(ctx)
+				if err != nil {
+					return unreachable("reading the credential pool", err)
+				}
+				if asJSON {
+					enc := json.NewEncoder(p.stdout)
+					enc.SetIndent("", "  ")
+					return enc.Encode(poolReport(st))
+				}
+				printPool(p.stdout, poolReport(st))
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the pool as one JSON object")
+	return cmd
+}
+
+func (p *producer) credsSetCmd() *cobra.Command {
+	var maxConc int
+	var rate string
+	cmd := &cobra.Command{
+		Use:   "set ID [--max-concurrent N] [--rate R]",
+		Short: "Change a credential's concurrency or rate limit for the running fleet",
+		Long: `set changes a credential's limits in Redis; every worker applies them at its
+next acquire. --max-concurrent is how many jobs may hold the credential at
+once (at least 1). --rate is N/PERIOD, at most N starts in any sliding
+window of PERIOD (such as 60/m, 10/s, 1000/h, 5/30s); --rate none or
+--rate "" removes the rate limit. Flags not given stay as they are.`,
+		Example: `  producer creds set key-a --max-concurrent 2
+  producer creds set key-a --rate 60/m
+  producer creds set key-a --rate none`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			var l creds.Limits
+			if cmd.Flags().Changed("max-concurrent") {
+				l.MaxConcurrent = &maxConc
+			}
+			if cmd.Flags().Changed("rate") {
+				r := strings.TrimSpace(rate)
+				if strings.EqualFold(r, "none") {
+					r = ""
+				}
+				l.Rate = &r
+			}
+			if l.MaxConcurrent == nil && l.Rate == nil {
+				return usageErr("creds set %s: nothing to change: give --max-concurrent and/or --rate", id)
+			}
+			return p.withPool(cmd, func(ctx context.Context, pool *creds.Pool) error {
+				if err := credErr(ctx, pool, id, pool.SetLimits(ctx, id, l)); err != nil {
+					return err
+				}
+				return p.showCredential(ctx, pool, id, "updated")
+			})
+		},
+	}
+	cmd.Flags().IntVar(&maxConc, "max-concurrent", 0, "jobs that may hold the credential at once (at least 1)")
+	cmd.Flags().StringVar(&rate, "rate", "", `at most N starts per sliding PERIOD, as N/PERIOD (60/m); "none" or "" removes it`)
+	return cmd
+}
+
+func (p *producer) credsEnableCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "enable ID",
+		Short: "Put a disabled or cooling credential back into use",
+		Long: `enable clears a credential's disabled state and any cooldown, and wakes
+workers waiting for a credential.`,
+		Example: `  producer creds enable key-b`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			return p.withPool(cmd, func(ctx context.Context, pool *creds.Pool) error {
+				if err := credErr(ctx, pool, id, pool.Enable(ctx, id)); err != nil {
+					return err
+				}
+				return p.showCredential(ctx, pool, id, "enabled")
+			})
+		},
+	}
+}
+
+func (p *producer) credsDisableCmd() *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "disable ID [--reason TEXT]",
+		Short: "Take a credential out of use until it is enabled",
+		Long: `disable stops every worker from taking the credential for new jobs; jobs
+already holding it run to their end. It stays disabled (across worker
+restarts) until ` + "`producer creds enable`" + `.`,
+		Example: `  producer creds disable key-b --reason "billing issue"`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			return p.withPool(cmd, func(ctx context.Context, pool *creds.Pool) error {
+				if err := credErr(ctx, pool, id, pool.Disable(ctx, id, reason)); err != nil {
+					return err
+				}
+				return p.showCredential(ctx, pool, id, "disabled")
+			})
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "disabled by an operator", "why, shown by status and creds list")
+	return cmd
+}
+
+func (p *producer) credsRemoveCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "remove ID",
+		Short: "Delete a credential and its state from the pool",
+		Long: `remove deletes a credential and all its state (limits, leases, cooldown,
+disabled flag) from the pool. Live leases on it fail at their next renewal.
+A worker whose configuration lists the credential adds it back when it
+starts: remove it from the configuration files too, or use disable.`,
+		Example: `  producer creds remove key-old`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			return p.withPool(cmd, func(ctx context.Context, pool *creds.Pool) error {
+				if err := credErr(ctx, pool, id, pool.Remove(ctx, id)); err != nil {
+					return err
+				}
+				fmt.Fprintf(p.stdout, "%s removed from pool %s.\n", id, pool.Name())
+				return nil
+			})
+		},
+	}
+}

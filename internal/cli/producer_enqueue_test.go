@@ -1,0 +1,158 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keyfleet/keyfleet/internal/config"
+	"github.com/keyfleet/keyfleet/internal/exitcode"
+	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
+)
+
+// The dry run's size computation must agree with the queue's.
+func TestWireSizeMatchesFits(t *testing.T) {
+	srv := natstest.Start(t)
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	q, err := queue.Open(ctx, nc, queue.Config{Stream: "SIZE"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range []queue.Item{
+		{ID: "a", Batch: "b", Kind: "exec", Payload: []byte(`{"id":"a"}`)},
+		{ID: strings.Repeat("x", 500), Batch: "items-3f2a9c1b", Kind: "sleep", Payload: bytes.Repeat([]byte("p"), 5000)},
+		{ID: "ü é", Batch: "batch with spaces", Kind: "http", Payload: []byte(`{}`)},
+	} {
+		size, limit, ok := q.Fits(it)
+		if got := wireSize(it); got != size {
+			t.Errorf("item %.20q: wireSize %d, Fits %d", it.ID, got, size)
+		}
+		if !ok || limit != dryRunMaxPayload {
+			t.Errorf("Fits: limit %d ok %v; the dry run assumes %d", limit, ok, dryRunMaxPayload)
+		}
+	}
+}
+
+func TestDefaultBatch(t *testing.T) {
+	sum := bytes.Repeat([]byte{0x3f, 0x2a, 0x9c, 0x1b}, 8)
+	for _, tc := range []struct{ path, want string }{
+		{"items.jsonl", "items-3f2a9c1b"},
+		{"/data/run 7/My Items.v2.jsonl", "My-Items.v2-3f2a9c1b"},
+		{"", "stdin-3f2a9c1b"},
+		{".jsonl", "items-3f2a9c1b"},
+	} {
+		if got := defaultBatch(&input{path: tc.path}, sum); got != tc.want {
+			t.Errorf("%q: want %q, got %q", tc.path, tc.want, got)
+		}
+		if err := queue.CheckID("batch", defaultBatch(&input{path: tc.path}, sum)); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestDefaultKind(t *testing.T) {
+	cfg := config.Default()
+	if k := defaultKind(cfg); k != "exec" {
+		t.Fatalf("nothing configured: %s", k)
+	}
+	cfg.Jobs.HTTP = &config.HTTPJob{URL: "http://x"}
+	if k := defaultKind(cfg); k != "http" {
+		t.Fatalf("only http configured: %s", k)
+	}
+	cfg.Jobs.Exec = &config.ExecJob{Command: []string{"x"}}
+	if k := defaultKind(cfg); k != "exec" {
+		t.Fatalf("both configured: %s", k)
+	}
+}
+
+// In-process run of the whole enqueue path: bad input publishes nothing,
+// a repeat adds nothing.
+func TestEnqueueInProcess(t *testing.T) {
+	srv := natstest.Start(t)
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, srv.URL(), "INPROC")
+	good := filepath.Join(dir, "good.jsonl")
+	if err := os.WriteFile(good, []byte("{\"id\":\"a\",\"ms\":1}\n{\"id\":\"b\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad.jsonl")
+	if err := os.WriteFile(bad, []byte("{\"id\":\"a\"}\n{\"id\":\"a\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := ProducerMain(append([]string{"--config", cfg}, args...), strings.NewReader(""), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	if code, _, stderr := run("enqueue", "--kind", "sleep", bad); code != exitcode.Usage || !strings.Contains(stderr, `line 2: item "a": duplicate ID (first on line 1)`) {
+		t.Fatalf("bad input: %d %s", code, stderr)
+	}
+	if code, out, stderr := run("enqueue", "--kind", "sleep", good); code != 0 || !strings.Contains(out, "(2 new, 0 duplicates)") {
+		t.Fatalf("first: %d %s %s", code, out, stderr)
+	}
+	if code, out, stderr := run("enqueue", "--kind", "sleep", good); code != 0 || !strings.Contains(out, "(0 new, 2 duplicates") {
+		t.Fatalf("repeat: %d %s %s", code, out, stderr)
+	}
+}
+
+func writeConfig(t testing.TB, dir, natsURL, stream string) string {
+	t.Helper()
+	p := filepath.Join(dir, "kf.yaml")
+	yaml := fmt.Sprintf("nats: {url: %q}\nqueue: {stream: %s}\nlog: {level: warn}\n", natsURL, stream)
+	if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// BenchmarkEnqueue100k runs `producer enqueue` in process on 100,000 small
+// items against an embedded NATS server (file storage): validation,
+// hashing, and publishing with every publish confirmed. Each iteration is a
+// new batch, so every item is stored.
+func BenchmarkEnqueue100k(b *testing.B) {
+	const n = 100_000
+	srv := natstest.Start(b)
+	dir := b.TempDir()
+	cfg := writeConfig(b, dir, srv.URL(), "BENCH")
+	file := filepath.Join(dir, "items.jsonl")
+	f, err := os.Create(file)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := bufio.NewWriter(f)
+	for i := range n {
+		fmt.Fprintf(w, "{\"id\":\"item-%06d\",\"ms\":0,\"text\":\"hello\"}\n", i)
+	}
+	if err := w.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	_ = f.Close()
+	b.ResetTimer()
+	start := time.Now()
+	i := 0
+	for b.Loop() {
+		i++
+		var out, errb bytes.Buffer
+		code := ProducerMain([]string{"--config", cfg, "enqueue", "--kind", "sleep", "--batch", fmt.Sprintf("bench-%d", i), file},
+			strings.NewReader(""), &out, &errb)
+		if code != 0 || !strings.Contains(out.String(), fmt.Sprintf("(%d new, 0 duplicates)", n)) {
+			b.Fatalf("exit %d: %s %s", code, out.String(), errb.String())
+		}
+	}
+	b.ReportMetric(float64(n*i)/time.Since(start).Seconds(), "items/s")
+}

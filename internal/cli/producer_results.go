@@ -1,0 +1,122 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/keyfleet/keyfleet/internal/exitcode"
+	"github.com/keyfleet/keyfleet/internal/queue"
+)
+
+func (p *producer) resultsCmd() *cobra.Command {
+	var batch, out string
+	cmd := &cobra.Command{
+		Use:   "results --batch ID [-o FILE]",
+		Short: "Write a batch's results as JSON Lines, one line per item",
+		Long: `results writes the latest outcome of every item of a batch that has one,
+as JSON Lines (standard output, or FILE with -o), streaming: a batch of
+millions of items works. Each line is the result record as the worker
+stored it:
+
+  item, batch, kind, outcome (succeeded | failed), attempts (runs of the
+  item), duration (seconds, of the last run), credential_id, error, output
+  (exec stdout or http body, at most jobs.max_output bytes; base64 when
+  output_encoding is "base64"), output_truncated, worker, finished_at
+
+Items still queued or running have no line yet. -o writes FILE atomically
+(a temporary file renamed at the end).
+
+Exit 1 when any item of the batch failed (the file is complete all the
+same), 0 otherwise; 3 when NATS cannot be reached.`,
+		Example: `  producer results --batch items-3f2a9c1b > results.jsonl
+  producer results --batch items-3f2a9c1b -o results.jsonl
+  producer results --batch items-3f2a9c1b | jq -r 'select(.outcome=="failed") | .item'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := queue.CheckID("batch", batch); err != nil {
+				return usageErr("--batch: %v", err)
+			}
+			cfg, log, err := p.setup(nil)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = log.Sync() }()
+			ctx := cmd.Context()
+			q, closeQ, err := openQueue(ctx, cfg, log)
+			if err != nil {
+				return err
+			}
+			defer closeQ()
+			return p.writeResults(ctx, q, batch, out)
+		},
+	}
+	cmd.Flags().StringVar(&batch, "batch", "", "batch ID (required)")
+	cmd.Flags().StringVarP(&out, "output", "o", "", "write to FILE instead of standard output")
+	_ = cmd.MarkFlagRequired("batch")
+	return cmd
+}
+
+func (p *producer) writeResults(ctx context.Context, q *queue.Queue, batch, out string) error {
+	var dst io.Writer = p.stdout
+	var tmp *os.File
+	if out != "" {
+		var err error
+		tmp, err = os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".*.tmp")
+		if err != nil {
+			return usageErr("-o %s: %v", out, err)
+		}
+		defer func() {
+			if tmp != nil {
+				_ = tmp.Close()
+				_ = os.Remove(tmp.Name())
+			}
+		}()
+		_ = tmp.Chmod(0o644)
+		dst = tmp
+	}
+	w := bufio.NewWriterSize(dst, 256<<10)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	var n, failed int
+	err := q.ReadResults(ctx, batch, func(r queue.Result) error {
+		n++
+		if r.Outcome != queue.OutcomeSucceeded {
+			failed++
+		}
+		return enc.Encode(r)
+	})
+	if err != nil {
+		return unreachable(fmt.Sprintf("reading the results of batch %s (after %d)", batch, n), err)
+	}
+	if err := w.Flush(); err != nil {
+		return exitcode.With(exitcode.Usage, fmt.Errorf("writing the results: %w", err))
+	}
+	where := "standard output"
+	if tmp != nil {
+		if err := tmp.Close(); err != nil {
+			return exitcode.With(exitcode.Usage, fmt.Errorf("writing %s: %w", out, err))
+		}
+		if err := os.Rename(tmp.Name(), out); err != nil {
+			return exitcode.With(exitcode.Usage, fmt.Errorf("writing %s: %w", out, err))
+		}
+		tmp = nil
+		where = out
+	}
+	switch {
+	case n == 0:
+		fmt.Fprintf(p.stderr, "batch %s has no results (not run yet, unknown, or older than queue.results_max_age)\n", batch)
+	default:
+		fmt.Fprintf(p.stderr, "%d results of batch %s (%d succeeded, %d failed) written to %s\n", n, batch, n-failed, failed, where)
+	}
+	if failed > 0 {
+		return exitcode.With(exitcode.Failed, fmt.Errorf("%d of %d items of batch %s failed", failed, n, batch))
+	}
+	return nil
+}
