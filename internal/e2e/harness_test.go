@@ -16,12 +16,19 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
 	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
+	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
-var bins struct{ worker, producer string }
+var bins struct {
+	worker, producer string
+	// buildErr holds the build failure of a binary, reported by the tests
+	// that need it.
+	buildErr map[string]error
+}
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "keyfleet-e2e-bin")
@@ -31,17 +38,29 @@ func TestMain(m *testing.M) {
 	}
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
-	build := exec.Command("go", "build", "-race", "-o", dir+"/", "./cmd/...")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building the binaries: %v\n%s", err, out)
-		os.Exit(2)
+	bins.buildErr = map[string]error{}
+	for _, name := range []string{"worker", "producer"} {
+		build := exec.Command("go", "build", "-race", "-o", filepath.Join(dir, name), "./cmd/"+name)
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			bins.buildErr[name] = fmt.Errorf("building %s: %v\n%s", name, err, out)
+		}
 	}
 	bins.worker = filepath.Join(dir, "worker")
 	bins.producer = filepath.Join(dir, "producer")
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// binary returns the path of a built binary, failing the test if it did
+// not build.
+func binary(t *testing.T, name string) string {
+	t.Helper()
+	if err := bins.buildErr[name]; err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(filepath.Dir(bins.worker), name)
 }
 
 // fleet is one test's servers, config and processes.
@@ -151,7 +170,7 @@ func (l *lockedBuffer) String() string {
 // startWorker starts a worker process with the fleet's config.
 func (f *fleet) startWorker(name string, args ...string) *proc {
 	f.t.Helper()
-	return f.start(name, bins.worker, append([]string{"--config", f.cfg, "--id", name}, args...)...)
+	return f.start(name, binary(f.t, "worker"), append([]string{"--config", f.cfg, "--id", name}, args...)...)
 }
 
 func (f *fleet) start(name, bin string, args ...string) *proc {
@@ -295,5 +314,20 @@ func (f *fleet) writeScript(name, body string) string {
 	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
 		f.t.Fatal(err)
 	}
+	return p
+}
+
+// pool is a handle on the fleet's credential pool, for assertions.
+func (f *fleet) pool() *creds.Pool {
+	f.t.Helper()
+	cfg, err := config.Load(f.cfg, func(string) string { return "" })
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	p, err := creds.New(f.redis.Client(f.t), cfg.Pool.Name)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { _ = p.Close() })
 	return p
 }
