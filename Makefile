@@ -5,13 +5,18 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -s -w -X github.com/keyfleet/keyfleet/internal/version.Version=$(VERSION)
 TESTFLAGS ?=
 
-.PHONY: help build test vet fmt-check bench clean
+.PHONY: help build demo test vet bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
 
 build: ## build bin/producer and bin/worker
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+
+demo: build ## see keyfleet work end to end: its own NATS, Redis and a stand-in API, 3 workers, 300 items
+	@bash scripts/ensure-redis.sh --if-needed
+	@$(GO) build -o $(BIN)/keyfleet-demo ./internal/demo
+	@$(BIN)/keyfleet-demo --bin $(BIN)
 
 vet: ## gofmt check and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -66,6 +66,9 @@ func NATS(cfg config.NATS, name string, log *zap.Logger, hooks NATSHooks) (*nats
 		nats.ReconnectBufSize(8 << 20),
 		nats.PingInterval(10 * time.Second),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err == nil {
+				return // our own Close
+			}
 			log.Warn("NATS disconnected", zap.Error(err))
 			if hooks.Disconnected != nil {
 				hooks.Disconnected(err)

@@ -217,11 +217,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	ok, wait := k.admit(time.Now(), s.retryAfter)
+	ok, wait, limit := k.admit(time.Now(), s.retryAfter)
 	if !ok {
 		k.rateLimited.Add(1)
 		w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(wait), 10))
-		writeJSON(w, http.StatusTooManyRequests, map[string]any{"error": "rate_limited"})
+		writeJSON(w, http.StatusTooManyRequests, map[string]any{"error": "rate_limited", "limit": limit})
 		return
 	}
 	k.start()
@@ -269,13 +269,14 @@ func (s *Server) authenticate(v string) *keyState {
 }
 
 // admit decides whether a request of the key may start at now. If not, it
-// returns how long until it might: the exact time until the rate window
-// frees, or concWait for the concurrency limit.
-func (k *keyState) admit(now time.Time, concWait time.Duration) (bool, time.Duration) {
+// returns how long until it might (the exact time until the rate window
+// frees, or concWait for the concurrency limit) and which limit refused it
+// ("rate" or "concurrency").
+func (k *keyState) admit(now time.Time, concWait time.Duration) (bool, time.Duration, string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.conc > 0 && k.inflight >= k.conc {
-		return false, concWait
+		return false, concWait, "concurrency"
 	}
 	if k.rate.N > 0 {
 		drop := 0
@@ -285,13 +286,13 @@ func (k *keyState) admit(now time.Time, concWait time.Duration) (bool, time.Dura
 		k.window = append(k.window[:0], k.window[drop:]...)
 		if len(k.window) >= k.rate.N {
 			// The request fits once the oldest len-N+1 admissions have left.
-			return false, k.window[len(k.window)-k.rate.N].Add(k.rate.Period).Sub(now)
+			return false, k.window[len(k.window)-k.rate.N].Add(k.rate.Period).Sub(now), "rate"
 		}
 		k.window = append(k.window, now)
 		k.checkRate(now)
 	}
 	k.inflight++
-	return true, 0
+	return true, 0, ""
 }
 
 // start counts an admitted request as in progress, apart from admit's own

@@ -133,7 +133,7 @@ func (w *Worker) runOnce(pullCtx, itemCtx context.Context, msg jetstream.Msg, it
 		case d <= 0:
 			d = minCooldown // "retry now": a pause, not a hot loop
 		}
-		reason := w.scrub.String(fmt.Sprintf("rate limited by the API (%s); cooling %s, wait from %s", rl.Detail, d, source))
+		reason := w.scrub.String(fmt.Sprintf("cooling %s (from %s) after: %s", d, source, rl.Detail))
 		if err := w.pool.ReleaseCooldown(ctx, lease, d, reason); err != nil {
 			if _, merr := w.pool.MarkCooling(ctx, lease.CredentialID, d, reason); merr != nil {
 				log.Warn("could not record the cooldown", zap.Error(merr))
@@ -146,7 +146,7 @@ func (w *Worker) runOnce(pullCtx, itemCtx context.Context, msg jetstream.Msg, it
 		w.metrics.Items.WithLabelValues(it.Kind, "rate_limited").Inc()
 		w.settleRun(ctx, it, log)
 		log.Info("credential rate limited: cooling down; the item runs again on another credential",
-			zap.Duration("cooldown", d), zap.String("retry_after_from", source))
+			zap.Duration("cooldown", d), zap.String("retry_after_from", source), zap.String("reason", reason))
 		return w.againUnlessDraining(pullCtx, msg, log)
 
 	case outcome == jobs.OutcomeRejected:

@@ -1,0 +1,311 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/keyfleet/keyfleet/internal/fakeapi"
+)
+
+type demo struct {
+	bin     string
+	items   int
+	workers int
+	keep    bool
+	out     io.Writer
+
+	dir      string
+	cfg      string
+	env      []string
+	mu       sync.Mutex
+	cleanups []func()
+	procs    []*exec.Cmd
+}
+
+func (d *demo) onCleanup(f func()) {
+	d.mu.Lock()
+	d.cleanups = append(d.cleanups, f)
+	d.mu.Unlock()
+}
+
+// cleanup stops everything the demo started, newest first.
+func (d *demo) cleanup() {
+	d.mu.Lock()
+	fs := d.cleanups
+	d.cleanups = nil
+	d.mu.Unlock()
+	for i := len(fs) - 1; i >= 0; i-- {
+		fs[i]()
+	}
+	if d.dir != "" && !d.keep {
+		os.RemoveAll(d.dir)
+	}
+}
+
+func (d *demo) say(format string, args ...any) { fmt.Fprintf(d.out, format+"\n", args...) }
+
+func (d *demo) step(n int, title string) {
+	d.say("\n\033[1m== %d. %s\033[0m", n, title)
+}
+
+func (d *demo) run(ctx context.Context) int {
+	for _, b := range []string{"producer", "worker"} {
+		if _, err := os.Stat(filepath.Join(d.bin, b)); err != nil {
+			fmt.Fprintf(os.Stderr, "demo: %s not found in %s: run `make build` first (make demo does)\n", b, d.bin)
+			return 2
+		}
+	}
+	var err error
+	if d.dir, err = os.MkdirTemp("", "keyfleet-demo-"); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		return 1
+	}
+	if err := d.runSteps(ctx); err != nil {
+		if ctx.Err() == nil {
+			fmt.Fprintln(os.Stderr, "demo:", err)
+		}
+		return 1
+	}
+	return 0
+}
+
+func (d *demo) runSteps(ctx context.Context) error {
+	start := time.Now()
+	d.say("keyfleet demo: %d items through %d workers sharing %d API keys (work dir %s)", d.items, d.workers, len(demoKeys), d.dir)
+
+	natsURL, err := d.startNATS()
+	if err != nil {
+		return err
+	}
+	redisURL, err := d.startRedis(ctx)
+	if err != nil {
+		return err
+	}
+	apiURL, api, err := d.startAPI()
+	if err != nil {
+		return err
+	}
+	d.say("  NATS (JetStream) %s · Redis %s · stand-in API %s", natsURL, redisURL, apiURL)
+	if err := d.writeConfig(natsURL, redisURL, apiURL); err != nil {
+		return err
+	}
+	itemsFile, err := d.writeItems()
+	if err != nil {
+		return err
+	}
+	for i := 1; i <= d.workers; i++ {
+		if err := d.startWorker(fmt.Sprintf("demo-worker-%d", i)); err != nil {
+			return err
+		}
+	}
+
+	d.step(1, "The pool: five keys, each with its own limits (the API is stricter than the pool knows for some)")
+	tw := tabwriter.NewWriter(d.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  KEY\tPOOL LIMITS\tTHE API REALLY ALLOWS\t")
+	for _, k := range demoKeys {
+		pool := fmt.Sprintf("%d at once", k.poolConcurrency)
+		if k.poolRate != "" {
+			pool += ", " + k.poolRate
+		}
+		api := "nothing (revoked key)"
+		if k.apiRate.N > 0 {
+			api = fmt.Sprintf("%d at once, %s", k.apiConcurrency, k.apiRate)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t(%s)\n", k.id, pool, api, k.note)
+	}
+	tw.Flush()
+
+	d.step(2, fmt.Sprintf("Enqueue %d items (validated first; message IDs make a repeat harmless)", d.items))
+	if err := d.producer(ctx, "enqueue", itemsFile); err != nil {
+		return err
+	}
+
+	d.step(3, "Mid-run: the fleet and the pool (keys leased, cooling after a 429, disabled after a 401)")
+	if err := sleepCtx(ctx, 3*time.Second); err != nil {
+		return err
+	}
+	if err := d.producer(ctx, "status"); err != nil {
+		return err
+	}
+
+	d.step(4, "Enqueue the same file again with --wait: nothing is added; follow the batch to the end")
+	if err := d.producer(ctx, "enqueue", "--wait", itemsFile); err != nil {
+		return err
+	}
+
+	d.step(5, "The pool afterwards")
+	if err := d.producer(ctx, "creds", "list"); err != nil {
+		return err
+	}
+
+	d.step(6, "What the stand-in API saw")
+	d.apiTable(api.Stats())
+
+	d.step(7, "Results come back as JSON Lines (first 2 of the batch)")
+	if err := d.showResults(ctx, itemsFile); err != nil {
+		return err
+	}
+
+	leaks := d.secretsInLogs()
+	d.say("\n  Secrets in the workers' logs: %d (keys are resolved inside the worker; Redis and NATS only see IDs)", leaks)
+	d.say("\nDone in %s.", time.Since(start).Round(100*time.Millisecond))
+	d.say("To run it against your own API: copy config/demo.yaml, set jobs.http.url and your keys (secret_env),")
+	d.say("then start workers anywhere with `bin/worker --config kf.yaml` and run `bin/producer enqueue --config kf.yaml --wait items.jsonl`.")
+	if leaks > 0 {
+		return fmt.Errorf("%d secrets found in the logs", leaks)
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+func (d *demo) writeConfig(natsURL, redisURL, apiURL string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "nats: {url: %q}\nredis: {url: %q}\n", natsURL, redisURL)
+	b.WriteString("pool:\n  name: keyfleet-demo\n  lease_ttl: 10s\n  cooldown: 5s\n  credentials:\n")
+	for _, k := range demoKeys {
+		fmt.Fprintf(&b, "    - {id: %s, secret_env: %s, max_concurrent: %d", k.id, k.env, k.poolConcurrency)
+		if k.poolRate != "" {
+			fmt.Fprintf(&b, ", rate: %q", k.poolRate)
+		}
+		b.WriteString("}\n")
+		d.env = append(d.env, k.env+"="+k.secret)
+	}
+	b.WriteString("worker:\n  concurrency: 4\n  shutdown_grace: 5s\n  max_attempts: 3\n  retry_backoff: [500ms, 1s]\n")
+	b.WriteString("queue:\n  stream: KEYFLEET_DEMO\n  subject_prefix: keyfleet.demo\n  consumer: demo-workers\n  storage: memory\n")
+	fmt.Fprintf(&b, "jobs:\n  http: {url: %q, timeout: 10s}\nlog: {level: info, format: json}\n", apiURL+"/v1/enrich")
+	d.cfg = filepath.Join(d.dir, "keyfleet.yaml")
+	return os.WriteFile(d.cfg, []byte(b.String()), 0o600)
+}
+
+func (d *demo) writeItems() (string, error) {
+	p := filepath.Join(d.dir, "items.jsonl")
+	var b strings.Builder
+	for i := 1; i <= d.items; i++ {
+		fmt.Fprintf(&b, `{"id":"doc-%04d","text":"enrich document %d"}`+"\n", i, i)
+	}
+	return p, os.WriteFile(p, []byte(b.String()), 0o600)
+}
+
+func (d *demo) startWorker(id string) error {
+	logf, err := os.Create(filepath.Join(d.dir, id+".log"))
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(filepath.Join(d.bin, "worker"), "--config", d.cfg, "--id", id)
+	cmd.Env = append(os.Environ(), d.env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own process group: Ctrl-C in the terminal reaches the demo, which
+	// then stops the workers gracefully.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start %s: %w", id, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
+	d.onCleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	return nil
+}
+
+// producer runs bin/producer with the demo's config, attached to the
+// terminal (so that --wait shows its progress bar there).
+func (d *demo) producer(ctx context.Context, args ...string) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(d.bin, "producer"), append(args, "--config", d.cfg)...)
+	cmd.Stdout, cmd.Stderr, cmd.Stdin = d.out, os.Stderr, os.Stdin
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 1 && args[0] == "enqueue" {
+		return nil // some items failed: the summary says so
+	}
+	if err != nil {
+		return fmt.Errorf("producer %s: %w", strings.Join(args, " "), err)
+	}
+	return nil
+}
+
+func (d *demo) showResults(ctx context.Context, itemsFile string) error {
+	out, err := exec.CommandContext(ctx, filepath.Join(d.bin, "producer"), "enqueue", "--dry-run", "--config", d.cfg, itemsFile).Output()
+	if err != nil {
+		return fmt.Errorf("producer enqueue --dry-run: %w", err)
+	}
+	batch := ""
+	for _, line := range strings.Split(string(out), "\n") {
+		if i := strings.Index(line, "batch "); i >= 0 {
+			f := strings.Fields(line[i+len("batch "):])
+			if len(f) > 0 {
+				batch = strings.Trim(f[0], `"',:()`)
+				break
+			}
+		}
+	}
+	if batch == "" {
+		return fmt.Errorf("could not find the batch ID in the dry run's output:\n%s", out)
+	}
+	res, err := exec.CommandContext(ctx, filepath.Join(d.bin, "producer"), "results", "--batch", batch, "--config", d.cfg).Output()
+	if err != nil {
+		return fmt.Errorf("producer results: %w", err)
+	}
+	lines := strings.SplitN(string(res), "\n", 3)
+	for _, l := range lines[:min(2, len(lines))] {
+		d.say("  %s", l)
+	}
+	d.say("  … `producer results --batch %s -o results.jsonl` writes all %d", batch, strings.Count(string(res), "\n"))
+	return nil
+}
+
+func (d *demo) apiTable(st fakeapi.Stats) {
+	tw := tabwriter.NewWriter(d.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  KEY\tREQUESTS\t200 OK\t429 RATE LIMITED\tMOST AT ONCE\tADMITTED OVER ITS LIMITS\t")
+	i := 0
+	for _, k := range demoKeys {
+		if k.apiRate.N == 0 {
+			continue
+		}
+		s := st.Keys[i]
+		i++
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%d\t\n", k.id, s.Requests, s.OK, s.RateLimited, s.MaxConcurrent, s.OverLimit)
+	}
+	fmt.Fprintf(tw, "  (unknown keys)\t%d\t\t\t\t\t\n", st.Unauthorized)
+	tw.Flush()
+}
+
+// secretsInLogs counts demo secrets in the workers' logs (there must be
+// none).
+func (d *demo) secretsInLogs() int {
+	n := 0
+	logs, _ := filepath.Glob(filepath.Join(d.dir, "*.log"))
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			continue
+		}
+		for _, k := range demoKeys {
+			n += strings.Count(string(b), k.secret)
+		}
+	}
+	return n
+}
