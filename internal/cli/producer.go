@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -158,6 +159,9 @@ func closeNATS(nc *nats.Conn) {
 // close with the returned func. Errors have exit code 3.
 func openPool(ctx context.Context, cfg *config.Config) (*creds.Pool, func(), error) {
 	rdb, err := connect.Redis(ctx, cfg.Redis, 2, connectTimeout)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = exitcode.With(exitcode.Unreachable, fmt.Errorf("%w (no answer within %s)", err, connectTimeout))
+	}
 	if err != nil {
 		return nil, nil, err
 	}

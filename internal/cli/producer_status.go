@@ -273,8 +273,9 @@ func printStatus(w io.Writer, r statusReport, heartbeatTTL time.Duration) {
 
 // printPool prints the pool's totals and a table of its credentials.
 func printPool(w io.Writer, p statusPool) {
-	fmt.Fprintf(w, "Pool %s: %d credentials: %d available, %d leased, %d cooling, %d disabled (%d leases in flight)\n",
-		p.Name, p.Total, p.Available, p.Leased, p.Cooling, p.Disabled, p.InFlight)
+	fmt.Fprintf(w, "Pool %s: %d %s: %d available, %d leased, %d cooling, %d disabled (%d %s in flight)\n",
+		p.Name, p.Total, plural(p.Total, "credential", "credentials"), p.Available, p.Leased, p.Cooling, p.Disabled,
+		p.InFlight, plural(p.InFlight, "lease", "leases"))
 	if len(p.Credentials) == 0 {
 		fmt.Fprintln(w, "  (no credentials: workers register the ones in their configuration when they start)")
 		return

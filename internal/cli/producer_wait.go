@@ -77,7 +77,8 @@ func (p *producer) follow(ctx context.Context, q *queue.Queue, batch string, ids
 	elapsed := time.Since(start)
 	done := t.done()
 	if err != nil {
-		follow := fmt.Sprintf("follow it with `producer status` and `producer results --batch %s`", batch)
+		follow := fmt.Sprintf("follow it again by rerunning this command with --wait (the items already enqueued are not added twice), "+
+			"or with `producer status` and `producer results --batch %s`", batch)
 		if ctx.Err() != nil {
 			return exitcode.With(exitcode.Interrupted, fmt.Errorf(
 				"interrupted: stopped waiting with %d of %d items done (%d failed); the batch goes on: %s",
@@ -127,7 +128,6 @@ func (p *producer) showProgress(batch string, t *tally, start time.Time) (stop f
 			progressbar.OptionSetItsString("items"),
 			progressbar.OptionSetPredictTime(true),
 			progressbar.OptionSetElapsedTime(true),
-			progressbar.OptionThrottle(100*time.Millisecond),
 			progressbar.OptionFullWidth(),
 			progressbar.OptionSetRenderBlankState(true),
 			progressbar.OptionShowDescriptionAtLineEnd(),
@@ -137,8 +137,9 @@ func (p *producer) showProgress(batch string, t *tally, start time.Time) (stop f
 			tick := time.NewTicker(200 * time.Millisecond)
 			defer tick.Stop()
 			for {
-				bar.Describe(fmt.Sprintf("%d ok, %d failed", t.succeeded.Load(), t.failed.Load()))
-				_ = bar.Set64(t.done())
+				ok, failed := t.succeeded.Load(), t.failed.Load()
+				bar.Describe(fmt.Sprintf("%d ok, %d failed", ok, failed))
+				_ = bar.Set64(ok + failed)
 				select {
 				case <-quit:
 					if t.done() == int64(t.total) {

@@ -1,0 +1,182 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keyfleet/keyfleet/internal/queue"
+)
+
+// fixableScript fails permanently (exit 65) for the items listed in the
+// file "broken", and succeeds otherwise, printing the item and attempt.
+const fixableScript = `D="{{dir}}"
+cat > /dev/null
+if [ -f "$D/broken" ] && grep -qx "$KEYFLEET_ITEM_ID" "$D/broken"; then
+  echo "item $KEYFLEET_ITEM_ID is broken" >&2
+  exit 65
+fi
+printf 'fixed:%s:%s' "$KEYFLEET_ITEM_ID" "$KEYFLEET_ATTEMPT"
+`
+
+func fixableFleet(t *testing.T) *fleet {
+	t.Helper()
+	f := newFleet(t, fleetOptions{
+		Credentials: `- {id: key-a, secret_env: KEY_A, max_concurrent: 2}`,
+		Worker:      "concurrency: 2",
+		Jobs: `exec:
+  command: ["{{dir}}/fixable.sh"]
+  timeout: 1m`,
+		Env: []string{"KEY_A=sk-a"},
+	})
+	f.writeScript("fixable.sh", strings.ReplaceAll(fixableScript, "{{dir}}", f.dir))
+	return f
+}
+
+// dlq list shows the failed items; replay puts them back with fresh
+// attempts and removes the records; once the cause is fixed they succeed.
+func TestProducerDLQListAndReplay(t *testing.T) {
+	f := fixableFleet(t)
+	broken := []string{"item-0002", "item-0005", "item-0007"}
+	f.writeInput("broken", strings.Join(broken, "\n")+"\n")
+	f.startWorker("w1")
+	const n = 10
+	path := f.writeInput("items.jsonl", jsonlItems(n, `{"id":%q}`))
+	r := f.producer(nil, "enqueue", "--wait", "--batch", "b1", path)
+	if r.code != 1 || waitSummary(t, r.stdout)["Failed"] != "3" {
+		t.Fatalf("want 3 failed and exit 1:\n%s", r)
+	}
+
+	// list: a table, and JSON lines with every field.
+	r = f.producer(nil, "dlq", "list", "--batch", "b1")
+	if r.code != 0 {
+		t.Fatalf("dlq list:\n%s", r)
+	}
+	for _, w := range append([]string{"ITEM", "permanent failure", "is broken", "3 dead letters in batch b1"}, broken...) {
+		if !strings.Contains(r.stdout, w) {
+			t.Fatalf("dlq list lacks %q:\n%s", w, r.stdout)
+		}
+	}
+	r = f.producer(nil, "dlq", "list", "--json")
+	recs := parseJSONLines(t, r.stdout)
+	if r.code != 0 || len(recs) != 3 {
+		t.Fatalf("dlq list --json: want 3 records:\n%s", r)
+	}
+	for _, rec := range recs {
+		for _, k := range []string{"item", "batch", "kind", "attempts", "reason", "error", "failed_at", "payload"} {
+			if _, ok := rec[k]; !ok {
+				t.Fatalf("record lacks %s: %v", k, rec)
+			}
+		}
+		if rec["batch"] != "b1" || rec["reason"] != queue.ReasonPermanent || rec["attempts"] != float64(1) {
+			t.Fatalf("record: %v", rec)
+		}
+	}
+	if r := f.producer(nil, "dlq", "list", "--batch", "other"); r.code != 0 || !strings.Contains(r.stdout, "0 dead letters in batch other") {
+		t.Fatalf("dlq list of another batch:\n%s", r)
+	}
+
+	// An unknown ID replays nothing.
+	if r := f.producer(nil, "dlq", "replay", "--batch", "b1", "item-0002", "item-0003"); r.code != 2 || !strings.Contains(r.stderr, `"item-0003"`) {
+		t.Fatalf("replay with an ID not dead-lettered:\n%s", r)
+	}
+	if f.queueStats().DeadLetters != 3 {
+		t.Fatal("a refused replay changed the dead letters")
+	}
+
+	// Fix the cause, replay one by ID, then the rest with no filter.
+	if err := os.Remove(filepath.Join(f.dir, "broken")); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.producer(nil, "dlq", "replay", "--batch", "b1", "item-0002"); r.code != 0 || !strings.Contains(r.stdout, "Replayed 1 dead letter in batch b1") {
+		t.Fatalf("replay one:\n%s", r)
+	}
+	if r := f.producer(nil, "dlq", "replay"); r.code != 0 || !strings.Contains(r.stdout, "Replayed 2 dead letters (all batches)") {
+		t.Fatalf("replay all:\n%s", r)
+	}
+	waitFor(t, "the replayed items to succeed", time.Minute, func() bool {
+		res := f.waitResults("b1", n, time.Minute)
+		for _, id := range broken {
+			if res[id].Outcome != queue.OutcomeSucceeded {
+				return false
+			}
+		}
+		return true
+	})
+	res := f.waitResults("b1", n, time.Minute)
+	for _, id := range broken {
+		// Fresh attempts: the replayed run is counted from 1 again.
+		if r := res[id]; r.Attempts != 1 || r.Output != fmt.Sprintf("fixed:%s:1", id) {
+			t.Fatalf("%s after replay: %+v", id, r)
+		}
+	}
+	if r := f.producer(nil, "dlq", "list"); r.code != 0 || !strings.Contains(r.stdout, "0 dead letters") {
+		t.Fatalf("dlq list after replay:\n%s", r)
+	}
+	if r := f.producer(nil, "dlq", "replay"); r.code != 0 || !strings.Contains(r.stdout, "Replayed 0 dead letters") {
+		t.Fatalf("replay with nothing to replay:\n%s", r)
+	}
+}
+
+// results writes one JSON line per item with the job's output, to stdout
+// or to a file; exit 1 when some item failed.
+func TestProducerResultsExport(t *testing.T) {
+	f := fixableFleet(t)
+	f.writeInput("broken", "item-0003\n")
+	f.startWorker("w1")
+	const n = 25
+	path := f.writeInput("items.jsonl", jsonlItems(n, `{"id":%q,"text":"<b>&</b>"}`))
+	if r := f.producer(nil, "enqueue", "--wait", "--batch", "exp", path); r.code != 1 {
+		t.Fatalf("enqueue --wait:\n%s", r)
+	}
+	out := filepath.Join(f.dir, "results.jsonl")
+	r := f.producer(nil, "results", "--batch", "exp", "-o", out)
+	if r.code != 1 || !strings.Contains(r.stderr, "25 results of batch exp (24 succeeded, 1 failed)") {
+		t.Fatalf("results -o: want exit 1 with 1 failed:\n%s", r)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := parseJSONLines(t, string(data))
+	if len(lines) != n {
+		t.Fatalf("want %d lines, got %d", n, len(lines))
+	}
+	seen := map[string]bool{}
+	for _, l := range lines {
+		id := l["item"].(string)
+		seen[id] = true
+		for _, k := range []string{"item", "batch", "outcome", "attempts", "duration", "credential_id", "error", "output"} {
+			if _, ok := l[k]; !ok {
+				t.Fatalf("line of %s lacks %s: %v", id, k, l)
+			}
+		}
+		if id == "item-0003" {
+			if l["outcome"] != "failed" || !strings.Contains(l["error"].(string), "item item-0003 is broken") {
+				t.Fatalf("failed item: %v", l)
+			}
+			continue
+		}
+		if l["outcome"] != "succeeded" || l["output"] != fmt.Sprintf("fixed:%s:1", id) || l["credential_id"] != "key-a" || l["batch"] != "exp" {
+			t.Fatalf("line: %v", l)
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("%d distinct items in %d lines", len(seen), n)
+	}
+	// stdout gives the same lines.
+	r2 := f.producer(nil, "results", "--batch", "exp")
+	if r2.code != 1 || len(parseJSONLines(t, r2.stdout)) != n {
+		t.Fatalf("results to stdout:\n%s", r2)
+	}
+	// No results: exit 0, said on stderr; a missing --batch is a usage error.
+	if r := f.producer(nil, "results", "--batch", "nothing-here"); r.code != 0 || r.stdout != "" || !strings.Contains(r.stderr, "no results") {
+		t.Fatalf("results of an unknown batch:\n%s", r)
+	}
+	if r := f.producer(nil, "results"); r.code != 2 {
+		t.Fatalf("results without --batch:\n%s", r)
+	}
+}

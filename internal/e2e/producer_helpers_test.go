@@ -1,0 +1,142 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// ran is one finished run of the producer binary.
+type ran struct {
+	args           []string
+	stdout, stderr string
+	code           int
+	took           time.Duration
+}
+
+func (r ran) String() string {
+	return fmt.Sprintf("producer %s: exit %d after %s\n--- stdout\n%s--- stderr\n%s",
+		strings.Join(r.args, " "), r.code, r.took.Round(time.Millisecond), tail(r.stdout, 30), tail(r.stderr, 30))
+}
+
+// producerTimeout bounds one run: a hang is a failure, not a wait.
+const producerTimeout = 2 * time.Minute
+
+// runProducer runs the producer binary with env and stdin (nil: none) and
+// waits for it.
+func runProducer(t *testing.T, env []string, stdin []byte, args ...string) ran {
+	t.Helper()
+	cmd := exec.Command(binary(t, "producer"), args...)
+	// The race runtime sleeps 1 s before a clean exit by default.
+	cmd.Env = append(env[:len(env):len(env)], "GORACE=atexit_sleep_ms=0")
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var out, errb lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start producer: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(producerTimeout):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("producer %v did not exit within %s\nstdout:\n%s\nstderr:\n%s", args, producerTimeout, out.String(), errb.String())
+	}
+	r := ran{args: args, stdout: out.String(), stderr: errb.String(), code: cmd.ProcessState.ExitCode(), took: time.Since(start)}
+	if strings.Contains(r.stderr, "panic:") || strings.Contains(r.stderr, "DATA RACE") {
+		t.Fatalf("the producer panicked or raced:\n%s", r)
+	}
+	return r
+}
+
+// producer runs the producer with the fleet's config.
+func (f *fleet) producer(stdin []byte, args ...string) ran {
+	f.t.Helper()
+	return runProducer(f.t, f.env, stdin, append(args, "--config", f.cfg)...)
+}
+
+// writeFile writes a file into the fleet's dir and returns its path.
+func (f *fleet) writeInput(name, content string) string {
+	f.t.Helper()
+	p := filepath.Join(f.dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		f.t.Fatal(err)
+	}
+	return p
+}
+
+// itemLines builds n JSON Lines items from a template taking the ID.
+func jsonlItems(n int, format string) string {
+	var b strings.Builder
+	for i := range n {
+		id := fmt.Sprintf("item-%04d", i)
+		fmt.Fprintf(&b, format+"\n", id)
+	}
+	return b.String()
+}
+
+// summary reads the figures of the --wait summary.
+func waitSummary(t *testing.T, out string) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	i := strings.Index(out, "complete:\n")
+	if i < 0 {
+		t.Fatalf("no summary in:\n%s", out)
+	}
+	for _, line := range strings.Split(out[i:], "\n")[1:] {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ": ")
+		if !ok || !strings.HasPrefix(line, "  ") || strings.HasPrefix(strings.TrimSpace(line), "- ") {
+			break
+		}
+		got[k] = v
+	}
+	for _, k := range []string{"Total", "Succeeded", "Failed", "Duration", "Items/s"} {
+		if got[k] == "" {
+			t.Fatalf("summary lacks %s:\n%s", k, out)
+		}
+	}
+	return got
+}
+
+// jsonLines decodes JSON Lines into maps.
+func parseJSONLines(t *testing.T, s string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(s), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("not a JSON line: %q: %v", line, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// sleepFleet is a fleet with two credentials and no exec or http job: sleep
+// items only.
+func sleepOnlyFleet(t *testing.T, workerYAML, queueYAML string) *fleet {
+	t.Helper()
+	return newFleet(t, fleetOptions{
+		Credentials: `- {id: key-a, secret_env: KEY_A, max_concurrent: 2}
+- {id: key-b, secret_env: KEY_B, max_concurrent: 2}`,
+		Worker: workerYAML,
+		Queue:  queueYAML,
+		Env:    []string{"KEY_A=sk-a", "KEY_B=sk-b"},
+	})
+}

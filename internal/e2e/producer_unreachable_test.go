@@ -1,0 +1,157 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// silentListener accepts TCP connections and never says a word: a server
+// that hangs. Closed at the end of the test.
+func silentTCPServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// closedPort returns a loopback port nothing listens on.
+func unusedPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// An unreachable NATS or Redis, refusing or silent: exit 3 with one clear
+// line naming the server, no hang, no panic. (producerTimeout guards against
+// a hang; the times are logged.)
+func TestProducerUnreachableServers(t *testing.T) {
+	f := sleepOnlyFleet(t, "", "")
+	items := f.writeInput("items.jsonl", jsonlItems(3, `{"id":%q}`))
+	for _, srv := range []struct{ name, addr string }{
+		{"refused", unusedPort(t)},
+		{"silent", silentTCPServer(t)},
+	} {
+		natsURL, redisURL := "nats://"+srv.addr, "redis://"+srv.addr+"/0"
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"enqueue", "--kind", "sleep", "--nats-url", natsURL, items}, "NATS at " + natsURL},
+			{[]string{"status", "--nats-url", natsURL}, "NATS at " + natsURL},
+			{[]string{"results", "--batch", "b", "--nats-url", natsURL}, "NATS at " + natsURL},
+			{[]string{"dlq", "list", "--nats-url", natsURL}, "NATS at " + natsURL},
+			{[]string{"dlq", "replay", "--nats-url", natsURL}, "NATS at " + natsURL},
+			// NATS fine, Redis not.
+			{[]string{"status", "--redis-url", redisURL}, "Redis at " + redisURL},
+			{[]string{"creds", "list", "--redis-url", redisURL}, "Redis at " + redisURL},
+			{[]string{"creds", "disable", "key-a", "--redis-url", redisURL}, "Redis at " + redisURL},
+			{[]string{"creds", "set", "key-a", "--rate", "none", "--redis-url", redisURL}, "Redis at " + redisURL},
+		} {
+			if srv.name == "silent" && tc.args[0] != "enqueue" && strings.Join(tc.args[:2], " ") != "creds list" {
+				continue // each waits for the connect timeout: one NATS and one Redis case suffice
+			}
+			t.Run(srv.name+" "+strings.Join(tc.args[:2], " "), func(t *testing.T) {
+				r := f.producer(nil, tc.args...)
+				if r.code != 3 {
+					t.Fatalf("want exit 3:\n%s", r)
+				}
+				lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+				last := lines[len(lines)-1]
+				if !strings.HasPrefix(last, "producer: ") || !strings.Contains(last, tc.want) {
+					t.Fatalf("want one line naming %q, got:\n%s", tc.want, r)
+				}
+				t.Logf("%s: %s", r.took.Round(time.Millisecond), last)
+			})
+		}
+	}
+	// Environment variables name the servers too, and a flag wins over them.
+	bad := unusedPort(t)
+	env := append(f.env[:len(f.env):len(f.env)], "KEYFLEET_NATS_URL=nats://"+bad, "KEYFLEET_REDIS_URL=redis://"+bad)
+	if r := runProducer(t, env, nil, "status", "--config", f.cfg); r.code != 3 || !strings.Contains(r.stderr, "nats://"+bad) {
+		t.Fatalf("KEYFLEET_NATS_URL must override the file:\n%s", r)
+	}
+	if r := runProducer(t, env, nil, "creds", "list", "--config", f.cfg, "--redis-url", f.redis.URL()); r.code != 0 {
+		t.Fatalf("--redis-url must override KEYFLEET_REDIS_URL:\n%s", r)
+	}
+}
+
+var incompleteRE = regexp.MustCompile(`Enqueue incomplete: (\d+) of (\d+) items of batch (\S+) confirmed \((\d+) new, (\d+) duplicates\), (\d+) sent without confirmation, (\d+) not sent`)
+
+// NATS goes away while a large input is being published: the producer says
+// exactly how many items the server confirmed and that a rerun is safe,
+// exits 3; after a restart the rerun completes the batch without adding
+// anything twice.
+func TestProducerServerGoneMidPublish(t *testing.T) {
+	f := sleepOnlyFleet(t, "", "")
+	const n = 100_000
+	path := f.writeInput("items.jsonl", jsonlItems(n, `{"id":%q,"ms":0}`))
+	p := f.start("producer", binary(t, "producer"), "enqueue", "--kind", "sleep", "--config", f.cfg, path)
+	waitFor(t, "publishing to start", time.Minute, func() bool { return f.queueStats().Stream.Messages > 0 })
+	f.nats.Shutdown()
+	if code := p.wait(t, time.Minute); code != 3 {
+		if code == 0 {
+			t.Skipf("the producer finished before the server went away:\n%s", tail(p.log.String(), 10))
+		}
+		t.Fatalf("want exit 3, got %d:\n%s", code, tail(p.log.String(), 20))
+	}
+	out := p.log.String()
+	m := incompleteRE.FindStringSubmatch(out)
+	if m == nil || !strings.Contains(out, "Rerunning the same command with the same input is safe") {
+		t.Fatalf("no exact account of the partial enqueue:\n%s", tail(out, 20))
+	}
+	num := func(i int) int { v, _ := strconv.Atoi(m[i]); return v }
+	confirmed, unconfirmed, notSent := num(1), num(6), num(7)
+	if num(2) != n || confirmed != num(4)+num(5) || confirmed+unconfirmed+notSent != n {
+		t.Fatalf("inconsistent account: %s", m[0])
+	}
+
+	f.nats.StartAgain()
+	waitFor(t, "the test's connection to come back", time.Minute, func() bool { return f.nc.IsConnected() })
+	stored := f.queueStats().Stream.Messages
+	// Every confirmed publish is stored; an unconfirmed one may be.
+	if stored < uint64(confirmed) || stored > uint64(confirmed+unconfirmed) {
+		t.Fatalf("stored %d, but %d confirmed and %d unconfirmed", stored, confirmed, unconfirmed)
+	}
+	r := f.producer(nil, "enqueue", "--kind", "sleep", path)
+	if r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("(%d new, %d duplicates", n-int(stored), stored)) {
+		t.Fatalf("rerun: want %d new and %d duplicates:\n%s", n-int(stored), stored, r)
+	}
+	if st := f.queueStats(); st.Stream.Messages != n {
+		t.Fatalf("after the rerun the stream holds %d messages, want %d", st.Stream.Messages, n)
+	}
+	t.Logf("server gone: %s; rerun: %s", m[0], strings.TrimSpace(r.stdout))
+}
