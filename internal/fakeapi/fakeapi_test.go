@@ -143,7 +143,7 @@ func TestRateRetryAfter(t *testing.T) {
 	}
 	r := post(t.Context(), t, url, "Authorization", auth, `{}`)
 	// The window frees a little under an hour from now: rounded up, 3600.
-	if r.status != 429 || r.retryAfter != "3600" || r.body != `{"error":"rate_limited"}` {
+	if r.status != 429 || r.retryAfter != "3600" || r.body != `{"error":"rate_limited","limit":"rate"}` {
 		t.Errorf("third request: %d Retry-After %q %s; want 429, 3600", r.status, r.retryAfter, r.body)
 	}
 	if st := api.Stats(); st.Keys[0].RateLimited != 1 || st.OverLimit() != 0 {
