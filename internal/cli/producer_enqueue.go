@@ -233,6 +233,10 @@ func (p *producer) enqueue(cmd *cobra.Command, o enqueueOptions) error {
 	in := &input{name: o.file, path: o.file}
 	if o.file == "-" {
 		in = &input{name: "stdin", stdin: p.stdin}
+	} else if st, err := os.Stat(o.file); err != nil {
+		return usageErr("cannot read the items: %v", err)
+	} else if st.IsDir() {
+		return usageErr("cannot read the items: %s is a directory", o.file)
 	}
 	defer in.close()
 
