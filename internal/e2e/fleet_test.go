@@ -137,5 +137,5 @@ func TestThreeWorkersShareTwoKeys(t *testing.T) {
 		t.Fatalf("queue not empty after the batch: %+v", st)
 	}
 	f.assertNoSecretsInLogs()
-	t.Logf("%d items, 3 workers, 2 keys: 0 lost, 0 duplicates, 0 overlaps, %s", n, took.Round(time.Millisecond))
+	f.account("3 workers share 2 keys (concurrency 1)", ids, results, took, bounds{}, "")
 }

@@ -49,6 +49,7 @@ func TestMain(m *testing.M) {
 	bins.worker = filepath.Join(dir, "worker")
 	bins.producer = filepath.Join(dir, "producer")
 	code := m.Run()
+	printReliabilityTable(os.Stdout)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -15,7 +15,8 @@ import (
 func TestSigtermFinishesInFlightWithinGrace(t *testing.T) {
 	f := guardedFleet(t, "concurrency: 2\nshutdown_grace: 10s", "", "SLEEP=0.3")
 	const n = 30
-	f.publish("b", "exec", n, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
+	ids := f.publish("b", "exec", n, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
+	start := time.Now()
 	w1 := f.startWorker("w1")
 	waitFor(t, "w1 to run a few items", time.Minute, func() bool { return len(f.runsPerItem()) >= 3 })
 	w2 := f.startWorker("w2")
@@ -41,7 +42,8 @@ func TestSigtermFinishesInFlightWithinGrace(t *testing.T) {
 	}
 	w2.signal(syscall.SIGTERM)
 	w2.wait(t, 15*time.Second)
-	t.Logf("%d items, SIGTERM mid-run: w1 exited 0 in %s, 0 lost, 0 ran twice", n, exitTook.Round(time.Millisecond))
+	f.account("SIGTERM mid-run (items within the grace)", ids, results, time.Since(start), bounds{},
+		fmt.Sprintf("w1 exited 0 in %s", exitTook.Round(100*time.Millisecond)))
 }
 
 // An item longer than the grace is cancelled at the end of the grace and
@@ -81,7 +83,8 @@ func TestSigkillLosesNothing(t *testing.T) {
 	// Short leases so that the killed worker's keys come back quickly.
 	f := guardedFleetPool(t, "lease_ttl: 2s", "concurrency: 2", "ack_wait: 2s", "SLEEP=0.2")
 	const n = 40
-	f.publish("b", "exec", n, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
+	ids := f.publish("b", "exec", n, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
+	start := time.Now()
 	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
 	waitFor(t, "a few items to run", time.Minute, func() bool { return len(f.runsPerItem()) >= 6 })
 	killAt := time.Now()
@@ -106,5 +109,6 @@ func TestSigkillLosesNothing(t *testing.T) {
 	}
 	w2.signal(syscall.SIGTERM)
 	w2.wait(t, 20*time.Second)
-	t.Logf("SIGKILL mid-run: %d items, 0 lost, %d ran again (in flight at the kill), finished %s after the kill", n, reran, took.Round(time.Millisecond))
+	f.account("SIGKILL mid-run", ids, results, time.Since(start), bounds{MaxDuplicates: 2},
+		fmt.Sprintf("killed worker's items back after the 2s ack wait; done %s after the kill", took.Round(100*time.Millisecond)))
 }

@@ -1,0 +1,169 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/keyfleet/keyfleet/internal/queue"
+)
+
+// The reliability suite (issue: proof of reliability and security) runs
+// scenarios against real servers and real worker processes. Each one
+// records a row — scenario, items, lost, duplicates, credential over-use
+// events, leaked secrets, time — asserts its bounds, and TestMain prints
+// the rows as a table at the end.
+//
+// KEYFLEET_RELIABILITY=full (make test-reliability) runs every scenario at
+// full size; otherwise (make test, CI) they run a short profile: fewer
+// items and shorter chaos.
+
+// fullProfile reports whether the full-size profile is on.
+func fullProfile() bool { return os.Getenv("KEYFLEET_RELIABILITY") == "full" }
+
+// size picks the short or the full figure.
+func size[T any](short, full T) T {
+	if fullProfile() {
+		return full
+	}
+	return short
+}
+
+// reliabilityRow is one line of the table.
+type reliabilityRow struct {
+	Scenario      string        `json:"scenario"`
+	Items         int           `json:"items"`
+	Lost          int           `json:"lost"`
+	Duplicates    int           `json:"duplicates"`
+	OverUse       int           `json:"over_use"`
+	LeakedSecrets int           `json:"leaked_secrets"`
+	Took          time.Duration `json:"took"`
+	Note          string        `json:"note,omitempty"`
+	Passed        bool          `json:"passed"`
+}
+
+var reliability struct {
+	mu   sync.Mutex
+	rows []reliabilityRow
+}
+
+// bounds are what a scenario promises.
+type bounds struct {
+	// MaxDuplicates: items allowed to run more than once (those in flight
+	// at a kill or a cut); 0 unless said.
+	MaxDuplicates int
+	// MaxOverUse: times a credential may be seen in use by two jobs at once
+	// (only inside a Redis state loss, which the scenario documents).
+	MaxOverUse int
+}
+
+// account closes a scenario run on a guarded fleet (guardScript jobs): it
+// counts lost items (no successful result), duplicates (items the job ran
+// more than once), over-use events (the job found its credential held),
+// and leaked secrets (any test secret in any process's output); records
+// the row; and fails the test if a bound is broken. Lost and leaked must be
+// 0 always.
+func (f *fleet) account(scenario string, ids []string, results map[string]queue.Result, took time.Duration, b bounds, note string) reliabilityRow {
+	f.t.Helper()
+	row := reliabilityRow{Scenario: scenario, Items: len(ids), Took: took, Note: note}
+	for _, id := range ids {
+		if r, ok := results[id]; !ok || r.Outcome != queue.OutcomeSucceeded {
+			row.Lost++
+		}
+	}
+	for _, c := range f.runsPerItem() {
+		if c > 1 {
+			row.Duplicates++
+		}
+	}
+	if v := strings.TrimSpace(f.file("violations")); v != "" {
+		for _, line := range strings.Split(v, "\n") {
+			if strings.HasPrefix(line, "overlap") {
+				row.OverUse++
+			}
+		}
+	}
+	row.LeakedSecrets = countSecrets(f.logs())
+	row.Passed = row.Lost == 0 && row.LeakedSecrets == 0 && row.Duplicates <= b.MaxDuplicates && row.OverUse <= b.MaxOverUse
+	recordRow(row)
+	if !row.Passed {
+		f.t.Errorf("%s: %+v breaks its bounds %+v (lost and leaked secrets must be 0)", scenario, row, b)
+	}
+	if v := strings.TrimSpace(f.file("violations")); v != "" && strings.Contains(v, "wrong secret") {
+		f.t.Errorf("%s: a job got the wrong secret:\n%s", scenario, v)
+	}
+	return row
+}
+
+// countSecrets counts occurrences of the test secrets in text.
+func countSecrets(text string) int {
+	n := 0
+	for _, s := range testSecrets {
+		n += strings.Count(text, s)
+	}
+	return n
+}
+
+func recordRow(r reliabilityRow) {
+	reliability.mu.Lock()
+	reliability.rows = append(reliability.rows, r)
+	reliability.mu.Unlock()
+	if p := os.Getenv("KEYFLEET_RELIABILITY_REPORT"); p != "" {
+		if f, err := os.OpenFile(p, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
+			b, _ := json.Marshal(r)
+			_, _ = f.Write(append(b, '\n'))
+			f.Close()
+		}
+	}
+}
+
+// printReliabilityTable prints the rows recorded by this test binary.
+func printReliabilityTable(w io.Writer) {
+	reliability.mu.Lock()
+	rows := append([]reliabilityRow(nil), reliability.rows...)
+	reliability.mu.Unlock()
+	if len(rows) == 0 {
+		return
+	}
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Scenario < rows[j].Scenario })
+	profile := "short"
+	if fullProfile() {
+		profile = "full"
+	}
+	fmt.Fprintf(w, "\nReliability (%s profile):\n", profile)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tITEMS\tLOST\tDUPLICATES\tOVER-USE\tLEAKED SECRETS\tTIME\tRESULT\tNOTE")
+	for _, r := range rows {
+		res := "ok"
+		if !r.Passed {
+			res = "FAIL"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", r.Scenario, r.Items, r.Lost, r.Duplicates, r.OverUse,
+			r.LeakedSecrets, r.Took.Round(100*time.Millisecond), res, r.Note)
+	}
+	tw.Flush()
+}
+
+// TestReliabilityTableFormat checks the table printer on fixed rows.
+func TestReliabilityTableFormat(t *testing.T) {
+	reliability.mu.Lock()
+	saved := reliability.rows
+	reliability.rows = []reliabilityRow{{Scenario: "x", Items: 3, Took: time.Second, Passed: true}}
+	reliability.mu.Unlock()
+	var b strings.Builder
+	printReliabilityTable(&b)
+	reliability.mu.Lock()
+	reliability.rows = saved
+	reliability.mu.Unlock()
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 3 || strings.Join(strings.Fields(lines[2]), " ") != "x 3 0 0 0 0 1s ok" {
+		t.Fatalf("table:\n%s", b.String())
+	}
+}
