@@ -154,8 +154,9 @@ func Redis(ctx context.Context, cfg config.Redis, poolSize int, timeout time.Dur
 // clusterURL accepts seed nodes as a comma-separated host list
 // ("redis://h1:7000,h2:7001/0") besides go-redis' "?addr=" form.
 func clusterURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err == nil || !strings.Contains(raw, ",") {
+	// No url.Parse test first: net/url accepts "h1:7000,h2:7001" as one
+	// host whose port is 7001, so a parse that succeeds proves nothing.
+	if !strings.Contains(raw, ",") {
 		return raw
 	}
 	scheme, rest, ok := strings.Cut(raw, "://")
@@ -180,7 +181,6 @@ func clusterURL(raw string) string {
 		out += sep + "addr=" + url.QueryEscape(strings.TrimSpace(h))
 		sep = "&"
 	}
-	_ = u
 	return out
 }
 
