@@ -109,19 +109,6 @@ func (p *producer) setup(edit func(*config.Config)) (*config.Config, *zap.Logger
 	return cfg, log.Named("producer"), nil
 }
 
-// queueConfig maps the configuration onto the queue's. It must give what
-// the worker's mapping (internal/worker queueConfig) gives: queue.Open
-// updates the streams, consumer and bucket to it.
-func queueConfig(cfg *config.Config) queue.Config {
-	q := cfg.Queue
-	return queue.Config{
-		Stream: q.Stream, SubjectPrefix: q.SubjectPrefix, Consumer: q.Consumer,
-		AckWait: q.AckWait, MaxDeliver: q.MaxDeliver, RedeliveryBackoff: q.RedeliveryBackoff,
-		DuplicateWindow: q.DuplicateWindow, Replicas: q.Replicas, Memory: q.Storage == "memory",
-		ResultsMaxAge: q.ResultsMaxAge, HeartbeatTTL: max(30*time.Second, 3*cfg.Worker.Heartbeat),
-	}
-}
-
 // connectNATS connects with the producer's short timeout.
 func connectNATS(cfg *config.Config, log *zap.Logger) (*nats.Conn, error) {
 	nc := cfg.NATS
@@ -140,7 +127,7 @@ func openQueue(ctx context.Context, cfg *config.Config, log *zap.Logger) (*queue
 	}
 	octx, cancel := context.WithTimeout(ctx, setupTimeout)
 	defer cancel()
-	q, err := queue.Open(octx, nc, queueConfig(cfg))
+	q, err := queue.Attach(octx, nc, queue.ConfigFrom(cfg))
 	if err != nil {
 		nc.Close()
 		return nil, nil, exitcode.With(exitcode.Unreachable,

@@ -126,6 +126,8 @@ func Redis(ctx context.Context, cfg config.Redis, poolSize int, timeout time.Dur
 			o.TLSConfig = mergeTLS(o.TLSConfig, tc)
 		}
 		o.PoolSize = max(o.PoolSize, poolSize)
+		o.DialTimeout = min(o.DialTimeout, timeout)
+		o.ContextTimeoutEnabled = true
 		rdb = redis.NewClusterClient(o)
 	} else {
 		o, err := redis.ParseURL(cfg.URL)
@@ -136,6 +138,10 @@ func Redis(ctx context.Context, cfg config.Redis, poolSize int, timeout time.Dur
 			o.TLSConfig = mergeTLS(o.TLSConfig, tc)
 		}
 		o.PoolSize = max(o.PoolSize, poolSize)
+		o.DialTimeout = min(o.DialTimeout, timeout)
+		// Context deadlines bound socket reads and writes too, so that a
+		// Redis that accepts but never answers cannot hold a call past them.
+		o.ContextTimeoutEnabled = true
 		rdb = redis.NewClient(o)
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)

@@ -123,7 +123,7 @@ jobs:
 	f.nc = nc
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if f.q, err = queue.Open(ctx, nc, queue.Config{Stream: "KF"}); err != nil {
+	if f.q, err = queue.Attach(ctx, nc, queue.Config{Stream: "KF"}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.stopAll)

@@ -3,6 +3,8 @@ package queue
 import (
 	"cmp"
 	"time"
+
+	"github.com/keyfleet/keyfleet/internal/config"
 )
 
 // Config names the streams and sets the consumer's delivery rules.
@@ -52,4 +54,17 @@ func (c Config) WithDefaults() Config {
 	c.ResultsMaxAge = cmp.Or(c.ResultsMaxAge, 7*24*time.Hour)
 	c.HeartbeatTTL = cmp.Or(c.HeartbeatTTL, 30*time.Second)
 	return c
+}
+
+// ConfigFrom maps keyfleet's configuration onto the queue's; workers and
+// the producer share it so that they agree on every stream and consumer
+// setting.
+func ConfigFrom(c *config.Config) Config {
+	q := c.Queue
+	return Config{
+		Stream: q.Stream, SubjectPrefix: q.SubjectPrefix, Consumer: q.Consumer,
+		AckWait: q.AckWait, MaxDeliver: q.MaxDeliver, RedeliveryBackoff: q.RedeliveryBackoff,
+		DuplicateWindow: q.DuplicateWindow, Replicas: q.Replicas, Memory: q.Storage == "memory",
+		ResultsMaxAge: q.ResultsMaxAge, HeartbeatTTL: max(30*time.Second, 3*c.Worker.Heartbeat),
+	}
 }

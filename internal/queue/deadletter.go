@@ -32,6 +32,10 @@ type DeadLetter struct {
 	Worker   string          `json:"worker"`
 	FailedAt time.Time       `json:"failed_at"`
 	Payload  json.RawMessage `json:"payload"`
+
+	// seq is the record's stream sequence (set by ListDeadLetters): Replay
+	// removes the record up to it and not a newer one.
+	seq uint64
 }
 
 // PutDeadLetter stores a dead-letter record (confirmed by the server). Call
@@ -55,24 +59,32 @@ func (q *Queue) PutDeadLetter(ctx context.Context, d DeadLetter) error {
 // ListDeadLetters calls fn with every dead-letter record of batch (all
 // batches when batch is "").
 func (q *Queue) ListDeadLetters(ctx context.Context, batch string, fn func(DeadLetter) error) error {
-	return q.readLast(ctx, q.dlqStream(), q.batchFilter("dlq", batch), false, func(data []byte, subj string) error {
+	return q.readLast(ctx, q.dlqStream(), q.batchFilter("dlq", batch), false, func(data []byte, subj string, seq uint64) error {
 		var d DeadLetter
 		if err := json.Unmarshal(data, &d); err != nil {
 			return fmt.Errorf("queue: dead letter on %s: %w", subj, err)
 		}
+		d.seq = seq
 		return fn(d)
 	})
 }
 
 // Replay puts a dead-lettered item back on the work queue with fresh
-// attempts and then removes its record.
+// attempts and then removes its record (pass a record from
+// ListDeadLetters).
 func (q *Queue) Replay(ctx context.Context, d DeadLetter) error {
 	it := Item{ID: d.Item, Batch: d.Batch, Kind: d.Kind, Payload: d.Payload,
 		Replay: strconv.FormatInt(time.Now().UnixNano(), 10)}
 	if _, err := q.js.PublishMsg(ctx, q.message(it)); err != nil {
 		return fmt.Errorf("queue: replay %q of batch %q: %w", d.Item, d.Batch, err)
 	}
-	if err := q.dlq.Purge(ctx, jetstream.WithPurgeSubject(q.DeadLetterSubject(d.Batch, d.Item))); err != nil {
+	// Remove this record only: if the replayed item has already failed
+	// again, its newer record stays.
+	opts := []jetstream.StreamPurgeOpt{jetstream.WithPurgeSubject(q.DeadLetterSubject(d.Batch, d.Item))}
+	if d.seq > 0 {
+		opts = append(opts, jetstream.WithPurgeSequence(d.seq+1))
+	}
+	if err := q.dlq.Purge(ctx, opts...); err != nil {
 		return fmt.Errorf("queue: replayed %q of batch %q but could not remove its record: %w", d.Item, d.Batch, err)
 	}
 	return nil

@@ -22,8 +22,20 @@ type Queue struct {
 
 // Open creates or updates the streams, the consumer and the worker bucket,
 // idempotently: whoever starts first creates them, later starts update them
-// to the same configuration.
+// to the same configuration. Workers open the queue this way.
 func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
+	return open(ctx, nc, cfg, true)
+}
+
+// Attach opens the queue like Open but never changes what exists: missing
+// streams, consumer or bucket are created, existing ones are used as they
+// are. The producer attaches, so that an operator's command run with a
+// different configuration cannot rewrite the running fleet's consumer.
+func Attach(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
+	return open(ctx, nc, cfg, false)
+}
+
+func open(ctx context.Context, nc *nats.Conn, cfg Config, update bool) (*Queue, error) {
 	cfg = cfg.WithDefaults()
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second))
 	if err != nil {
@@ -34,7 +46,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
 	if cfg.Memory {
 		storage = jetstream.MemoryStorage
 	}
-	if q.work, err = ensureStream(ctx, js, jetstream.StreamConfig{
+	if q.work, err = ensureStream(ctx, js, update, jetstream.StreamConfig{
 		Name:        cfg.Stream,
 		Description: "keyfleet work items",
 		Subjects:    []string{q.workSubjects()},
@@ -46,7 +58,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
 	}); err != nil {
 		return nil, err
 	}
-	if q.results, err = ensureStream(ctx, js, jetstream.StreamConfig{
+	if q.results, err = ensureStream(ctx, js, update, jetstream.StreamConfig{
 		Name:              q.resultsStream(),
 		Description:       "keyfleet results: the latest outcome of each item",
 		Subjects:          []string{q.resultsSubjects()},
@@ -58,7 +70,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
 	}); err != nil {
 		return nil, err
 	}
-	if q.dlq, err = ensureStream(ctx, js, jetstream.StreamConfig{
+	if q.dlq, err = ensureStream(ctx, js, update, jetstream.StreamConfig{
 		Name:              q.dlqStream(),
 		Description:       "keyfleet dead letters: items that failed for good",
 		Subjects:          []string{q.dlqSubjects()},
@@ -70,7 +82,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
 	}); err != nil {
 		return nil, err
 	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
+	if err := ensureConsumer(ctx, js, update, cfg.Stream, jetstream.ConsumerConfig{
 		Durable:       cfg.Consumer,
 		Description:   "keyfleet workers",
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -81,9 +93,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
 		MaxAckPending: 100_000,
 		Replicas:      cfg.Replicas,
 	}); err != nil {
-		return nil, fmt.Errorf("queue: consumer %s on stream %s: %w", cfg.Consumer, cfg.Stream, err)
+		return nil, err
 	}
-	if q.workers, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	if q.workers, err = ensureBucket(ctx, js, update, jetstream.KeyValueConfig{
 		Bucket:      q.workersBucket(),
 		Description: "keyfleet workers seen recently",
 		TTL:         cfg.HeartbeatTTL,
@@ -95,15 +107,51 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
 	return q, nil
 }
 
-func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
-	s, err := js.CreateOrUpdateStream(ctx, cfg)
-	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		s, err = js.CreateOrUpdateStream(ctx, cfg) // lost a creation race: update
+func ensureStream(ctx context.Context, js jetstream.JetStream, update bool, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	var s jetstream.Stream
+	var err error
+	if update {
+		s, err = js.CreateOrUpdateStream(ctx, cfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			s, err = js.CreateOrUpdateStream(ctx, cfg) // lost a creation race: update
+		}
+	} else if s, err = js.Stream(ctx, cfg.Name); errors.Is(err, jetstream.ErrStreamNotFound) {
+		if s, err = js.CreateStream(ctx, cfg); errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			s, err = js.Stream(ctx, cfg.Name)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("queue: stream %s (subjects %v): %w", cfg.Name, cfg.Subjects, err)
 	}
 	return s, nil
+}
+
+func ensureConsumer(ctx context.Context, js jetstream.JetStream, update bool, stream string, cfg jetstream.ConsumerConfig) error {
+	var err error
+	if update {
+		_, err = js.CreateOrUpdateConsumer(ctx, stream, cfg)
+	} else if _, err = js.Consumer(ctx, stream, cfg.Durable); errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if _, err = js.CreateConsumer(ctx, stream, cfg); errors.Is(err, jetstream.ErrConsumerExists) {
+			err = nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("queue: consumer %s on stream %s: %w", cfg.Durable, stream, err)
+	}
+	return nil
+}
+
+func ensureBucket(ctx context.Context, js jetstream.JetStream, update bool, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	if update {
+		return js.CreateOrUpdateKeyValue(ctx, cfg)
+	}
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		if kv, err = js.CreateKeyValue(ctx, cfg); errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, cfg.Bucket)
+		}
+	}
+	return kv, err
 }
 
 // Config is the queue's configuration with defaults filled in.

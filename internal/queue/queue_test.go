@@ -239,3 +239,64 @@ func FuzzToken(f *testing.F) {
 		}
 	})
 }
+
+// Attach creates what is missing but never changes an existing consumer;
+// Open updates it.
+func TestAttachDoesNotRewriteTheFleet(t *testing.T) {
+	q, nc := open(t) // ack wait 2s
+	if _, err := queue.Attach(ctx(t), nc, queue.Config{AckWait: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := q.Consumer(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cons.CachedInfo().Config.AckWait; got != 2*time.Second {
+		t.Fatalf("Attach changed the consumer's ack wait to %s", got)
+	}
+	if _, err := queue.Open(ctx(t), nc, queue.Config{AckWait: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	cons, _ = q.Consumer(ctx(t))
+	if got := cons.CachedInfo().Config.AckWait; got != time.Minute {
+		t.Fatalf("Open must update the consumer: ack wait %s", got)
+	}
+	// On an empty server Attach creates everything.
+	s2 := natstest.Start(t)
+	nc2, err := nats.Connect(s2.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc2.Close()
+	if _, err := queue.Attach(ctx(t), nc2, queue.Config{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Replay removes the record it replayed, not a newer one written since.
+func TestReplayKeepsANewerRecord(t *testing.T) {
+	q, _ := open(t)
+	d := queue.DeadLetter{Item: "x", Batch: "b", Kind: "sleep", Reason: queue.ReasonPermanent, Error: "first", Payload: json.RawMessage(`{}`)}
+	if err := q.PutDeadLetter(ctx(t), d); err != nil {
+		t.Fatal(err)
+	}
+	var listed queue.DeadLetter
+	if err := q.ListDeadLetters(ctx(t), "b", func(r queue.DeadLetter) error { listed = r; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	// The item fails again before the replay's purge.
+	d.Error = "second"
+	if err := q.PutDeadLetter(ctx(t), d); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Replay(ctx(t), listed); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	if err := q.ListDeadLetters(ctx(t), "b", func(r queue.DeadLetter) error { left = append(left, r.Error); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 1 || left[0] != "second" {
+		t.Fatalf("records left: %v, want the newer one", left)
+	}
+}

@@ -54,7 +54,7 @@ func (q *Queue) PutResult(ctx context.Context, r Result) error {
 // batches when batch is ""), streaming, and returns when it has seen them
 // all.
 func (q *Queue) ReadResults(ctx context.Context, batch string, fn func(Result) error) error {
-	return q.readLast(ctx, q.resultsStream(), q.batchFilter("results", batch), false, func(data []byte, subj string) error {
+	return q.readLast(ctx, q.resultsStream(), q.batchFilter("results", batch), false, func(data []byte, subj string, _ uint64) error {
 		var r Result
 		if err := json.Unmarshal(data, &r); err != nil {
 			return fmt.Errorf("queue: result on %s: %w", subj, err)
@@ -67,7 +67,7 @@ func (q *Queue) ReadResults(ctx context.Context, batch string, fn func(Result) e
 // then with every new one, until fn returns false, fn fails or ctx ends.
 func (q *Queue) WatchResults(ctx context.Context, batch string, fn func(Result) (more bool, err error)) error {
 	errStop := fmt.Errorf("stop")
-	err := q.readLast(ctx, q.resultsStream(), q.batchFilter("results", batch), true, func(data []byte, subj string) error {
+	err := q.readLast(ctx, q.resultsStream(), q.batchFilter("results", batch), true, func(data []byte, subj string, _ uint64) error {
 		var r Result
 		if err := json.Unmarshal(data, &r); err != nil {
 			return fmt.Errorf("queue: result on %s: %w", subj, err)
@@ -89,7 +89,7 @@ func (q *Queue) WatchResults(ctx context.Context, batch string, fn func(Result) 
 
 // readLast streams the last message of every subject matching filter with
 // an ordered consumer. Without follow it stops when it has caught up.
-func (q *Queue) readLast(ctx context.Context, stream, filter string, follow bool, fn func(data []byte, subject string) error) error {
+func (q *Queue) readLast(ctx context.Context, stream, filter string, follow bool, fn func(data []byte, subject string, seq uint64) error) error {
 	cons, err := q.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{filter},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
@@ -121,17 +121,15 @@ func (q *Queue) readLast(ctx context.Context, stream, filter string, follow bool
 			}
 			return fmt.Errorf("queue: read %s: %w", stream, err)
 		}
-		if err := fn(msg.Data(), msg.Subject()); err != nil {
+		meta, err := msg.Metadata()
+		if err != nil {
+			return fmt.Errorf("queue: read %s: %w", stream, err)
+		}
+		if err := fn(msg.Data(), msg.Subject(), meta.Sequence.Stream); err != nil {
 			return err
 		}
-		if !follow {
-			meta, err := msg.Metadata()
-			if err != nil {
-				return fmt.Errorf("queue: read %s: %w", stream, err)
-			}
-			if meta.NumPending == 0 {
-				return nil
-			}
+		if !follow && meta.NumPending == 0 {
+			return nil
 		}
 	}
 }

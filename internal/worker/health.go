@@ -6,13 +6,15 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 )
 
-// Serve serves /metrics, /healthz and /readyz on addr until ctx ends. It
+// Serve serves /metrics, /healthz, /readyz and /debug/pprof/ on addr until
+// ctx ends. It
 // returns once the listener is up (or failed) and the bound address.
 func (w *Worker) Serve(ctx context.Context, addr string) (string, error) {
 	mux := http.NewServeMux()
@@ -27,6 +29,11 @@ func (w *Worker) Serve(ctx context.Context, addr string) (string, error) {
 		}
 		fmt.Fprintln(rw, why)
 	})
+	// Go profiles, for the operator who bound the listener (loopback by
+	// default in the reference config).
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", fmt.Errorf("worker.listen %s: %w", addr, err)

@@ -201,6 +201,19 @@ func (w *Worker) runOnce(pullCtx, itemCtx context.Context, msg jetstream.Msg, it
 // minCooldown is the cooldown after a rate limit whose Retry-After is 0.
 const minCooldown = 100 * time.Millisecond
 
+// failureText is a failed item's error: the reason, then the last error,
+// without saying the reason twice (a permanent error already starts with
+// it).
+func failureText(reason, errText string) string {
+	switch {
+	case errText == "":
+		return reason
+	case strings.HasPrefix(errText, reason):
+		return errText
+	}
+	return reason + ": " + errText
+}
+
 func (w *Worker) againUnlessDraining(pullCtx context.Context, msg jetstream.Msg, log *zap.Logger) bool {
 	if pullCtx.Err() != nil {
 		w.nak(msg, log, 0)
@@ -259,7 +272,7 @@ func (w *Worker) deadLetterRun(ctx context.Context, msg jetstream.Msg, it queue.
 		return
 	}
 	res := w.result(queue.Item{ID: dl.Item, Batch: it.Batch, Kind: it.Kind}, queue.OutcomeFailed, st.Runs, dur, credID,
-		reason+": "+errText, out)
+		failureText(reason, errText), out)
 	if err := w.retry(ctx, "storing the result", log, func(c context.Context) error { return w.q.PutResult(c, res) }); err != nil {
 		log.Error("could not store the failed result: handing the item back", zap.Error(err))
 		w.nak(msg, log, time.Second)

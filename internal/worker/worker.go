@@ -118,7 +118,7 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 			w.closeConns()
 		}
 	}()
-	qcfg := queueConfig(cfg)
+	qcfg := queue.ConfigFrom(cfg)
 	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if w.q, err = queue.Open(qctx, w.nc, qcfg); err != nil {
@@ -145,17 +145,6 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 	w.redisOK.Store(true)
 	ok = true
 	return w, nil
-}
-
-// queueConfig maps the configuration onto the queue's.
-func queueConfig(cfg *config.Config) queue.Config {
-	q := cfg.Queue
-	return queue.Config{
-		Stream: q.Stream, SubjectPrefix: q.SubjectPrefix, Consumer: q.Consumer,
-		AckWait: q.AckWait, MaxDeliver: q.MaxDeliver, RedeliveryBackoff: q.RedeliveryBackoff,
-		DuplicateWindow: q.DuplicateWindow, Replicas: q.Replicas, Memory: q.Storage == "memory",
-		ResultsMaxAge: q.ResultsMaxAge, HeartbeatTTL: max(30*time.Second, 3*cfg.Worker.Heartbeat),
-	}
 }
 
 func buildHandlers(cfg *config.Config) (map[string]jobs.Handler, error) {
