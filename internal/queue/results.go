@@ -28,6 +28,9 @@ type Result struct {
 	// Duration of the last run, in seconds.
 	Duration     float64 `json:"duration"`
 	CredentialID string  `json:"credential_id"`
+	// LeasedAt is when the last run's credential lease was granted, on
+	// Redis's clock (the moment the pool counted the start).
+	LeasedAt time.Time `json:"leased_at,omitzero"`
 	Error        string  `json:"error"`
 	// Output is the job's output (exec stdout, http body), at most the
 	// worker's jobs.max_output bytes; base64 when OutputEncoding says so.

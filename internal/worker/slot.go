@@ -111,7 +111,7 @@ func (w *Worker) runOnce(pullCtx, itemCtx context.Context, msg jetstream.Msg, it
 	switch {
 	case jobErr == nil:
 		w.releaseLease(lease, log)
-		w.succeed(ctx, msg, it, attempt, dur, lease.CredentialID, out, log)
+		w.succeed(ctx, msg, it, attempt, dur, lease, out, log)
 		return false
 
 	case interrupted != nil && outcome == jobs.OutcomeTransient:
@@ -225,8 +225,9 @@ func (w *Worker) againUnlessDraining(pullCtx context.Context, msg jetstream.Msg,
 // succeed stores the result, then acks: a crash in between reruns the item
 // and overwrites the same result, so nothing is counted twice.
 func (w *Worker) succeed(ctx context.Context, msg jetstream.Msg, it queue.Item, attempt int, dur time.Duration,
-	credID string, out jobs.Output, log *zap.Logger) {
-	res := w.result(it, queue.OutcomeSucceeded, attempt, dur, credID, "", out)
+	lease *creds.Lease, out jobs.Output, log *zap.Logger) {
+	res := w.result(it, queue.OutcomeSucceeded, attempt, dur, lease.CredentialID, "", out)
+	res.LeasedAt = lease.Acquired.UTC()
 	if err := w.retry(ctx, "storing the result", log, func(c context.Context) error { return w.q.PutResult(c, res) }); err != nil {
 		log.Error("could not store the result: the item will run again", zap.Error(err))
 		w.settleRun(ctx, it, log)
