@@ -1,0 +1,290 @@
+package natstest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/keyfleet/keyfleet/internal/testutil/faultproxy"
+)
+
+// Account is the account JetStream assets live in when a server runs
+// without accounts (every client of these tests).
+const Account = server.DEFAULT_GLOBAL_ACCOUNT
+
+// Cluster is an in-process JetStream cluster: n embedded nats-servers named
+// n0, n1, ... joined by routes on loopback ports, each with its own store
+// directory. A node can be shut down (gracefully, or killed abruptly) and
+// restarted on the same ports and store, like a real node going down and
+// coming back.
+//
+// Every route goes through a fault proxy (one per ordered pair of nodes),
+// so that Kill can cut a node off before it stops: an embedded server
+// cannot crash, and a graceful shutdown hands its leaderships over first.
+type Cluster struct {
+	t     testing.TB
+	nodes []*Server
+	// routes[i][j] carries the route connections node i opens to node j.
+	routes [][]*faultproxy.Proxy
+}
+
+// StartCluster starts an n-node JetStream cluster (n ≥ 1; 3 for
+// replicated streams), waits until it has elected a meta leader, and shuts
+// it down in t.Cleanup.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	if n < 1 {
+		t.Fatalf("natstest: a cluster of %d nodes", n)
+	}
+	routePorts := make([]int, n)
+	for i := range routePorts {
+		p, err := freePort()
+		if err != nil {
+			t.Fatalf("natstest: free port: %v", err)
+		}
+		routePorts[i] = p
+	}
+	c := &Cluster{t: t, routes: make([][]*faultproxy.Proxy, n)}
+	for i := range n {
+		c.routes[i] = make([]*faultproxy.Proxy, n)
+		var routes []*url.URL
+		for j, p := range routePorts {
+			if j != i {
+				c.routes[i][j] = faultproxy.Start(t, fmt.Sprintf("127.0.0.1:%d", p))
+				routes = append(routes, &url.URL{Scheme: "nats-route", Host: c.routes[i][j].Addr()})
+			}
+		}
+		c.nodes = append(c.nodes, &Server{t: t, opts: server.Options{
+			ServerName: fmt.Sprintf("n%d", i),
+			Host:       "127.0.0.1",
+			Port:       -1,
+			JetStream:  true,
+			StoreDir:   t.TempDir(),
+			NoLog:      true,
+			NoSigs:     true,
+			Cluster: server.ClusterOpts{
+				Name: "keyfleet-test",
+				Host: "127.0.0.1",
+				Port: routePorts[i],
+			},
+			Routes: routes,
+		}})
+	}
+	t.Cleanup(c.shutdownAll)
+	// Start them together: each waits for its routes, not for the others
+	// to be up.
+	errs := make(chan error, n)
+	for _, s := range c.nodes {
+		go func() { errs <- s.start() }()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatalf("natstest: cluster node: %v", err)
+		}
+	}
+	for _, s := range c.nodes {
+		s.opts.Port = s.Server().Addr().(*net.TCPAddr).Port // restarts come back on it
+	}
+	c.WaitMetaLeader(30 * time.Second)
+	return c
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (c *Cluster) shutdownAll() {
+	for _, s := range c.nodes {
+		s.Shutdown()
+	}
+}
+
+// Size is the number of nodes.
+func (c *Cluster) Size() int { return len(c.nodes) }
+
+// Node returns node i (running or not).
+func (c *Cluster) Node(i int) *Server { return c.nodes[i] }
+
+// URLs is every node's client URL, comma-separated: what nats.Connect and
+// keyfleet's nats.url take for a cluster.
+func (c *Cluster) URLs() string {
+	urls := make([]string, len(c.nodes))
+	for i, s := range c.nodes {
+		urls[i] = s.URL()
+	}
+	return strings.Join(urls, ",")
+}
+
+// Shutdown stops node i gracefully and waits until it is down: it hands
+// the groups it leads over to other nodes first, as a rolling restart does.
+func (c *Cluster) Shutdown(i int) { c.nodes[i].Shutdown() }
+
+// Kill stops node i abruptly, as a crash or a power cut would: its routes
+// are cut first, so the other nodes hear nothing from it (no leadership
+// handed over) and must notice the loss and elect new leaders by
+// themselves; then it stops (its clients are disconnected and reconnect to
+// the other nodes) and its route connections are reset.
+func (c *Cluster) Kill(i int) {
+	proxies := c.routesOf(i)
+	for _, p := range proxies {
+		p.Partition()
+	}
+	c.nodes[i].Shutdown()
+	for _, p := range proxies {
+		p.ResetAll() // drops whatever it said on its way out
+	}
+}
+
+// Restart starts node i again (after Shutdown or Kill) on its ports and
+// store; it rejoins the cluster and catches up by itself.
+func (c *Cluster) Restart(i int) {
+	c.t.Helper()
+	for _, p := range c.routesOf(i) {
+		p.Heal()
+	}
+	c.nodes[i].StartAgain()
+}
+
+// routesOf is every route proxy to or from node i.
+func (c *Cluster) routesOf(i int) []*faultproxy.Proxy {
+	var ps []*faultproxy.Proxy
+	for j := range c.nodes {
+		if j != i {
+			ps = append(ps, c.routes[i][j], c.routes[j][i])
+		}
+	}
+	return ps
+}
+
+// MetaLeader is the index of the running node that leads the JetStream
+// meta group, or -1 while there is none.
+func (c *Cluster) MetaLeader() int {
+	return c.find(func(s *server.Server) bool { return s.JetStreamIsLeader() })
+}
+
+// StreamLeader is the index of the running node that leads stream, or -1.
+func (c *Cluster) StreamLeader(stream string) int {
+	return c.find(func(s *server.Server) bool { return s.JetStreamIsStreamLeader(Account, stream) })
+}
+
+// ConsumerLeader is the index of the running node that leads the consumer
+// of stream, or -1.
+func (c *Cluster) ConsumerLeader(stream, consumer string) int {
+	return c.find(func(s *server.Server) bool { return s.JetStreamIsConsumerLeader(Account, stream, consumer) })
+}
+
+func (c *Cluster) find(leads func(*server.Server) bool) int {
+	for i, n := range c.nodes {
+		if s := n.Server(); s != nil && leads(s) {
+			return i
+		}
+	}
+	return -1
+}
+
+// WaitMetaLeader waits until a meta leader is elected and every running
+// node is current with it, and returns the leader's index.
+func (c *Cluster) WaitMetaLeader(timeout time.Duration) int {
+	c.t.Helper()
+	return c.waitLeader("a JetStream meta leader", timeout, func() int {
+		l := c.MetaLeader()
+		for _, n := range c.nodes {
+			if s := n.Server(); s != nil && !s.JetStreamIsCurrent() {
+				return -1
+			}
+		}
+		return l
+	})
+}
+
+// WaitStreamLeader waits until stream has a leader and returns its index.
+func (c *Cluster) WaitStreamLeader(stream string, timeout time.Duration) int {
+	c.t.Helper()
+	return c.waitLeader("a leader of stream "+stream, timeout, func() int { return c.StreamLeader(stream) })
+}
+
+// WaitConsumerLeader waits until the consumer has a leader and returns its
+// index.
+func (c *Cluster) WaitConsumerLeader(stream, consumer string, timeout time.Duration) int {
+	c.t.Helper()
+	return c.waitLeader("a leader of consumer "+stream+"/"+consumer, timeout,
+		func() int { return c.ConsumerLeader(stream, consumer) })
+}
+
+func (c *Cluster) waitLeader(what string, timeout time.Duration, leader func() int) int {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if l := leader(); l >= 0 {
+			return l
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("natstest: no %s within %s", what, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// MoveStreamLeader asks the stream's leader to step down in favour of node
+// to (the JetStream API's preferred placement) and waits until to leads.
+func (c *Cluster) MoveStreamLeader(stream string, to int, timeout time.Duration) error {
+	return c.moveLeader("$JS.API.STREAM.LEADER.STEPDOWN."+stream, to, timeout,
+		func() int { return c.StreamLeader(stream) })
+}
+
+// MoveConsumerLeader does the same for a consumer of stream.
+func (c *Cluster) MoveConsumerLeader(stream, consumer string, to int, timeout time.Duration) error {
+	return c.moveLeader("$JS.API.CONSUMER.LEADER.STEPDOWN."+stream+"."+consumer, to, timeout,
+		func() int { return c.ConsumerLeader(stream, consumer) })
+}
+
+func (c *Cluster) moveLeader(subject string, to int, timeout time.Duration, leader func() int) error {
+	if leader() == to {
+		return nil
+	}
+	nc, err := nats.Connect(c.URLs(), nats.MaxReconnects(-1))
+	if err != nil {
+		return fmt.Errorf("natstest: connect: %w", err)
+	}
+	defer nc.Close()
+	req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": c.nodes[to].opts.ServerName}})
+	deadline := time.Now().Add(timeout)
+	for {
+		msg, err := nc.Request(subject, req, time.Until(deadline))
+		if err != nil {
+			return fmt.Errorf("natstest: %s: %w", subject, err)
+		}
+		var resp struct {
+			Error *struct {
+				Description string `json:"description"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(msg.Data, &resp); err != nil {
+			return fmt.Errorf("natstest: %s: reply %q: %w", subject, msg.Data, err)
+		}
+		if resp.Error != nil {
+			return fmt.Errorf("natstest: %s: %s", subject, resp.Error.Description)
+		}
+		for leader() < 0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if leader() == to {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("natstest: %s: node %d does not lead within %s (leader: %d)", subject, to, timeout, leader())
+		}
+	}
+}

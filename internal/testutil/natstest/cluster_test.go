@@ -1,0 +1,114 @@
+package natstest_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
+)
+
+// A replicated stream on a 3-node cluster survives the loss of the node
+// that leads it, the meta group and its consumer, whether the node shuts
+// down (and hands its leaderships over) or is killed; the node comes back
+// and catches up.
+func TestClusterSurvivesLosingTheLeader(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lose func(c *natstest.Cluster, i int)
+	}{
+		{"shutdown", (*natstest.Cluster).Shutdown},
+		{"kill", (*natstest.Cluster).Kill},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testLoseLeader(t, tc.lose) })
+	}
+}
+
+func testLoseLeader(t *testing.T, lose func(c *natstest.Cluster, i int)) {
+	c := natstest.StartCluster(t, 3)
+	if got := strings.Count(c.URLs(), ","); got != 2 {
+		t.Fatalf("URLs() = %q, want 3 comma-separated URLs", c.URLs())
+	}
+	nc, err := nats.Connect(c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateConsumer(ctx, "T", jetstream.ConsumerConfig{Durable: "C", AckPolicy: jetstream.AckExplicitPolicy, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if _, err := js.Publish(ctx, "t.x", []byte(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Put the stream and consumer leaders on the meta leader, then lose it.
+	victim := c.WaitMetaLeader(30 * time.Second)
+	c.WaitStreamLeader("T", 30*time.Second)
+	c.WaitConsumerLeader("T", "C", 30*time.Second)
+	if err := c.MoveStreamLeader("T", victim, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.MoveConsumerLeader("T", "C", victim, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if c.StreamLeader("T") != victim || c.ConsumerLeader("T", "C") != victim {
+		t.Fatalf("leaders: stream %d consumer %d, want %d", c.StreamLeader("T"), c.ConsumerLeader("T", "C"), victim)
+	}
+	lost := time.Now()
+	lose(c, victim)
+	if c.Node(victim).Server() != nil {
+		t.Fatal("node still running after Shutdown")
+	}
+	if l := c.WaitStreamLeader("T", 30*time.Second); l == victim {
+		t.Fatalf("the stopped node %d still leads", l)
+	}
+	if l := c.WaitMetaLeader(30 * time.Second); l == victim {
+		t.Fatalf("the stopped node %d still leads the meta group", l)
+	}
+	t.Logf("new leaders %s after losing node %d", time.Since(lost).Round(time.Millisecond), victim)
+	for i := 10; i < 20; i++ {
+		if _, err := js.Publish(ctx, "t.x", []byte(fmt.Sprint(i))); err != nil {
+			t.Fatalf("publish with a node down: %v", err)
+		}
+	}
+	cons, err := js.Consumer(ctx, "T", "C")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for got < 20 {
+		batch, err := cons.Fetch(20-got, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			if err := m.DoubleAck(ctx); err != nil {
+				t.Fatal(err)
+			}
+			got++
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("fetched %d of 20", got)
+		}
+	}
+	c.Restart(victim)
+	deadline := time.Now().Add(30 * time.Second)
+	for !c.Node(victim).Server().JetStreamIsStreamCurrent(natstest.Account, "T") {
+		if time.Now().After(deadline) {
+			t.Fatal("the restarted node did not catch up with the stream")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
