@@ -1,0 +1,352 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
+)
+
+// Helpers of the secrets scenario: everything a run leaves behind (logs,
+// NATS messages, Redis keys and values, metrics, command output) is read
+// into named text sources and searched for each secret.
+
+// partialLen is the length of a secret's head or tail that counts as a
+// fragment of it (what a truncation in the middle of a secret leaves).
+const partialLen = 10
+
+// leakScan counts secrets in named sources of text.
+type leakScan struct {
+	secrets map[string]string // credential ID -> secret
+
+	mu      sync.Mutex
+	sources []scanned
+}
+
+type scanned struct {
+	name    string
+	bytes   int
+	hits    int // whole secrets
+	partial int // heads or tails of partialLen bytes, outside whole secrets
+	where   []string
+}
+
+func newLeakScan(secrets map[string]string) *leakScan {
+	return &leakScan{secrets: secrets}
+}
+
+// count returns the whole-secret and fragment hits in text, with a short
+// excerpt around each (the secret itself shown by credential ID only).
+func (l *leakScan) count(text string) (hits, partial int, where []string) {
+	ids := make([]string, 0, len(l.secrets))
+	for id := range l.secrets {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		s := l.secrets[id]
+		full := strings.Count(text, s)
+		hits += full
+		head := strings.Count(text, s[:partialLen]) - full
+		tailN := strings.Count(text, s[len(s)-partialLen:]) - full
+		partial += head + tailN
+		for _, frag := range []struct{ what, s string }{{"secret", s}, {"head", s[:partialLen]}, {"tail", s[len(s)-partialLen:]}} {
+			if frag.what != "secret" && strings.Count(text, frag.s) <= full {
+				continue
+			}
+			if i := strings.Index(text, frag.s); i >= 0 && len(where) < 5 {
+				lo, hi := max(0, i-60), min(len(text), i+len(frag.s)+60)
+				ex := strings.ReplaceAll(text[lo:hi], s, "<SECRET OF "+id+">")
+				where = append(where, fmt.Sprintf("%s of %s: …%q…", frag.what, id, ex))
+			}
+		}
+	}
+	return hits, partial, where
+}
+
+// add scans one source and records it.
+func (l *leakScan) add(name, text string) scanned {
+	hits, partial, where := l.count(text)
+	s := scanned{name: name, bytes: len(text), hits: hits, partial: partial, where: where}
+	l.mu.Lock()
+	l.sources = append(l.sources, s)
+	l.mu.Unlock()
+	return s
+}
+
+func (l *leakScan) totals() (sources, bytes, hits, partial int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range l.sources {
+		bytes += s.bytes
+		hits += s.hits
+		partial += s.partial
+	}
+	return len(l.sources), bytes, hits, partial
+}
+
+// report lists every source, with the excerpts of those that hold a
+// secret or a fragment.
+func (l *leakScan) report() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var b strings.Builder
+	for _, s := range l.sources {
+		fmt.Fprintf(&b, "  %-40s %8d bytes  %d secrets  %d fragments\n", s.name, s.bytes, s.hits, s.partial)
+		for _, w := range s.where {
+			fmt.Fprintf(&b, "      %s\n", w)
+		}
+	}
+	return b.String()
+}
+
+// dumpStreams writes every message of every stream on the server, with
+// its subject and headers, and each stream's configuration.
+func dumpStreams(ctx context.Context, js jetstream.JetStream) (string, int, error) {
+	var b strings.Builder
+	msgs := 0
+	lister := js.ListStreams(ctx)
+	var infos []*jetstream.StreamInfo
+	for info := range lister.Info() {
+		infos = append(infos, info)
+	}
+	if err := lister.Err(); err != nil {
+		return "", 0, fmt.Errorf("list streams: %w", err)
+	}
+	for _, info := range infos {
+		fmt.Fprintf(&b, "== stream %s %+v\n", info.Config.Name, info.Config)
+		s, err := js.Stream(ctx, info.Config.Name)
+		if err != nil {
+			return "", 0, err
+		}
+		for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+			m, err := s.GetMsg(ctx, seq)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue
+			}
+			if err != nil {
+				return "", 0, fmt.Errorf("stream %s seq %d: %w", info.Config.Name, seq, err)
+			}
+			msgs++
+			fmt.Fprintf(&b, "-- %s #%d %s\n", info.Config.Name, m.Sequence, m.Subject)
+			for k, vs := range m.Header {
+				fmt.Fprintf(&b, "%s: %s\n", k, strings.Join(vs, ", "))
+			}
+			b.Write(m.Data)
+			b.WriteByte('\n')
+		}
+		cons := s.ListConsumers(ctx)
+		for ci := range cons.Info() {
+			fmt.Fprintf(&b, "== consumer %s %+v\n", ci.Name, ci.Config)
+		}
+		if err := cons.Err(); err != nil {
+			return "", 0, fmt.Errorf("consumers of %s: %w", info.Config.Name, err)
+		}
+	}
+	return b.String(), msgs, nil
+}
+
+// dumpKV writes every key, value and history entry of every key-value
+// bucket.
+func dumpKV(ctx context.Context, js jetstream.JetStream) (string, error) {
+	var b strings.Builder
+	names := js.KeyValueStoreNames(ctx)
+	var buckets []string
+	for n := range names.Name() {
+		buckets = append(buckets, n)
+	}
+	if err := names.Error(); err != nil {
+		return "", fmt.Errorf("kv buckets: %w", err)
+	}
+	for _, name := range buckets {
+		kv, err := js.KeyValue(ctx, name)
+		if err != nil {
+			return "", err
+		}
+		keys, err := kv.ListKeys(ctx)
+		if err != nil {
+			return "", err
+		}
+		var all []string
+		for k := range keys.Keys() {
+			all = append(all, k)
+		}
+		for _, k := range all {
+			hist, err := kv.History(ctx, k)
+			if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+				return "", fmt.Errorf("kv %s key %s: %w", name, k, err)
+			}
+			for _, e := range hist {
+				fmt.Fprintf(&b, "%s/%s rev %d %s: %s\n", name, k, e.Revision(), e.Operation(), e.Value())
+			}
+		}
+	}
+	return b.String(), nil
+}
+
+// dumpRedis writes every key of the server with its type and whole value.
+func dumpRedis(ctx context.Context, rdb *redis.Client) (string, int, error) {
+	var b strings.Builder
+	n := 0
+	iter := rdb.Scan(ctx, 0, "*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		return "", 0, err
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		typ, err := rdb.Type(ctx, k).Result()
+		if err != nil {
+			return "", 0, err
+		}
+		var v any
+		switch typ {
+		case "none":
+			continue // expired between SCAN and TYPE
+		case "string":
+			v, err = rdb.Get(ctx, k).Result()
+		case "hash":
+			v, err = rdb.HGetAll(ctx, k).Result()
+		case "list":
+			v, err = rdb.LRange(ctx, k, 0, -1).Result()
+		case "set":
+			v, err = rdb.SMembers(ctx, k).Result()
+		case "zset":
+			v, err = rdb.ZRangeWithScores(ctx, k, 0, -1).Result()
+		case "stream":
+			v, err = rdb.XRange(ctx, k, "-", "+").Result()
+		default:
+			v, err = rdb.Dump(ctx, k).Result()
+		}
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return "", 0, fmt.Errorf("key %s (%s): %w", k, typ, err)
+		}
+		n++
+		fmt.Fprintf(&b, "%s (%s) = %v\n", k, typ, v)
+	}
+	return b.String(), n, nil
+}
+
+// natsTap records every message published on the account (subject,
+// headers, data) from the moment it starts.
+type natsTap struct {
+	sub  *nats.Subscription
+	mu   sync.Mutex
+	b    strings.Builder
+	msgs int
+}
+
+func startNATSTap(t *testing.T, nc *nats.Conn) *natsTap {
+	t.Helper()
+	tap := &natsTap{}
+	sub, err := nc.Subscribe(">", func(m *nats.Msg) {
+		tap.mu.Lock()
+		defer tap.mu.Unlock()
+		tap.msgs++
+		fmt.Fprintf(&tap.b, "-- %s reply=%s\n", m.Subject, m.Reply)
+		for k, vs := range m.Header {
+			fmt.Fprintf(&tap.b, "%s: %s\n", k, strings.Join(vs, ", "))
+		}
+		tap.b.Write(m.Data)
+		tap.b.WriteByte('\n')
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	tap.sub = sub
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return tap
+}
+
+func (tap *natsTap) text() (string, int) {
+	tap.mu.Lock()
+	defer tap.mu.Unlock()
+	return tap.b.String(), tap.msgs
+}
+
+func (tap *natsTap) reset() {
+	tap.mu.Lock()
+	defer tap.mu.Unlock()
+	tap.b.Reset()
+	tap.msgs = 0
+}
+
+// redisMonitor records every command the Redis server runs (MONITOR), by
+// a redis-cli process.
+type redisMonitor struct {
+	cmd  *exec.Cmd
+	out  lockedBuffer
+	done chan struct{}
+}
+
+func startRedisMonitor(t *testing.T, srv *redistest.Server) *redisMonitor {
+	t.Helper()
+	cli, err := redistest.CLIBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &redisMonitor{done: make(chan struct{})}
+	m.cmd = exec.Command(cli, "-h", "127.0.0.1", "-p", fmt.Sprint(srv.Port()), "monitor")
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := m.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(m.done)
+		r := bufio.NewReaderSize(stdout, 1<<20)
+		_, _ = io.Copy(&m.out, r)
+	}()
+	t.Cleanup(func() {
+		_ = m.cmd.Process.Kill()
+		<-m.done
+		_ = m.cmd.Wait()
+	})
+	waitFor(t, "redis-cli monitor to start", 10*time.Second, func() bool { return strings.HasPrefix(m.out.String(), "OK") })
+	return m
+}
+
+func (m *redisMonitor) text() string { return m.out.String() }
+
+func (m *redisMonitor) reset() {
+	m.out.mu.Lock()
+	m.out.b.Reset()
+	m.out.mu.Unlock()
+}
+
+// httpGet returns the body of a GET, or the error as text.
+func httpGet(url string) (string, error) {
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
