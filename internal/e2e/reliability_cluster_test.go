@@ -1,0 +1,121 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
+	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
+)
+
+// A 3-node NATS cluster with the queue's streams replicated on all three
+// loses one node mid-run: the node that leads the JetStream meta group,
+// the work stream and the workers' consumer, killed abruptly (no
+// leadership handed over). The other two elect new leaders, the workers
+// connected to the lost node reconnect to the others (nats.url lists all
+// three), and every item finishes: 0 lost. The items the workers held at
+// the loss run again (their acks found no leader and they came back after
+// the election): at most one per worker slot, and in practice exactly that.
+func TestReliabilityNATSClusterLosesLeader(t *testing.T) {
+	n := size(300, 1500)
+	const workers, conc = 3, 2
+	c := natstest.StartCluster(t, 3)
+	f := newClusterFleet(t, c, "lease_ttl: 3s", fmt.Sprintf("concurrency: %d\nshutdown_grace: 5s\nmax_attempts: 20", conc),
+		3*time.Second, "SLEEP=0.02")
+	ids := f.publish("cl", "exec", n, itemJSON)
+
+	// One node leads everything the workers use; that is the one to lose.
+	victim := c.WaitMetaLeader(30 * time.Second)
+	c.WaitStreamLeader("KF", 30*time.Second)
+	c.WaitConsumerLeader("KF", "keyfleet-workers", 30*time.Second)
+	if err := c.MoveStreamLeader("KF", victim, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.MoveConsumerLeader("KF", "keyfleet-workers", victim, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	results := f.watchResults("cl", n)
+	start := time.Now()
+	var ws []*proc
+	for i := range workers {
+		ws = append(ws, f.startWorker(fmt.Sprintf("w%d", i+1)))
+	}
+	waitFor(t, "a third of the items to finish", 2*time.Minute, func() bool { return results.count() >= n/3 })
+	led := fmt.Sprintf("meta %v, stream %v, consumer %v", c.MetaLeader() == victim, c.StreamLeader("KF") == victim,
+		c.ConsumerLeader("KF", "keyfleet-workers") == victim)
+	at := results.count()
+	killed := time.Now()
+	c.Kill(victim)
+	newLeader := c.WaitStreamLeader("KF", time.Minute)
+	elected := time.Since(killed)
+	res := results.wait(t, size(3*time.Minute, 10*time.Minute))
+	took := time.Since(start)
+	stopFleet(t, 30*time.Second, ws...)
+	waitFor(t, "the work queue to be empty", time.Minute, func() bool {
+		st := f.queueStats()
+		return st.Stream.Messages == 0 && st.Consumer.AckPending == 0
+	})
+	t.Logf("killed n%d (leader of: %s) at %d/%d results; n%d leads the stream after %s", victim, led, at, n, newLeader,
+		elected.Round(time.Millisecond))
+	f.account("NATS 3-node cluster, R3 streams: leader node killed", ids, res, took, bounds{MaxDuplicates: workers * conc},
+		fmt.Sprintf("killed the meta+stream+consumer leader at %d/%d; new stream leader in %s; done %s after the kill",
+			at, n, elected.Round(100*time.Millisecond), time.Since(killed).Round(100*time.Millisecond)))
+}
+
+// newClusterFleet is newFleet on a NATS cluster: nats.url lists every
+// node, the streams have 3 replicas, and the job is holdGuardScript over
+// the two test keys.
+func newClusterFleet(t *testing.T, c *natstest.Cluster, poolYAML, workerYAML string, ackWait time.Duration, env ...string) *fleet {
+	t.Helper()
+	f := &fleet{t: t, redis: redistest.Start(t), dir: t.TempDir()}
+	f.env = append(os.Environ(), append([]string{"KEY_A=" + testSecrets["key-a"], "KEY_B=" + testSecrets["key-b"]}, env...)...)
+	cfg := fmt.Sprintf(`nats:
+  url: %s
+redis:
+  url: %s
+pool:
+  name: %s
+%s  credentials:
+    - {id: key-a, secret_env: KEY_A, max_concurrent: 1}
+    - {id: key-b, secret_env: KEY_B, max_concurrent: 1}
+worker:
+%s
+queue:
+  stream: KF
+  replicas: 3
+  ack_wait: %s
+jobs:
+  exec:
+    command: ["%s/guard.sh"]
+    timeout: 1m
+`, c.URLs(), f.redis.URL(), redistest.UniqueName(t), indent(poolYAML, 2), indent(workerYAML, 2), ackWait, f.dir)
+	f.cfg = filepath.Join(f.dir, "keyfleet.yaml")
+	if err := os.WriteFile(f.cfg, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.writeScript("guard.sh", strings.ReplaceAll(holdGuardScript, "{{dir}}", f.dir))
+	for id, s := range testSecrets {
+		f.writeFile("secret-"+id, s)
+	}
+	nc, err := nats.Connect(c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	f.nc = nc
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if f.q, err = queue.Open(ctx, nc, queue.Config{Stream: "KF", Replicas: 3, AckWait: ackWait}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.stopAll)
+	return f
+}
