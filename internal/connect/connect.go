@@ -127,6 +127,7 @@ func Redis(ctx context.Context, cfg config.Redis, poolSize int, timeout time.Dur
 		}
 		o.PoolSize = max(o.PoolSize, poolSize)
 		o.DialTimeout = min(o.DialTimeout, timeout)
+		o.Protocol = resp(cfg.URL, o.Protocol)
 		o.ContextTimeoutEnabled = true
 		rdb = redis.NewClusterClient(o)
 	} else {
@@ -139,6 +140,7 @@ func Redis(ctx context.Context, cfg config.Redis, poolSize int, timeout time.Dur
 		}
 		o.PoolSize = max(o.PoolSize, poolSize)
 		o.DialTimeout = min(o.DialTimeout, timeout)
+		o.Protocol = resp(cfg.URL, o.Protocol)
 		// Context deadlines bound socket reads and writes too, so that a
 		// Redis that accepts but never answers cannot hold a call past them.
 		o.ContextTimeoutEnabled = true
@@ -155,6 +157,17 @@ func Redis(ctx context.Context, cfg config.Redis, poolSize int, timeout time.Dur
 		return nil, exitcode.With(code, fmt.Errorf("cannot reach Redis at %s: %w", Redact(cfg.URL), err))
 	}
 	return rdb, nil
+}
+
+// resp picks the Redis protocol: RESP2 unless the URL asks for another
+// ("?protocol=3"). keyfleet needs nothing of RESP3, and with it go-redis
+// peeks the socket for push notifications before every command, one more
+// system call per command.
+func resp(rawURL string, parsed int) int {
+	if strings.Contains(rawURL, "protocol=") {
+		return parsed
+	}
+	return 2
 }
 
 // clusterURL accepts seed nodes as a comma-separated host list

@@ -27,6 +27,7 @@ type Metrics struct {
 	MessagesLost     prometheus.Counter
 	DeadLetters      *prometheus.CounterVec // kind, reason
 	RedisUnavailable prometheus.Counter
+	FetchBatch       prometheus.Histogram
 }
 
 // New registers the metrics in a fresh registry, with the Go and process
@@ -95,6 +96,11 @@ func New() *Metrics {
 			Name: "keyfleet_dead_letters_total",
 			Help: "Items dead-lettered, by kind and reason.",
 		}, []string{"kind", "reason"}),
+		FetchBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "keyfleet_fetch_messages",
+			Help:    "Messages received per pull request (each asks for as many as there are free slots).",
+			Buckets: []float64{0, 1, 2, 4, 8, 16, 32, 64, 128, 256},
+		}),
 		RedisUnavailable: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "keyfleet_redis_unavailable_total",
 			Help: "Credential acquisitions that failed because Redis could not be reached (no job runs then).",
@@ -102,6 +108,6 @@ func New() *Metrics {
 	}
 	r.MustRegister(m.Items, m.JobDuration, m.CredentialWait, m.Attempts, m.InFlight, m.Cooldowns,
 		m.Rejections, m.SlotsBusy, m.Slots, m.Redeliveries, m.LeaseRenewFails, m.LeasesLost,
-		m.MessagesLost, m.DeadLetters, m.RedisUnavailable)
+		m.MessagesLost, m.DeadLetters, m.RedisUnavailable, m.FetchBatch)
 	return m
 }

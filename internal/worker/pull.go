@@ -76,6 +76,7 @@ func (w *Worker) pull(pullCtx, runCtx context.Context, slots *sync.WaitGroup) {
 				w.handle(pullCtx, runCtx, msg)
 			}()
 		}
+		w.metrics.FetchBatch.Observe(float64(got))
 		for range n - got {
 			free <- struct{}{}
 		}

@@ -17,10 +17,12 @@ var runsLua string
 var runsScript = redis.NewScript(runsLua)
 
 // runCounter counts each item's runs and failures in Redis, so that every
-// worker agrees on KEYFLEET_ATTEMPT and max_attempts. Keys expire after
-// ttl without activity and are deleted at the item's final outcome. If
-// Redis loses its state, counting starts again (an item may then run more
-// than max_attempts times in all).
+// worker agrees on KEYFLEET_ATTEMPT and max_attempts. The first run of an
+// item's first delivery is not recorded when it starts (most items succeed
+// at once, and then nothing is written at all); every later event is.
+// Keys expire after ttl without activity and are deleted at the item's
+// final outcome. If Redis loses its state, the deliveries JetStream counted
+// stand in for the lost runs.
 type runCounter struct {
 	rdb    redis.Scripter
 	prefix string
@@ -29,15 +31,29 @@ type runCounter struct {
 
 type runCount struct {
 	Runs, Failures int
-	// Unreported: the previous run never reported (its worker died) and
-	// was counted as a failure now.
-	Unreported bool
+	// Lost: earlier runs that never reported (their workers died), counted
+	// as failures now.
+	Lost int
 }
 
-func (c *runCounter) key(batch, item string) string { return c.prefix + batch + "/" + item }
+// itemRuns tracks one delivery of an item.
+type itemRuns struct {
+	c         *runCounter
+	batch, id string
+	delivery  uint64
+	// wrote: Redis may hold counters for the item (an earlier delivery or
+	// this one wrote them), so the final outcome must delete them.
+	wrote bool
+	cur   runCount
+}
 
-func (c *runCounter) do(ctx context.Context, op, batch, item string) (runCount, error) {
-	reply, err := runsScript.Run(ctx, c.rdb, []string{c.key(batch, item)}, op, int64(c.ttl.Seconds())).Result()
+func (c *runCounter) forItem(batch, id string, delivery uint64) *itemRuns {
+	return &itemRuns{c: c, batch: batch, id: id, delivery: delivery, wrote: delivery > 1}
+}
+
+func (r *itemRuns) do(ctx context.Context, op string) (runCount, error) {
+	reply, err := runsScript.Run(ctx, r.c.rdb, []string{r.c.prefix + r.batch + "/" + r.id},
+		op, r.delivery, r.cur.Runs, int64(r.c.ttl.Seconds())).Result()
 	if err != nil {
 		return runCount{}, fmt.Errorf("run counter %s: %w", op, err)
 	}
@@ -45,28 +61,60 @@ func (c *runCounter) do(ctx context.Context, op, batch, item string) (runCount, 
 	if err != nil {
 		return runCount{}, fmt.Errorf("run counter %s: %w", op, err)
 	}
-	return runCount{Runs: int(v[0]), Failures: int(v[1]), Unreported: v[2] == 1}, nil
+	r.wrote = true
+	return runCount{Runs: int(v[0]), Failures: int(v[1]), Lost: int(v[2])}, nil
 }
 
-// start records the start of a run and returns the run number.
-func (c *runCounter) start(ctx context.Context, batch, item string) (runCount, error) {
-	return c.do(ctx, "start", batch, item)
+// start begins a run and returns its number (and what was lost before).
+func (r *itemRuns) start(ctx context.Context) (runCount, error) {
+	if !r.wrote && r.cur.Runs == 0 {
+		// The first run of the first delivery: nothing to write yet.
+		r.cur = runCount{Runs: 1}
+		return r.cur, nil
+	}
+	st, err := r.do(ctx, "start")
+	if err == nil {
+		r.cur = st
+	}
+	return st, err
 }
 
 // fail records that the current run failed.
-func (c *runCounter) fail(ctx context.Context, batch, item string) (runCount, error) {
-	return c.do(ctx, "fail", batch, item)
+func (r *itemRuns) fail(ctx context.Context) (runCount, error) {
+	st, err := r.do(ctx, "fail")
+	if err != nil {
+		st = runCount{Runs: r.cur.Runs, Failures: r.cur.Failures + 1}
+	}
+	r.cur = st
+	return st, err
 }
 
 // settle records that the current run ended without a failure (rate
 // limited, rejected key, interrupted).
-func (c *runCounter) settle(ctx context.Context, batch, item string) error {
-	_, err := c.do(ctx, "settle", batch, item)
+func (r *itemRuns) settle(ctx context.Context) error {
+	st, err := r.do(ctx, "settle")
+	if err == nil {
+		r.cur = st
+	}
 	return err
 }
 
-// done forgets the item (final outcome reached).
-func (c *runCounter) done(ctx context.Context, batch, item string) error {
-	_, err := c.do(ctx, "done", batch, item)
+// handBack records that this delivery ends before running the item again
+// (shutdown, or its message lost while it waited for a credential), so the
+// next delivery counts no lost run for it.
+func (r *itemRuns) handBack(ctx context.Context) error {
+	if r.cur.Runs > 0 && r.wrote {
+		return nil // the last run already reported (settle or fail)
+	}
+	_, err := r.do(ctx, "norun")
+	return err
+}
+
+// done forgets the item at its final outcome.
+func (r *itemRuns) done(ctx context.Context) error {
+	if !r.wrote {
+		return nil // nothing was ever written
+	}
+	_, err := r.do(ctx, "done")
 	return err
 }

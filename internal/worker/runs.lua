@@ -1,31 +1,62 @@
 -- Per-item run counters.
--- KEYS[1]  the item's hash: runs, failures, open (1 while a run has not reported)
--- ARGV[1]  op: start | fail | settle | done
--- ARGV[2]  TTL in seconds (refreshed on every op but done)
--- Returns {runs, failures, unreported} where unreported is 1 when `start`
--- found the previous run open (its worker died) and counted it as failed.
+-- KEYS[1]  the item's hash: runs, failures, open (1 while a started run has
+--          not reported), acc (the last delivery that reported anything)
+-- ARGV[1]  op: start | fail | settle | norun | done
+-- ARGV[2]  the delivery number of the message now held (JetStream's
+--          NumDelivered)
+-- ARGV[3]  the run number the worker holds (fail/settle of a first run it
+--          did not record at its start)
+-- ARGV[4]  TTL in seconds (refreshed on every op but done)
+-- Returns {runs, failures, lost}: lost is the number of earlier runs that
+-- never reported (their workers died), counted as failures by `start`.
+--
+-- A worker records nothing when it starts the first run of an item's first
+-- delivery (the common case costs no write); every other start is
+-- recorded. So at `start` of delivery d, the deliveries after `acc` and
+-- before d reported nothing: each of them ran (at most) a first run and
+-- died, and a run left open died too.
 local k = KEYS[1]
 local op = ARGV[1]
 if op == 'done' then
   redis.call('DEL', k)
   return {0, 0, 0}
 end
-local unreported = 0
+local h = redis.call('HMGET', k, 'runs', 'failures', 'open', 'acc')
+local runs = tonumber(h[1] or '0') or 0
+local fails = tonumber(h[2] or '0') or 0
+local open = h[3] == '1'
+local acc = tonumber(h[4] or '0') or 0
+local d = tonumber(ARGV[2])
+local held = tonumber(ARGV[3])
+local lost = 0
 if op == 'start' then
-  if redis.call('HGET', k, 'open') == '1' then
-    redis.call('HINCRBY', k, 'failures', 1)
-    unreported = 1
+  if open then
+    lost = lost + 1
   end
-  redis.call('HSET', k, 'open', '1')
-  redis.call('HINCRBY', k, 'runs', 1)
+  local gap = d - 1 - acc
+  if gap > 0 then
+    lost = lost + gap
+    runs = runs + gap
+  end
+  fails = fails + lost
+  runs = runs + 1
+  open = true
 elseif op == 'fail' then
-  redis.call('HSET', k, 'open', '0')
-  redis.call('HINCRBY', k, 'failures', 1)
+  runs = math.max(runs, held)
+  fails = fails + 1
+  open = false
 elseif op == 'settle' then
-  redis.call('HSET', k, 'open', '0')
+  runs = math.max(runs, held)
+  open = false
+elseif op == 'norun' then
+  open = false
 else
   return redis.error_reply('unknown op ' .. op)
 end
-redis.call('EXPIRE', k, ARGV[2])
-local v = redis.call('HMGET', k, 'runs', 'failures')
-return {tonumber(v[1] or '0'), tonumber(v[2] or '0'), unreported}
+local o = '0'
+if open then
+  o = '1'
+end
+redis.call('HSET', k, 'runs', runs, 'failures', fails, 'open', o, 'acc', math.max(acc, d))
+redis.call('EXPIRE', k, ARGV[4])
+return {runs, fails, lost}

@@ -35,24 +35,30 @@ func (w *Worker) handle(pullCtx, runCtx context.Context, msg jetstream.Msg) {
 	defer stopKeepAlive()
 
 	if decodeErr != nil {
-		w.deadLetter(msg, it, log, queue.ReasonUndecodable, decodeErr.Error(), runCount{})
+		w.deadLetter(msg, it, log, queue.ReasonUndecodable, decodeErr.Error(), w.runs.forItem(it.Batch, it.ID, delivered))
 		return
 	}
 	h, ok := w.handlers[it.Kind]
 	if !ok {
 		w.deadLetter(msg, it, log, queue.ReasonUnknownKind,
-			fmt.Sprintf("worker %s has no jobs.%s configured (it runs %v)", w.id, it.Kind, w.kinds()), runCount{})
+			fmt.Sprintf("worker %s has no jobs.%s configured (it runs %v)", w.id, it.Kind, w.kinds()), w.runs.forItem(it.Batch, it.ID, delivered))
 		return
 	}
+	runs := w.runs.forItem(it.Batch, it.ID, delivered)
 	for {
 		lease, err := w.acquire(pullCtx, itemCtx, it, log)
 		if err != nil {
-			log.Debug("item handed back before it started", zap.NamedError("why", err))
+			log.Debug("item handed back before it ran (again)", zap.NamedError("why", err))
+			sctx, cancel := w.settleCtx()
+			if herr := runs.handBack(sctx); herr != nil {
+				log.Debug("recording the hand-back", zap.Error(herr))
+			}
+			cancel()
 			w.nakNow(msg, err.Error())
 			return
 		}
 		sctx, cancel := w.settleCtx()
-		st, err := w.runs.start(sctx, it.Batch, it.ID)
+		st, err := runs.start(sctx)
 		cancel()
 		if err != nil {
 			// Redis failed right after granting the lease: run nothing.
@@ -62,17 +68,17 @@ func (w *Worker) handle(pullCtx, runCtx context.Context, msg jetstream.Msg) {
 			w.nak(msg, log, time.Second)
 			return
 		}
-		if st.Unreported {
-			log.Warn("the previous run of this item never reported (its worker died): counted as a failed attempt",
-				zap.Int("failures", st.Failures), zap.Int("max_attempts", w.cfg.Worker.MaxAttempts))
+		if st.Lost > 0 {
+			log.Warn("earlier runs of this item never reported (their workers died): counted as failed attempts",
+				zap.Int("lost_runs", st.Lost), zap.Int("failures", st.Failures), zap.Int("max_attempts", w.cfg.Worker.MaxAttempts))
 			if st.Failures >= w.cfg.Worker.MaxAttempts {
 				w.releaseLease(lease, log)
 				w.deadLetter(msg, it, log, queue.ReasonOutOfAttempts,
-					fmt.Sprintf("%d runs failed or never reported (their workers died)", st.Failures), st)
+					fmt.Sprintf("%d runs failed or never reported (their workers died)", st.Failures), runs)
 				return
 			}
 		}
-		if !w.runOnce(pullCtx, itemCtx, msg, it, h, lease, st, delivered, log) {
+		if !w.runOnce(pullCtx, itemCtx, msg, it, h, lease, runs, delivered, log) {
 			return
 		}
 	}
@@ -82,8 +88,8 @@ func (w *Worker) handle(pullCtx, runCtx context.Context, msg jetstream.Msg) {
 // outcome. It reports whether the item should run again at once on another
 // credential (it was rate limited or its key rejected).
 func (w *Worker) runOnce(pullCtx, itemCtx context.Context, msg jetstream.Msg, it queue.Item, h jobs.Handler,
-	lease *creds.Lease, st runCount, delivered uint64, log *zap.Logger) (again bool) {
-	attempt := st.Runs
+	lease *creds.Lease, runs *itemRuns, delivered uint64, log *zap.Logger) (again bool) {
+	attempt := runs.cur.Runs
 	log = log.With(zap.Int("attempt", attempt), zap.String("credential", lease.CredentialID))
 	jobCtx, cancelJob := context.WithCancelCause(itemCtx)
 	defer cancelJob(nil)
@@ -111,13 +117,13 @@ func (w *Worker) runOnce(pullCtx, itemCtx context.Context, msg jetstream.Msg, it
 	switch {
 	case jobErr == nil:
 		w.releaseLease(lease, log)
-		w.succeed(ctx, msg, it, attempt, dur, lease, out, log)
+		w.succeed(ctx, msg, it, runs, dur, lease, out, log)
 		return false
 
 	case interrupted != nil && outcome == jobs.OutcomeTransient:
 		// Shutdown, lost lease or lost message: not the item's fault.
 		w.releaseLease(lease, log)
-		w.settleRun(ctx, it, log)
+		w.settleRun(ctx, runs, log)
 		w.metrics.Items.WithLabelValues(it.Kind, "interrupted").Inc()
 		log.Info("job interrupted: handed back for immediate redelivery", zap.NamedError("why", interrupted))
 		w.nak(msg, log, 0)
@@ -144,7 +150,7 @@ func (w *Worker) runOnce(pullCtx, itemCtx context.Context, msg jetstream.Msg, it
 		}
 		w.metrics.Cooldowns.WithLabelValues(lease.CredentialID, label).Inc()
 		w.metrics.Items.WithLabelValues(it.Kind, "rate_limited").Inc()
-		w.settleRun(ctx, it, log)
+		w.settleRun(ctx, runs, log)
 		log.Info("credential rate limited: cooling down; the item runs again on another credential",
 			zap.Duration("cooldown", d), zap.String("retry_after_from", source), zap.String("reason", reason))
 		return w.againUnlessDraining(pullCtx, msg, log)
@@ -160,33 +166,31 @@ func (w *Worker) runOnce(pullCtx, itemCtx context.Context, msg jetstream.Msg, it
 		}
 		w.metrics.Rejections.WithLabelValues(lease.CredentialID, rejectCause(it.Kind, reason)).Inc()
 		w.metrics.Items.WithLabelValues(it.Kind, "rejected").Inc()
-		w.settleRun(ctx, it, log)
+		w.settleRun(ctx, runs, log)
 		log.Error("credential rejected by the API: disabled until `producer creds enable`; the item runs again on another credential",
 			zap.String("reason", reason))
 		return w.againUnlessDraining(pullCtx, msg, log)
 
 	case outcome == jobs.OutcomePermanent:
 		w.releaseLease(lease, log)
-		st2, err := w.runs.fail(ctx, it.Batch, it.ID)
-		if err != nil {
-			st2 = runCount{Runs: attempt, Failures: st.Failures + 1}
+		if _, err := runs.fail(ctx); err != nil {
+			log.Warn("cannot count the failure in Redis", zap.Error(err))
 		}
-		w.deadLetterRun(ctx, msg, it, log, queue.ReasonPermanent, errText, st2, dur, lease.CredentialID, out)
+		w.deadLetterRun(ctx, msg, it, log, queue.ReasonPermanent, errText, runs, dur, lease.CredentialID, out)
 		return false
 
 	default: // transient
 		w.releaseLease(lease, log)
-		st2, err := w.runs.fail(ctx, it.Batch, it.ID)
+		st2, err := runs.fail(ctx)
 		if err != nil {
 			log.Warn("cannot count the failure in Redis", zap.Error(err))
-			st2 = runCount{Runs: attempt, Failures: st.Failures + 1}
 		}
 		maxDeliver := w.q.Config().MaxDeliver
 		switch {
 		case st2.Failures >= w.cfg.Worker.MaxAttempts:
-			w.deadLetterRun(ctx, msg, it, log, queue.ReasonOutOfAttempts, errText, st2, dur, lease.CredentialID, out)
+			w.deadLetterRun(ctx, msg, it, log, queue.ReasonOutOfAttempts, errText, runs, dur, lease.CredentialID, out)
 		case maxDeliver > 0 && delivered >= uint64(maxDeliver):
-			w.deadLetterRun(ctx, msg, it, log, queue.ReasonMaxDeliveries, errText, st2, dur, lease.CredentialID, out)
+			w.deadLetterRun(ctx, msg, it, log, queue.ReasonMaxDeliveries, errText, runs, dur, lease.CredentialID, out)
 		default:
 			delay := w.cfg.Worker.RetryDelay(st2.Failures)
 			w.metrics.Items.WithLabelValues(it.Kind, "retried").Inc()
@@ -224,22 +228,23 @@ func (w *Worker) againUnlessDraining(pullCtx context.Context, msg jetstream.Msg,
 
 // succeed stores the result, then acks: a crash in between reruns the item
 // and overwrites the same result, so nothing is counted twice.
-func (w *Worker) succeed(ctx context.Context, msg jetstream.Msg, it queue.Item, attempt int, dur time.Duration,
+func (w *Worker) succeed(ctx context.Context, msg jetstream.Msg, it queue.Item, runs *itemRuns, dur time.Duration,
 	lease *creds.Lease, out jobs.Output, log *zap.Logger) {
+	attempt := runs.cur.Runs
 	res := w.result(it, queue.OutcomeSucceeded, attempt, dur, lease.CredentialID, "", out)
 	res.LeasedAt = lease.Acquired.UTC()
 	if err := w.retry(ctx, "storing the result", log, func(c context.Context) error { return w.q.PutResult(c, res) }); err != nil {
 		log.Error("could not store the result: the item will run again", zap.Error(err))
-		w.settleRun(ctx, it, log)
+		w.settleRun(ctx, runs, log)
 		w.nak(msg, log, 0)
 		return
 	}
 	if err := w.retry(ctx, "acknowledging", log, func(c context.Context) error { return queue.Ack(c, msg) }); err != nil {
 		log.Error("could not acknowledge: the item will run again after its ack wait", zap.Error(err))
-		w.settleRun(ctx, it, log)
+		w.settleRun(ctx, runs, log)
 		return
 	}
-	if err := w.runs.done(ctx, it.Batch, it.ID); err != nil {
+	if err := runs.done(ctx); err != nil {
 		log.Debug("forgetting run counters", zap.Error(err))
 	}
 	w.done.Add(1)
@@ -250,16 +255,17 @@ func (w *Worker) succeed(ctx context.Context, msg jetstream.Msg, it queue.Item, 
 
 // deadLetter gives up on an item that never ran (or whose runs never
 // reported).
-func (w *Worker) deadLetter(msg jetstream.Msg, it queue.Item, log *zap.Logger, reason, errText string, st runCount) {
+func (w *Worker) deadLetter(msg jetstream.Msg, it queue.Item, log *zap.Logger, reason, errText string, runs *itemRuns) {
 	ctx, cancel := w.settleCtx()
 	defer cancel()
-	w.deadLetterRun(ctx, msg, it, log, reason, errText, st, 0, "", jobs.Output{})
+	w.deadLetterRun(ctx, msg, it, log, reason, errText, runs, 0, "", jobs.Output{})
 }
 
 // deadLetterRun stores the dead-letter record and the failed result, then
 // terminates the message (the term deletes it, so the record comes first).
 func (w *Worker) deadLetterRun(ctx context.Context, msg jetstream.Msg, it queue.Item, log *zap.Logger, reason, errText string,
-	st runCount, dur time.Duration, credID string, out jobs.Output) {
+	runs *itemRuns, dur time.Duration, credID string, out jobs.Output) {
+	st := runs.cur
 	dl := queue.DeadLetter{
 		Item: it.ID, Batch: it.Batch, Kind: it.Kind, Reason: reason, Attempts: st.Runs, Failures: st.Failures,
 		Error: errText, Worker: w.id, FailedAt: time.Now().UTC(), Payload: it.Payload,
@@ -282,7 +288,7 @@ func (w *Worker) deadLetterRun(ctx context.Context, msg jetstream.Msg, it queue.
 	if err := w.retry(ctx, "terminating", log, func(c context.Context) error { return queue.Term(c, w.nc, msg, reason) }); err != nil {
 		log.Error("could not terminate the message: it comes back after its ack wait", zap.Error(err))
 	}
-	if err := w.runs.done(ctx, it.Batch, it.ID); err != nil {
+	if err := runs.done(ctx); err != nil {
 		log.Debug("forgetting run counters", zap.Error(err))
 	}
 	w.failed.Add(1)
@@ -336,8 +342,8 @@ func (w *Worker) releaseLease(l *creds.Lease, log *zap.Logger) {
 }
 
 // settleRun records that a run ended without failing.
-func (w *Worker) settleRun(ctx context.Context, it queue.Item, log *zap.Logger) {
-	if err := w.runs.settle(ctx, it.Batch, it.ID); err != nil {
+func (w *Worker) settleRun(ctx context.Context, runs *itemRuns, log *zap.Logger) {
+	if err := runs.settle(ctx); err != nil {
 		log.Debug("settling run counters", zap.Error(err))
 	}
 }

@@ -40,21 +40,22 @@ type Options struct {
 
 // Worker is one worker process.
 type Worker struct {
-	cfg      *config.Config
-	id       string
-	log      *zap.Logger
-	metrics  *metrics.Metrics
-	nc       *nats.Conn
-	q        *queue.Queue
-	cons     jetstream.Consumer
-	rdb      redis.UniversalClient
-	pool     *creds.Pool
-	defs     []creds.Credential
-	secrets  map[string]secret.Secret
-	scrub    *secret.Scrubber
-	handlers map[string]jobs.Handler
-	runs     *runCounter
-	started  time.Time
+	cfg       *config.Config
+	id        string
+	log       *zap.Logger
+	metrics   *metrics.Metrics
+	nc        *nats.Conn
+	q         *queue.Queue
+	cons      jetstream.Consumer
+	rdb       redis.UniversalClient
+	pipeliner *redis.AutoPipeliner // nil where the client has none
+	pool      *creds.Pool
+	defs      []creds.Credential
+	secrets   map[string]secret.Secret
+	scrub     *secret.Scrubber
+	handlers  map[string]jobs.Handler
+	runs      *runCounter
+	started   time.Time
 
 	registerMu sync.Mutex
 	busy       atomic.Int64
@@ -131,11 +132,18 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	w.pool, err = creds.New(w.rdb, cfg.Pool.Name, creds.WithLeaseTTL(cfg.Pool.LeaseTTL), creds.WithOnly(ids...))
+	// Scripts of concurrent slots share round trips and system calls
+	// through go-redis' auto-pipeliner (where the client has one).
+	var scripts redis.Scripter = w.rdb
+	if ap, err := w.rdb.AutoPipeline(); err == nil {
+		scripts, w.pipeliner = ap, ap
+	}
+	w.pool, err = creds.New(w.rdb, cfg.Pool.Name, creds.WithLeaseTTL(cfg.Pool.LeaseTTL), creds.WithOnly(ids...),
+		creds.WithScripter(scripts))
 	if err != nil {
 		return nil, exitcode.With(exitcode.Usage, err)
 	}
-	w.runs = &runCounter{rdb: w.rdb, prefix: "keyfleet:runs:" + qcfg.WithDefaults().Stream + ":", ttl: 7 * 24 * time.Hour}
+	w.runs = &runCounter{rdb: scripts, prefix: "keyfleet:runs:" + qcfg.WithDefaults().Stream + ":", ttl: 7 * 24 * time.Hour}
 	if err := w.register(qctx); err != nil {
 		if errors.Is(err, creds.ErrInvalid) {
 			return nil, exitcode.With(exitcode.Usage, err)
@@ -274,6 +282,9 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) closeConns() {
 	if w.pool != nil {
 		_ = w.pool.Close()
+	}
+	if w.pipeliner != nil {
+		_ = w.pipeliner.Close()
 	}
 	if w.rdb != nil {
 		_ = w.rdb.Close()

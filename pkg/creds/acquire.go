@@ -99,7 +99,7 @@ func (p *Pool) try(ctx context.Context, owner string) (*Lease, time.Duration, er
 		args = append(args, id)
 	}
 	opCtx, cancel := p.opCtx(ctx)
-	reply, err := acquireScript.Run(opCtx, p.rdb, []string{p.keys.creds, p.keys.fence}, args...).Result()
+	reply, err := acquireScript.Run(opCtx, p.scripts, []string{p.keys.creds, p.keys.fence}, args...).Result()
 	cancel()
 	if err != nil {
 		return nil, 0, fmt.Errorf("creds: acquire from pool %q: %w", p.name, err)

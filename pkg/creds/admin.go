@@ -25,7 +25,7 @@ func (p *Pool) Register(ctx context.Context, defs []Credential) error {
 	for i, d := range defs {
 		args = append(args, d.ID, d.MaxConcurrent, limits[i].N, limits[i].Period.Microseconds())
 	}
-	if err := registerScript.Run(ctx, p.rdb, []string{p.keys.creds, p.keys.fence}, args...).Err(); err != nil {
+	if err := registerScript.Run(ctx, p.scripts, []string{p.keys.creds, p.keys.fence}, args...).Err(); err != nil {
 		return fmt.Errorf("creds: register %d credentials in pool %q: %w", len(defs), p.name, err)
 	}
 	p.wakeHead()
@@ -111,7 +111,7 @@ func (p *Pool) admin(ctx context.Context, id, op string, args ...string) (int64,
 		argv = append(argv, a)
 	}
 	argv = append(argv, p.instance)
-	reply, err := adminScript.Run(ctx, p.rdb, []string{p.keys.creds}, argv...).Result()
+	reply, err := adminScript.Run(ctx, p.scripts, []string{p.keys.creds}, argv...).Result()
 	if err != nil {
 		return 0, fmt.Errorf("creds: %s %q in pool %q: %w", op, id, p.name, err)
 	}

@@ -130,3 +130,40 @@ func BenchmarkHandoff(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAcquireReleaseAutoPipelined is the roomy 64-goroutine case with
+// the scripts sent through go-redis' AutoPipeliner (WithScripter).
+func BenchmarkAcquireReleaseAutoPipelined(b *testing.B) {
+	e := newEnv(b)
+	ap, err := e.rdb.AutoPipeline()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ap.Close()
+	p := e.pool(creds.WithScripter(ap))
+	defs := make([]creds.Credential, 8)
+	for i := range defs {
+		defs[i] = creds.Credential{ID: fmt.Sprintf("k%d", i), MaxConcurrent: 8}
+	}
+	e.register(p, defs...)
+	ctx := context.Background()
+	var n atomic.Int64
+	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			l, err := p.Acquire(ctx, "bench")
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := p.Release(ctx, l); err != nil {
+				b.Error(err)
+				return
+			}
+			n.Add(1)
+		}
+	})
+	b.ReportMetric(float64(n.Load())/time.Since(start).Seconds(), "pairs/s")
+}

@@ -27,7 +27,7 @@ type Lease struct {
 // new expiry (on Redis's clock). It fails with ErrLeaseLost, changing
 // nothing, when the lease expired, was released or its credential removed.
 func (p *Pool) Renew(ctx context.Context, l *Lease) (time.Time, error) {
-	reply, err := renewScript.Run(ctx, p.rdb, []string{p.keys.creds}, l.CredentialID, l.member, p.ttl.Microseconds()).Result()
+	reply, err := renewScript.Run(ctx, p.scripts, []string{p.keys.creds}, l.CredentialID, l.member, p.ttl.Microseconds()).Result()
 	if err != nil {
 		return time.Time{}, fmt.Errorf("creds: renew lease %d on %q: %w", l.Token, l.CredentialID, err)
 	}
@@ -67,7 +67,7 @@ func (p *Pool) release(ctx context.Context, l *Lease, mode string, d time.Durati
 	if l == nil {
 		return fmt.Errorf("%w: nil lease", ErrInvalid)
 	}
-	reply, err := releaseScript.Run(ctx, p.rdb, []string{p.keys.creds},
+	reply, err := releaseScript.Run(ctx, p.scripts, []string{p.keys.creds},
 		l.CredentialID, l.member, mode, d.Microseconds(), reason, p.instance).Result()
 	if err != nil {
 		return fmt.Errorf("creds: release lease %d on %q: %w", l.Token, l.CredentialID, err)

@@ -60,6 +60,20 @@ func WithKeyBase(base string) Option {
 	}
 }
 
+// WithScripter sends the pool's scripts through s instead of the client
+// given to New (which still carries the pub/sub subscription): for example
+// a go-redis AutoPipeliner, which batches the scripts of concurrent callers
+// into fewer round trips and system calls.
+func WithScripter(s redis.Scripter) Option {
+	return func(p *Pool) error {
+		if s == nil {
+			return fmt.Errorf("%w: nil scripter", ErrInvalid)
+		}
+		p.scripts = s
+		return nil
+	}
+}
+
 // WithOpTimeout bounds each Redis call the pool makes on its own behalf
 // (default 5s): the attempts inside Acquire, which must finish even when
 // Acquire's context ends so that no lease is left behind.
@@ -77,6 +91,7 @@ func WithOpTimeout(d time.Duration) Option {
 // concurrent use; create one per process and pool, and Close it when done.
 type Pool struct {
 	rdb       Client
+	scripts   redis.Scripter // runs the scripts: rdb unless WithScripter
 	name      string
 	base      string
 	keys      keys
@@ -122,6 +137,9 @@ func New(rdb Client, name string, opts ...Option) (*Pool, error) {
 		}
 	}
 	p.keys = newKeys(p.base, name)
+	if p.scripts == nil {
+		p.scripts = rdb
+	}
 	return p, nil
 }
 

@@ -64,7 +64,7 @@ type Holder struct {
 
 // Stats reads the state of every credential.
 func (p *Pool) Stats(ctx context.Context) (Stats, error) {
-	reply, err := statsScript.Run(ctx, p.rdb, []string{p.keys.creds}).Result()
+	reply, err := statsScript.Run(ctx, p.scripts, []string{p.keys.creds}).Result()
 	if err != nil {
 		return Stats{}, fmt.Errorf("creds: stats of pool %q: %w", p.name, err)
 	}

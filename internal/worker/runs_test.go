@@ -1,0 +1,95 @@
+package worker
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
+)
+
+func TestRunCounting(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	c := &runCounter{rdb: rdb, prefix: "keyfleet:runs:" + redistest.UniqueName(t) + ":", ttl: time.Hour}
+	ctx := context.Background()
+	exists := func(id string) bool {
+		n, err := rdb.Exists(ctx, c.prefix+"b/"+id).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	must := func(st runCount, err error) runCount {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	check := func(what string, got, want runCount) {
+		t.Helper()
+		if got != want {
+			t.Fatalf("%s: got %+v, want %+v", what, got, want)
+		}
+	}
+
+	t.Run("first run succeeds: nothing written", func(t *testing.T) {
+		r := c.forItem("b", "ok", 1)
+		check("start", must(r.start(ctx)), runCount{Runs: 1})
+		if err := r.done(ctx); err != nil || exists("ok") {
+			t.Fatalf("a first-time success must write nothing (err %v)", err)
+		}
+	})
+	t.Run("failure, then the next delivery", func(t *testing.T) {
+		r := c.forItem("b", "flaky", 1)
+		must(r.start(ctx))
+		check("fail", must(r.fail(ctx)), runCount{Runs: 1, Failures: 1})
+		r2 := c.forItem("b", "flaky", 2)
+		check("second start", must(r2.start(ctx)), runCount{Runs: 2, Failures: 1})
+		if err := r2.done(ctx); err != nil || exists("flaky") {
+			t.Fatal("done must delete the counters")
+		}
+	})
+	t.Run("first run died silently", func(t *testing.T) {
+		r := c.forItem("b", "killed", 1)
+		must(r.start(ctx)) // recorded nothing; the worker dies
+		r2 := c.forItem("b", "killed", 2)
+		check("after the death", must(r2.start(ctx)), runCount{Runs: 2, Failures: 1, Lost: 1})
+		// The second run dies too, after recording its start.
+		r3 := c.forItem("b", "killed", 3)
+		check("after the second death", must(r3.start(ctx)), runCount{Runs: 3, Failures: 2, Lost: 1})
+	})
+	t.Run("handed back before running", func(t *testing.T) {
+		r := c.forItem("b", "drained", 1)
+		if err := r.handBack(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r2 := c.forItem("b", "drained", 2)
+		check("next delivery", must(r2.start(ctx)), runCount{Runs: 1})
+	})
+	t.Run("rate limited, then run again in place", func(t *testing.T) {
+		r := c.forItem("b", "limited", 1)
+		must(r.start(ctx))
+		if err := r.settle(ctx); err != nil {
+			t.Fatal(err)
+		}
+		check("second run", must(r.start(ctx)), runCount{Runs: 2})
+		if err := r.settle(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// Shutdown while waiting for the next credential: the last run
+		// reported, so nothing is lost at the next delivery.
+		if err := r.handBack(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r2 := c.forItem("b", "limited", 2)
+		check("next delivery", must(r2.start(ctx)), runCount{Runs: 3})
+	})
+	t.Run("counters lost with Redis", func(t *testing.T) {
+		// Delivery 4 of an item whose counters are gone: the three earlier
+		// deliveries stand in for lost runs.
+		r := c.forItem("b", "amnesia", 4)
+		check("start", must(r.start(ctx)), runCount{Runs: 4, Failures: 3, Lost: 3})
+	})
+}
