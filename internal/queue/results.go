@@ -31,7 +31,7 @@ type Result struct {
 	// LeasedAt is when the last run's credential lease was granted, on
 	// Redis's clock (the moment the pool counted the start).
 	LeasedAt time.Time `json:"leased_at,omitzero"`
-	Error        string  `json:"error"`
+	Error    string    `json:"error"`
 	// Output is the job's output (exec stdout, http body), at most the
 	// worker's jobs.max_output bytes; base64 when OutputEncoding says so.
 	Output          string    `json:"output"`
