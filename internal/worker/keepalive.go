@@ -18,39 +18,15 @@ import (
 // called with errMessageLost.
 func (w *Worker) keepMessageAlive(msg jetstream.Msg, lost func(error)) (stop func()) {
 	ackWait := w.q.Config().AckWait
-	every := max(ackWait/3, 50*time.Millisecond)
-	margin := min(time.Second, ackWait/10)
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		lastOK := time.Now()
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), every)
-			err := queue.InProgress(ctx, w.nc, msg)
-			cancel()
-			if err == nil {
-				lastOK = time.Now()
-				continue
-			}
-			if time.Since(lastOK) >= ackWait-margin {
-				w.metrics.MessagesLost.Inc()
-				lost(errMessageLost)
-				return
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-finished
-	}
+	return w.keeper.add(&keepTask{
+		every: max(ackWait/3, 50*time.Millisecond),
+		limit: ackWait - min(time.Second, ackWait/10),
+		do:    func(ctx context.Context) error { return queue.InProgress(ctx, w.nc, msg) },
+		lost: func() {
+			w.metrics.MessagesLost.Inc()
+			lost(errMessageLost)
+		},
+	})
 }
 
 // renewLease renews the lease every TTL/3 until stop is called. A lease
@@ -58,39 +34,23 @@ func (w *Worker) keepMessageAlive(msg jetstream.Msg, lost func(error)) (stop fun
 // errLeaseLost.
 func (w *Worker) renewLease(l *creds.Lease, log *zap.Logger, lost func(error)) (stop func()) {
 	ttl := w.pool.LeaseTTL()
-	every := max(ttl/3, 10*time.Millisecond)
-	margin := min(time.Second, ttl/10)
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		lastOK := time.Now()
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), every)
+	var last error
+	return w.keeper.add(&keepTask{
+		every: max(ttl/3, 10*time.Millisecond),
+		limit: ttl - min(time.Second, ttl/10),
+		do: func(ctx context.Context) error {
 			_, err := w.pool.Renew(ctx, l)
-			cancel()
-			if err == nil {
-				lastOK = time.Now()
-				continue
+			if err != nil {
+				w.metrics.LeaseRenewFails.Inc()
+				last = err
 			}
-			w.metrics.LeaseRenewFails.Inc()
-			if errors.Is(err, creds.ErrLeaseLost) || time.Since(lastOK) >= ttl-margin {
-				log.Warn("credential lease lost: cancelling the job", zap.Error(err))
-				w.metrics.LeasesLost.Inc()
-				lost(errLeaseLost)
-				return
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-finished
-	}
+			return err
+		},
+		fatal: func(err error) bool { return errors.Is(err, creds.ErrLeaseLost) },
+		lost: func() {
+			log.Warn("credential lease lost: cancelling the job", zap.Error(last))
+			w.metrics.LeasesLost.Inc()
+			lost(errLeaseLost)
+		},
+	})
 }

@@ -15,19 +15,39 @@ import (
 
 // pull fetches exactly as many messages as there are free slots (never a
 // prefetch whose ack wait could run out in a buffer) and starts one
-// goroutine per message. It returns when pullCtx ends and the last fetch is
-// over; messages that arrive after that are nak'ed for immediate
-// redelivery. A fetch is never cancelled midway (that would drop messages
-// already on their way); each lasts at most pullWait (3s).
+// goroutine per message. Up to maxFetches fetches may be in flight at once,
+// each asking for the slots free when it is issued: a slot freed while a
+// fetch is on its way is filled by the next one, not held up behind it.
+// A fetch is never cancelled midway (that would drop messages already on
+// their way); each lasts at most pullWait (3s). pull returns when pullCtx
+// ends and its fetches are over; messages that arrive after that are
+// nak'ed for immediate redelivery.
 func (w *Worker) pull(pullCtx, runCtx context.Context, slots *sync.WaitGroup) {
 	c := w.cfg.Worker.Concurrency
 	free := make(chan struct{}, c)
 	for range c {
 		free <- struct{}{}
 	}
+	fetches := make(chan struct{}, min(maxFetches, c))
+	var inFlight sync.WaitGroup
+	defer inFlight.Wait()
 	pullWait := min(3*time.Second, max(w.cfg.Queue.AckWait/2, 500*time.Millisecond))
 	backoff := newBackoff(100*time.Millisecond, 5*time.Second)
+	// Fetch goroutines report failed fetches here; only this loop uses the
+	// consumer handle and the backoff.
+	failed := make(chan error, maxFetches)
 	for {
+		select {
+		case err := <-failed:
+			w.pullFailed(pullCtx, err, backoff)
+			continue
+		default:
+		}
+		select {
+		case fetches <- struct{}{}:
+		case <-pullCtx.Done():
+			return
+		}
 		select {
 		case <-free:
 		case <-pullCtx.Done():
@@ -47,46 +67,58 @@ func (w *Worker) pull(pullCtx, runCtx context.Context, slots *sync.WaitGroup) {
 			}
 		}
 		batch, err := w.cons.Fetch(n, jetstream.FetchMaxWait(pullWait))
-		if err != nil {
+		if err == nil {
+			backoff.reset()
+		} else {
 			for range n {
 				free <- struct{}{}
 			}
+			<-fetches
 			w.pullFailed(pullCtx, err, backoff)
 			continue
 		}
-		got := 0
-		for msg := range batch.Messages() {
-			got++
-			if pullCtx.Err() != nil {
-				// Shutting down: hand it straight back.
-				w.nakNow(msg, "worker shutting down")
-				free <- struct{}{}
-				continue
-			}
-			slots.Add(1)
-			w.busy.Add(1)
-			w.metrics.SlotsBusy.Inc()
-			go func() {
-				defer func() {
-					w.metrics.SlotsBusy.Dec()
-					w.busy.Add(-1)
+		inFlight.Add(1)
+		go func() {
+			defer inFlight.Done()
+			defer func() { <-fetches }()
+			got := 0
+			for msg := range batch.Messages() {
+				got++
+				if pullCtx.Err() != nil {
+					// Shutting down: hand it straight back.
+					w.nakNow(msg, "worker shutting down")
 					free <- struct{}{}
-					slots.Done()
+					continue
+				}
+				slots.Add(1)
+				w.busy.Add(1)
+				w.metrics.SlotsBusy.Inc()
+				go func() {
+					defer func() {
+						w.metrics.SlotsBusy.Dec()
+						w.busy.Add(-1)
+						free <- struct{}{}
+						slots.Done()
+					}()
+					w.handle(pullCtx, runCtx, msg)
 				}()
-				w.handle(pullCtx, runCtx, msg)
-			}()
-		}
-		w.metrics.FetchBatch.Observe(float64(got))
-		for range n - got {
-			free <- struct{}{}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
-			w.pullFailed(pullCtx, err, backoff)
-		} else {
-			backoff.reset()
-		}
+			}
+			w.metrics.FetchBatch.Observe(float64(got))
+			for range n - got {
+				free <- struct{}{}
+			}
+			if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+				select {
+				case failed <- err:
+				default: // one report is enough
+				}
+			}
+		}()
 	}
 }
+
+// maxFetches bounds the fetches a worker has in flight at once.
+const maxFetches = 4
 
 func (w *Worker) pullFailed(ctx context.Context, err error, b *backoff) {
 	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {

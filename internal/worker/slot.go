@@ -24,10 +24,11 @@ func (w *Worker) handle(pullCtx, runCtx context.Context, msg jetstream.Msg) {
 	if meta, err := msg.Metadata(); err == nil {
 		delivered = meta.NumDelivered
 	}
-	log := w.log.With(zap.String("item", it.ID), zap.String("batch", it.Batch), zap.String("kind", it.Kind))
+	// WithLazy: the fields are encoded only if the item logs something.
+	log := w.log.WithLazy(zap.String("item", it.ID), zap.String("batch", it.Batch), zap.String("kind", it.Kind))
 	if delivered > 1 {
 		w.metrics.Redeliveries.Inc()
-		log = log.With(zap.Uint64("delivery", delivered))
+		log = log.WithLazy(zap.Uint64("delivery", delivered))
 	}
 	itemCtx, cancelItem := context.WithCancelCause(runCtx)
 	defer cancelItem(nil)
@@ -90,7 +91,7 @@ func (w *Worker) handle(pullCtx, runCtx context.Context, msg jetstream.Msg) {
 func (w *Worker) runOnce(pullCtx, itemCtx context.Context, msg jetstream.Msg, it queue.Item, h jobs.Handler,
 	lease *creds.Lease, runs *itemRuns, delivered uint64, log *zap.Logger) (again bool) {
 	attempt := runs.cur.Runs
-	log = log.With(zap.Int("attempt", attempt), zap.String("credential", lease.CredentialID))
+	log = log.WithLazy(zap.Int("attempt", attempt), zap.String("credential", lease.CredentialID))
 	jobCtx, cancelJob := context.WithCancelCause(itemCtx)
 	defer cancelJob(nil)
 	stopRenew := w.renewLease(lease, log, cancelJob)

@@ -55,6 +55,7 @@ type Worker struct {
 	scrub     *secret.Scrubber
 	handlers  map[string]jobs.Handler
 	runs      *runCounter
+	keeper    *keeper
 	started   time.Time
 
 	registerMu sync.Mutex
@@ -151,6 +152,7 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 		return nil, exitcode.With(exitcode.Unreachable, err)
 	}
 	w.redisOK.Store(true)
+	w.keeper = newKeeper()
 	ok = true
 	return w, nil
 }
@@ -280,6 +282,9 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 func (w *Worker) closeConns() {
+	if w.keeper != nil {
+		w.keeper.close()
+	}
 	if w.pool != nil {
 		_ = w.pool.Close()
 	}
