@@ -5,7 +5,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -s -w -X github.com/keyfleet/keyfleet/internal/version.Version=$(VERSION)
 TESTFLAGS ?=
 
-.PHONY: help build demo test vet bench clean
+.PHONY: help build demo test vet bench bench-go clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -26,7 +26,14 @@ vet: ## gofmt check and go vet
 test: vet ## vet, then every test with the race detector (needs redis-server)
 	$(GO) test -race -count=1 -timeout 9m $(TESTFLAGS) ./...
 
-bench: ## the pool benchmarks (see README, Performance)
+BENCHFLAGS ?=
+
+bench: build ## the benchmark program: own NATS and Redis, real workers; prints a table, writes bench-results.json (BENCHFLAGS: -quick, -runs N, -only a,b, -profile DIR)
+	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
+	$(GO) build -o $(BIN)/kfbench ./internal/bench/cmd/kfbench
+	$(BIN)/kfbench -bin $(BIN) $(BENCHFLAGS)
+
+bench-go: ## the Go benchmarks of pkg/ (pool, rate limiter)
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./pkg/...
 
 clean: ## remove build output

@@ -1,0 +1,45 @@
+// Command kfbench is keyfleet's benchmark program (`make bench`); see
+// package internal/bench.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/keyfleet/keyfleet/internal/bench"
+)
+
+func main() {
+	var o bench.Options
+	var only string
+	flag.IntVar(&o.Runs, "runs", 3, "runs of each scenario; each figure is their median")
+	flag.BoolVar(&o.Quick, "quick", false, "small sizes: a smoke run, not a measurement")
+	flag.StringVar(&only, "only", "", "comma-separated scenarios to run (default all): "+strings.Join(bench.Scenarios(), ","))
+	flag.StringVar(&o.JSONFile, "json", "bench-results.json", "write the figures as JSON to this file (empty: none)")
+	flag.StringVar(&o.BinDir, "bin", "", "directory holding worker, producer and nats-server built without -race (default: build them)")
+	flag.StringVar(&o.ProfileDir, "profile", "", "save CPU profiles of the workers and nats-server during the last throughput run here")
+	flag.BoolVar(&o.KeepTemp, "keep", false, "keep the temporary directory (server and worker logs)")
+	flag.DurationVar(&o.QuietWait, "quiet-wait", time.Minute, "before each run, wait up to this long for other processes to leave the CPUs (0: never wait)")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "kfbench: unexpected arguments %q\n", flag.Args())
+		os.Exit(2)
+	}
+	if only != "" {
+		o.Only = strings.Split(only, ",")
+	}
+	o.Out, o.Progress = os.Stdout, os.Stderr
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if _, err := bench.Run(ctx, o); err != nil {
+		fmt.Fprintf(os.Stderr, "kfbench: %v\n", err)
+		stop()
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,211 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/pkg/creds"
+)
+
+// Scenario 3: a contended pool. 4 credentials of max_concurrent 1, 3
+// worker processes × 4 slots, N sleep items of 25 ms, enqueued before the
+// workers start. Utilization = busy key-time / (4 × wall), where busy
+// key-time is the sum of the job durations the workers measured and wall
+// runs from the first lease grant to the last result's finished_at (which
+// comes after the last release: the figure errs low, never high).
+//
+// The ceiling is the pool alone, in process: 3 Pool handles (each with its
+// own Redis client, as 3 processes) × 4 goroutines acquire, sleep 25 ms,
+// release; the same utilization formula.
+var contendedScenario = &scenario{
+	name:  "contended",
+	title: "3. contended pool",
+	figures: []figSpec{
+		{id: "utilization", name: "utilization: 4 keys × 1, 3 workers × 4 slots, 25 ms items", unit: "fraction",
+			goal: atLeast(0.98), ceiling: "pool_utilization"},
+		{id: "failed", name: "items failed or missing", unit: "count", goal: never("<=", 0)},
+		{id: "gap_p50", name: "key idle between runs p50 (next grant − previous grant − job)", unit: "ms"},
+		{id: "gap_p99", name: "key idle between runs p99", unit: "ms"},
+		{id: "pool_utilization", name: "ceiling: the pool alone, 3 handles × 4 goroutines (in process)", unit: "fraction"},
+		{id: "pool_gap_p50", name: "ceiling: key idle between runs p50, pool alone", unit: "ms"},
+	},
+	run: runContended,
+}
+
+const (
+	contendedKeys  = 4
+	contendedSleep = 25 * time.Millisecond
+)
+
+func runContended(ctx context.Context, e *env, r runInfo) (*sample, error) {
+	n := pick(r.quick, 400, 80)
+	smp := newSample()
+	spec := fleetSpec{concurrency: 4}
+	for i := range contendedKeys {
+		spec.creds = append(spec.creds, credSpec{id: fmt.Sprintf("k%d", i), max: 1})
+	}
+	f, err := e.newFleet(ctx, "con", spec)
+	if err != nil {
+		return nil, err
+	}
+	defer f.close(ctx)
+	if err := f.enqueue(ctx, n, float64(contendedSleep.Milliseconds())); err != nil {
+		return nil, err
+	}
+	m, err := e.meter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range []string{"w1", "w2", "w3"} {
+		if _, err := f.startWorker(id); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := f.waitResults(ctx, n, 5*time.Minute, 20*time.Millisecond); err != nil {
+		return nil, err
+	}
+	use, rs, err := f.finish(ctx, m, "keyfleet: 3 worker processes", n)
+	if err != nil {
+		return nil, err
+	}
+	failed := n - len(rs)
+	for _, r := range rs {
+		if r.Outcome != queue.OutcomeSucceeded {
+			failed++
+		}
+	}
+	smp.values["failed"] = float64(failed)
+	first, last := span(rs)
+	busy := 0.0
+	runs := make([]keyRun, 0, len(rs))
+	for _, r := range rs {
+		busy += r.Duration
+		runs = append(runs, keyRun{key: r.CredentialID, granted: r.LeasedAt, dur: time.Duration(r.Duration * float64(time.Second))})
+	}
+	wall := last.Sub(first)
+	smp.values["utilization"] = busy / (contendedKeys * wall.Seconds())
+	gaps := keyGaps(runs)
+	smp.values["gap_p50"], smp.values["gap_p99"] = quantile(gaps, 0.5), quantile(gaps, 0.99)
+	use.Wall = wall.Seconds()
+	smp.cpu = append(smp.cpu, use)
+	if err := poolUtilization(ctx, e, smp, n); err != nil {
+		return nil, err
+	}
+	return smp, nil
+}
+
+// keyRun is one run on a credential.
+type keyRun struct {
+	key     string
+	granted time.Time
+	dur     time.Duration
+}
+
+// keyGaps returns, sorted, the time each key spent between the end of one
+// job and the grant of the next (grant − previous grant − previous job),
+// in ms.
+func keyGaps(runs []keyRun) []float64 {
+	byKey := map[string][]keyRun{}
+	for _, r := range runs {
+		byKey[r.key] = append(byKey[r.key], r)
+	}
+	var gaps []float64
+	for _, rs := range byKey {
+		slices.SortFunc(rs, func(a, b keyRun) int { return a.granted.Compare(b.granted) })
+		for i := 1; i < len(rs); i++ {
+			g := rs[i].granted.Sub(rs[i-1].granted) - rs[i-1].dur
+			gaps = append(gaps, float64(g)/float64(time.Millisecond))
+		}
+	}
+	slices.Sort(gaps)
+	return gaps
+}
+
+// poolUtilization runs the contended pattern on pkg/creds alone.
+func poolUtilization(ctx context.Context, e *env, smp *sample, n int) error {
+	defer e.rdb.FlushAll(context.WithoutCancel(ctx))
+	name := e.uniq("conpool")
+	var pools []*creds.Pool
+	for range 3 {
+		rdb := redis.NewClient(&redis.Options{Addr: e.rdb.Options().Addr, PoolSize: 20})
+		defer rdb.Close()
+		p, err := creds.New(rdb, name)
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		pools = append(pools, p)
+	}
+	defs := make([]creds.Credential, contendedKeys)
+	for i := range defs {
+		defs[i] = creds.Credential{ID: fmt.Sprintf("k%d", i), MaxConcurrent: 1}
+	}
+	if err := pools[0].Register(ctx, defs); err != nil {
+		return err
+	}
+	m, err := e.meter(ctx)
+	if err != nil {
+		return err
+	}
+	var claimed atomic.Int64
+	var mu sync.Mutex
+	var runs []keyRun
+	var busy time.Duration
+	var first, last time.Time
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	for pi, p := range pools {
+		for s := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				owner := fmt.Sprintf("p%d/%d", pi, s)
+				for claimed.Add(1) <= int64(n) {
+					l, err := p.Acquire(ctx, owner)
+					if err != nil {
+						firstErr.CompareAndSwap(nil, err)
+						return
+					}
+					t0 := time.Now()
+					time.Sleep(contendedSleep)
+					d := time.Since(t0)
+					if err := p.Release(ctx, l); err != nil {
+						firstErr.CompareAndSwap(nil, err)
+						return
+					}
+					end := time.Now()
+					mu.Lock()
+					runs = append(runs, keyRun{key: l.CredentialID, granted: l.Acquired, dur: d})
+					busy += d
+					if first.IsZero() || l.Acquired.Before(first) {
+						first = l.Acquired
+					}
+					if end.After(last) {
+						last = end
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return fmt.Errorf("bench: pool: %w", err)
+	}
+	wall := last.Sub(first)
+	use, err := m.done(ctx, "ceiling: the pool alone (in process)", n, wall, nil)
+	if err != nil {
+		return err
+	}
+	smp.cpu = append(smp.cpu, use)
+	smp.values["pool_utilization"] = busy.Seconds() / (contendedKeys * wall.Seconds())
+	smp.values["pool_gap_p50"] = quantile(keyGaps(runs), 0.5)
+	return nil
+}

@@ -1,0 +1,24 @@
+// Package bench is keyfleet's benchmark program, run by `make bench`
+// (internal/bench/cmd/kfbench is its thin main).
+//
+// It starts its own nats-server (built from the module, a separate process,
+// JetStream on file storage) and redis-server on loopback ports, once for
+// the whole program; every run of every scenario uses fresh stream,
+// subject, consumer and pool names and deletes its streams and flushes
+// Redis when it ends. Worker and producer run as real processes built
+// without -race, except where a scenario measures a library path in
+// process (it says so in its figures' names).
+//
+// Each scenario runs Options.Runs times; each figure is reported as the
+// median of the runs with their min and max. The ceilings (raw JetStream
+// publish, pull and ack of the same messages; a raw EVALSHA loop; the
+// pool's own acquire+release) are measured inside the same runs, so every
+// keyfleet figure has its ratio to a ceiling beside it. Beside the figures
+// the program accounts CPU per item and per process (nats-server,
+// redis-server, the workers, the producer, the benchmark process itself)
+// and Redis commands per item, so that a missed target can be traced to
+// the process that spent the time.
+//
+// One file per scenario: throughput.go, enqueue.go, contended.go, rate.go,
+// handoff.go, shutdown.go, footprint.go; the ceilings in ceiling.go.
+package bench

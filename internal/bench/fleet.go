@@ -1,0 +1,361 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/keyfleet/keyfleet/internal/config"
+	"github.com/keyfleet/keyfleet/internal/queue"
+)
+
+// credSpec is one credential of a fleet's pool.
+type credSpec struct {
+	id   string
+	max  int
+	rate string // "" none
+}
+
+// fleetSpec shapes a fleet's configuration.
+type fleetSpec struct {
+	creds       []credSpec
+	concurrency int
+	grace       time.Duration // worker.shutdown_grace (default 5s)
+	ackWait     time.Duration // queue.ack_wait (default 30s)
+}
+
+// fleet is one run's stream, pool and worker processes.
+type fleet struct {
+	e       *env
+	tag     string
+	spec    fleetSpec
+	stream  string
+	prefix  string
+	pool    string
+	batch   string
+	cfg     *config.Config // as the workers load it
+	q       *queue.Queue
+	workers []*workerProc
+}
+
+// newFleet writes nothing yet: it names the run and opens the queue with
+// the configuration the workers will load (so the streams exist and the
+// results can be read).
+func (e *env) newFleet(ctx context.Context, scenario string, spec fleetSpec) (*fleet, error) {
+	tag := e.uniq(scenario)
+	f := &fleet{
+		e: e, tag: tag, spec: spec,
+		stream: "KFB_" + strings.ToUpper(tag),
+		prefix: "kfb." + tag,
+		pool:   "bench-" + tag,
+		batch:  "batch-" + tag,
+	}
+	path, err := f.writeConfig("probe", 0)
+	if err != nil {
+		return nil, err
+	}
+	if f.cfg, err = config.Load(path, func(string) string { return "" }); err != nil {
+		return nil, fmt.Errorf("bench: the generated configuration: %w", err)
+	}
+	if f.q, err = queue.Open(ctx, e.nc, queue.ConfigFrom(f.cfg)); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	return f, nil
+}
+
+// writeConfig writes the YAML a worker loads; listenPort 0: no listener.
+func (f *fleet) writeConfig(name string, listenPort int) (string, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "nats: {url: %q}\nredis: {url: %q}\n", f.e.natsURL, f.e.redisURL)
+	fmt.Fprintf(&b, "pool:\n  name: %s\n  credentials:\n", f.pool)
+	for _, c := range f.spec.creds {
+		fmt.Fprintf(&b, "    - {id: %s, secret_env: %s, max_concurrent: %d", c.id, secretEnv(c.id), c.max)
+		if c.rate != "" {
+			fmt.Fprintf(&b, ", rate: %q", c.rate)
+		}
+		b.WriteString("}\n")
+	}
+	grace := f.spec.grace
+	if grace == 0 {
+		grace = 5 * time.Second
+	}
+	fmt.Fprintf(&b, "worker:\n  concurrency: %d\n  shutdown_grace: %s\n", f.spec.concurrency, grace)
+	if listenPort > 0 {
+		fmt.Fprintf(&b, "  listen: 127.0.0.1:%d\n", listenPort)
+	}
+	ackWait := f.spec.ackWait
+	if ackWait == 0 {
+		ackWait = 30 * time.Second
+	}
+	fmt.Fprintf(&b, "queue:\n  stream: %s\n  subject_prefix: %s\n  consumer: workers\n  ack_wait: %s\n", f.stream, f.prefix, ackWait)
+	b.WriteString("log: {level: warn, format: json}\n")
+	path := filepath.Join(f.e.dir, "cfg", f.tag+"-"+name+".yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		return "", fmt.Errorf("bench: %w", err)
+	}
+	return path, nil
+}
+
+func secretEnv(id string) string {
+	return "KFBENCH_SECRET_" + strings.ToUpper(strings.ReplaceAll(id, "-", "_"))
+}
+
+func (f *fleet) secretsEnv() []string {
+	var env []string
+	for _, c := range f.spec.creds {
+		env = append(env, secretEnv(c.id)+"=secret-of-"+c.id)
+	}
+	return env
+}
+
+// workerProc is a running worker with its listener.
+type workerProc struct {
+	*proc
+	id   string
+	addr string // host:port of /metrics, /readyz, /debug/pprof
+}
+
+// startWorker starts a worker process; it does not wait for it.
+func (f *fleet) startWorker(id string) (*workerProc, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	path, err := f.writeConfig(id, port)
+	if err != nil {
+		return nil, err
+	}
+	p, err := f.e.start(f.tag+"-"+id, f.e.workerBin, []string{"--config", path, "--id", id}, f.secretsEnv())
+	if err != nil {
+		return nil, err
+	}
+	w := &workerProc{proc: p, id: id, addr: fmt.Sprintf("127.0.0.1:%d", port)}
+	f.workers = append(f.workers, w)
+	return w, nil
+}
+
+// ready polls /readyz until 200 and returns when that happened.
+func (w *workerProc) ready(ctx context.Context, within time.Duration) (time.Time, error) {
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(within)
+	url := "http://" + w.addr + "/readyz"
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return time.Time{}, err
+		}
+		resp, err := client.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return time.Now(), nil
+			}
+		}
+		switch {
+		case ctx.Err() != nil:
+			return time.Time{}, context.Cause(ctx)
+		case w.exited():
+			return time.Time{}, fmt.Errorf("bench: worker %s exited before it was ready: %v\n%s", w.id, w.err, w.logTail())
+		case time.Now().After(deadline):
+			return time.Time{}, fmt.Errorf("bench: worker %s not ready within %s\n%s", w.id, within, w.logTail())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// metric sums the samples of a Prometheus metric on the worker's /metrics.
+func (w *workerProc) metric(ctx context.Context, name string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+w.addr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("bench: %s /metrics: %w", w.id, err)
+	}
+	defer resp.Body.Close()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) || len(line) <= len(name) || (line[len(name)] != ' ' && line[len(name)] != '{') {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum, sc.Err()
+}
+
+// stopWorkers stops every worker still running (SIGTERM, then waits) and
+// returns their CPU seconds in all.
+func (f *fleet) stopWorkers(ctx context.Context) (float64, error) {
+	var errs []error
+	for _, w := range f.workers {
+		if err := w.stop(ctx, 30*time.Second); err != nil {
+			errs = append(errs, fmt.Errorf("worker %s: %w", w.id, err))
+		}
+	}
+	total := 0.0
+	for _, w := range f.workers {
+		c, err := w.cpu()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		total += c
+	}
+	return total, errors.Join(errs...)
+}
+
+// finish ends a measured phase once every result exists: it stops the
+// workers, closes the meter (before the results are read, which costs
+// NATS and this process CPU of their own) and reads the results. The
+// caller sets the CPUUse's Wall from the results.
+func (f *fleet) finish(ctx context.Context, m *meter, variant string, n int) (CPUUse, []queue.Result, error) {
+	workersCPU, err := f.stopWorkers(ctx)
+	if err != nil {
+		return CPUUse{}, nil, err
+	}
+	use, err := m.done(ctx, variant, n, 0, map[string]float64{"workers": workersCPU})
+	if err != nil {
+		return CPUUse{}, nil, err
+	}
+	rs, err := f.results(ctx)
+	return use, rs, err
+}
+
+// close stops the workers and forgets the run (streams, Redis).
+func (f *fleet) close(ctx context.Context) error {
+	for _, w := range f.workers {
+		w.kill()
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	return f.e.reset(rctx, []string{f.stream, f.stream + "_RESULTS", f.stream + "_DLQ"}, []string{f.stream + "_WORKERS"})
+}
+
+// enqueue publishes n sleep items of ms milliseconds (confirmed).
+func (f *fleet) enqueue(ctx context.Context, n int, ms float64) error {
+	pub, err := f.q.NewPublisher(0)
+	if err != nil {
+		return err
+	}
+	for i := range n {
+		id := fmt.Sprintf("item-%06d", i)
+		it := queue.Item{ID: id, Batch: f.batch, Kind: "sleep",
+			Payload: fmt.Appendf(nil, `{"id":%q,"ms":%s}`, id, strconv.FormatFloat(ms, 'f', -1, 64))}
+		if err := pub.Add(ctx, it); err != nil {
+			return err
+		}
+	}
+	rep, err := pub.Flush(ctx)
+	if err != nil {
+		return err
+	}
+	if rep.Published != n {
+		return fmt.Errorf("bench: enqueued %d of %d items (%d duplicates)", rep.Published, n, rep.Duplicates)
+	}
+	return nil
+}
+
+// waitResults polls the results stream until it holds n results (one per
+// item) and returns when it saw them.
+func (f *fleet) waitResults(ctx context.Context, n int, within time.Duration, every time.Duration) (time.Time, error) {
+	return waitStream(ctx, f.q.JetStream(), f.stream+"_RESULTS", within, every, func(msgs uint64) bool { return msgs >= uint64(n) },
+		func() string { return f.workerLogs() })
+}
+
+// waitStream polls a stream's message count until done says so.
+func waitStream(ctx context.Context, js jetstream.JetStream, name string, within, every time.Duration, done func(uint64) bool, why func() string) (time.Time, error) {
+	deadline := time.Now().Add(within)
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("bench: stream %s: %w", name, err)
+	}
+	var last uint64
+	for {
+		info, err := s.Info(ctx)
+		if err == nil {
+			last = info.State.Msgs
+			if done(last) {
+				return time.Now(), nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("bench: stream %s still at %d messages after %s\n%s", name, last, within, why())
+		}
+		if err := sleepCtx(ctx, every); err != nil {
+			return time.Time{}, err
+		}
+	}
+}
+
+// results reads the latest result of every item of the run's batch.
+func (f *fleet) results(ctx context.Context) ([]queue.Result, error) {
+	var rs []queue.Result
+	err := f.q.ReadResults(ctx, f.batch, func(r queue.Result) error {
+		rs = append(rs, r)
+		return nil
+	})
+	return rs, err
+}
+
+func (f *fleet) workerLogs() string {
+	var b strings.Builder
+	for _, w := range f.workers {
+		if t := w.logTail(); t != "" {
+			fmt.Fprintf(&b, "--- worker %s log:\n%s\n", w.id, t)
+		}
+	}
+	return b.String()
+}
+
+// jetstreamOf is a JetStream context on nc.
+func jetstreamOf(nc *nats.Conn) (jetstream.JetStream, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("bench: jetstream: %w", err)
+	}
+	return js, nil
+}
+
+func isNotFound(err error) bool {
+	return errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound)
+}
+
+// checkSucceeded verifies that every result of n items succeeded with a
+// credential, and returns them.
+func checkSucceeded(rs []queue.Result, n int) error {
+	if len(rs) != n {
+		return fmt.Errorf("bench: %d results, want %d", len(rs), n)
+	}
+	bad := 0
+	var first string
+	for _, r := range rs {
+		if r.Outcome != queue.OutcomeSucceeded || r.CredentialID == "" || r.LeasedAt.IsZero() {
+			bad++
+			if first == "" {
+				first = fmt.Sprintf("%s: %s %q (credential %q)", r.Item, r.Outcome, r.Error, r.CredentialID)
+			}
+		}
+	}
+	if bad > 0 {
+		return fmt.Errorf("bench: %d of %d items did not succeed with a credential; first: %s", bad, n, first)
+	}
+	return nil
+}

@@ -1,0 +1,81 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+)
+
+// Scenario 7: footprint. A worker joins an existing fleet (its streams and
+// consumer exist; it still creates-or-updates them, registers 8
+// credentials and connects to both servers, as every worker does): the
+// time from its exec to the first 200 of /readyz (polled every 2 ms), then
+// its VmRSS after 2 s idle (1 s with -quick). Configuration as in the
+// throughput scenario (64 slots, 8 credentials, a listener).
+//
+// The ceilings are the floor of the binary itself: `worker --version`
+// from exec to exit, and its peak RSS (rusage maxrss).
+var footprintScenario = &scenario{
+	name:  "footprint",
+	title: "7. footprint",
+	figures: []figSpec{
+		{id: "startup", name: "worker start-up: exec → /readyz 200", unit: "ms", goal: atMost(300), ceiling: "version_ms"},
+		{id: "rss", name: "idle worker VmRSS", unit: "MB", goal: atMost(30), ceiling: "version_rss"},
+		{id: "hwm", name: "idle worker VmHWM (peak RSS so far)", unit: "MB"},
+		{id: "version_ms", name: "ceiling: `worker --version`, exec → exit", unit: "ms"},
+		{id: "version_rss", name: "ceiling: `worker --version` peak RSS", unit: "MB"},
+	},
+	run: runFootprint,
+}
+
+func runFootprint(ctx context.Context, e *env, r runInfo) (*sample, error) {
+	idle := pick(r.quick, 2*time.Second, time.Second)
+	smp := newSample()
+	spec := fleetSpec{concurrency: 64}
+	for i := range 8 {
+		spec.creds = append(spec.creds, credSpec{id: fmt.Sprintf("k%d", i), max: 64})
+	}
+	f, err := e.newFleet(ctx, "foot", spec)
+	if err != nil {
+		return nil, err
+	}
+	defer f.close(ctx)
+	w, err := f.startWorker("w1")
+	if err != nil {
+		return nil, err
+	}
+	ready, err := w.ready(ctx, 30*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	smp.values["startup"] = float64(ready.Sub(w.started)) / float64(time.Millisecond)
+	if err := sleepCtx(ctx, idle); err != nil {
+		return nil, err
+	}
+	rss, err := statusKB(w.pid(), "VmRSS")
+	if err != nil {
+		return nil, err
+	}
+	hwm, err := statusKB(w.pid(), "VmHWM")
+	if err != nil {
+		return nil, err
+	}
+	smp.values["rss"], smp.values["hwm"] = rss/1024, hwm/1024
+	if _, err := f.stopWorkers(ctx); err != nil {
+		return nil, err
+	}
+
+	v, err := e.start(f.tag+"-version", e.workerBin, []string{"--version"}, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.wait(ctx, 30*time.Second); err != nil {
+		return nil, fmt.Errorf("worker --version: %w", err)
+	}
+	smp.values["version_ms"] = float64(time.Since(v.started)) / float64(time.Millisecond)
+	if ru, ok := v.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		smp.values["version_rss"] = float64(ru.Maxrss) / 1024 // kB on Linux
+	}
+	return smp, nil
+}

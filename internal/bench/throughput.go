@@ -1,0 +1,182 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/keyfleet/keyfleet/internal/queue"
+)
+
+// Scenario 1: end-to-end throughput.
+//
+// N sleep items of 0 ms are enqueued first (in process, confirmed); then 2
+// worker processes start (64 slots each; 8 credentials of max_concurrent
+// 64, so a credential is reserved and released per item but nobody
+// waits). The figure's clock runs from the first lease grant (the earliest
+// leased_at of the results, on Redis's clock) to the last result's
+// finished_at: it covers pulling, leasing, running, releasing, storing the
+// result and acknowledging every item, and excludes the workers' start-up
+// (the second figure includes it: from the first worker's exec until the
+// results stream held N results).
+var throughputScenario = &scenario{
+	name:  "throughput",
+	title: "1. end-to-end throughput",
+	figures: []figSpec{
+		{id: "items_per_s", name: "keyfleet: 2 workers × 64, items/s (first lease → last result)", unit: "items/s",
+			goal: atLeast(20000), ceiling: "js_pull_ack"},
+		{id: "items_per_s_wall", name: "keyfleet incl. worker start-up (exec → all results)", unit: "items/s", ceiling: "js_pull_ack"},
+		{id: "js_pull_ack", name: "ceiling: JetStream pull+ack, 2 consumers", unit: "msgs/s"},
+		{id: "js_pull_ack_result", name: "ceiling: JetStream pull+ack + async result publish", unit: "msgs/s", ceiling: "js_pull_ack"},
+		{id: "js_worker_calls", name: "ceiling: JetStream, the worker's calls (sync result publish + confirmed ack, 2×64 in flight)", unit: "msgs/s", ceiling: "js_pull_ack"},
+		{id: "redis_evalsha", name: "ceiling: raw EVALSHA (trivial script), 64 clients", unit: "ops/s"},
+		{id: "pool_pairs", name: "pool acquire+release pairs, 64 goroutines (in process)", unit: "pairs/s",
+			ceiling: "redis_evalsha", ceilingScale: 0.5, note: "ceiling: half the raw EVALSHA rate (a pair is 2 scripts)"},
+	},
+	run: runThroughput,
+}
+
+func runThroughput(ctx context.Context, e *env, r runInfo) (*sample, error) {
+	n := pick(r.quick, 20000, 2000)
+	smp := newSample()
+	if err := throughputKeyfleet(ctx, e, r, smp, n); err != nil {
+		return nil, err
+	}
+	for _, c := range []struct {
+		mode jsMode
+		key  string
+	}{{jsPullAck, "js_pull_ack"}, {jsPullAckResult, "js_pull_ack_result"}, {jsWorkerCalls, "js_worker_calls"}} {
+		if err := jsCeiling(ctx, e, smp, n, c.mode, c.key); err != nil {
+			return nil, fmt.Errorf("%s: %w", jsModeNames[c.mode], err)
+		}
+	}
+	d := pick(r.quick, 2*time.Second, 500*time.Millisecond)
+	if err := redisCeiling(ctx, e, smp, d, "redis_evalsha"); err != nil {
+		return nil, err
+	}
+	if err := poolCeiling(ctx, e, smp, d, "pool_pairs"); err != nil {
+		return nil, err
+	}
+	return smp, nil
+}
+
+func throughputKeyfleet(ctx context.Context, e *env, r runInfo, smp *sample, n int) error {
+	spec := fleetSpec{concurrency: 64}
+	for i := range 8 {
+		spec.creds = append(spec.creds, credSpec{id: fmt.Sprintf("k%d", i), max: 64})
+	}
+	f, err := e.newFleet(ctx, "tp", spec)
+	if err != nil {
+		return err
+	}
+	defer f.close(ctx)
+	if err := f.enqueue(ctx, n, 0); err != nil {
+		return err
+	}
+	m, err := e.meter(ctx)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	for _, id := range []string{"w1", "w2"} {
+		if _, err := f.startWorker(id); err != nil {
+			return err
+		}
+	}
+	for _, w := range f.workers {
+		if _, err := w.ready(ctx, 30*time.Second); err != nil {
+			return err
+		}
+	}
+	var profiles sync.WaitGroup
+	var profErr error
+	if e.opts.ProfileDir != "" && r.last() {
+		// Long enough for the run; idle time adds nothing to a CPU profile.
+		secs := int(math.Ceil(float64(n)/4000)) + 1
+		targets := map[string]string{"nats-server": e.natsProfile}
+		for _, w := range f.workers {
+			targets["worker-"+w.id] = w.addr
+		}
+		var mu sync.Mutex
+		for name, addr := range targets {
+			profiles.Add(1)
+			go func() {
+				defer profiles.Done()
+				if err := fetchProfile(ctx, addr, secs, filepath.Join(e.opts.ProfileDir, "throughput-"+name+".pprof")); err != nil {
+					mu.Lock()
+					profErr = err
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	end, err := f.waitResults(ctx, n, 5*time.Minute, 10*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	profiles.Wait()
+	if profErr != nil {
+		return profErr
+	}
+	use, rs, err := f.finish(ctx, m, "keyfleet: 2 worker processes", n)
+	if err != nil {
+		return err
+	}
+	if err := checkSucceeded(rs, n); err != nil {
+		return err
+	}
+	first, last := span(rs)
+	use.Wall = last.Sub(first).Seconds()
+	smp.cpu = append(smp.cpu, use)
+	smp.values["items_per_s"] = float64(n) / last.Sub(first).Seconds()
+	smp.values["items_per_s_wall"] = float64(n) / end.Sub(start).Seconds()
+	return nil
+}
+
+// span is the earliest lease grant and the latest finish of the results.
+func span(rs []queue.Result) (first, last time.Time) {
+	for i, r := range rs {
+		if i == 0 || r.LeasedAt.Before(first) {
+			first = r.LeasedAt
+		}
+		if r.FinishedAt.After(last) {
+			last = r.FinishedAt
+		}
+	}
+	return first, last
+}
+
+// fetchProfile saves a CPU profile of secs seconds from a pprof listener.
+func fetchProfile(ctx context.Context, addr string, secs int, path string) error {
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("bench: profile %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("bench: profile %s: %s", url, resp.Status)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	out, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, resp.Body); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
