@@ -5,7 +5,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -s -w -X github.com/keyfleet/keyfleet/internal/version.Version=$(VERSION)
 TESTFLAGS ?=
 
-.PHONY: help build demo test vet bench bench-go clean
+.PHONY: help build demo test test-reliability vet bench bench-go clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -27,6 +27,9 @@ test: vet ## vet, then every test with the race detector (needs redis-server)
 	$(GO) test -race -count=1 -timeout 9m $(TESTFLAGS) ./...
 
 BENCHFLAGS ?=
+
+test-reliability: ## the fault scenarios at full size (~15 min); prints the reliability table
+	@bash scripts/test-reliability.sh
 
 bench: build ## the benchmark program: own NATS and Redis, real workers; prints a table, writes bench-results.json (BENCHFLAGS: -quick, -runs N, -only a,b, -profile DIR)
 	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
