@@ -22,23 +22,42 @@ import (
 	"github.com/keyfleet/keyfleet/internal/exitcode"
 )
 
-// Redact hides any password or token in a server URL (or comma-separated
-// list of URLs).
+// Redact hides any password or token in a server URL, or in a
+// comma-separated list of URLs ("nats://u:p@h1,nats://u:p@h2") or of hosts
+// ("redis://:p@h1,h2/0"). It reads the text rather than a parsed URL, so
+// that a password holding ',' or something net/url refuses (a bad
+// %-escape, a space) is hidden all the same: in each URL, what stands
+// between "://" and the last '@' before the path is the user information;
+// a user name is kept, a password or token is replaced.
 func Redact(raw string) string {
-	parts := strings.Split(raw, ",")
-	for i, p := range parts {
-		u, err := url.Parse(strings.TrimSpace(p))
-		if err != nil || u.User == nil {
+	var b strings.Builder
+	rest := raw
+	for {
+		i := strings.Index(rest, "://")
+		if i < 0 {
+			b.WriteString(rest)
+			return b.String()
+		}
+		b.WriteString(rest[:i+len("://")])
+		rest = rest[i+len("://"):]
+		authority := rest
+		if j := strings.Index(authority, "://"); j >= 0 {
+			authority = authority[:j] // the next URL of a list starts there
+		}
+		if j := strings.IndexAny(authority, "/?#"); j >= 0 {
+			authority = authority[:j]
+		}
+		at := strings.LastIndex(authority, "@")
+		if at < 0 {
 			continue
 		}
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), "REDACTED")
+		if user, _, hasPassword := strings.Cut(authority[:at], ":"); hasPassword {
+			b.WriteString(user + ":REDACTED")
 		} else {
-			u.User = url.User("REDACTED") // a NATS token
+			b.WriteString("REDACTED") // a NATS token
 		}
-		parts[i] = u.String()
+		rest = rest[at:]
 	}
-	return strings.Join(parts, ",")
 }
 
 // NATSHooks are called on connection events (all optional).

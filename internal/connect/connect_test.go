@@ -60,3 +60,49 @@ func deadAddr(t *testing.T) string {
 	_ = ln.Close()
 	return addr
 }
+
+// Redact hides every password and token, whatever the URL holds; a user
+// name and the servers stay.
+func TestRedact(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"nats://127.0.0.1:4222", "nats://127.0.0.1:4222"},
+		{"nats://u:pw@h:4222", "nats://u:REDACTED@h:4222"},
+		{"nats://tok@h:4222", "nats://REDACTED@h:4222"},
+		{"tls://u:pw@h1:4222,tls://u:pw@h2:4222", "tls://u:REDACTED@h1:4222,tls://u:REDACTED@h2:4222"},
+		{"nats://u:pw@h1:4222,nats://h2:4222", "nats://u:REDACTED@h1:4222,nats://h2:4222"},
+		{"redis://:pw@h:6379/0", "redis://:REDACTED@h:6379/0"},
+		{"rediss://user:pw@h:6379/0", "rediss://user:REDACTED@h:6379/0"},
+		{"redis://:pw@h1:7000,h2:7001/0", "redis://:REDACTED@h1:7000,h2:7001/0"},
+		// A password net/url cannot read, or holding ',' or '@'.
+		{"redis://:s3cr,etPw@127.0.0.1:1/0", "redis://:REDACTED@127.0.0.1:1/0"},
+		{"redis://kf:s3cr,etPw@h1:1,h2:2/0", "redis://kf:REDACTED@h1:1,h2:2/0"},
+		{"redis://:pa%zz@h:6379/0", "redis://:REDACTED@h:6379/0"},
+		{"redis://:p@ss@h:6379/0", "redis://:REDACTED@h:6379/0"},
+		{"nats://to ken@h:4222", "nats://REDACTED@h:4222"},
+		// An '@' after the host is no user information.
+		{"redis://h:6379/0?client_name=a@b", "redis://h:6379/0?client_name=a@b"},
+		{"unix:///run/redis.sock", "unix:///run/redis.sock"},
+		{"", ""},
+	} {
+		if got := connect.Redact(tt.in); got != tt.want {
+			t.Errorf("Redact(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// A failed connection names the server without its password, also when
+// the password holds a comma (which a split of the URL list at ',' would
+// cut in two and show).
+func TestRedisErrorHidesPassword(t *testing.T) {
+	url := "redis://kf:s3cr,etPw@" + deadAddr(t) + "/0"
+	_, err := connect.Redis(context.Background(), config.Redis{URL: url}, 1, 2*time.Second)
+	if err == nil {
+		t.Fatal("no error from a dead server")
+	}
+	if strings.Contains(err.Error(), "s3cr") || strings.Contains(err.Error(), "etPw") {
+		t.Fatalf("the error shows the password: %v", err)
+	}
+	if !strings.Contains(err.Error(), "Redis at redis://kf:REDACTED@") {
+		t.Fatalf("the error does not name the server: %v", err)
+	}
+}

@@ -132,8 +132,10 @@ func authCases(pki *tlstest.PKI) []authCase {
 		}},
 		{"Redis requirepass", func(t *testing.T) authSetup {
 			s := redistest.Start(t, redistest.WithArgs("--requirepass", redisPass))
-			return authSetup{section: "redis", right: urlYAML(s.URL()), secrets: []string{redisPass, wrongPass}, wrong: []wrongAuth{
+			return authSetup{section: "redis", right: urlYAML(s.URL()), secrets: []string{redisPass, wrongPass, "c0mma9", "Pw-c0f"}, wrong: []wrongAuth{
 				wrongURL("wrong password", fmt.Sprintf("redis://:%s@%s/0", wrongPass, s.Addr())),
+				// A comma must not cut the password in two for the redaction.
+				wrongURL("wrong password with a comma", fmt.Sprintf("redis://:c0mma9,Pw-c0f@%s/0", s.Addr())),
 				wrongURL("no password", fmt.Sprintf("redis://%s/0", s.Addr())),
 			}}
 		}},
