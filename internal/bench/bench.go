@@ -253,7 +253,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			errs = append(errs, err)
 		}
 	}
-	if ctx.Err() != nil {
+	if ctx.Err() != nil && len(errs) == 0 {
 		errs = append(errs, context.Cause(ctx))
 	}
 	return res, errors.Join(errs...)

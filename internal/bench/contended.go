@@ -31,6 +31,7 @@ var contendedScenario = &scenario{
 		{id: "utilization", name: "utilization: 4 keys × 1, 3 workers × 4 slots, 25 ms items", unit: "fraction",
 			goal: atLeast(0.98), ceiling: "pool_utilization"},
 		{id: "failed", name: "items failed or missing", unit: "count", goal: never("<=", 0)},
+		{id: "reruns", name: "items run more than once", unit: "count"},
 		{id: "gap_p50", name: "key idle between runs p50 (next grant − previous grant − job)", unit: "ms"},
 		{id: "gap_p99", name: "key idle between runs p99", unit: "ms"},
 		{id: "pool_utilization", name: "ceiling: the pool alone, 3 handles × 4 goroutines (in process)", unit: "fraction"},
@@ -75,13 +76,16 @@ func runContended(ctx context.Context, e *env, r runInfo) (*sample, error) {
 	if err != nil {
 		return nil, err
 	}
-	failed := n - len(rs)
+	failed, reruns := n-len(rs), 0
 	for _, r := range rs {
 		if r.Outcome != queue.OutcomeSucceeded {
 			failed++
 		}
+		if r.Attempts > 1 {
+			reruns++
+		}
 	}
-	smp.values["failed"] = float64(failed)
+	smp.values["failed"], smp.values["reruns"] = float64(failed), float64(reruns)
 	first, last := span(rs)
 	busy := 0.0
 	runs := make([]keyRun, 0, len(rs))

@@ -3,7 +3,10 @@ package bench
 import (
 	"context"
 	"fmt"
-	"syscall"
+	"net"
+	"os"
+	"strings"
+	"sync"
 	"time"
 )
 
@@ -14,17 +17,19 @@ import (
 // its VmRSS after 2 s idle (1 s with -quick). Configuration as in the
 // throughput scenario (64 slots, 8 credentials, a listener).
 //
-// The ceilings are the floor of the binary itself: `worker --version`
-// from exec to exit, and its peak RSS (rusage maxrss).
+// The ceilings are floors of the binary itself: `worker --version` from
+// exec to exit, and the VmRSS of a worker still connecting (its NATS
+// server accepts the connection and never answers): the runtime, the
+// binary, the configuration and the job handlers, before any client.
 var footprintScenario = &scenario{
 	name:  "footprint",
 	title: "7. footprint",
 	figures: []figSpec{
 		{id: "startup", name: "worker start-up: exec → /readyz 200", unit: "ms", goal: atMost(300), ceiling: "version_ms"},
-		{id: "rss", name: "idle worker VmRSS", unit: "MB", goal: atMost(30), ceiling: "version_rss"},
+		{id: "rss", name: "idle worker VmRSS", unit: "MB", goal: atMost(30), ceiling: "floor_rss"},
 		{id: "hwm", name: "idle worker VmHWM (peak RSS so far)", unit: "MB"},
 		{id: "version_ms", name: "ceiling: `worker --version`, exec → exit", unit: "ms"},
-		{id: "version_rss", name: "ceiling: `worker --version` peak RSS", unit: "MB"},
+		{id: "floor_rss", name: "ceiling: VmRSS of a worker still connecting to NATS", unit: "MB"},
 	},
 	run: runFootprint,
 }
@@ -74,8 +79,65 @@ func runFootprint(ctx context.Context, e *env, r runInfo) (*sample, error) {
 		return nil, fmt.Errorf("worker --version: %w", err)
 	}
 	smp.values["version_ms"] = float64(time.Since(v.started)) / float64(time.Millisecond)
-	if ru, ok := v.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		smp.values["version_rss"] = float64(ru.Maxrss) / 1024 // kB on Linux
+	floor, err := connectingRSS(ctx, e, f)
+	if err != nil {
+		return nil, err
 	}
+	smp.values["floor_rss"] = floor
 	return smp, nil
+}
+
+// connectingRSS starts a worker whose NATS server is a listener that
+// accepts and stays silent, and reads its VmRSS while it waits.
+func connectingRSS(ctx context.Context, e *env, f *fleet) (float64, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("bench: %w", err)
+	}
+	defer l.Close()
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	path, err := f.writeConfig("silent", 0)
+	if err != nil {
+		return 0, err
+	}
+	cfg, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("bench: %w", err)
+	}
+	cfg = []byte(strings.Replace(string(cfg), e.natsURL, "nats://"+l.Addr().String(), 1))
+	if err := os.WriteFile(path, cfg, 0o600); err != nil {
+		return 0, fmt.Errorf("bench: %w", err)
+	}
+	p, err := e.start(f.tag+"-silent", e.workerBin, []string{"--config", path, "--id", "silent"}, f.secretsEnv())
+	if err != nil {
+		return 0, err
+	}
+	defer p.kill()
+	if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+		return 0, err
+	}
+	if p.exited() {
+		return 0, fmt.Errorf("bench: the silent-server worker exited early: %v\n%s", p.err, p.logTail())
+	}
+	kb, err := statusKB(p.pid(), "VmRSS")
+	return kb / 1024, err
 }
