@@ -79,8 +79,8 @@ func (p *Pool) release(ctx context.Context, l *Lease, mode string, d time.Durati
 	if n == 0 {
 		return fmt.Errorf("%w: lease %d on %q (expired or released before)", ErrLeaseLost, l.Token, l.CredentialID)
 	}
-	if mode == "ok" {
-		p.wakeHead() // our own waiters need not wait for the message
-	}
+	// Whatever the mode, our own waiters look again at once (they need not
+	// wait for the wake message): one may sleep until this lease's expiry.
+	p.wakeHead()
 	return nil
 }

@@ -158,6 +158,45 @@ func TestTimedEventsWakeWaiterAtTheirEnd(t *testing.T) {
 			t.Fatalf("acquired %s after the cooldown ended", late)
 		}
 	})
+	// A waiter that went to sleep until a held lease's expiry must wake
+	// when the holder releases with a cooldown (or disables the key): the
+	// soonest event is then the cooldown's end, not the lease's expiry.
+	for _, mode := range []string{"cooldown", "cooldown in another process"} {
+		t.Run("release with "+mode, func(t *testing.T) {
+			e := newEnv(t)
+			holderPool := e.pool()
+			waiterPool := holderPool
+			if mode != "cooldown" {
+				waiterPool = e.pool()
+			}
+			e.register(holderPool, creds.Credential{ID: "k", MaxConcurrent: 1})
+			held := mustAcquire(t, holderPool, "holder") // expires in 30s
+			got := make(chan *creds.Lease, 1)
+			go func() {
+				l, err := waiterPool.Acquire(ctxT(t, 20*time.Second), "waiter")
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l
+			}()
+			e.waitSubscribers(waiterPool, 1)
+			if err := holderPool.ReleaseCooldown(context.Background(), held, 200*time.Millisecond, "429"); err != nil {
+				t.Fatal(err)
+			}
+			released := time.Now()
+			select {
+			case l := <-got:
+				if l == nil {
+					t.Fatal("no lease")
+				}
+				if took := time.Since(released); took > 5*time.Second {
+					t.Fatalf("waiter got the key %s after a 200ms cooldown", took)
+				}
+			case <-time.After(15 * time.Second):
+				t.Fatal("waiter still asleep 15s after a 200ms cooldown (it waits for the released lease's expiry)")
+			}
+		})
+	}
 	t.Run("abandoned lease", func(t *testing.T) {
 		e := newEnv(t)
 		p := e.pool(creds.WithLeaseTTL(300 * time.Millisecond))

@@ -24,7 +24,9 @@ if mode == 'cool' then
   set_cooling(id, now, tonumber(ARGV[4]), ARGV[5])
 elseif mode == 'disable' then
   redis.call('HSET', k_cred(id), 'disabled', '1', 'disabled_reason', ARGV[5], 'disabled_at', n2s(now))
-else
-  wake(ARGV[6])
 end
+-- Every release changes what waiters wait for: a waiter may be asleep
+-- until this lease's expiry, and the soonest event is now a free slot, a
+-- cooldown's end or nothing. Wake them to look again.
+wake(ARGV[6])
 return 1
