@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/keyfleet/keyfleet/internal/secret"
 )
 
 // problem is one thing wrong with a configuration. It becomes one error line:
@@ -69,16 +71,6 @@ func quote(s string) string {
 	return fmt.Sprintf("%q", s)
 }
 
-// redactURL hides the user:password@ or token@ part of a URL so that it can
-// appear in a message.
-func redactURL(s string) string {
-	at := strings.LastIndex(s, "@")
-	if at < 0 {
-		return s
-	}
-	start := 0
-	if i := strings.Index(s, "://"); i >= 0 && i < at {
-		start = i + len("://")
-	}
-	return s[:start] + "REDACTED" + s[at:]
-}
+// redactURL hides the user:password@ or token@ part of a URL (or a list
+// of URLs) so that it can appear in a message.
+func redactURL(s string) string { return secret.RedactURL(s) }

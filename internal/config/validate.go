@@ -39,8 +39,20 @@ func (c *Config) checkNATS(ps *problems) {
 	if strings.TrimSpace(n.URL) == "" {
 		ps.add("nats.url", "must be set, e.g. nats://127.0.0.1:4222")
 	} else {
-		for u := range strings.SplitSeq(n.URL, ",") {
-			checkServerURL(ps, "nats.url", strings.TrimSpace(u), []string{"nats", "tls", "ws", "wss"}, "nats://host:4222")
+		// A list of servers. Problems are shown against the whole list,
+		// redacted, and the server's position: a piece of a URL cut at a
+		// comma inside a password would not be recognised as one and would
+		// show part of it.
+		servers := strings.Split(n.URL, ",")
+		for i, u := range servers {
+			shown := quote(redactURL(n.URL))
+			if len(servers) > 1 {
+				shown = fmt.Sprintf("server %d of %s", i+1, shown)
+				if !strings.Contains(u, "://") && strings.Contains(n.URL, "@") {
+					shown += " (a ',' inside a password must be written %2C)"
+				}
+			}
+			checkServerURL(ps, "nats.url", strings.TrimSpace(u), shown, []string{"nats", "tls", "ws", "wss"}, "nats://host:4222")
 		}
 	}
 	checkTLS(ps, "nats.tls", n.TLS)
@@ -129,8 +141,8 @@ func (c *Config) checkRedis(ps *problems) {
 }
 
 // checkServerURL checks one server URL against the schemes allowed.
-func checkServerURL(ps *problems, key, u string, schemes []string, example string) {
-	shown := quote(redactURL(u))
+// checkServerURL checks one server URL; shown is how problems name it.
+func checkServerURL(ps *problems, key, u, shown string, schemes []string, example string) {
 	scheme, _, ok := strings.Cut(u, "://")
 	if !ok {
 		ps.add(key, "%s has no scheme; want %s (schemes: %s)", shown, example, strings.Join(schemes, ", "))

@@ -20,45 +20,12 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
+	"github.com/keyfleet/keyfleet/internal/secret"
 )
 
-// Redact hides any password or token in a server URL, or in a
-// comma-separated list of URLs ("nats://u:p@h1,nats://u:p@h2") or of hosts
-// ("redis://:p@h1,h2/0"). It reads the text rather than a parsed URL, so
-// that a password holding ',' or something net/url refuses (a bad
-// %-escape, a space) is hidden all the same: in each URL, what stands
-// between "://" and the last '@' before the path is the user information;
-// a user name is kept, a password or token is replaced.
-func Redact(raw string) string {
-	var b strings.Builder
-	rest := raw
-	for {
-		i := strings.Index(rest, "://")
-		if i < 0 {
-			b.WriteString(rest)
-			return b.String()
-		}
-		b.WriteString(rest[:i+len("://")])
-		rest = rest[i+len("://"):]
-		authority := rest
-		if j := strings.Index(authority, "://"); j >= 0 {
-			authority = authority[:j] // the next URL of a list starts there
-		}
-		if j := strings.IndexAny(authority, "/?#"); j >= 0 {
-			authority = authority[:j]
-		}
-		at := strings.LastIndex(authority, "@")
-		if at < 0 {
-			continue
-		}
-		if user, _, hasPassword := strings.Cut(authority[:at], ":"); hasPassword {
-			b.WriteString(user + ":REDACTED")
-		} else {
-			b.WriteString("REDACTED") // a NATS token
-		}
-		rest = rest[at:]
-	}
-}
+// Redact hides any password or token in a server URL or a list of URLs
+// (see secret.RedactURL).
+func Redact(raw string) string { return secret.RedactURL(raw) }
 
 // NATSHooks are called on connection events (all optional).
 type NATSHooks struct {

@@ -258,14 +258,10 @@ func TestReliabilitySecretsNeverLeak(t *testing.T) {
 	}
 }
 
-// fragmentsFail makes a fragment of a secret fail the test. Known bug:
-// internal/jobs bounds a job's stdout (headBuffer), its stderr tail
-// (tailBuffer) and the exit-75/77 reason line (headString) before the worker
-// scrubs them (internal/worker result.go and slot.go), so a secret that a
-// bound cuts through survives in part: in results, dead letters, cooldown
-// reasons in Redis and logs. The cutout-, cuterr- and cutline- items show
-// it. Set to true once the scrubbing happens before the truncation.
-const fragmentsFail = false
+// fragmentsFail makes a fragment of a secret fail the test: outputs,
+// stderr tails and reasons are scrubbed before any bound cuts them
+// (secret.Scrubber.Writer in the job kinds), so none may survive.
+const fragmentsFail = true
 
 // dumpAll scans every stream, the key-value buckets and every Redis key.
 func dumpAll(ctx context.Context, t *testing.T, scan *leakScan, when string, js jetstream.JetStream, rdb *redis.Client) {

@@ -2,9 +2,29 @@ package jobs
 
 import (
 	"bytes"
+	"io"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/keyfleet/keyfleet/internal/secret"
 )
+
+// scrubberFor is the scrubber of a run: the configured one, else one for
+// the run's own secret.
+func scrubberFor(sc *secret.Scrubber, cred Credential) *secret.Scrubber {
+	if sc != nil {
+		return sc
+	}
+	return secret.NewScrubber(cred.Secret)
+}
+
+// copyScrubbed copies a job's stream into a bounded buffer with secrets
+// removed first, so the buffer's cut cannot leave a fragment of one.
+func copyScrubbed(dst io.Writer, src io.Reader, sc *secret.Scrubber) {
+	w := sc.Writer(dst)
+	_, _ = io.Copy(w, src)
+	_ = w.Close()
+}
 
 // headBuffer keeps the first max bytes written to it and discards the rest,
 // so a writer is never blocked and memory stays bounded.

@@ -69,6 +69,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/keyfleet/keyfleet/internal/secret"
 )
 
 // ExecConfig configures the exec kind (see the contract at the top of
@@ -87,6 +89,10 @@ type ExecConfig struct {
 	Env map[string]string
 	// MaxOutput bounds Output.Body in bytes. Zero: DefaultMaxOutput.
 	MaxOutput int
+	// Scrubber removes secrets from stdout and stderr before they are
+	// bounded, so no fragment of a secret survives a cut (the worker passes
+	// one for every configured secret). Nil: the run's own secret.
+	Scrubber *secret.Scrubber
 	// ScrubEnv names variables of the worker's environment the job must not
 	// see. The worker passes the secret_env names of all its credentials.
 	ScrubEnv []string
@@ -274,9 +280,10 @@ func (h *execHandler) Run(ctx context.Context, item Item, cred Credential) (Outp
 
 	stdout := &headBuffer{max: h.limit}
 	stderr := newStderrCollector()
+	sc := scrubberFor(h.cfg.Scrubber, cred)
 	var wg sync.WaitGroup
-	wg.Go(func() { _, _ = io.Copy(stdout, p.outR) })
-	wg.Go(func() { _, _ = io.Copy(stderr, p.errR) })
+	wg.Go(func() { copyScrubbed(stdout, p.outR, sc) })
+	wg.Go(func() { copyScrubbed(stderr, p.errR, sc) })
 	wg.Go(func() {
 		// EPIPE when the command does not read its stdin is no failure.
 		_, _ = io.Copy(p.inW, bytes.NewReader(item.Payload))

@@ -1,6 +1,7 @@
 package jobs_test
 
 import (
+	"crypto/sha256"
 	"bytes"
 	"context"
 	"errors"
@@ -178,7 +179,9 @@ func TestExecEnvironment(t *testing.T) {
 	t.Setenv("KEEP_ME", "kept")
 	t.Setenv("OVERRIDDEN", "parent")
 	h := newExec(t, jobs.ExecConfig{
-		Command:  []string{script(t, `env`)},
+		// The job's output is scrubbed, so it proves it got the secret by
+		// its hash.
+		Command:  []string{script(t, `env; printf 'SECRET_SHA256=%s\n' "$(printf %s "$KEYFLEET_CREDENTIAL_SECRET" | sha256sum | cut -d' ' -f1)"`)},
 		Env:      map[string]string{"EXTRA": "a=b c", "OVERRIDDEN": "child"},
 		ScrubEnv: []string{"KEY_B_SECRET", "NOT_SET_ANYWAY"},
 	})
@@ -197,7 +200,8 @@ func TestExecEnvironment(t *testing.T) {
 		"KEYFLEET_BATCH":             "batch-1",
 		"KEYFLEET_ATTEMPT":           "3",
 		"KEYFLEET_CREDENTIAL_ID":     "key-a",
-		"KEYFLEET_CREDENTIAL_SECRET": testSecret,
+		"KEYFLEET_CREDENTIAL_SECRET": secret.Redacted, // scrubbed from the output
+		"SECRET_SHA256":              fmt.Sprintf("%x", sha256.Sum256([]byte(testSecret))),
 		"KEYFLEET_KIND":              "exec",
 		"EXTRA":                      "a=b c",
 		"OVERRIDDEN":                 "child",
@@ -415,5 +419,38 @@ func TestNewExecErrors(t *testing.T) {
 	}
 	if _, err := jobs.NewExec(jobs.ExecConfig{Command: []string{"sh", "-c", "exit 0"}}); err != nil {
 		t.Errorf("a program from PATH: %v", err)
+	}
+}
+
+// A secret the job prints is scrubbed before any bound cuts the output, so
+// no fragment of it survives at the cut: in stdout, in the stderr tail and
+// in the exit-77 reason, wherever the cut falls.
+func TestExecNoSecretFragmentAtACut(t *testing.T) {
+	const limit = 64
+	frag := testSecret[:6]
+	for pad := limit - len(testSecret) - 2; pad <= limit+2; pad++ {
+		h := newExec(t, jobs.ExecConfig{
+			Command:   []string{script(t, fmt.Sprintf(`head -c %d /dev/zero | tr '\\0' x; printf '%%s' "$KEYFLEET_CREDENTIAL_SECRET"`, pad))},
+			MaxOutput: limit,
+		})
+		out, err := h.Run(t.Context(), testItem, testCred)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(out.Body), frag) {
+			t.Fatalf("pad %d: stdout keeps a fragment of the secret: %q", pad, out.Body)
+		}
+	}
+	// stderr: a secret ending just inside the 2 KiB tail, and a long
+	// exit-77 reason line with the secret across its 200-byte cut.
+	for _, body := range []string{
+		`printf '%s' "$KEYFLEET_CREDENTIAL_SECRET" >&2; head -c 2040 /dev/zero | tr '\\0' y >&2; exit 65`,
+		`head -c 190 /dev/zero | tr '\\0' z >&2; printf '%s\\n' "$KEYFLEET_CREDENTIAL_SECRET" >&2; exit 77`,
+	} {
+		h := newExec(t, jobs.ExecConfig{Command: []string{script(t, body)}})
+		_, err := h.Run(t.Context(), testItem, testCred)
+		if err == nil || strings.Contains(err.Error(), frag) {
+			t.Fatalf("error text keeps a fragment of the secret: %v", err)
+		}
 	}
 }

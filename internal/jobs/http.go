@@ -54,6 +54,9 @@ type HTTPConfig struct {
 	Timeout time.Duration
 	// MaxOutput bounds Output.Body in bytes. Default DefaultMaxOutput.
 	MaxOutput int
+	// Scrubber removes secrets from response bodies before they are
+	// bounded (see ExecConfig.Scrubber). Nil: the run's own secret.
+	Scrubber *secret.Scrubber
 	// Client sends the requests. Default: a client on
 	// http.DefaultTransport that does not follow redirects (a redirect
 	// could carry the secret header to another host).
@@ -194,16 +197,18 @@ func (h *httpHandler) Run(ctx context.Context, item Item, cred Credential) (Outp
 
 	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
 		body := &headBuffer{max: h.limit}
-		if _, err := io.CopyN(body, resp.Body, int64(h.limit)+httpDrainMax); err != nil && err != io.EOF {
+		sw := scrubberFor(h.cfg.Scrubber, cred).Writer(body)
+		if _, err := io.CopyN(sw, resp.Body, int64(h.limit)+httpDrainMax); err != nil && err != io.EOF {
 			return Output{}, h.requestError(ctx, reqCtx, fmt.Errorf("reading the %d response: %w", resp.StatusCode, err))
 		}
+		_ = sw.Close()
 		return body.output(), nil
 	}
 
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, httpErrBodyMax)) // a cut body still serves
 	_, _ = io.CopyN(io.Discard, resp.Body, httpDrainMax)
 	status := statusText(resp.StatusCode)
-	if snip := snippet(raw, cred.Secret); snip != "" {
+	if snip := snippet(raw, scrubberFor(h.cfg.Scrubber, cred)); snip != "" {
 		status += ": " + snip
 	}
 	switch code := resp.StatusCode; {
@@ -251,9 +256,11 @@ func statusText(code int) string {
 }
 
 // snippet returns the start of a response body as one line for an error
-// text, with the secret scrubbed in case the server echoes it.
-func snippet(body []byte, s secret.Secret) string {
-	text := secret.NewScrubber(s).String(string(body))
+// text, with secrets scrubbed in case the server echoes one. The body was
+// read up to httpErrBodyMax, far past the snippet's length, so a secret cut
+// at that bound lies beyond what the snippet keeps.
+func snippet(body []byte, sc *secret.Scrubber) string {
+	text := sc.String(string(body))
 	return headString([]byte(strings.Join(strings.Fields(text), " ")), httpSnippetMax)
 }
 

@@ -4,6 +4,7 @@ package secret
 
 import (
 	"bytes"
+	"io"
 	"strings"
 )
 
@@ -42,6 +43,7 @@ func (s Secret) MarshalText() ([]byte, error) { return []byte(Redacted), nil }
 type Scrubber struct {
 	r       *strings.Replacer
 	secrets [][]byte
+	maxLen  int
 }
 
 // NewScrubber builds a Scrubber for the given secrets. Secrets shorter than
@@ -50,17 +52,19 @@ type Scrubber struct {
 func NewScrubber(secrets ...Secret) *Scrubber {
 	var pairs []string
 	var raw [][]byte
+	longest := 0
 	for _, s := range secrets {
 		if len(s.v) < 4 {
 			continue
 		}
 		pairs = append(pairs, s.v, Redacted)
 		raw = append(raw, []byte(s.v))
+		longest = max(longest, len(s.v))
 	}
 	if len(pairs) == 0 {
 		return &Scrubber{}
 	}
-	return &Scrubber{r: strings.NewReplacer(pairs...), secrets: raw}
+	return &Scrubber{r: strings.NewReplacer(pairs...), secrets: raw, maxLen: longest}
 }
 
 // String returns s with every known secret replaced.
@@ -96,4 +100,61 @@ func (sc *Scrubber) Contains(s string) bool {
 		}
 	}
 	return false
+}
+
+// MaxLen is the length of the longest secret scrubbed (0 for none).
+func (sc *Scrubber) MaxLen() int {
+	if sc == nil {
+		return 0
+	}
+	return sc.maxLen
+}
+
+// Writer returns a writer that passes everything written to it on to w
+// with every known secret replaced. It holds back the last MaxLen-1 bytes
+// until more arrive or Close, so a secret split across writes is caught
+// too. Put it in front of any buffer that cuts what it keeps: whatever the
+// buffer cuts is then already scrubbed, and no fragment of a secret can
+// survive at the cut.
+func (sc *Scrubber) Writer(w io.Writer) *Writer {
+	return &Writer{sc: sc, w: w, hold: max(sc.MaxLen()-1, 0)}
+}
+
+// Writer scrubs a stream; see Scrubber.Writer. Not safe for concurrent use.
+type Writer struct {
+	sc      *Scrubber
+	w       io.Writer
+	hold    int
+	pending []byte
+	err     error
+}
+
+// Write scrubs and forwards all but the bytes that may begin a secret.
+func (x *Writer) Write(p []byte) (int, error) {
+	if x.err != nil {
+		return 0, x.err
+	}
+	if x.hold == 0 {
+		_, x.err = x.w.Write(p)
+		return len(p), x.err
+	}
+	x.pending = append(x.pending, p...)
+	x.pending = x.sc.Bytes(x.pending)
+	if n := len(x.pending) - x.hold; n > 0 {
+		if _, x.err = x.w.Write(x.pending[:n]); x.err != nil {
+			return 0, x.err
+		}
+		x.pending = append(x.pending[:0], x.pending[n:]...)
+	}
+	return len(p), nil
+}
+
+// Close forwards what was held back (scrubbed). It does not close w.
+func (x *Writer) Close() error {
+	if x.err != nil || len(x.pending) == 0 {
+		return x.err
+	}
+	_, x.err = x.w.Write(x.sc.Bytes(x.pending))
+	x.pending = nil
+	return x.err
 }

@@ -47,3 +47,41 @@ func TestScrubber(t *testing.T) {
 		t.Fatal("nil scrubber must pass text through")
 	}
 }
+
+// The stream writer catches a secret however the writes split it, and a
+// buffer behind it that cuts what it keeps can never keep a fragment.
+func TestScrubWriterCatchesSplitSecrets(t *testing.T) {
+	sec := "sk-live-0123456789abcdef"
+	sc := secret.NewScrubber(secret.New(sec), secret.New("other-secret-xyz"))
+	text := "head " + sec + " middle other-secret-xyz tail " + sec
+	want := strings.NewReplacer(sec, secret.Redacted, "other-secret-xyz", secret.Redacted).Replace(text)
+	for chunk := 1; chunk <= len(text); chunk++ {
+		var out strings.Builder
+		w := sc.Writer(&out)
+		for i := 0; i < len(text); i += chunk {
+			if _, err := w.Write([]byte(text[i:min(i+chunk, len(text))])); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if out.String() != want {
+			t.Fatalf("chunks of %d: got %q, want %q", chunk, out.String(), want)
+		}
+	}
+	// Nothing forwarded before Close can hold a partial secret at its end.
+	var out strings.Builder
+	w := sc.Writer(&out)
+	_, _ = w.Write([]byte("x" + sec[:10]))
+	if strings.Contains(out.String(), sec[:4]) {
+		t.Fatalf("forwarded the start of a secret before seeing the rest: %q", out.String())
+	}
+	// No secrets: a plain pass-through.
+	var plain strings.Builder
+	pw := secret.NewScrubber().Writer(&plain)
+	_, _ = pw.Write([]byte("abc"))
+	if plain.String() != "abc" || pw.Close() != nil {
+		t.Fatal("pass-through writer")
+	}
+}

@@ -105,7 +105,7 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 		w.defs = append(w.defs, creds.Credential{ID: c.ID, MaxConcurrent: c.MaxConcurrent, Rate: c.RateText})
 	}
 	w.scrub = secret.NewScrubber(all...)
-	if w.handlers, err = buildHandlers(cfg); err != nil {
+	if w.handlers, err = buildHandlers(cfg, w.scrub); err != nil {
 		return nil, exitcode.With(exitcode.Usage, fmt.Errorf("%s: %w", cfg.Source, err))
 	}
 	w.metrics.Slots.Set(float64(cfg.Worker.Concurrency))
@@ -157,12 +157,12 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 	return w, nil
 }
 
-func buildHandlers(cfg *config.Config) (map[string]jobs.Handler, error) {
+func buildHandlers(cfg *config.Config, scrub *secret.Scrubber) (map[string]jobs.Handler, error) {
 	hs := map[string]jobs.Handler{"sleep": jobs.NewSleep()}
 	if e := cfg.Jobs.Exec; e != nil {
 		h, err := jobs.NewExec(jobs.ExecConfig{
 			Command: e.Command, Timeout: e.Timeout, Dir: e.Dir, Env: e.Env,
-			MaxOutput: cfg.Jobs.MaxOutput, ScrubEnv: cfg.SecretEnvNames(),
+			MaxOutput: cfg.Jobs.MaxOutput, ScrubEnv: cfg.SecretEnvNames(), Scrubber: scrub,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("jobs.exec: %w", err)
@@ -172,7 +172,7 @@ func buildHandlers(cfg *config.Config) (map[string]jobs.Handler, error) {
 	if h := cfg.Jobs.HTTP; h != nil {
 		hh, err := jobs.NewHTTP(jobs.HTTPConfig{
 			URL: h.URL, Method: h.Method, Header: h.Header, Format: h.Format,
-			Headers: h.Headers, Timeout: h.Timeout, MaxOutput: cfg.Jobs.MaxOutput,
+			Headers: h.Headers, Timeout: h.Timeout, MaxOutput: cfg.Jobs.MaxOutput, Scrubber: scrub,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("jobs.http: %w", err)
