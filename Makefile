@@ -5,7 +5,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -s -w -X github.com/keyfleet/keyfleet/internal/version.Version=$(VERSION)
 TESTFLAGS ?=
 
-.PHONY: help build demo test test-reliability vet bench bench-go clean
+.PHONY: help build demo test test-reliability fuzz vet bench bench-go clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -25,6 +25,11 @@ vet: ## gofmt check and go vet
 
 test: vet ## vet, then every test with the race detector (needs redis-server)
 	$(GO) test -race -count=1 -timeout 9m $(TESTFLAGS) ./...
+
+FUZZTIME ?= 10s
+
+fuzz: ## every fuzz target for FUZZTIME each (default 10s; their seed corpora also run in make test)
+	@bash scripts/fuzz.sh $(FUZZTIME)
 
 BENCHFLAGS ?=
 
