@@ -331,13 +331,19 @@ type knownBug struct {
 	Explains func(row reliabilityRow, b bounds) bool
 }
 
-// overUseBug is the lease-renewal bug: a worker cut off from Redis keeps
-// running its job past its lease (internal/worker/keepalive.go renewLease
-// waits for a Renew that go-redis does not bound by its context, so the
-// "not renewed for a TTL" check comes too late), while another worker
-// takes the key.
+// overUseBug: a worker cut off from Redis keeps running its job past its
+// lease while another worker takes the key (reported). Two causes:
+//   - the worker sends its pool scripts through go-redis's AutoPipeliner
+//     (internal/worker/worker.go, creds.WithScripter), and there a Renew on
+//     a connection that does not answer ignores its context and blocks for
+//     35-40s ("i/o timeout") instead of TTL/3;
+//   - the keeper (internal/worker/keeper.go, attempt) checks "not renewed
+//     for TTL minus a margin" only when an attempt returns, and starts the
+//     next one `every` after the last returned: with attempts that time out
+//     the loss is declared about 4/3 TTL after the last renewal, TTL/3 after
+//     the lease expired (the message keep-alive likewise, 4/3 ack wait).
 var overUseBug = knownBug{
-	Short: "KNOWN BUG renewLease: job outlives its lease while Redis is unreachable",
+	Short: "KNOWN BUG (lease keep-alive): the job outlives its lease while Redis does not answer",
 	Explains: func(row reliabilityRow, b bounds) bool {
 		return row.Lost == 0 && row.LeakedSecrets == 0 && row.Duplicates <= b.MaxDuplicates
 	},

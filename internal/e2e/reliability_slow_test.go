@@ -78,7 +78,7 @@ func testPausedWorker(t *testing.T, withJob bool, scenario string, maxWindow fun
 	pause := size(4*time.Second, 8*time.Second)
 	// Jobs use their key every 50ms and log each use. w1's job would run
 	// for a minute (it must not end by itself); w2's lasts past the resume.
-	f := holdGuardedFleet(t, fmt.Sprintf("lease_ttl: %s", ttl), "concurrency: 1\nshutdown_grace: 5s\nmax_attempts: 20",
+	f := holdGuardedFleet(t, fmt.Sprintf("lease_ttl: %s", ttl), "concurrency: 1\nshutdown_grace: 1s\nmax_attempts: 20",
 		fmt.Sprintf("ack_wait: %s", ackWait), fmt.Sprintf("TICK=%g", tick.Seconds()))
 	w1 := f.startWorkerEnv("w1", []string{fmt.Sprintf("TICKS=%d", time.Minute/tick)})
 	waitFor(t, "w1 to start", time.Minute, func() bool { return strings.Contains(w1.log.String(), "worker started") })
@@ -99,7 +99,7 @@ func testPausedWorker(t *testing.T, withJob bool, scenario string, maxWindow fun
 		}
 		return false
 	})
-	w2 := f.startWorkerEnv("w2", []string{fmt.Sprintf("TICKS=%d", (pause+4*time.Second)/tick)})
+	w2 := f.startWorkerEnv("w2", []string{fmt.Sprintf("TICKS=%d", (pause+2*time.Second)/tick)})
 	waitFor(t, "w2 to start", time.Minute, func() bool { return strings.Contains(w2.log.String(), "worker started") })
 	waitFor(t, "the job to use its key for a second", time.Minute, func() bool {
 		return f.ticks(old.JobPID) >= int(time.Second/tick)
