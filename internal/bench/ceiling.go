@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -133,7 +135,23 @@ func jsCeiling(ctx context.Context, e *env, smp *sample, n int, mode jsMode, key
 	}
 	smp.cpu = append(smp.cpu, use)
 	smp.values[key] = float64(n) / wall.Seconds()
+	smp.values[key+"_cpu_bound"] = cpuBound(use, n, "nats-server", "kfbench")
 	return nil
+}
+
+// cpuBound is the rate the machine's cores would allow if the named
+// processes had them to themselves: cores ÷ their CPU seconds per item. It
+// does not depend on what else ran meanwhile, unlike a measured rate on a
+// shared machine.
+func cpuBound(u CPUUse, n int, procs ...string) float64 {
+	cpu := 0.0
+	for _, p := range procs {
+		cpu += u.Proc[p]
+	}
+	if cpu <= 0 || n == 0 {
+		return math.NaN()
+	}
+	return float64(runtime.NumCPU()) / (cpu / float64(n))
 }
 
 // benchResult is a result record like a worker's for the ceilings.

@@ -30,11 +30,13 @@ var contendedScenario = &scenario{
 	figures: []figSpec{
 		{id: "utilization", name: "utilization: 4 keys × 1, 3 workers × 4 slots, 25 ms items", unit: "fraction",
 			goal: atLeast(0.98), ceiling: "pool_utilization"},
+		{id: "steady", name: "… each key from its first grant to its last finish (no start-up or tail)", unit: "fraction", ceiling: "pool_steady"},
 		{id: "failed", name: "items failed or missing", unit: "count", goal: never("<=", 0)},
 		{id: "reruns", name: "items run more than once", unit: "count"},
 		{id: "gap_p50", name: "key idle between runs p50 (next grant − previous grant − job)", unit: "ms"},
 		{id: "gap_p99", name: "key idle between runs p99", unit: "ms"},
 		{id: "pool_utilization", name: "ceiling: the pool alone, 3 handles × 4 goroutines (in process)", unit: "fraction"},
+		{id: "pool_steady", name: "ceiling: … each key from its first grant to its last finish, pool alone", unit: "fraction"},
 		{id: "pool_gap_p50", name: "ceiling: key idle between runs p50, pool alone", unit: "ms"},
 	},
 	run: runContended,
@@ -91,10 +93,11 @@ func runContended(ctx context.Context, e *env, r runInfo) (*sample, error) {
 	runs := make([]keyRun, 0, len(rs))
 	for _, r := range rs {
 		busy += r.Duration
-		runs = append(runs, keyRun{key: r.CredentialID, granted: r.LeasedAt, dur: time.Duration(r.Duration * float64(time.Second))})
+		runs = append(runs, keyRun{key: r.CredentialID, granted: r.LeasedAt, dur: time.Duration(r.Duration * float64(time.Second)), end: r.FinishedAt})
 	}
 	wall := last.Sub(first)
 	smp.values["utilization"] = busy / (contendedKeys * wall.Seconds())
+	smp.values["steady"] = busy / keySpans(runs).Seconds()
 	gaps := keyGaps(runs)
 	smp.values["gap_p50"], smp.values["gap_p99"] = quantile(gaps, 0.5), quantile(gaps, 0.99)
 	use.Wall = wall.Seconds()
@@ -110,6 +113,26 @@ type keyRun struct {
 	key     string
 	granted time.Time
 	dur     time.Duration
+	end     time.Time // when the run was over (after its release)
+}
+
+// keySpans sums, over the keys, the time from a key's first grant to its
+// last run's end.
+func keySpans(runs []keyRun) time.Duration {
+	first, last := map[string]time.Time{}, map[string]time.Time{}
+	for _, r := range runs {
+		if f, ok := first[r.key]; !ok || r.granted.Before(f) {
+			first[r.key] = r.granted
+		}
+		if r.end.After(last[r.key]) {
+			last[r.key] = r.end
+		}
+	}
+	var sum time.Duration
+	for k, f := range first {
+		sum += last[k].Sub(f)
+	}
+	return sum
 }
 
 // keyGaps returns, sorted, the time each key spent between the end of one
@@ -186,7 +209,7 @@ func poolUtilization(ctx context.Context, e *env, smp *sample, n int) error {
 					}
 					end := time.Now()
 					mu.Lock()
-					runs = append(runs, keyRun{key: l.CredentialID, granted: l.Acquired, dur: d})
+					runs = append(runs, keyRun{key: l.CredentialID, granted: l.Acquired, dur: d, end: end})
 					busy += d
 					if first.IsZero() || l.Acquired.Before(first) {
 						first = l.Acquired
@@ -210,6 +233,7 @@ func poolUtilization(ctx context.Context, e *env, smp *sample, n int) error {
 	}
 	smp.cpu = append(smp.cpu, use)
 	smp.values["pool_utilization"] = busy.Seconds() / (contendedKeys * wall.Seconds())
+	smp.values["pool_steady"] = busy.Seconds() / keySpans(runs).Seconds()
 	smp.values["pool_gap_p50"] = quantile(keyGaps(runs), 0.5)
 	return nil
 }

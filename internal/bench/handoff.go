@@ -23,12 +23,17 @@ import (
 // The ceiling is the same shape without the pool: a script that PUBLISHes
 // on one client, the subscriber of another client receiving it, then a
 // trivial EVALSHA on that client.
+//
+// A second variant routes both handles' scripts through go-redis'
+// AutoPipeliner (creds.WithScripter), as internal/worker builds its pool.
 var handoffScenario = &scenario{
 	name:  "handoff",
 	title: "5. handoff",
 	figures: []figSpec{
 		{id: "p50", name: "release → waiting acquire (other handle) p50, in process", unit: "ms", ceiling: "raw_p50"},
 		{id: "p99", name: "release → waiting acquire (other handle) p99, in process", unit: "ms", goal: atMost(2), ceiling: "raw_p99"},
+		{id: "p50_ap", name: "the same, scripts auto-pipelined as in the worker, p50", unit: "ms", ceiling: "raw_p50"},
+		{id: "p99_ap", name: "the same, scripts auto-pipelined as in the worker, p99", unit: "ms", goal: atMost(2), ceiling: "raw_p99"},
 		{id: "raw_p50", name: "ceiling: script PUBLISH → subscriber → EVALSHA, p50", unit: "ms"},
 		{id: "raw_p99", name: "ceiling: script PUBLISH → subscriber → EVALSHA, p99", unit: "ms"},
 	},
@@ -40,36 +45,77 @@ const handoffPause = 3 * time.Millisecond
 func runHandoff(ctx context.Context, e *env, r runInfo) (*sample, error) {
 	n := pick(r.quick, 500, 100)
 	smp := newSample()
+	for _, v := range []struct {
+		pipelined bool
+		suffix    string
+		variant   string
+	}{
+		{false, "", "keyfleet: pool handoffs (in process)"},
+		{true, "_ap", "keyfleet: pool handoffs, auto-pipelined scripts (in process)"},
+	} {
+		lat, use, err := handoffs(ctx, e, n, v.pipelined)
+		if err != nil {
+			return nil, err
+		}
+		use.Variant = v.variant
+		smp.cpu = append(smp.cpu, use)
+		smp.values["p50"+v.suffix], smp.values["p99"+v.suffix] = quantile(lat, 0.5), quantile(lat, 0.99)
+	}
+	if err := rawHandoff(ctx, e, smp, n); err != nil {
+		return nil, err
+	}
+	return smp, nil
+}
+
+// handoffs measures n handoffs between two Pool handles, each on its own
+// Redis client; pipelined routes their scripts through go-redis'
+// AutoPipeliner, as the worker builds its pool. It returns the sorted
+// latencies in ms.
+func handoffs(ctx context.Context, e *env, n int, pipelined bool) ([]float64, CPUUse, error) {
 	defer e.rdb.FlushAll(context.WithoutCancel(ctx))
 	addr := e.rdb.Options().Addr
-	hc := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 4})
-	defer hc.Close()
-	wc := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 4})
-	defer wc.Close()
 	name := e.uniq("handoff")
-	holder, err := creds.New(hc, name)
-	if err != nil {
-		return nil, err
+	handle := func() (*creds.Pool, func(), error) {
+		c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 4, Protocol: 2})
+		var opts []creds.Option
+		if pipelined {
+			ap, err := c.AutoPipeline()
+			if err != nil {
+				c.Close()
+				return nil, nil, fmt.Errorf("bench: auto-pipeline: %w", err)
+			}
+			opts = append(opts, creds.WithScripter(ap))
+		}
+		p, err := creds.New(c, name, opts...)
+		if err != nil {
+			c.Close()
+			return nil, nil, err
+		}
+		return p, func() { p.Close(); c.Close() }, nil
 	}
-	defer holder.Close()
-	waiter, err := creds.New(wc, name)
+	holder, closeH, err := handle()
 	if err != nil {
-		return nil, err
+		return nil, CPUUse{}, err
 	}
-	defer waiter.Close()
+	defer closeH()
+	waiter, closeW, err := handle()
+	if err != nil {
+		return nil, CPUUse{}, err
+	}
+	defer closeW()
 	if err := holder.Register(ctx, []creds.Credential{{ID: "only", MaxConcurrent: 1}}); err != nil {
-		return nil, err
+		return nil, CPUUse{}, err
 	}
 	m, err := e.meter(ctx)
 	if err != nil {
-		return nil, err
+		return nil, CPUUse{}, err
 	}
 	lat := make([]float64, 0, n)
 	start := time.Now()
 	for range n {
 		held, err := holder.Acquire(ctx, "holder")
 		if err != nil {
-			return nil, err
+			return nil, CPUUse{}, err
 		}
 		type got struct {
 			l   *creds.Lease
@@ -81,33 +127,28 @@ func runHandoff(ctx context.Context, e *env, r runInfo) (*sample, error) {
 			ch <- got{l, err}
 		}()
 		if err := sleepCtx(ctx, handoffPause); err != nil {
-			return nil, err
+			return nil, CPUUse{}, err
 		}
 		t0 := time.Now()
 		if err := holder.Release(ctx, held); err != nil {
-			return nil, err
+			return nil, CPUUse{}, err
 		}
 		g := <-ch
 		d := time.Since(t0)
 		if g.err != nil {
-			return nil, g.err
+			return nil, CPUUse{}, g.err
 		}
 		lat = append(lat, float64(d)/float64(time.Millisecond))
 		if err := waiter.Release(ctx, g.l); err != nil {
-			return nil, err
+			return nil, CPUUse{}, err
 		}
 	}
-	use, err := m.done(ctx, "keyfleet: pool handoffs (in process)", n, time.Since(start), nil)
+	use, err := m.done(ctx, "", n, time.Since(start), nil)
 	if err != nil {
-		return nil, err
+		return nil, CPUUse{}, err
 	}
-	smp.cpu = append(smp.cpu, use)
 	slices.Sort(lat)
-	smp.values["p50"], smp.values["p99"] = quantile(lat, 0.5), quantile(lat, 0.99)
-	if err := rawHandoff(ctx, e, smp, n); err != nil {
-		return nil, err
-	}
-	return smp, nil
+	return lat, use, nil
 }
 
 // rawHandoff measures the ceiling: PUBLISH from a script, receive, EVALSHA.

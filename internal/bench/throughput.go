@@ -32,7 +32,10 @@ var throughputScenario = &scenario{
 		{id: "items_per_s", name: "keyfleet: 2 workers × 64, items/s (first lease → last result)", unit: "items/s",
 			goal: atLeast(20000), ceiling: "js_pull_ack"},
 		{id: "items_per_s_wall", name: "keyfleet incl. worker start-up (exec → all results)", unit: "items/s", ceiling: "js_pull_ack"},
+		{id: "items_per_s_cpu_bound", name: "keyfleet if CPU-bound on an idle machine: cores ÷ CPU-s/item (nats, redis, workers)", unit: "items/s",
+			ceiling: "js_pull_ack_cpu_bound", note: "an estimate that does not depend on other processes; see the CPU table"},
 		{id: "js_pull_ack", name: "ceiling: JetStream pull+ack, 2 consumers", unit: "msgs/s"},
+		{id: "js_pull_ack_cpu_bound", name: "ceiling: JetStream pull+ack if CPU-bound: cores ÷ CPU-s/msg (nats, clients)", unit: "msgs/s"},
 		{id: "js_pull_ack_result", name: "ceiling: JetStream pull+ack + async result publish", unit: "msgs/s", ceiling: "js_pull_ack"},
 		{id: "js_worker_calls", name: "ceiling: JetStream, the worker's calls (sync result publish + confirmed ack, 2×64 in flight)", unit: "msgs/s", ceiling: "js_pull_ack"},
 		{id: "redis_evalsha", name: "ceiling: raw EVALSHA (trivial script), 64 clients", unit: "ops/s"},
@@ -136,6 +139,7 @@ func throughputKeyfleet(ctx context.Context, e *env, r runInfo, smp *sample, n i
 	smp.cpu = append(smp.cpu, use)
 	smp.values["items_per_s"] = float64(n) / last.Sub(first).Seconds()
 	smp.values["items_per_s_wall"] = float64(n) / end.Sub(start).Seconds()
+	smp.values["items_per_s_cpu_bound"] = cpuBound(use, n, "nats-server", "redis-server", "workers")
 	return nil
 }
 
