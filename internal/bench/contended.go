@@ -23,7 +23,8 @@ import (
 //
 // The ceiling is the pool alone, in process: 3 Pool handles (each with its
 // own Redis client, as 3 processes) × 4 goroutines acquire, sleep 25 ms,
-// release; the same utilization formula.
+// release; the same utilization formula. It runs a second time with the
+// scripts through go-redis' AutoPipeliner, as the worker builds its pool.
 var contendedScenario = &scenario{
 	name:  "contended",
 	title: "3. contended pool",
@@ -38,6 +39,8 @@ var contendedScenario = &scenario{
 		{id: "pool_utilization", name: "ceiling: the pool alone, 3 handles × 4 goroutines (in process)", unit: "fraction"},
 		{id: "pool_steady", name: "ceiling: … each key from its first grant to its last finish, pool alone", unit: "fraction"},
 		{id: "pool_gap_p50", name: "ceiling: key idle between runs p50, pool alone", unit: "ms"},
+		{id: "pool_ap_utilization", name: "the pool alone, scripts auto-pipelined as in the worker", unit: "fraction", ceiling: "pool_utilization"},
+		{id: "pool_ap_gap_p50", name: "key idle between runs p50, pool alone, auto-pipelined", unit: "ms"},
 	},
 	run: runContended,
 }
@@ -102,7 +105,10 @@ func runContended(ctx context.Context, e *env, r runInfo) (*sample, error) {
 	smp.values["gap_p50"], smp.values["gap_p99"] = quantile(gaps, 0.5), quantile(gaps, 0.99)
 	use.Wall = wall.Seconds()
 	smp.cpu = append(smp.cpu, use)
-	if err := poolUtilization(ctx, e, smp, n); err != nil {
+	if err := poolUtilization(ctx, e, smp, n, false); err != nil {
+		return nil, err
+	}
+	if err := poolUtilization(ctx, e, smp, n, true); err != nil {
 		return nil, err
 	}
 	return smp, nil
@@ -155,15 +161,25 @@ func keyGaps(runs []keyRun) []float64 {
 	return gaps
 }
 
-// poolUtilization runs the contended pattern on pkg/creds alone.
-func poolUtilization(ctx context.Context, e *env, smp *sample, n int) error {
+// poolUtilization runs the contended pattern on pkg/creds alone;
+// pipelined routes the scripts through go-redis' AutoPipeliner, as the
+// worker builds its pool.
+func poolUtilization(ctx context.Context, e *env, smp *sample, n int, pipelined bool) error {
 	defer e.rdb.FlushAll(context.WithoutCancel(ctx))
 	name := e.uniq("conpool")
 	var pools []*creds.Pool
 	for range 3 {
-		rdb := redis.NewClient(&redis.Options{Addr: e.rdb.Options().Addr, PoolSize: 20})
+		rdb := redis.NewClient(&redis.Options{Addr: e.rdb.Options().Addr, PoolSize: 20, Protocol: 2})
 		defer rdb.Close()
-		p, err := creds.New(rdb, name)
+		var opts []creds.Option
+		if pipelined {
+			ap, err := rdb.AutoPipeline()
+			if err != nil {
+				return fmt.Errorf("bench: auto-pipeline: %w", err)
+			}
+			opts = append(opts, creds.WithScripter(ap))
+		}
+		p, err := creds.New(rdb, name, opts...)
 		if err != nil {
 			return err
 		}
@@ -227,13 +243,17 @@ func poolUtilization(ctx context.Context, e *env, smp *sample, n int) error {
 		return fmt.Errorf("bench: pool: %w", err)
 	}
 	wall := last.Sub(first)
-	use, err := m.done(ctx, "ceiling: the pool alone (in process)", n, wall, nil)
+	variant, key := "ceiling: the pool alone (in process)", "pool"
+	if pipelined {
+		variant, key = "the pool alone, auto-pipelined (in process)", "pool_ap"
+	}
+	use, err := m.done(ctx, variant, n, wall, nil)
 	if err != nil {
 		return err
 	}
 	smp.cpu = append(smp.cpu, use)
-	smp.values["pool_utilization"] = busy.Seconds() / (contendedKeys * wall.Seconds())
-	smp.values["pool_steady"] = busy.Seconds() / keySpans(runs).Seconds()
-	smp.values["pool_gap_p50"] = quantile(keyGaps(runs), 0.5)
+	smp.values[key+"_utilization"] = busy.Seconds() / (contendedKeys * wall.Seconds())
+	smp.values[key+"_steady"] = busy.Seconds() / keySpans(runs).Seconds()
+	smp.values[key+"_gap_p50"] = quantile(keyGaps(runs), 0.5)
 	return nil
 }
