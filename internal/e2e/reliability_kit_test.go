@@ -311,16 +311,7 @@ func (f *fleet) writeFile(name, content string) {
 
 func (f *fleet) removeFile(name string) { _ = os.Remove(filepath.Join(f.dir, name)) }
 
-// exitedBySignal reports whether a process was killed by a signal (and so
-// has no exit code).
-func exitedBySignal(p *proc) bool {
-	if p.cmd.ProcessState == nil {
-		return false
-	}
-	ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled()
-}
-
+// itemJSON is an item's payload: its ID.
 func itemJSON(id string) string { return fmt.Sprintf(`{"id":%q}`, id) }
 
 // knownBug names a reported bug that breaks a scenario's promise.
