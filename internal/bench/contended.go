@@ -36,6 +36,7 @@ var contendedScenario = &scenario{
 		{id: "reruns", name: "items run more than once", unit: "count"},
 		{id: "gap_p50", name: "key idle between runs p50 (next grant − previous grant − job)", unit: "ms"},
 		{id: "gap_p99", name: "key idle between runs p99", unit: "ms"},
+		{id: "holder_p50", name: "… of which in the holding worker: lease held but no job running, p50 (finished_at − leased_at − duration)", unit: "ms"},
 		{id: "pool_utilization", name: "ceiling: the pool alone, 3 handles × 4 goroutines (in process)", unit: "fraction"},
 		{id: "pool_steady", name: "ceiling: … each key from its first grant to its last finish, pool alone", unit: "fraction"},
 		{id: "pool_gap_p50", name: "ceiling: key idle between runs p50, pool alone", unit: "ms"},
@@ -101,6 +102,12 @@ func runContended(ctx context.Context, e *env, r runInfo) (*sample, error) {
 	wall := last.Sub(first)
 	smp.values["utilization"] = busy / (contendedKeys * wall.Seconds())
 	smp.values["steady"] = busy / keySpans(runs).Seconds()
+	var held []float64
+	for _, r := range rs {
+		held = append(held, float64(r.FinishedAt.Sub(r.LeasedAt)-time.Duration(r.Duration*float64(time.Second)))/float64(time.Millisecond))
+	}
+	slices.Sort(held)
+	smp.values["holder_p50"] = quantile(held, 0.5)
 	gaps := keyGaps(runs)
 	smp.values["gap_p50"], smp.values["gap_p99"] = quantile(gaps, 0.5), quantile(gaps, 0.99)
 	use.Wall = wall.Seconds()
