@@ -40,7 +40,7 @@ func testLoseLeader(t *testing.T, lose func(c *natstest.Cluster, i int)) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Replicas: 3}); err != nil {
 		t.Fatal(err)
@@ -49,9 +49,7 @@ func testLoseLeader(t *testing.T, lose func(c *natstest.Cluster, i int)) {
 		t.Fatal(err)
 	}
 	for i := range 10 {
-		if _, err := js.Publish(ctx, "t.x", []byte(fmt.Sprint(i))); err != nil {
-			t.Fatal(err)
-		}
+		publish(ctx, t, js, i)
 	}
 	// Put the stream and consumer leaders on the meta leader, then lose it.
 	victim := c.WaitMetaLeader(30 * time.Second)
@@ -79,28 +77,29 @@ func testLoseLeader(t *testing.T, lose func(c *natstest.Cluster, i int)) {
 	}
 	t.Logf("new leaders %s after losing node %d", time.Since(lost).Round(time.Millisecond), victim)
 	for i := 10; i < 20; i++ {
-		if _, err := js.Publish(ctx, "t.x", []byte(fmt.Sprint(i))); err != nil {
-			t.Fatalf("publish with a node down: %v", err)
-		}
+		publish(ctx, t, js, i)
 	}
 	cons, err := js.Consumer(ctx, "T", "C")
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := 0
-	for got < 20 {
-		batch, err := cons.Fetch(20-got, jetstream.FetchMaxWait(2*time.Second))
+	// Every message, before and after the loss, is delivered and acked
+	// (one whose ack is lost comes back: count each once).
+	got := map[string]bool{}
+	for len(got) < 20 {
+		if ctx.Err() != nil {
+			t.Fatalf("fetched %d of 20", len(got))
+		}
+		batch, err := cons.Fetch(20-len(got), jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
-			t.Fatal(err)
+			continue // a request lost while the cluster settles: ask again
 		}
 		for m := range batch.Messages() {
-			if err := m.DoubleAck(ctx); err != nil {
-				t.Fatal(err)
+			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if m.DoubleAck(actx) == nil {
+				got[string(m.Data())] = true
 			}
-			got++
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("fetched %d of 20", got)
+			cancel()
 		}
 	}
 	c.Restart(victim)
@@ -110,5 +109,22 @@ func testLoseLeader(t *testing.T, lose func(c *natstest.Cluster, i int)) {
 			t.Fatal("the restarted node did not catch up with the stream")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// publish publishes message i, trying again (deduplicated by its message
+// ID) as a client does when a reply is lost while the cluster settles.
+func publish(ctx context.Context, t *testing.T, js jetstream.JetStream, i int) {
+	t.Helper()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := js.Publish(pctx, "t.x", []byte(fmt.Sprint(i)), jetstream.WithMsgID(fmt.Sprint(i)))
+		cancel()
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
 	}
 }
