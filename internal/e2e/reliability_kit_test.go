@@ -314,38 +314,11 @@ func (f *fleet) removeFile(name string) { _ = os.Remove(filepath.Join(f.dir, nam
 // itemJSON is an item's payload: its ID.
 func itemJSON(id string) string { return fmt.Sprintf(`{"id":%q}`, id) }
 
-// knownBug names a reported bug that breaks a scenario's promise.
-type knownBug struct {
-	// Short goes into the row's note.
-	Short string
-	// Explains reports whether the row's breaches are all the bug's doing.
-	Explains func(row reliabilityRow, b bounds) bool
-}
-
-// overUseBug: a worker cut off from Redis keeps running its job past its
-// lease while another worker takes the key (reported). Two causes:
-//   - the worker sends its pool scripts through go-redis's AutoPipeliner
-//     (internal/worker/worker.go, creds.WithScripter), and there a Renew on
-//     a connection that does not answer ignores its context and blocks for
-//     35-40s ("i/o timeout") instead of TTL/3;
-//   - the keeper (internal/worker/keeper.go, attempt) checks "not renewed
-//     for TTL minus a margin" only when an attempt returns, and starts the
-//     next one `every` after the last returned: with attempts that time out
-//     the loss is declared about 4/3 TTL after the last renewal, TTL/3 after
-//     the lease expired (the message keep-alive likewise, 4/3 ack wait).
-var overUseBug = knownBug{
-	Short: "KNOWN BUG (lease keep-alive): the job outlives its lease while Redis does not answer",
-	Explains: func(row reliabilityRow, b bounds) bool {
-		return row.Lost == 0 && row.LeakedSecrets == 0 && row.Duplicates <= b.MaxDuplicates
-	},
-}
-
-// accountKnownBug is account for a scenario that a known, reported bug
-// breaks. The row is recorded as it is (RESULT FAIL while the bug shows,
-// the bug named in the note); the test fails only for what the bug does
-// not explain, unless KEYFLEET_STRICT_KNOWN_BUGS=1 makes it strict.
-func (f *fleet) accountKnownBug(scenario string, ids []string, results map[string]queue.Result, took time.Duration,
-	b bounds, bug knownBug, note string) reliabilityRow {
+// accountHolds is account for fleets whose jobs record key holds with
+// their process IDs (holdGuardScript): a hold left by a killed job is
+// stale, not over-use.
+func (f *fleet) accountHolds(scenario string, ids []string, results map[string]queue.Result, took time.Duration,
+	b bounds, note string) reliabilityRow {
 	f.t.Helper()
 	row := reliabilityRow{Scenario: scenario, Items: len(ids), Took: took}
 	for _, id := range ids {
@@ -363,17 +336,8 @@ func (f *fleet) accountKnownBug(scenario string, ids []string, results map[strin
 	row.LeakedSecrets = countSecrets(f.logs())
 	row.Passed = row.Lost == 0 && row.LeakedSecrets == 0 && row.Duplicates <= b.MaxDuplicates && row.OverUse <= b.MaxOverUse
 	row.Note = note
-	if !row.Passed {
-		row.Note = bug.Short + "; " + note
-	}
 	recordRow(row)
-	switch {
-	case row.Passed:
-		f.t.Logf("%s: the known bug did not show this run (%s)", scenario, bug.Short)
-	case bug.Explains(row, b) && os.Getenv("KEYFLEET_STRICT_KNOWN_BUGS") != "1":
-		f.t.Logf("%s: %+v breaks its bounds %+v: %s (not failing the test; KEYFLEET_STRICT_KNOWN_BUGS=1 does)",
-			scenario, row, b, bug.Short)
-	default:
+	if !row.Passed {
 		f.t.Errorf("%s: %+v breaks its bounds %+v (lost and leaked secrets must be 0)", scenario, row, b)
 	}
 	if strings.Contains(violations, "wrong secret") || strings.Contains(violations, "secret_env") {

@@ -96,8 +96,8 @@ func (f *fleet) account(scenario string, ids []string, results map[string]queue.
 	if !row.Passed {
 		f.t.Errorf("%s: %+v breaks its bounds %+v (lost and leaked secrets must be 0)", scenario, row, b)
 	}
-	if v := strings.TrimSpace(f.file("violations")); v != "" && strings.Contains(v, "wrong secret") {
-		f.t.Errorf("%s: a job got the wrong secret:\n%s", scenario, v)
+	if v := strings.TrimSpace(f.file("violations")); strings.Contains(v, "wrong secret") || strings.Contains(v, "secret_env") {
+		f.t.Errorf("%s: a job got the wrong secret or saw another key's variable:\n%s", scenario, v)
 	}
 	return row
 }

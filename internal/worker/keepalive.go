@@ -16,7 +16,7 @@ import (
 // stop is called. If none is confirmed for an ack wait (minus a margin),
 // the server may already have given the message to another worker: lost is
 // called with errMessageLost.
-func (w *Worker) keepMessageAlive(msg jetstream.Msg, lost func(error)) (stop func()) {
+func (w *Worker) keepMessageAlive(msg jetstream.Msg, lost func(error)) keepHandle {
 	ackWait := w.q.Config().AckWait
 	return w.keeper.add(&keepTask{
 		every: max(ackWait/3, 50*time.Millisecond),
@@ -32,7 +32,7 @@ func (w *Worker) keepMessageAlive(msg jetstream.Msg, lost func(error)) (stop fun
 // renewLease renews the lease every TTL/3 until stop is called. A lease
 // reported lost, or not renewed for a TTL (minus a margin), calls lost with
 // errLeaseLost.
-func (w *Worker) renewLease(l *creds.Lease, log *zap.Logger, lost func(error)) (stop func()) {
+func (w *Worker) renewLease(l *creds.Lease, log *zap.Logger, lost func(error)) keepHandle {
 	ttl := w.pool.LeaseTTL()
 	var last error
 	return w.keeper.add(&keepTask{

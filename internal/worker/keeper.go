@@ -11,8 +11,10 @@ import (
 // goroutine: every task is due again `every` after its last attempt; the
 // keeper sleeps until the earliest is due and starts the attempts that are
 // (each in its own goroutine, so a slow server cannot hold up the others).
-// An item shorter than `every` costs a heap push and a removal, nothing
-// more.
+// While an attempt is in flight the task stays in the heap at its loss
+// deadline (last success + limit), so the loss is declared on time even
+// if the attempt hangs past its context. An item shorter than `every`
+// costs a heap push and a removal, nothing more.
 type keeper struct {
 	mu    sync.Mutex
 	tasks taskHeap
@@ -30,11 +32,14 @@ type keepTask struct {
 	lost  func()
 
 	// guarded by keeper.mu
-	due     time.Time
+	due     time.Time // next attempt, or the loss deadline while one runs
 	lastOK  time.Time
 	index   int // in the heap, or -1
+	running bool
 	removed bool
 }
+
+func (t *keepTask) deadline() time.Time { return t.lastOK.Add(t.limit) }
 
 func newKeeper() *keeper {
 	k := &keeper{wake: make(chan struct{}, 1), done: make(chan struct{})}
@@ -43,9 +48,33 @@ func newKeeper() *keeper {
 	return k
 }
 
-// add starts keeping t alive; the returned func stops it (lost is not
-// called after that).
-func (k *keeper) add(t *keepTask) (remove func()) {
+// keepHandle is a task in the keeper.
+type keepHandle struct {
+	k *keeper
+	t *keepTask
+}
+
+// Stop stops keeping the task alive; lost is not called after that.
+func (h keepHandle) Stop() {
+	h.k.mu.Lock()
+	defer h.k.mu.Unlock()
+	h.t.removed = true
+	if h.t.index >= 0 {
+		heap.Remove(&h.k.tasks, h.t.index)
+	}
+}
+
+// Alive reports whether the task is still within its limit: the last
+// success is less than `limit` ago. For a message, that means no other
+// worker can have been given it yet.
+func (h keepHandle) Alive() bool {
+	h.k.mu.Lock()
+	defer h.k.mu.Unlock()
+	return time.Now().Before(h.t.deadline())
+}
+
+// add starts keeping t alive.
+func (k *keeper) add(t *keepTask) keepHandle {
 	now := time.Now()
 	k.mu.Lock()
 	t.lastOK, t.due, t.index = now, now.Add(t.every), -1
@@ -55,14 +84,7 @@ func (k *keeper) add(t *keepTask) (remove func()) {
 	if first {
 		k.poke()
 	}
-	return func() {
-		k.mu.Lock()
-		t.removed = true
-		if t.index >= 0 {
-			heap.Remove(&k.tasks, t.index)
-		}
-		k.mu.Unlock()
-	}
+	return keepHandle{k: k, t: t}
 }
 
 func (k *keeper) poke() {
@@ -72,10 +94,16 @@ func (k *keeper) poke() {
 	}
 }
 
-// close stops the keeper and waits for attempts in flight.
+// close stops the keeper and waits a little for attempts in flight (one
+// stuck on a dead connection is left to its own timeout).
 func (k *keeper) close() {
 	close(k.done)
-	k.wg.Wait()
+	done := make(chan struct{})
+	go func() { k.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+	}
 }
 
 func (k *keeper) run() {
@@ -85,16 +113,35 @@ func (k *keeper) run() {
 	for {
 		k.mu.Lock()
 		now := time.Now()
+		var lost []*keepTask
 		for len(k.tasks) > 0 && !k.tasks[0].due.After(now) {
-			t := heap.Pop(&k.tasks).(*keepTask)
-			k.wg.Add(1)
-			go k.attempt(t)
+			t := k.tasks[0]
+			switch {
+			case !now.Before(t.deadline()):
+				// No success for `limit`, whether or not an attempt still
+				// hangs.
+				heap.Pop(&k.tasks)
+				t.removed = true
+				lost = append(lost, t)
+			case t.running:
+				t.due = t.deadline()
+				heap.Fix(&k.tasks, 0)
+			default:
+				t.running = true
+				t.due = t.deadline()
+				heap.Fix(&k.tasks, 0)
+				k.wg.Add(1)
+				go k.attempt(t, t.due)
+			}
 		}
 		wait := time.Hour
 		if len(k.tasks) > 0 {
 			wait = k.tasks[0].due.Sub(now)
 		}
 		k.mu.Unlock()
+		for _, t := range lost {
+			t.lost()
+		}
 		timer.Reset(wait)
 		select {
 		case <-k.done:
@@ -108,27 +155,44 @@ func (k *keeper) run() {
 	}
 }
 
-func (k *keeper) attempt(t *keepTask) {
+// attempt runs one keep-alive; deadline is the task's loss deadline when
+// it started, past which the attempt is no use.
+func (k *keeper) attempt(t *keepTask, deadline time.Time) {
 	defer k.wg.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), t.every)
+	ctx, cancel := context.WithTimeout(context.Background(), min(t.every, time.Until(deadline)))
+	// A success counts from when it was asked: the server's timer (ack
+	// wait, lease TTL) restarted no earlier than that.
+	sent := time.Now()
 	err := t.do(ctx)
 	cancel()
 	k.mu.Lock()
+	t.running = false
 	if t.removed {
 		k.mu.Unlock()
 		return
 	}
 	now := time.Now()
 	if err == nil {
-		t.lastOK = now
-	} else if (t.fatal != nil && t.fatal(err)) || now.Sub(t.lastOK) >= t.limit {
+		t.lastOK = sent
+	} else if (t.fatal != nil && t.fatal(err)) || !now.Before(t.deadline()) {
 		t.removed = true
+		if t.index >= 0 {
+			heap.Remove(&k.tasks, t.index)
+		}
 		k.mu.Unlock()
 		t.lost()
 		return
 	}
+	// The next attempt, but never later than the loss deadline.
 	t.due = now.Add(t.every)
-	heap.Push(&k.tasks, t)
+	if dl := t.deadline(); dl.Before(t.due) {
+		t.due = dl
+	}
+	if t.index >= 0 {
+		heap.Fix(&k.tasks, t.index)
+	} else {
+		heap.Push(&k.tasks, t)
+	}
 	first := t.index == 0
 	k.mu.Unlock()
 	if first {

@@ -27,7 +27,9 @@ type Lease struct {
 // new expiry (on Redis's clock). It fails with ErrLeaseLost, changing
 // nothing, when the lease expired, was released or its credential removed.
 func (p *Pool) Renew(ctx context.Context, l *Lease) (time.Time, error) {
-	reply, err := renewScript.Run(ctx, p.scripts, []string{p.keys.creds}, l.CredentialID, l.member, p.ttl.Microseconds()).Result()
+	// Through the client given to New, not WithScripter's: a renewal must
+	// end by its deadline, and renewals are few.
+	reply, err := renewScript.Run(ctx, p.rdb, []string{p.keys.creds}, l.CredentialID, l.member, p.ttl.Microseconds()).Result()
 	if err != nil {
 		return time.Time{}, fmt.Errorf("creds: renew lease %d on %q: %w", l.Token, l.CredentialID, err)
 	}

@@ -61,9 +61,10 @@ func WithKeyBase(base string) Option {
 }
 
 // WithScripter sends the pool's scripts through s instead of the client
-// given to New (which still carries the pub/sub subscription): for example
-// a go-redis AutoPipeliner, which batches the scripts of concurrent callers
-// into fewer round trips and system calls.
+// given to New: for example a go-redis AutoPipeliner, which batches the
+// scripts of concurrent callers into fewer round trips and system calls.
+// The client still carries the pub/sub subscription and Renew, which must
+// end by its context's deadline (an auto-pipelined command may not).
 func WithScripter(s redis.Scripter) Option {
 	return func(p *Pool) error {
 		if s == nil {

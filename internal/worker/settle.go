@@ -1,0 +1,171 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/pkg/creds"
+)
+
+// succeed stores the result, then acks: a crash in between reruns the item
+// and overwrites the same result, so nothing is counted twice.
+func (w *Worker) succeed(ctx context.Context, d *delivery, r runResult) {
+	attempt := d.runs.cur.Runs
+	res := w.result(d.it, queue.OutcomeSucceeded, attempt, r.dur, r.credID, "", r.out)
+	res.LeasedAt = r.leasedAt.UTC()
+	if err := w.retry(ctx, "storing the result", d.log, func(c context.Context) error { return w.q.PutResult(c, res) }); err != nil {
+		d.log.Error("could not store the result: the item will run again", zap.Error(err))
+		w.settleRun(ctx, d)
+		w.nak(d, 0)
+		return
+	}
+	if err := w.retry(ctx, "acknowledging", d.log, func(c context.Context) error { return queue.Ack(c, d.msg) }); err != nil {
+		d.log.Error("could not acknowledge: the item will run again after its ack wait", zap.Error(err))
+		w.settleRun(ctx, d)
+		return
+	}
+	if err := d.runs.done(ctx); err != nil {
+		d.log.Debug("forgetting run counters", zap.Error(err))
+	}
+	w.done.Add(1)
+	w.metrics.Items.WithLabelValues(d.it.Kind, "succeeded").Inc()
+	w.metrics.Attempts.WithLabelValues(d.it.Kind, "succeeded").Observe(float64(attempt))
+	d.log.Debug("item done", zap.Duration("took", r.dur))
+}
+
+// deadLetter gives up on an item that never ran (or whose runs never
+// reported).
+func (w *Worker) deadLetter(d *delivery, reason, errText string) {
+	ctx, cancel := w.settleCtx()
+	defer cancel()
+	w.deadLetterRun(ctx, d, reason, runResult{errText: errText})
+}
+
+// deadLetterRun stores the dead-letter record and the failed result, then
+// terminates the message (the term deletes it, so the record comes first).
+func (w *Worker) deadLetterRun(ctx context.Context, d *delivery, reason string, r runResult) {
+	st, it := d.runs.cur, d.it
+	dl := queue.DeadLetter{
+		Item: it.ID, Batch: it.Batch, Kind: it.Kind, Reason: reason, Attempts: st.Runs, Failures: st.Failures,
+		Error: r.errText, Worker: w.id, FailedAt: time.Now().UTC(), Payload: it.Payload,
+	}
+	if it.ID == "" {
+		dl.Item = fmt.Sprintf("message-%s", d.msg.Subject())
+	}
+	if err := w.retry(ctx, "storing the dead letter", d.log, func(c context.Context) error { return w.q.PutDeadLetter(c, dl) }); err != nil {
+		d.log.Error("could not store the dead letter: handing the item back", zap.Error(err))
+		w.nak(d, time.Second)
+		return
+	}
+	res := w.result(queue.Item{ID: dl.Item, Batch: it.Batch, Kind: it.Kind}, queue.OutcomeFailed, st.Runs, r.dur, r.credID,
+		failureText(reason, r.errText), r.out)
+	if err := w.retry(ctx, "storing the result", d.log, func(c context.Context) error { return w.q.PutResult(c, res) }); err != nil {
+		d.log.Error("could not store the failed result: handing the item back", zap.Error(err))
+		w.nak(d, time.Second)
+		return
+	}
+	if err := w.retry(ctx, "terminating", d.log, func(c context.Context) error { return queue.Term(c, w.nc, d.msg, reason) }); err != nil {
+		d.log.Error("could not terminate the message: it comes back after its ack wait", zap.Error(err))
+	}
+	if err := d.runs.done(ctx); err != nil {
+		d.log.Debug("forgetting run counters", zap.Error(err))
+	}
+	w.failed.Add(1)
+	w.metrics.DeadLetters.WithLabelValues(it.Kind, reason).Inc()
+	w.metrics.Items.WithLabelValues(it.Kind, "failed").Inc()
+	w.metrics.Attempts.WithLabelValues(it.Kind, "failed").Observe(float64(st.Runs))
+	d.log.Error("item failed for good: dead-lettered", zap.String("reason", reason), zap.String("error", r.errText),
+		zap.Int("attempts", st.Runs), zap.Int("failures", st.Failures))
+}
+
+// failureText is a failed item's error: the reason, then the last error,
+// without saying the reason twice (a permanent error already starts with
+// it).
+func failureText(reason, errText string) string {
+	switch {
+	case errText == "":
+		return reason
+	case strings.HasPrefix(errText, reason):
+		return errText
+	}
+	return reason + ": " + errText
+}
+
+func (w *Worker) releaseLease(l *creds.Lease, log *zap.Logger) {
+	ctx, cancel := w.settleCtx()
+	defer cancel()
+	if err := w.pool.Release(ctx, l); err != nil && !errors.Is(err, creds.ErrLeaseLost) {
+		log.Warn("releasing the lease failed; it expires by itself", zap.Error(err))
+	}
+}
+
+// settleRun records that a run ended without failing.
+func (w *Worker) settleRun(ctx context.Context, d *delivery) {
+	if err := d.runs.settle(ctx); err != nil {
+		d.log.Debug("settling run counters", zap.Error(err))
+	}
+}
+
+// nak hands the message back for redelivery after delay — unless it may
+// already be another worker's: once no in-progress ack was confirmed for an
+// ack wait, the server may have redelivered it, and a nak would put it back
+// in the queue while the other worker runs it (a third run). Then the ack
+// wait brings it back by itself.
+func (w *Worker) nak(d *delivery, delay time.Duration) {
+	if !d.keep.Alive() {
+		d.log.Info("not handing the item back: its ack wait ran out, so another worker may hold it; it comes back by itself if not")
+		return
+	}
+	ctx, cancel := w.settleCtx()
+	defer cancel()
+	if err := w.retry(ctx, "nak", d.log, func(c context.Context) error { return queue.Nak(c, w.nc, d.msg, delay) }); err != nil {
+		d.log.Warn("nak failed: the message comes back after its ack wait", zap.Error(err))
+	}
+}
+
+// settleCtx bounds the I/O that settles an item; it is not cancelled by
+// shutdown (settling is what shutdown waits for).
+func (w *Worker) settleCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), max(w.q.Config().AckWait, 5*time.Second))
+}
+
+// retry calls f until it succeeds or ctx ends.
+func (w *Worker) retry(ctx context.Context, what string, log *zap.Logger, f func(context.Context) error) error {
+	b := newBackoff(50*time.Millisecond, 2*time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := f(cctx)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		log.Warn(what+" failed; retrying", zap.Error(err))
+		b.wait(ctx)
+	}
+}
+
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// rejectCause turns a rejection reason into a bounded metric label.
+func rejectCause(kind, reason string) string {
+	for _, c := range []string{"401", "402", "403", "insufficient_quota"} {
+		if strings.Contains(reason, c) {
+			return c
+		}
+	}
+	if kind == "exec" {
+		return "exit_77"
+	}
+	return "other"
+}
