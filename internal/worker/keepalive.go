@@ -38,6 +38,7 @@ func (w *Worker) renewLease(l *creds.Lease, log *zap.Logger, lost func(error)) k
 	return w.keeper.add(&keepTask{
 		every: max(ttl/3, 10*time.Millisecond),
 		limit: ttl - min(time.Second, ttl/10),
+		since: l.RequestedAt, // the lease counts from its grant, not from now
 		do: func(ctx context.Context) error {
 			_, err := w.pool.Renew(ctx, l)
 			if err != nil {

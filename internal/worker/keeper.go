@@ -30,6 +30,9 @@ type keepTask struct {
 	do    func(context.Context) error
 	fatal func(error) bool // an error that means lost at once
 	lost  func()
+	// since is when the thing kept alive was last known good (zero: now);
+	// the first attempt and the loss deadline count from it.
+	since time.Time
 
 	// guarded by keeper.mu
 	due     time.Time // next attempt, or the loss deadline while one runs
@@ -77,7 +80,11 @@ func (h keepHandle) Alive() bool {
 func (k *keeper) add(t *keepTask) keepHandle {
 	now := time.Now()
 	k.mu.Lock()
-	t.lastOK, t.due, t.index = now, now.Add(t.every), -1
+	t.lastOK = now
+	if !t.since.IsZero() && t.since.Before(now) {
+		t.lastOK = t.since
+	}
+	t.due, t.index = t.lastOK.Add(t.every), -1
 	heap.Push(&k.tasks, t)
 	first := t.index == 0
 	k.mu.Unlock()

@@ -29,8 +29,25 @@ func (w *Worker) pull(pullCtx, runCtx context.Context, slots *sync.WaitGroup) {
 		free <- struct{}{}
 	}
 	fetches := make(chan struct{}, min(maxFetches, c))
+	// c long-lived slot goroutines take the messages: a goroutine per
+	// message would grow a fresh stack for every item.
+	work := make(chan jetstream.Msg, c)
+	for range c {
+		go func() {
+			for msg := range work {
+				w.handle(pullCtx, runCtx, msg)
+				w.metrics.SlotsBusy.Dec()
+				w.busy.Add(-1)
+				free <- struct{}{}
+				slots.Done()
+			}
+		}()
+	}
 	var inFlight sync.WaitGroup
-	defer inFlight.Wait()
+	defer func() {
+		inFlight.Wait()
+		close(work) // the slot goroutines end once their last item is settled
+	}()
 	pullWait := min(3*time.Second, max(w.cfg.Queue.AckWait/2, 500*time.Millisecond))
 	backoff := newBackoff(100*time.Millisecond, 5*time.Second)
 	// Fetch goroutines report failed fetches here; only this loop uses the
@@ -93,15 +110,7 @@ func (w *Worker) pull(pullCtx, runCtx context.Context, slots *sync.WaitGroup) {
 				slots.Add(1)
 				w.busy.Add(1)
 				w.metrics.SlotsBusy.Inc()
-				go func() {
-					defer func() {
-						w.metrics.SlotsBusy.Dec()
-						w.busy.Add(-1)
-						free <- struct{}{}
-						slots.Done()
-					}()
-					w.handle(pullCtx, runCtx, msg)
-				}()
+				work <- msg // never blocks: a free slot was taken for it
 			}
 			w.metrics.FetchBatch.Observe(float64(got))
 			for range n - got {

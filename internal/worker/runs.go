@@ -52,6 +52,8 @@ func (c *runCounter) forItem(batch, id string, delivery uint64) *itemRuns {
 }
 
 func (r *itemRuns) do(ctx context.Context, op string) (runCount, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	reply, err := runsScript.Run(ctx, r.c.rdb, []string{r.c.prefix + r.batch + "/" + r.id},
 		op, r.delivery, r.cur.Runs, int64(r.c.ttl.Seconds())).Result()
 	if err != nil {

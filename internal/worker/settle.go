@@ -97,12 +97,17 @@ func failureText(reason, errText string) string {
 	return reason + ": " + errText
 }
 
-func (w *Worker) releaseLease(l *creds.Lease, log *zap.Logger) {
-	ctx, cancel := w.settleCtx()
-	defer cancel()
+func (w *Worker) releaseLease(ctx context.Context, l *creds.Lease, log *zap.Logger) {
 	if err := w.pool.Release(ctx, l); err != nil && !errors.Is(err, creds.ErrLeaseLost) {
 		log.Warn("releasing the lease failed; it expires by itself", zap.Error(err))
 	}
+}
+
+// releaseAbandoned releases a lease whose run never started.
+func (w *Worker) releaseAbandoned(l *creds.Lease, log *zap.Logger) {
+	ctx, cancel := w.settleCtx()
+	defer cancel()
+	w.releaseLease(ctx, l, log)
 }
 
 // settleRun records that a run ended without failing.
@@ -135,13 +140,12 @@ func (w *Worker) settleCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), max(w.q.Config().AckWait, 5*time.Second))
 }
 
-// retry calls f until it succeeds or ctx ends.
+// retry calls f until it succeeds or ctx ends (the settle context bounds
+// the whole; one timer per item, not one per call).
 func (w *Worker) retry(ctx context.Context, what string, log *zap.Logger, f func(context.Context) error) error {
 	b := newBackoff(50*time.Millisecond, 2*time.Second)
 	for {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := f(cctx)
-		cancel()
+		err := f(ctx)
 		if err == nil || ctx.Err() != nil {
 			return err
 		}

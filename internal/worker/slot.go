@@ -67,14 +67,12 @@ func (w *Worker) handle(pullCtx, runCtx context.Context, msg jetstream.Msg) {
 			w.nak(d, 0)
 			return
 		}
-		sctx, cancel := w.settleCtx()
-		st, err := d.runs.start(sctx)
-		cancel()
+		st, err := d.runs.start(itemCtx)
 		if err != nil {
 			// Redis failed right after granting the lease: run nothing.
 			w.redisOK.Store(false)
 			d.log.Warn("cannot count the run in Redis: handing the item back", zap.Error(err))
-			w.releaseLease(lease, d.log)
+			w.releaseAbandoned(lease, d.log)
 			w.nak(d, time.Second)
 			return
 		}
@@ -82,7 +80,7 @@ func (w *Worker) handle(pullCtx, runCtx context.Context, msg jetstream.Msg) {
 			d.log.Warn("earlier runs of this item never reported (their workers died): counted as failed attempts",
 				zap.Int("lost_runs", st.Lost), zap.Int("failures", st.Failures), zap.Int("max_attempts", w.cfg.Worker.MaxAttempts))
 			if st.Failures >= w.cfg.Worker.MaxAttempts {
-				w.releaseLease(lease, d.log)
+				w.releaseAbandoned(lease, d.log)
 				w.deadLetter(d, queue.ReasonOutOfAttempts,
 					fmt.Sprintf("%d runs failed or never reported (their workers died)", st.Failures))
 				return
@@ -127,13 +125,13 @@ func (w *Worker) runOnce(pullCtx, itemCtx context.Context, d *delivery, h jobs.H
 
 	switch {
 	case jobErr == nil:
-		w.releaseLease(lease, log)
+		w.releaseLease(ctx, lease, log)
 		w.succeed(ctx, d, res)
 		return false
 
 	case interrupted != nil && outcome == jobs.OutcomeTransient:
 		// Shutdown, lost lease or lost message: not the item's fault.
-		w.releaseLease(lease, log)
+		w.releaseLease(ctx, lease, log)
 		w.settleRun(ctx, d)
 		w.metrics.Items.WithLabelValues(it.Kind, "interrupted").Inc()
 		log.Info("job interrupted: handed back for immediate redelivery", zap.NamedError("why", interrupted))
@@ -183,7 +181,7 @@ func (w *Worker) runOnce(pullCtx, itemCtx context.Context, d *delivery, h jobs.H
 		return w.againUnlessDraining(pullCtx, d)
 
 	case outcome == jobs.OutcomePermanent:
-		w.releaseLease(lease, log)
+		w.releaseLease(ctx, lease, log)
 		if _, err := d.runs.fail(ctx); err != nil {
 			log.Warn("cannot count the failure in Redis", zap.Error(err))
 		}
@@ -191,7 +189,7 @@ func (w *Worker) runOnce(pullCtx, itemCtx context.Context, d *delivery, h jobs.H
 		return false
 
 	default: // transient
-		w.releaseLease(lease, log)
+		w.releaseLease(ctx, lease, log)
 		st, err := d.runs.fail(ctx)
 		if err != nil {
 			log.Warn("cannot count the failure in Redis", zap.Error(err))

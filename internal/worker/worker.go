@@ -144,7 +144,9 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 	if err != nil {
 		return nil, exitcode.With(exitcode.Usage, err)
 	}
-	w.runs = &runCounter{rdb: scripts, prefix: "keyfleet:runs:" + qcfg.WithDefaults().Stream + ":", ttl: 7 * 24 * time.Hour}
+	// The counters use the plain client: they are written rarely (never on
+	// an item's first successful run) and must end by their deadline.
+	w.runs = &runCounter{rdb: w.rdb, prefix: "keyfleet:runs:" + qcfg.WithDefaults().Stream + ":", ttl: 7 * 24 * time.Hour}
 	if err := w.register(qctx); err != nil {
 		if errors.Is(err, creds.ErrInvalid) {
 			return nil, exitcode.With(exitcode.Usage, err)

@@ -99,6 +99,7 @@ func (p *Pool) try(ctx context.Context, owner string) (*Lease, time.Duration, er
 		args = append(args, id)
 	}
 	opCtx, cancel := p.opCtx(ctx)
+	sent := time.Now()
 	reply, err := acquireScript.Run(opCtx, p.scripts, []string{p.keys.creds, p.keys.fence}, args...).Result()
 	cancel()
 	if err != nil {
@@ -118,6 +119,7 @@ func (p *Pool) try(ctx context.Context, owner string) (*Lease, time.Duration, er
 		if err != nil {
 			return nil, 0, err
 		}
+		l.RequestedAt = sent
 		if ctx.Err() != nil {
 			// The caller gave up while the grant was in flight: hand it back.
 			rctx, cancel := p.opCtx(ctx)

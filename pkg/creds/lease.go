@@ -19,6 +19,11 @@ type Lease struct {
 	Owner string
 	// Acquired and Expires are on Redis's clock.
 	Acquired, Expires time.Time
+	// RequestedAt is when the acquire that granted the lease was sent, on
+	// this process's clock: the lease lives at least until RequestedAt plus
+	// the lease TTL (a holder that must not outlive its lease counts from
+	// here, whatever the clocks of other machines say).
+	RequestedAt time.Time
 
 	member string
 }
