@@ -134,9 +134,11 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 		return nil, err
 	}
 	// Scripts of concurrent slots share round trips and system calls
-	// through go-redis' auto-pipeliner (where the client has one).
+	// through go-redis' auto-pipeliner (where the client has one). Several
+	// batches may be in flight (unordered): each caller waits for its own
+	// reply, so no caller's commands are reordered.
 	var scripts redis.Scripter = w.rdb
-	if ap, err := w.rdb.AutoPipeline(); err == nil {
+	if ap, err := w.rdb.AutoPipelineWithOptions(&redis.AutoPipelineOptions{MaxConcurrentBatches: 4, Unordered: true}); err == nil {
 		scripts, w.pipeliner = ap, ap
 	}
 	w.pool, err = creds.New(w.rdb, cfg.Pool.Name, creds.WithLeaseTTL(cfg.Pool.LeaseTTL), creds.WithOnly(ids...),
