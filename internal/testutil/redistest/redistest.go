@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -73,19 +74,26 @@ func Start(t testing.TB, opts ...Option) *Server {
 	for _, o := range opts {
 		o(s)
 	}
+	s.startOnFreePort("redistest: start redis-server", s.startOn)
+	return s
+}
+
+// startOnFreePort tries start on up to 5 free ports and registers the
+// server's stop with t.Cleanup; it fails the test after the last try.
+func (s *Server) startOnFreePort(what string, start func(port int) error) {
+	s.t.Helper()
 	var lastErr error
 	for try := 0; try < 5; try++ {
 		port, err := FreePort()
 		if err != nil {
-			t.Fatalf("redistest: free port: %v", err)
+			s.t.Fatalf("redistest: free port: %v", err)
 		}
-		if lastErr = s.startOn(port); lastErr == nil {
-			t.Cleanup(s.Stop)
-			return s
+		if lastErr = start(port); lastErr == nil {
+			s.t.Cleanup(s.Stop)
+			return
 		}
 	}
-	t.Fatalf("redistest: start redis-server: %v", lastErr)
-	return nil
+	s.t.Fatalf("%s: %v", what, lastErr)
 }
 
 // FreePort returns a TCP port that was free on 127.0.0.1 a moment ago.
@@ -99,8 +107,15 @@ func FreePort() (int, error) {
 }
 
 func (s *Server) startOn(port int) error {
-	args := append([]string{
-		"--port", strconv.Itoa(port),
+	return s.launch(port, []string{"--port", strconv.Itoa(port)}, nil, "port", "")
+}
+
+// launch starts redis-server listening as listen says (port flags), with
+// the common flags and the test's extra args, and waits until a client
+// (with tc for TLS) gets an answer on port. what and exitHint shape the
+// error: "redis-server on <what> <port>: exited during start-up<hint>".
+func (s *Server) launch(port int, listen []string, tc *tls.Config, what, exitHint string) error {
+	args := append(append(listen,
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
@@ -108,7 +123,7 @@ func (s *Server) startOn(port int) error {
 		"--daemonize", "no",
 		"--protected-mode", "no",
 		"--logfile", filepath.Join(s.dir, "redis.log"),
-	}, s.args...)
+	), s.args...)
 	cmd := exec.Command(s.bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -119,10 +134,10 @@ func (s *Server) startOn(port int) error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := waitReady(ctx, port, s.password(), done); err != nil {
+	if err := waitReady(ctx, port, s.password(), tc, done, exitHint); err != nil {
 		_ = cmd.Process.Kill()
 		<-done
-		return fmt.Errorf("redis-server on port %d: %w (log: %s)", port, err, s.logTail())
+		return fmt.Errorf("redis-server on %s %d: %w (log: %s)", what, port, err, s.logTail())
 	}
 	s.mu.Lock()
 	s.port, s.cmd, s.done = port, cmd, done
@@ -140,9 +155,9 @@ func (s *Server) password() string {
 }
 
 // waitReady pings until the server answers, the process exits or ctx ends.
-func waitReady(ctx context.Context, port int, password string, exited <-chan struct{}) error {
+func waitReady(ctx context.Context, port int, password string, tc *tls.Config, exited <-chan struct{}, exitHint string) error {
 	c := redis.NewClient(&redis.Options{
-		Addr: fmt.Sprintf("127.0.0.1:%d", port), Password: password,
+		Addr: fmt.Sprintf("127.0.0.1:%d", port), Password: password, TLSConfig: tc,
 		MaxRetries: -1, DialTimeout: time.Second, PoolSize: 1,
 	})
 	defer c.Close()
@@ -154,7 +169,7 @@ func waitReady(ctx context.Context, port int, password string, exited <-chan str
 		}
 		select {
 		case <-exited:
-			return errors.New("exited during start-up")
+			return errors.New("exited during start-up" + exitHint)
 		case <-ctx.Done():
 			return fmt.Errorf("not ready: %w (last ping: %v)", ctx.Err(), err)
 		case <-time.After(backoff):
