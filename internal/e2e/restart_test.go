@@ -9,80 +9,64 @@ import (
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
-// NATS restarted mid-run (file storage): the workers reconnect by
-// themselves and every item finishes.
-func TestNATSRestartMidRun(t *testing.T) {
-	f := guardedFleetPool(t, "lease_ttl: 3s", "concurrency: 2\nshutdown_grace: 5s", "ack_wait: 3s", "SLEEP=0.02")
+// restartMidRun runs 150 guarded items through two workers, calls restart
+// once a third of them ran, waits until every item succeeded, runs check
+// (if any) and stops the workers (exit 0). It returns what the scenario's
+// row needs.
+func restartMidRun(t *testing.T, poolYAML, queueYAML, sleep string, restart, check func(f *fleet)) (
+	f *fleet, ids []string, res map[string]queue.Result, start, restarted time.Time) {
+	t.Helper()
+	f = guardedFleetPool(t, poolYAML, "concurrency: 2\nshutdown_grace: 5s", queueYAML, "SLEEP="+sleep)
 	const n = 150
-	ids := f.publish("b", "exec", n, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
-	start := time.Now()
+	ids = f.publish("b", "exec", n, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
+	start = time.Now()
 	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
 	waitFor(t, "a third of the items to run", 2*time.Minute, func() bool { return len(f.runsPerItem()) >= n/3 })
-	f.nats.Restart()
-	restarted := time.Now()
-	res := f.waitResults("b", n, 3*time.Minute)
+	restart(f)
+	restarted = time.Now()
+	res = f.waitResults("b", n, 3*time.Minute)
 	for id, r := range res {
 		if r.Outcome != queue.OutcomeSucceeded {
 			t.Fatalf("%s: %+v", id, r)
 		}
 	}
-	twice := 0
-	for _, c := range f.runsPerItem() {
-		if c > 1 {
-			twice++
-		}
+	if check != nil {
+		check(f)
 	}
-	if v := f.file("violations"); v != "" {
-		t.Fatal(v)
-	}
-	waitFor(t, "the work stream to drain", time.Minute, func() bool { return f.queueStats().Stream.Messages == 0 })
 	for _, w := range []*proc{w1, w2} {
 		w.signal(syscall.SIGTERM)
 		if code := w.wait(t, 30*time.Second); code != 0 {
 			t.Fatalf("%s exited %d", w.name, code)
 		}
 	}
+	return f, ids, res, start, restarted
+}
+
+// NATS restarted mid-run (file storage): the workers reconnect by
+// themselves and every item finishes.
+func TestNATSRestartMidRun(t *testing.T) {
+	f, ids, res, start, restarted := restartMidRun(t, "lease_ttl: 3s", "ack_wait: 3s", "0.02",
+		func(f *fleet) { f.nats.Restart() },
+		func(f *fleet) {
+			if v := f.file("violations"); v != "" {
+				t.Fatal(v)
+			}
+			waitFor(t, "the work stream to drain", time.Minute, func() bool { return f.queueStats().Stream.Messages == 0 })
+		})
 	f.account("NATS restart mid-run (file storage)", ids, res, time.Since(start), bounds{MaxDuplicates: 4},
 		fmt.Sprintf("done %s after the restart", time.Since(restarted).Round(100*time.Millisecond)))
-	_ = twice
 }
 
 // Redis restarted mid-run with its state lost: the workers register the
 // pool again by themselves, leases held across the restart are lost at
 // renewal and their jobs handed back, and every item finishes.
 func TestRedisRestartMidRun(t *testing.T) {
-	f := guardedFleetPool(t, "lease_ttl: 2s", "concurrency: 2\nshutdown_grace: 5s", "ack_wait: 5s", "SLEEP=0.05")
-	const n = 150
-	ids := f.publish("b", "exec", n, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
-	start := time.Now()
-	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
-	waitFor(t, "a third of the items to run", 2*time.Minute, func() bool { return len(f.runsPerItem()) >= n/3 })
-	f.redis.Restart()
-	restarted := time.Now()
-	res := f.waitResults("b", n, 3*time.Minute)
-	for id, r := range res {
-		if r.Outcome != queue.OutcomeSucceeded {
-			t.Fatalf("%s: %+v", id, r)
-		}
-	}
-	twice := 0
-	for _, c := range f.runsPerItem() {
-		if c > 1 {
-			twice++
-		}
-	}
-	for _, w := range []*proc{w1, w2} {
-		w.signal(syscall.SIGTERM)
-		if code := w.wait(t, 30*time.Second); code != 0 {
-			t.Fatalf("%s exited %d", w.name, code)
-		}
-	}
+	f, ids, res, start, restarted := restartMidRun(t, "lease_ttl: 2s", "ack_wait: 5s", "0.05", func(f *fleet) { f.redis.Restart() }, nil)
 	// Over-use can only happen inside the restart instant: a job that
 	// started before it may still run while a new lease is granted, until
 	// its renewal finds the lease gone. Bounded by the jobs in flight (4).
 	f.account("Redis restart mid-run (state lost)", ids, res, time.Since(start), bounds{MaxDuplicates: 4, MaxOverUse: 4},
 		fmt.Sprintf("pool re-registered; done %s after the restart", time.Since(restarted).Round(100*time.Millisecond)))
-	_ = twice
 }
 
 // Redis down for a while: no job runs without a lease, nothing is lost,
