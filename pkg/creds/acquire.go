@@ -5,179 +5,99 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/keyfleet/keyfleet/pkg/ratelimit"
 )
 
-// Acquire leases the least recently used usable credential, waiting until
-// one is usable or ctx ends. owner names the holder (a worker and slot) in
-// stats.
-//
-// Waiting is event-driven: a release anywhere wakes the waiters, and a
-// cooldown, lease expiry or rate window that ends wakes them at that moment.
-// When ctx ends, Acquire returns an error matching ErrCanceled and ctx's
-// error, and holds nothing: a lease granted while the context ended is
-// released before returning.
-//
-// Errors: ErrPoolEmpty when the pool has no (usable by this handle)
-// credential at all, ErrClosed, ErrCanceled, or a Redis error.
+// Acquire leases a credential for a start of cost 1 (see AcquireCost).
 func (p *Pool) Acquire(ctx context.Context, owner string) (*Lease, error) {
-	if owner == "" {
-		return nil, fmt.Errorf("%w: empty owner", ErrInvalid)
+	return p.AcquireCost(ctx, owner, 1)
+}
+
+// AcquireCost leases a credential for a start of `cost` units (the
+// estimate charged to its cost limits), waiting until one is usable or
+// ctx ends. owner names the holder (a worker and slot) in stats.
+//
+// Waiting is fleet-wide and first come, first served: the waiter joins
+// the pool's queue in Redis, and capacity freed anywhere (a release, a
+// rest or window ending, a lease expiring, an admin change) is granted to
+// the longest-waiting waiter by the script that frees it. Among usable
+// credentials the least recently used is chosen. A waiter whose cost does
+// not fit yet holds the ones behind it back, so a large cost is not
+// starved by smaller ones.
+//
+// When ctx ends, AcquireCost returns an error matching ErrCanceled and
+// ctx's error, and holds nothing: a lease granted meanwhile is handed on.
+//
+// Errors: ErrPoolEmpty when the pool has no credential this handle may
+// use, a *CostError (ErrNeverFits) when cost is above a cost limit of
+// every one of them, ErrClosed, ErrCanceled, or a Redis error.
+func (p *Pool) AcquireCost(ctx context.Context, owner string, cost int64) (*Lease, error) {
+	if err := checkRequest(owner, cost); err != nil {
+		return nil, err
 	}
 	start := time.Now()
 	if ctx.Err() != nil {
 		return nil, canceled(ctx, start)
 	}
-	if !p.queued() {
-		l, _, err := p.try(ctx, owner)
-		if l != nil || !errors.Is(err, ErrNoneAvailable) {
-			return l, err
-		}
-	}
-	if err := p.subscribe(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil, canceled(ctx, start)
-		}
-		return nil, err
-	}
-	w, err := p.join()
+	w, err := p.d.newWaiter(owner, cost, false)
 	if err != nil {
 		return nil, err
 	}
-	defer p.leave(w)
-
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-	for {
-		if p.isHead(w) {
-			l, wait, err := p.try(ctx, owner)
-			if l != nil || !errors.Is(err, ErrNoneAvailable) {
-				return l, err
-			}
-			timer.Stop()
-			if wait >= 0 {
-				timer.Reset(wait)
+	select {
+	case r := <-w.res:
+		return r.lease, r.err
+	case <-ctx.Done():
+		if !p.d.cancel(w) {
+			// Its result came meanwhile: hand a lease on at once.
+			if r := <-w.res; r.lease != nil {
+				rctx, cancel := p.opCtx(ctx)
+				_ = p.Release(rctx, r.lease)
+				cancel()
 			}
 		}
-		select {
-		case <-w.ch:
-		case <-timer.C:
-		case <-ctx.Done():
-			return nil, canceled(ctx, start)
-		case <-p.done:
-			return nil, ErrClosed
-		}
+		return nil, canceled(ctx, start)
 	}
 }
 
-// TryAcquire leases a usable credential without waiting. When none is
-// usable it returns an *UnavailableError (matching ErrNoneAvailable) that
-// says when the next cooldown, lease or rate window ends.
+// TryAcquire leases a usable credential without waiting (cost 1). When
+// none is usable, or other waiters come first, it returns an
+// *UnavailableError (matching ErrNoneAvailable) that says when the next
+// rest, lease or window ends.
 func (p *Pool) TryAcquire(ctx context.Context, owner string) (*Lease, error) {
-	if owner == "" {
-		return nil, fmt.Errorf("%w: empty owner", ErrInvalid)
+	if err := checkRequest(owner, 1); err != nil {
+		return nil, err
 	}
-	l, wait, err := p.try(ctx, owner)
-	if errors.Is(err, ErrNoneAvailable) {
-		return nil, &UnavailableError{RetryAfter: wait}
+	w, err := p.d.newWaiter(owner, 1, true)
+	if err != nil {
+		return nil, err
 	}
-	return l, err
+	select {
+	case r := <-w.res:
+		return r.lease, r.err
+	case <-ctx.Done():
+		if !p.d.cancel(w) {
+			if r := <-w.res; r.lease != nil {
+				rctx, cancel := p.opCtx(ctx)
+				_ = p.Release(rctx, r.lease)
+				cancel()
+			}
+		}
+		return nil, canceled(ctx, time.Now())
+	}
+}
+
+func checkRequest(owner string, cost int64) error {
+	switch {
+	case owner == "":
+		return fmt.Errorf("%w: empty owner", ErrInvalid)
+	case cost < 1:
+		return fmt.Errorf("%w: cost must be at least 1, got %d", ErrInvalid, cost)
+	}
+	return nil
 }
 
 func canceled(ctx context.Context, start time.Time) error {
 	return fmt.Errorf("%w after %s: %w", ErrCanceled, time.Since(start).Round(time.Millisecond), context.Cause(ctx))
 }
 
-// try runs the acquire script once. It returns a lease, or ErrNoneAvailable
-// with the time until the soonest timed event (-1 for none).
-func (p *Pool) try(ctx context.Context, owner string) (*Lease, time.Duration, error) {
-	args := make([]any, 0, 2+len(p.only))
-	args = append(args, owner, p.ttl.Microseconds())
-	for _, id := range p.only {
-		args = append(args, id)
-	}
-	opCtx, cancel := p.opCtx(ctx)
-	sent := time.Now()
-	reply, err := acquireScript.Run(opCtx, p.scripts, []string{p.keys.creds, p.keys.fence}, args...).Result()
-	cancel()
-	if err != nil {
-		return nil, 0, fmt.Errorf("creds: acquire from pool %q: %w", p.name, err)
-	}
-	arr, ok := reply.([]any)
-	if !ok || len(arr) == 0 {
-		return nil, 0, fmt.Errorf("creds: acquire: unexpected reply %T", reply)
-	}
-	status, err := ratelimit.Int64(arr[0])
-	if err != nil {
-		return nil, 0, fmt.Errorf("creds: acquire: status: %w", err)
-	}
-	switch status {
-	case 1:
-		l, err := p.decodeLease(arr, owner)
-		if err != nil {
-			return nil, 0, err
-		}
-		l.RequestedAt = sent
-		if ctx.Err() != nil {
-			// The caller gave up while the grant was in flight: hand it back.
-			rctx, cancel := p.opCtx(ctx)
-			_ = p.Release(rctx, l)
-			cancel()
-			return nil, 0, canceled(ctx, time.Now())
-		}
-		return l, 0, nil
-	case 0:
-		v, err := ratelimit.Int64s(arr, 3)
-		if err != nil {
-			return nil, 0, fmt.Errorf("creds: acquire: %w", err)
-		}
-		wait := time.Duration(-1)
-		if v[1] >= 0 {
-			wait = max(time.Duration(v[1]-v[2])*time.Microsecond, 0)
-		}
-		return nil, wait, ErrNoneAvailable
-	case -1:
-		if len(p.only) > 0 {
-			return nil, 0, fmt.Errorf("%w: none of %q is registered in pool %q", ErrPoolEmpty, p.only, p.name)
-		}
-		return nil, 0, fmt.Errorf("%w: pool %q", ErrPoolEmpty, p.name)
-	default:
-		return nil, 0, fmt.Errorf("creds: acquire: unexpected status %d", status)
-	}
-}
-
-func (p *Pool) decodeLease(arr []any, owner string) (*Lease, error) {
-	if len(arr) != 5 {
-		return nil, fmt.Errorf("creds: acquire: reply has %d elements, want 5", len(arr))
-	}
-	id, ok := arr[1].(string)
-	if !ok {
-		return nil, fmt.Errorf("creds: acquire: credential id is %T", arr[1])
-	}
-	token, ok := arr[2].(string)
-	if !ok {
-		return nil, fmt.Errorf("creds: acquire: token is %T", arr[2])
-	}
-	tok, err := ratelimit.Int64(token)
-	if err != nil {
-		return nil, fmt.Errorf("creds: acquire: token: %w", err)
-	}
-	exp, err := ratelimit.Int64(arr[3])
-	if err != nil {
-		return nil, fmt.Errorf("creds: acquire: expiry: %w", err)
-	}
-	now, err := ratelimit.Int64(arr[4])
-	if err != nil {
-		return nil, fmt.Errorf("creds: acquire: time: %w", err)
-	}
-	return &Lease{
-		CredentialID: id,
-		Token:        uint64(tok),
-		Owner:        owner,
-		Acquired:     time.UnixMicro(now),
-		Expires:      time.UnixMicro(exp),
-		member:       token + "|" + owner,
-	}, nil
-}
+// IsCanceled reports whether err is Acquire giving up on its context.
+func IsCanceled(err error) bool { return errors.Is(err, ErrCanceled) }

@@ -3,6 +3,7 @@ package creds
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/keyfleet/keyfleet/pkg/ratelimit"
@@ -12,57 +13,75 @@ import (
 // credential new to the pool gets the given limits. For one already there,
 // the limits are replaced only if the definition changed since it was last
 // registered, so a limit changed at run time with SetLimits survives other
-// processes starting with the same definitions; disabled states and
-// cooldowns are kept. Credentials not in defs are left alone (Remove takes
+// processes starting with the same definitions; disabled states, rests and
+// counters are kept. Credentials not in defs are left alone (Remove takes
 // one out). Every invalid definition is reported, each naming its field.
 func (p *Pool) Register(ctx context.Context, defs []Credential) error {
-	limits, err := parseDefs(defs)
+	enc, err := parseDefs(defs)
 	if err != nil {
 		return err
 	}
-	args := make([]any, 0, 1+4*len(defs))
-	args = append(args, p.instance)
+	args := make([]any, 0, 1+3*len(defs))
+	args = append(args, p.waiterTTL.Microseconds())
 	for i, d := range defs {
-		args = append(args, d.ID, d.MaxConcurrent, limits[i].N, limits[i].Period.Microseconds())
+		args = append(args, d.ID, d.MaxConcurrent, enc[i])
 	}
-	if err := registerScript.Run(ctx, p.scripts, []string{p.keys.creds, p.keys.fence}, args...).Err(); err != nil {
+	if err := registerScript.Run(ctx, p.scripts, []string{p.keys.creds}, args...).Err(); err != nil {
 		return fmt.Errorf("creds: register %d credentials in pool %q: %w", len(defs), p.name, err)
 	}
-	p.wakeHead()
+	if p.group != "" {
+		if err := p.joinGroup(ctx); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
 // Limits is a change of a credential's limits; nil fields stay as they are.
 type Limits struct {
 	MaxConcurrent *int
-	// Rate: "N/PERIOD", or "" to remove the rate limit.
+	// Rate: "N/PERIOD", or "" to remove every limit; short for Limits
+	// holding that one exact-window limit.
 	Rate *string
+	// Limits replaces every limit of the credential (empty: none).
+	Limits *[]Limit
 }
 
 // SetLimits changes a credential's limits for every process at once; the
-// next acquire anywhere applies them.
+// next decision anywhere applies them. A limit kept across the change
+// keeps its history (the starts and costs in its window).
 func (p *Pool) SetLimits(ctx context.Context, id string, l Limits) error {
-	maxArg, rateN, rateUS := "", "", ""
+	maxArg, lims := "", "-"
 	if l.MaxConcurrent != nil {
 		if *l.MaxConcurrent < 1 {
 			return fmt.Errorf("%w: max_concurrent must be at least 1, got %d", ErrInvalid, *l.MaxConcurrent)
 		}
-		maxArg = fmt.Sprint(*l.MaxConcurrent)
+		maxArg = strconv.Itoa(*l.MaxConcurrent)
 	}
+	var set []Limit
 	if l.Rate != nil {
-		rateN, rateUS = "0", "0"
+		lims = ""
 		if *l.Rate != "" {
-			lim, err := ratelimit.ParseLimit(*l.Rate)
+			r, err := ratelimit.ParseLimit(*l.Rate)
 			if err != nil {
 				return fmt.Errorf("%w: rate: %w", ErrInvalid, err)
 			}
-			rateN, rateUS = fmt.Sprint(lim.N), fmt.Sprint(lim.Period.Microseconds())
+			set = append(set, RateLimit(r))
 		}
 	}
-	_, err := p.admin(ctx, id, "limits", maxArg, rateN, rateUS)
-	if err == nil {
-		p.wakeHead()
+	if l.Limits != nil {
+		lims = ""
+		for i, x := range *l.Limits {
+			if err := x.Validate(); err != nil {
+				return fmt.Errorf("%w: limits[%d]: %w", ErrInvalid, i, err)
+			}
+		}
+		set = append(set, *l.Limits...)
 	}
+	if lims != "-" {
+		lims = encodeLimits(set)
+	}
+	_, err := p.admin(ctx, id, "limits", maxArg, lims)
 	return err
 }
 
@@ -73,24 +92,28 @@ func (p *Pool) Disable(ctx context.Context, id, reason string) error {
 	return err
 }
 
-// Enable makes a credential usable again: it clears the disabled state and
-// any cooldown, and wakes waiters.
+// Enable makes a credential usable again: it clears the disabled state,
+// any rest and any learnt pace, and hands it to a waiter.
 func (p *Pool) Enable(ctx context.Context, id string) error {
 	_, err := p.admin(ctx, id, "enable")
-	if err == nil {
-		p.wakeHead()
-	}
 	return err
 }
 
-// MarkCooling makes a credential unusable for d without releasing any lease
-// (a holder learnt the key is rate limited). A longer cooldown already in
-// place is kept. It returns the cooldown's end on Redis's clock.
+// MarkCooling makes a credential rest for d without releasing any lease (a
+// holder learnt the key is rate limited). A longer rest already in place
+// is kept. It returns the rest's end on Redis's clock.
 func (p *Pool) MarkCooling(ctx context.Context, id string, d time.Duration, reason string) (time.Time, error) {
+	return p.Rest(ctx, id, d, reason, "")
+}
+
+// Rest makes a credential rest for d, saying why (reason) and which
+// signal told (cause); a longer rest in place is kept. It returns the
+// rest's end on Redis's clock.
+func (p *Pool) Rest(ctx context.Context, id string, d time.Duration, reason, cause string) (time.Time, error) {
 	if d <= 0 {
-		return time.Time{}, fmt.Errorf("%w: cooldown must be positive, got %s", ErrInvalid, d)
+		return time.Time{}, fmt.Errorf("%w: rest must be positive, got %s", ErrInvalid, d)
 	}
-	us, err := p.admin(ctx, id, "cool", fmt.Sprint(d.Microseconds()), reason)
+	us, err := p.admin(ctx, id, "rest", strconv.FormatInt(d.Microseconds(), 10), reason, cause)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -106,11 +129,10 @@ func (p *Pool) Remove(ctx context.Context, id string) error {
 
 func (p *Pool) admin(ctx context.Context, id, op string, args ...string) (int64, error) {
 	argv := make([]any, 0, 3+len(args))
-	argv = append(argv, id, op)
+	argv = append(argv, id, p.waiterTTL.Microseconds(), op)
 	for _, a := range args {
 		argv = append(argv, a)
 	}
-	argv = append(argv, p.instance)
 	reply, err := adminScript.Run(ctx, p.scripts, []string{p.keys.creds}, argv...).Result()
 	if err != nil {
 		return 0, fmt.Errorf("creds: %s %q in pool %q: %w", op, id, p.name, err)

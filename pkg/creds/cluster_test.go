@@ -111,7 +111,8 @@ func TestPoolOnRedisCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		assertOneSlot(t, cl, cc, p, []string{"creds", "fence", "cred:a", "cred:b", "cool:" + l.CredentialID, "rate:b"})
+		assertOneSlot(t, cl, cc, p, []string{"creds", "fence", "cred:a", "cred:b", "rest:" + l.CredentialID, "lw:b:1000000",
+			"ready", "sched", "maxcost"})
 
 		if err := p.Remove(ctx(t), "a"); err != nil {
 			t.Fatal(err)
@@ -142,15 +143,19 @@ func TestPoolOnRedisCluster(t *testing.T) {
 			}
 			got <- err
 		}()
-		// The waiter is subscribed to the wake channel on some node.
-		ch := waiter.KeyPrefix() + "wake"
-		waitFor(t, "the waiter to subscribe", 10*time.Second, func() bool { return numSub(t, cl, ch) >= 1 })
+		// The waiter is queued, and its handle listens on its own channel on
+		// some node.
+		ch := waiter.KeyPrefix() + "g:" + waiter.Instance()
+		waitFor(t, "the waiter to queue", 10*time.Second, func() bool {
+			st, err := waiter.Stats(ctx(t))
+			return err == nil && st.Waiting == 1 && numSub(t, cl, ch) >= 1
+		})
 		select {
 		case err := <-got:
 			t.Fatalf("Acquire returned while the only credential was held: %v", err)
 		default:
 		}
-		// The lease TTL is 30s: only the wake message can end the wait soon.
+		// The lease TTL is 30s: only the grant message can end the wait soon.
 		released := time.Now()
 		if err := holder.Release(ctx(t), l); err != nil {
 			t.Fatal(err)

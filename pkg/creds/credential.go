@@ -11,36 +11,67 @@ import (
 
 // Credential defines one credential of the pool. It holds no secret.
 type Credential struct {
-	// ID names the credential; unique in the pool, at most 200 printable
-	// characters without spaces.
+	// ID names the credential; see ValidID.
 	ID string
 	// MaxConcurrent is how many leases may be held at once; at least 1.
 	MaxConcurrent int
 	// Rate optionally limits starts: "N/PERIOD" as ratelimit.ParseLimit
-	// reads it ("60/m", "5/30s"). Empty: no rate limit.
+	// reads it ("60/m", "5/30s"), short for a LimitWindow in Limits.
+	// Empty: none.
 	Rate string
+	// Limits are the credential's limits (see Limit); a start needs room
+	// in every one.
+	Limits []Limit
 }
 
-func validID(id string) error {
+// MaxIDLength bounds a credential ID.
+const MaxIDLength = 128
+
+// ValidID reports whether id can name a credential: 1 to MaxIDLength
+// characters among letters, digits, '_', '.', '-', ':' and '@' (it appears
+// in Redis keys, NATS headers, metrics labels and file names).
+func ValidID(id string) error {
 	switch {
 	case id == "":
 		return errors.New("is empty")
-	case len(id) > 200:
-		return fmt.Errorf("is %d bytes long, at most 200", len(id))
-	case strings.IndexFunc(id, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0:
-		return fmt.Errorf("%q holds a space or an unprintable character", id)
+	case len(id) > MaxIDLength:
+		return fmt.Errorf("is %d bytes long, at most %d", len(id), MaxIDLength)
+	}
+	if i := strings.IndexFunc(id, func(r rune) bool {
+		return !(r < unicode.MaxASCII && (unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune("_.-:@", r)))
+	}); i >= 0 {
+		return fmt.Errorf("%q holds %q: use letters, digits, '_', '.', '-', ':' or '@'", id, id[i:i+1])
 	}
 	return nil
 }
 
+// limits is every limit of the definition: Rate's and Limits.
+func (d Credential) limits() ([]Limit, error) {
+	var out []Limit
+	if d.Rate != "" {
+		l, err := ratelimit.ParseLimit(d.Rate)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, RateLimit(l))
+	}
+	for _, l := range d.Limits {
+		if err := l.Validate(); err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
 // parseDefs validates definitions; every problem is reported, each naming
-// its field.
-func parseDefs(defs []Credential) ([]ratelimit.Limit, error) {
+// its field. It returns the encoded limits of each.
+func parseDefs(defs []Credential) ([]string, error) {
 	var errs []error
 	seen := make(map[string]int, len(defs))
-	limits := make([]ratelimit.Limit, len(defs))
+	enc := make([]string, len(defs))
 	for i, d := range defs {
-		if err := validID(d.ID); err != nil {
+		if err := ValidID(d.ID); err != nil {
 			errs = append(errs, &DefinitionError{i, "id", err.Error()})
 		} else if j, dup := seen[d.ID]; dup {
 			errs = append(errs, &DefinitionError{i, "id", fmt.Sprintf("%q is used twice (also credentials[%d])", d.ID, j)})
@@ -50,16 +81,18 @@ func parseDefs(defs []Credential) ([]ratelimit.Limit, error) {
 		if d.MaxConcurrent < 1 {
 			errs = append(errs, &DefinitionError{i, "max_concurrent", fmt.Sprintf("must be at least 1, got %d", d.MaxConcurrent)})
 		}
-		if d.Rate != "" {
-			l, err := ratelimit.ParseLimit(d.Rate)
-			if err != nil {
-				errs = append(errs, &DefinitionError{i, "rate", err.Error()})
+		ls, err := d.limits()
+		if err != nil {
+			field := "limits"
+			if errors.Is(err, ratelimit.ErrBadRate) {
+				field = "rate"
 			}
-			limits[i] = l
+			errs = append(errs, &DefinitionError{i, field, err.Error()})
 		}
+		enc[i] = encodeLimits(ls)
 	}
 	if len(defs) == 0 {
 		errs = append(errs, fmt.Errorf("%w: no credentials given", ErrInvalid))
 	}
-	return limits, errors.Join(errs...)
+	return enc, errors.Join(errs...)
 }

@@ -29,7 +29,30 @@ var (
 	// ErrInvalid: a credential definition or an argument is not valid; the
 	// error names the field.
 	ErrInvalid = errors.New("creds: invalid")
+	// ErrNeverFits: the cost asked for is above a cost limit of every
+	// credential the handle may use, so no wait would ever end. The error
+	// is a *CostError.
+	ErrNeverFits = errors.New("creds: cost never fits")
 )
+
+// CostError is returned by Acquire for a cost that never fits.
+type CostError struct {
+	Cost int64
+	// Max is the largest cost any credential of the handle can take.
+	Max int64
+	// Limits names the cost limits in the way: "key-a cost=6000/10s".
+	Limits string
+}
+
+func (e *CostError) Error() string {
+	if e.Limits == "" {
+		return fmt.Sprintf("%s: cost %d is above the largest any credential takes (%d)", ErrNeverFits, e.Cost, e.Max)
+	}
+	return fmt.Sprintf("%s: cost %d is above the largest any credential takes (%d; limits: %s)", ErrNeverFits, e.Cost, e.Max, e.Limits)
+}
+
+// Is makes errors.Is(err, ErrNeverFits) hold.
+func (e *CostError) Is(target error) bool { return target == ErrNeverFits }
 
 // UnavailableError is returned by TryAcquire when no credential is usable.
 type UnavailableError struct {
@@ -51,7 +74,7 @@ func (e *UnavailableError) Is(target error) bool { return target == ErrNoneAvail
 // DefinitionError names the field of a credential definition that is wrong.
 type DefinitionError struct {
 	Index   int    // position in the slice given to Register
-	Field   string // "id", "max_concurrent", "rate"
+	Field   string // "id", "max_concurrent", "rate", "limits"
 	Problem string
 }
 

@@ -2,20 +2,23 @@ package creds
 
 import (
 	"sort"
+	"strconv"
 	"testing"
 
 	"github.com/keyfleet/keyfleet/internal/testutil/fuzzreply"
 )
 
-// A realistic stats.lua reply: now, then per credential {id, max, rate_n,
-// rate_us, disabled, disabled_reason, disabled_at, cool_until, cool_reason,
-// last_used (a ZSET score), starts (a Lua number), {member, expiry, ...}}.
+// A realistic stats.lua reply: now, waiting, then per credential {id, max,
+// limits, disabled, disabled_reason, disabled_at, rest_until, rest_reason,
+// rest_cause, last_used (a ZSET score), starts, rate_limited, pace_us,
+// next_us, {member, expiry, ...}, {used, of, next, ...}}.
 var statsSeed = []any{
-	"1700000000000000",
-	[]any{"key-a", "1", "0", "0", "0", "", "0", "0", "", "1699999999000000", int64(0), []any{}},
-	[]any{"key-b", "2", "60", "60000000", "0", "", "0", "1700000005000000", "429 from the API", "1699999999500000", int64(3),
-		[]any{"5|w1/0", "1700000030000000", "6|w2/1", "1700000031000000.5"}},
-	[]any{"key-c", "1", "0", "0", "1", "401 revoked", "1699999000000000", "0", "", "0", int64(0), []any{}},
+	"1700000000000000", int64(0),
+	[]any{"key-a", "1", "", "0", "", "0", "0", "", "", "1699999999000000", "0", "0", "0", "1700000000000000", []any{}, []any{}},
+	[]any{"key-b", "2", "w60/60000000;c6000/10000000", "0", "", "0", "1700000005000000", "429 from the API", "retry-after header",
+		"1699999999500000", "12", "1", "0", "1700000005000000",
+		[]any{"5|w1/0", "1700000030000000", "6|w2/1", "1700000031000000.5"}, []any{"3", "60", "0", "5000", "6000", "0"}},
+	[]any{"key-c", "1", "g10/1000000/1", "1", "401 revoked", "1699999000000000", "0", "", "", "0", "0", "0", "0", "-1", []any{}, []any{"1", "1", "1700000000100000"}},
 }
 
 // FuzzDecodeStats feeds the stats script's reply decoder replies of any
@@ -62,32 +65,32 @@ func FuzzDecodeStats(f *testing.F) {
 	})
 }
 
-// FuzzDecodeLease feeds the acquire script's grant decoder replies of any
-// shape: never a panic; a lease names its credential and owner, and its
-// fencing member is "<token>|<owner>".
-func FuzzDecodeLease(f *testing.F) {
+// FuzzDecodeStep feeds the step script's reply decoder replies of any
+// shape: never a panic; a decoded reply has one result per op, and a
+// grant's fencing member is "<token>|<owner>".
+func FuzzDecodeStep(f *testing.F) {
 	for _, v := range []any{
-		[]any{int64(1), "key-a", "42", "1700000030000000", "1700000000000000"},
-		[]any{int64(1), "key-a", int64(42), "1", "2"},
-		[]any{int64(1), "key-a", "-1", "1", "2"},
-		[]any{int64(1), "key-a", "99999999999999999999", "1", "2"},
-		[]any{int64(1), nil, "1", "1", "2"},
+		[]any{"1700000000000000", []any{[]any{int64(0)}, []any{int64(1)}}, []any{[]any{"ab.1", "key-a", "42", "1700000030000000", "1", "w/x|y"}}, "-1", int64(2)},
+		[]any{"1", []any{[]any{int64(-2), "6000"}, []any{int64(-3), "-1"}}, []any{[]any{"ab.2", "lost"}}, "0", int64(0)},
+		[]any{"1", []any{}, []any{[]any{"ab.1", "key-a", "99999999999999999999", "1", "1", "o"}}, "5", int64(0)},
+		[]any{"1", []any{[]any{}}, []any{}, "5", int64(0)},
 		[]any{int64(1)},
 	} {
-		f.Add(fuzzreply.MustEncode(v), "w1/0")
+		f.Add(fuzzreply.MustEncode(v), 2)
 	}
-	p := &Pool{}
-	f.Fuzz(func(t *testing.T, data []byte, owner string) {
-		arr, ok := fuzzreply.Decode(data).([]any)
-		if !ok {
-			return
-		}
-		l, err := p.decodeLease(arr, owner)
+	f.Fuzz(func(t *testing.T, data []byte, nops int) {
+		v := fuzzreply.Decode(data)
+		r, err := decodeStep(v, nops)
 		if err != nil {
 			return
 		}
-		if l.CredentialID != arr[1] || l.Owner != owner || l.member != arr[2].(string)+"|"+owner {
-			t.Fatalf("lease %+v from %#v", l, arr)
+		if len(r.results) != nops {
+			t.Fatalf("%d results for %d ops from %#v", len(r.results), nops, v)
+		}
+		for _, g := range r.grants {
+			if !g.lost && g.member() != strconv.FormatUint(g.token, 10)+"|"+g.owner {
+				t.Fatalf("grant %+v from %#v", g, v)
+			}
 		}
 	})
 }

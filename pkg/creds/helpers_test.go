@@ -2,6 +2,7 @@ package creds_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -54,14 +55,12 @@ func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool)
 	}
 }
 
-// waitSubscribers waits until n pool handles listen on the pool's wake
-// channel, i.e. until n handles have a waiter queued at least once.
-func (e *env) waitSubscribers(p *creds.Pool, n int64) {
+// waitQueued waits until n acquires wait in the pool's fleet-wide queue.
+func (e *env) waitQueued(p *creds.Pool, n int) {
 	e.t.Helper()
-	ch := p.KeyPrefix() + "wake"
-	waitFor(e.t, "waiters to subscribe", 10*time.Second, func() bool {
-		m, err := e.rdb.PubSubNumSub(context.Background(), ch).Result()
-		return err == nil && m[ch] >= n
+	waitFor(e.t, fmt.Sprintf("%d waiters to queue", n), 10*time.Second, func() bool {
+		st, err := p.Stats(context.Background())
+		return err == nil && st.Waiting >= n
 	})
 }
 

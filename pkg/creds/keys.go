@@ -1,17 +1,19 @@
 package creds
 
-// keys names every Redis key and channel of one pool. All of them share the
-// prefix "<base>:{<pool>}:", whose hash tag keeps a pool in one Redis
-// Cluster slot. The per-credential keys (cred:, cool:, leases:, rate:) are
-// derived inside the scripts from the prefix; see lua/prelude.lua.
+// keys names the Redis keys and channels the Go side refers to. All of a
+// pool's keys share the prefix "<base>:{<pool>}:", whose hash tag keeps a
+// pool in one Redis Cluster slot; the scripts derive the others from the
+// prefix (see lua/lib.lua, which lists every key).
 type keys struct {
 	prefix string
-	creds  string // sorted set: credential id -> last acquire (us), the LRU order
-	fence  string // fencing-token counter
-	wake   string // pub/sub channel: capacity may have been freed
+	creds  string // sorted set: every credential, LRU order (KEYS[1] of every script)
 }
 
 func newKeys(base, pool string) keys {
 	p := base + ":{" + pool + "}:"
-	return keys{prefix: p, creds: p + "creds", fence: p + "fence", wake: p + "wake"}
+	return keys{prefix: p, creds: p + "creds"}
 }
+
+// channel is the pub/sub channel of one pool handle: grants and timer
+// duties for it.
+func (k keys) channel(instance string) string { return k.prefix + "g:" + instance }

@@ -3,6 +3,7 @@ package creds
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/keyfleet/keyfleet/pkg/ratelimit"
@@ -17,12 +18,14 @@ type Lease struct {
 	Token uint64
 	// Owner is who acquired it.
 	Owner string
+	// Cost is the estimate charged to the credential's cost limits.
+	Cost int64
 	// Acquired and Expires are on Redis's clock.
 	Acquired, Expires time.Time
-	// RequestedAt is when the acquire that granted the lease was sent, on
-	// this process's clock: the lease lives at least until RequestedAt plus
-	// the lease TTL (a holder that must not outlive its lease counts from
-	// here, whatever the clocks of other machines say).
+	// RequestedAt is when the call that made the lease this handle's was
+	// sent, on this process's clock: the lease lives at least until
+	// RequestedAt plus the lease TTL (a holder that must not outlive its
+	// lease counts from here, whatever the clocks of other machines say).
 	RequestedAt time.Time
 
 	member string
@@ -48,46 +51,82 @@ func (p *Pool) Renew(ctx context.Context, l *Lease) (time.Time, error) {
 	return time.UnixMicro(v[0]), nil
 }
 
-// Release ends the lease: the credential is free again, and waiters
-// everywhere are woken.
-func (p *Pool) Release(ctx context.Context, l *Lease) error {
-	return p.release(ctx, l, "ok", 0, "")
+// Outcome is how a run on a leased credential went, for Settle.
+type Outcome struct {
+	// Cost is what the start really cost, when known; it replaces the
+	// estimate in every cost window the start was charged to. 0: keep the
+	// estimate.
+	Cost int64
+	// Rest makes the credential unusable for this long after the release
+	// (a rate limit); a longer rest already in place is kept.
+	Rest time.Duration
+	// RestReason says why it rests (shown by Stats); RestCause names the
+	// signal ("retry-after header", "x-ratelimit-remaining-tokens", ...).
+	RestReason, RestCause string
+	// Disable takes the credential out of use, with this reason, until
+	// Enable.
+	Disable string
 }
 
-// ReleaseCooldown ends the lease and makes the credential unusable for d
-// (the backoff after a rate limit); reason says why, for stats. A longer
-// cooldown already in place is kept.
+// Release ends the lease: the credential is free again, and the waiter
+// that has waited longest gets it.
+func (p *Pool) Release(ctx context.Context, l *Lease) error {
+	return p.Settle(ctx, l, Outcome{})
+}
+
+// ReleaseCooldown ends the lease and makes the credential rest for d (the
+// backoff after a rate limit); reason says why, for stats. A longer rest
+// already in place is kept.
 func (p *Pool) ReleaseCooldown(ctx context.Context, l *Lease, d time.Duration, reason string) error {
 	if d <= 0 {
 		return fmt.Errorf("%w: cooldown must be positive, got %s", ErrInvalid, d)
 	}
-	return p.release(ctx, l, "cool", d, reason)
+	return p.Settle(ctx, l, Outcome{Rest: d, RestReason: reason})
 }
 
 // ReleaseDisable ends the lease and disables the credential (a rejected
 // key) until Enable.
 func (p *Pool) ReleaseDisable(ctx context.Context, l *Lease, reason string) error {
-	return p.release(ctx, l, "disable", 0, reason)
+	if reason == "" {
+		reason = "disabled"
+	}
+	return p.Settle(ctx, l, Outcome{Disable: reason})
 }
 
-func (p *Pool) release(ctx context.Context, l *Lease, mode string, d time.Duration, reason string) error {
+// Settle ends the lease with the run's outcome, in one atomic step: the
+// real cost replaces the estimate, the credential rests or is disabled as
+// told, and freed capacity goes to the longest-waiting waiter. It fails
+// with ErrLeaseLost when the lease was not live any more (the cost is
+// reconciled anyway).
+func (p *Pool) Settle(ctx context.Context, l *Lease, o Outcome) error {
 	if l == nil {
 		return fmt.Errorf("%w: nil lease", ErrInvalid)
 	}
-	reply, err := releaseScript.Run(ctx, p.scripts, []string{p.keys.creds},
-		l.CredentialID, l.member, mode, d.Microseconds(), reason, p.instance).Result()
+	mode, dur, text := "ok", time.Duration(0), ""
+	switch {
+	case o.Disable != "":
+		mode, text = "disable", o.Disable
+	case o.Rest > 0:
+		mode, dur = "rest", o.Rest
+		text = strings.ReplaceAll(o.RestReason, "\t", " ") + "\t" + strings.ReplaceAll(o.RestCause, "\t", " ")
+	case o.Rest < 0:
+		return fmt.Errorf("%w: rest must not be negative, got %s", ErrInvalid, o.Rest)
+	}
+	real := int64(-1)
+	if o.Cost > 0 {
+		real = o.Cost
+	}
+	res, err := p.d.release(l, real, mode, dur, text)
 	if err != nil {
-		return fmt.Errorf("creds: release lease %d on %q: %w", l.Token, l.CredentialID, err)
+		return err
 	}
-	n, err := ratelimit.Int64(reply)
-	if err != nil {
-		return fmt.Errorf("creds: release: %w", err)
+	select {
+	case err := <-res:
+		if err != nil {
+			return fmt.Errorf("creds: release lease %d on %q: %w", l.Token, l.CredentialID, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("creds: release lease %d on %q: %w", l.Token, l.CredentialID, context.Cause(ctx))
 	}
-	if n == 0 {
-		return fmt.Errorf("%w: lease %d on %q (expired or released before)", ErrLeaseLost, l.Token, l.CredentialID)
-	}
-	// Whatever the mode, our own waiters look again at once (they need not
-	// wait for the wake message): one may sleep until this lease's expiry.
-	p.wakeHead()
-	return nil
 }

@@ -3,8 +3,10 @@ package creds
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -19,11 +21,28 @@ type Client interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
+// Defaults of a Pool's options.
+const (
+	// LeaseTTLDefault is how long a lease lives without renewal.
+	LeaseTTLDefault = 30 * time.Second
+	// WaiterTTLDefault bounds how long a crashed process's waiters can be
+	// served: they are dropped from the fleet's queue once their process
+	// has not refreshed them for this long, and a grant made to one lives
+	// this long unclaimed. A key granted to a process that died stays idle
+	// at most about twice this.
+	WaiterTTLDefault = 2 * time.Second
+	// OpTimeoutDefault bounds each Redis call the pool makes on its own
+	// behalf.
+	OpTimeoutDefault = 5 * time.Second
+	// KeyBaseDefault is the first part of every key.
+	KeyBaseDefault = "keyfleet"
+)
+
 // Option configures a Pool.
 type Option func(*Pool) error
 
-// WithLeaseTTL sets how long a lease lives without renewal (default 30s,
-// at least 10ms). Holders renew well before it runs out.
+// WithLeaseTTL sets how long a lease lives without renewal (default
+// LeaseTTLDefault, at least 10ms). Holders renew well before it runs out.
 func WithLeaseTTL(d time.Duration) Option {
 	return func(p *Pool) error {
 		if d < 10*time.Millisecond {
@@ -34,22 +53,37 @@ func WithLeaseTTL(d time.Duration) Option {
 	}
 }
 
+// WithWaiterTTL sets how long this handle's queued waiters stay in the
+// fleet's queue without a refresh, and how long a grant to one of them
+// lives unclaimed (default WaiterTTLDefault, at least 50ms; never more
+// than the lease TTL). The handle refreshes them four times per TTL while
+// it waits.
+func WithWaiterTTL(d time.Duration) Option {
+	return func(p *Pool) error {
+		if d < 50*time.Millisecond {
+			return fmt.Errorf("%w: waiter TTL must be at least 50ms, got %s", ErrInvalid, d)
+		}
+		p.waiterTTL = d
+		return nil
+	}
+}
+
 // WithOnly restricts Acquire to the given credential IDs (for a process that
 // holds the secrets of only some credentials of the pool).
 func WithOnly(ids ...string) Option {
 	return func(p *Pool) error {
 		for _, id := range ids {
-			if err := validID(id); err != nil {
+			if err := ValidID(id); err != nil {
 				return fmt.Errorf("%w: WithOnly: id %s", ErrInvalid, err)
 			}
 		}
-		p.only = append([]string(nil), ids...)
+		p.only = slices.Compact(slices.Sorted(slices.Values(ids)))
 		return nil
 	}
 }
 
-// WithKeyBase sets the first part of every key (default "keyfleet"): keys
-// are "<base>:{<pool>}:...".
+// WithKeyBase sets the first part of every key (default KeyBaseDefault):
+// keys are "<base>:{<pool>}:...".
 func WithKeyBase(base string) Option {
 	return func(p *Pool) error {
 		if base == "" || strings.ContainsAny(base, "{}") {
@@ -60,11 +94,11 @@ func WithKeyBase(base string) Option {
 	}
 }
 
-// WithScripter sends the pool's scripts through s instead of the client
-// given to New: for example a go-redis AutoPipeliner, which batches the
-// scripts of concurrent callers into fewer round trips and system calls.
-// The client still carries the pub/sub subscription and Renew, which must
-// end by its context's deadline (an auto-pipelined command may not).
+// WithScripter sends the pool's steps, admin calls and stats through s
+// instead of the client given to New: for example a go-redis
+// AutoPipeliner shared with other callers. The client still carries the
+// pub/sub subscription and Renew, which must end by its context's
+// deadline (an auto-pipelined command may not).
 func WithScripter(s redis.Scripter) Option {
 	return func(p *Pool) error {
 		if s == nil {
@@ -76,8 +110,9 @@ func WithScripter(s redis.Scripter) Option {
 }
 
 // WithOpTimeout bounds each Redis call the pool makes on its own behalf
-// (default 5s): the attempts inside Acquire, which must finish even when
-// Acquire's context ends so that no lease is left behind.
+// (default OpTimeoutDefault): the steps that carry Acquire and Release,
+// which must finish even when their caller's context ends so that no
+// lease is left behind.
 func WithOpTimeout(d time.Duration) Option {
 	return func(p *Pool) error {
 		if d <= 0 {
@@ -88,8 +123,16 @@ func WithOpTimeout(d time.Duration) Option {
 	}
 }
 
-// Pool is a handle on one credential pool in Redis. It is safe for
-// concurrent use; create one per process and pool, and Close it when done.
+// Pool is a handle on one credential pool in Redis: what one process uses.
+// It is safe for concurrent use; create one per process and pool, and
+// Close it when done.
+//
+// A handle sends its callers' operations (acquire, cancel, release) to
+// Redis in steps: one script call at a time, carrying every operation
+// asked for while the previous one was on its way. Waiters queue in Redis,
+// fleet-wide, in the order they began to wait; the script that frees
+// capacity grants it to the longest-waiting waiter directly and sends one
+// message to that waiter's handle.
 type Pool struct {
 	rdb       Client
 	scripts   redis.Scripter // runs the scripts: rdb unless WithScripter
@@ -97,21 +140,18 @@ type Pool struct {
 	base      string
 	keys      keys
 	ttl       time.Duration
+	waiterTTL time.Duration
 	only      []string
+	group     string // hash of only, "" for any credential
 	opTimeout time.Duration
-	instance  string // identifies this handle's wake messages
+	instance  string // names this handle in the fleet's queue
 
-	mu     sync.Mutex
-	queue  []*waiter // FIFO; the head is the only one that asks Redis
-	closed bool
-	done   chan struct{}
+	d dispatcher
 
 	subMu sync.Mutex
 	sub   *redis.PubSub
 	subWG sync.WaitGroup
 }
-
-type waiter struct{ ch chan struct{} }
 
 // New returns a handle on the pool called name. It does not touch Redis.
 func New(rdb Client, name string, opts ...Option) (*Pool, error) {
@@ -126,21 +166,27 @@ func New(rdb Client, name string, opts ...Option) (*Pool, error) {
 	p := &Pool{
 		rdb:       rdb,
 		name:      name,
-		base:      "keyfleet",
-		ttl:       30 * time.Second,
-		opTimeout: 5 * time.Second,
+		base:      KeyBaseDefault,
+		ttl:       LeaseTTLDefault,
+		waiterTTL: WaiterTTLDefault,
+		opTimeout: OpTimeoutDefault,
 		instance:  hex.EncodeToString(nonce[:]),
-		done:      make(chan struct{}),
 	}
 	for _, o := range opts {
 		if err := o(p); err != nil {
 			return nil, err
 		}
 	}
+	p.waiterTTL = min(p.waiterTTL, p.ttl)
 	p.keys = newKeys(p.base, name)
 	if p.scripts == nil {
 		p.scripts = rdb
 	}
+	if len(p.only) > 0 {
+		h := sha256.Sum256([]byte(strings.Join(p.only, "\n")))
+		p.group = hex.EncodeToString(h[:8])
+	}
+	p.d.init(p)
 	return p, nil
 }
 
@@ -150,22 +196,24 @@ func (p *Pool) Name() string { return p.name }
 // LeaseTTL is the lifetime of a lease between renewals.
 func (p *Pool) LeaseTTL() time.Duration { return p.ttl }
 
+// WaiterTTL is how long this handle's waiters and unclaimed grants live
+// without a refresh (see WithWaiterTTL).
+func (p *Pool) WaiterTTL() time.Duration { return p.waiterTTL }
+
 // KeyPrefix is the prefix of every Redis key of the pool (for operators and
 // tests; all of them share its hash tag).
 func (p *Pool) KeyPrefix() string { return p.keys.prefix }
 
-// Close ends the pool's subscription and makes waiting Acquire calls return
-// ErrClosed. Leases stay valid: release them first. Safe to call twice.
+// Instance names this handle in the fleet's queue of waiters.
+func (p *Pool) Instance() string { return p.instance }
+
+// Close makes waiting Acquire calls return ErrClosed, takes this handle's
+// waiters out of the fleet's queue and ends its subscription. Leases stay
+// valid: release them first. Safe to call twice.
 func (p *Pool) Close() error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	if !p.d.close() {
 		return nil
 	}
-	p.closed = true
-	close(p.done)
-	p.mu.Unlock()
-
 	p.subMu.Lock()
 	sub := p.sub
 	p.sub = nil
@@ -178,94 +226,40 @@ func (p *Pool) Close() error {
 	return err
 }
 
-// subscribe makes sure the wake subscription is live before a waiter's
-// first attempt, so that no release after that attempt can go unheard.
+// subscribe makes sure the handle's channel is heard before its first
+// waiter queues, so that no grant after that can go unheard.
 func (p *Pool) subscribe(ctx context.Context) error {
 	p.subMu.Lock()
 	defer p.subMu.Unlock()
 	if p.sub != nil {
 		return nil
 	}
-	select {
-	case <-p.done:
+	if p.d.isClosed() {
 		return ErrClosed
-	default:
 	}
-	sub := p.rdb.Subscribe(ctx, p.keys.wake)
+	ch := p.keys.channel(p.instance)
+	sub := p.rdb.Subscribe(ctx, ch)
 	if _, err := sub.Receive(ctx); err != nil {
 		_ = sub.Close()
-		return fmt.Errorf("creds: subscribe to %s: %w", p.keys.wake, err)
+		return fmt.Errorf("creds: subscribe to %s: %w", ch, err)
 	}
 	p.sub = sub
-	ch := sub.ChannelWithSubscriptions()
+	msgs := sub.ChannelWithSubscriptions()
 	p.subWG.Add(1)
 	go func() {
 		defer p.subWG.Done()
-		for m := range ch {
-			// A wake from another process, or a re-subscription after a
-			// reconnect (releases may have gone unheard meanwhile): either
-			// way the head waiter looks again.
-			if msg, ok := m.(*redis.Message); ok && msg.Payload == p.instance {
-				continue // our own release already woke our head
+		for m := range msgs {
+			msg, ok := m.(*redis.Message)
+			if !ok {
+				// A re-subscription after a reconnect: messages may have
+				// been missed meanwhile; a step collects what waits.
+				p.d.kick()
+				continue
 			}
-			p.wakeHead()
+			p.d.message(msg.Payload)
 		}
 	}()
 	return nil
-}
-
-// wakeHead tells the head waiter to look again.
-func (p *Pool) wakeHead() {
-	p.mu.Lock()
-	if len(p.queue) > 0 {
-		select {
-		case p.queue[0].ch <- struct{}{}:
-		default:
-		}
-	}
-	p.mu.Unlock()
-}
-
-func (p *Pool) queued() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.queue) > 0
-}
-
-func (p *Pool) join() (*waiter, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil, ErrClosed
-	}
-	w := &waiter{ch: make(chan struct{}, 1)}
-	p.queue = append(p.queue, w)
-	return w, nil
-}
-
-func (p *Pool) isHead(w *waiter) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.queue) > 0 && p.queue[0] == w
-}
-
-// leave removes w and hands the turn to the next waiter: after a success
-// there may be room for more, and after a cancel w may have swallowed a wake.
-func (p *Pool) leave(w *waiter) {
-	p.mu.Lock()
-	for i, x := range p.queue {
-		if x == w {
-			p.queue = append(p.queue[:i], p.queue[i+1:]...)
-			break
-		}
-	}
-	if len(p.queue) > 0 {
-		select {
-		case p.queue[0].ch <- struct{}{}:
-		default:
-		}
-	}
-	p.mu.Unlock()
 }
 
 // opCtx detaches from the caller's cancellation (a reply in flight must

@@ -114,7 +114,7 @@ func TestReleaseWakesWaiter(t *testing.T) {
 				}
 				got <- l
 			}()
-			e.waitSubscribers(waiterPool, 1)
+			e.waitQueued(waiterPool, 1)
 			select {
 			case <-got:
 				t.Fatal("waiter got a lease while the only credential was held")
@@ -179,7 +179,7 @@ func TestTimedEventsWakeWaiterAtTheirEnd(t *testing.T) {
 				}
 				got <- l
 			}()
-			e.waitSubscribers(waiterPool, 1)
+			e.waitQueued(waiterPool, 1)
 			if err := holderPool.ReleaseCooldown(context.Background(), held, 200*time.Millisecond, "429"); err != nil {
 				t.Fatal(err)
 			}
@@ -357,7 +357,7 @@ func TestDisabledNeverHandedOut(t *testing.T) {
 		}
 		got <- l
 	}()
-	e.waitSubscribers(p, 1)
+	e.waitQueued(p, 1)
 	if err := p.Enable(ctx, "bad"); err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +382,7 @@ func TestRuntimeLimitChangeTakesEffect(t *testing.T) {
 		_, err := other.Acquire(ctxT(t, 20*time.Second), "h2")
 		got <- err
 	}()
-	e.waitSubscribers(other, 1)
+	e.waitQueued(other, 1)
 	two := 2
 	if err := p.SetLimits(ctx, "k", creds.Limits{MaxConcurrent: &two}); err != nil {
 		t.Fatal(err)
@@ -493,7 +493,7 @@ func TestRedisRestartThenReRegister(t *testing.T) {
 	// A waiter whose subscription was cut by the restart is still woken.
 	got := make(chan error, 1)
 	go func() { _, err := p.Acquire(ctxT(t, 20*time.Second), "w2"); got <- err }()
-	e.waitSubscribers(p, 1)
+	e.waitQueued(p, 1)
 	if err := p.Release(ctx, after); err != nil {
 		t.Fatal(err)
 	}
@@ -619,7 +619,7 @@ func TestCloseEndsWaiters(t *testing.T) {
 	mustAcquire(t, p, "holder")
 	got := make(chan error, 1)
 	go func() { _, err := p.Acquire(context.Background(), "w"); got <- err }()
-	e.waitSubscribers(p, 1)
+	e.waitQueued(p, 1)
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -9,34 +9,34 @@ import (
 )
 
 var (
-	//go:embed lua/prelude.lua
-	preludeLua string
-	//go:embed lua/acquire.lua
-	acquireLua string
+	//go:embed lua/lib.lua
+	libLua string
+	//go:embed lua/step.lua
+	stepLua string
 	//go:embed lua/renew.lua
 	renewLua string
-	//go:embed lua/release.lua
-	releaseLua string
 	//go:embed lua/register.lua
 	registerLua string
+	//go:embed lua/join.lua
+	joinLua string
 	//go:embed lua/admin.lua
 	adminLua string
 	//go:embed lua/stats.lua
 	statsLua string
 )
 
-// script prepends the shared libraries: the sliding-window log of
-// pkg/ratelimit (so per-credential rates use the same exact algorithm) and
-// the pool prelude.
+// script prepends the shared libraries: pkg/ratelimit's limiters (so the
+// pool's limits use the same algorithms as the standalone limiters) and
+// the pool library.
 func script(body string) *redis.Script {
-	return redis.NewScript(ratelimit.SlidingWindowLua() + preludeLua + body)
+	return redis.NewScript(ratelimit.SlidingWindowLua() + ratelimit.GCRALua() + ratelimit.CostWindowLua() + libLua + body)
 }
 
 var (
-	acquireScript  = script(acquireLua)
+	stepScript     = script(stepLua)
 	renewScript    = script(renewLua)
-	releaseScript  = script(releaseLua)
 	registerScript = script(registerLua)
+	joinScript     = script(joinLua)
 	adminScript    = script(adminLua)
 	statsScript    = script(statsLua)
 )

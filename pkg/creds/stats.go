@@ -13,8 +13,8 @@ import (
 // Credential states, from the most to the least blocking.
 const (
 	StateDisabled  = "disabled"  // out until enabled
-	StateCooling   = "cooling"   // rate limited until CoolingUntil
-	StateBusy      = "busy"      // at its concurrency limit or out of rate for now
+	StateCooling   = "cooling"   // resting (rate limited) until CoolingUntil
+	StateBusy      = "busy"      // at its concurrency limit, its limits or its pace for now
 	StateAvailable = "available" // an acquire would get it
 )
 
@@ -30,7 +30,9 @@ type Stats struct {
 	Cooling   int `json:"cooling"`
 	Disabled  int `json:"disabled"`
 	// InFlight is the number of live leases in the pool.
-	InFlight    int               `json:"in_flight"`
+	InFlight int `json:"in_flight"`
+	// Waiting is the number of acquires queued fleet-wide.
+	Waiting     int               `json:"waiting"`
 	Credentials []CredentialStats `json:"credentials"`
 }
 
@@ -39,20 +41,46 @@ type CredentialStats struct {
 	ID            string `json:"id"`
 	State         string `json:"state"`
 	MaxConcurrent int    `json:"max_concurrent"`
-	Rate          string `json:"rate,omitempty"`
+	// Rate is the first exact-window rate limit ("" when none), N/period.
+	Rate string `json:"rate,omitempty"`
+	// Limits are every limit, with its use now.
+	Limits []LimitStats `json:"limits"`
 	// InFlight is how many leases are held, by Holders.
 	InFlight int      `json:"in_flight"`
 	Holders  []Holder `json:"holders,omitempty"`
-	// CoolingUntil is zero unless cooling; CoolingReason says why.
+	// CoolingUntil is zero unless resting; CoolingReason says why and
+	// RestCause which signal told (a header, a bare 429, ...).
 	CoolingUntil  time.Time `json:"cooling_until,omitzero"`
 	CoolingReason string    `json:"cooling_reason,omitempty"`
+	RestCause     string    `json:"rest_cause,omitempty"`
+	// Pace is the spacing between starts learnt from bare 429s (0: none).
+	Pace time.Duration `json:"pace,omitempty"`
+	// NextStart is when it can take a start of cost 1: zero when now (or
+	// disabled).
+	NextStart time.Time `json:"next_start,omitzero"`
 	// DisabledReason and DisabledAt are set while disabled.
 	DisabledReason string    `json:"disabled_reason,omitempty"`
 	DisabledAt     time.Time `json:"disabled_at,omitzero"`
-	// StartsInWindow counts acquisitions in the current rate window (only
-	// with a rate).
+	// StartsInWindow counts starts in the window of Rate (0 without one).
 	StartsInWindow int       `json:"starts_in_window"`
 	LastUsed       time.Time `json:"last_used,omitzero"`
+	// Starts and RateLimited count leases granted and rate-limited runs
+	// since the credential was registered.
+	Starts      int64 `json:"starts"`
+	RateLimited int64 `json:"rate_limited"`
+}
+
+// LimitStats is one limit of a credential and its use now.
+type LimitStats struct {
+	// Limit as ParseLimit reads it: "rate=10/s,burst=1".
+	Limit string    `json:"limit"`
+	Kind  LimitKind `json:"kind"`
+	// Used of Of: starts (or cost units) in the window; for a smooth rate,
+	// the burst's cells in use.
+	Used int64 `json:"used"`
+	Of   int64 `json:"of"`
+	// NextRoom is when it takes a start of cost 1 (zero: now).
+	NextRoom time.Time `json:"next_room,omitzero"`
 }
 
 // Holder is one live lease.
@@ -78,15 +106,19 @@ func (p *Pool) Stats(ctx context.Context) (Stats, error) {
 
 func decodeStats(reply any) (Stats, error) {
 	arr, ok := reply.([]any)
-	if !ok || len(arr) < 1 {
+	if !ok || len(arr) < 2 {
 		return Stats{}, fmt.Errorf("unexpected reply %T", reply)
 	}
 	nowUS, err := ratelimit.Int64(arr[0])
 	if err != nil {
 		return Stats{}, fmt.Errorf("time: %w", err)
 	}
-	st := Stats{At: time.UnixMicro(nowUS)}
-	for i, e := range arr[1:] {
+	waiting, err := ratelimit.Int64(arr[1])
+	if err != nil {
+		return Stats{}, fmt.Errorf("waiting: %w", err)
+	}
+	st := Stats{At: time.UnixMicro(nowUS), Waiting: int(waiting), Credentials: []CredentialStats{}}
+	for i, e := range arr[2:] {
 		c, err := decodeCredential(e, nowUS)
 		if err != nil {
 			return Stats{}, fmt.Errorf("credential %d: %w", i, err)
@@ -110,9 +142,12 @@ func decodeStats(reply any) (Stats, error) {
 	return st, nil
 }
 
+// credFields is the shape of one credential in lua/stats.lua's reply.
+const credFields = 16
+
 func decodeCredential(e any, nowUS int64) (CredentialStats, error) {
 	f, ok := e.([]any)
-	if !ok || len(f) != 12 {
+	if !ok || len(f) != credFields {
 		return CredentialStats{}, fmt.Errorf("unexpected shape %T", e)
 	}
 	str := func(i int) (string, error) {
@@ -122,62 +157,67 @@ func decodeCredential(e any, nowUS int64) (CredentialStats, error) {
 		}
 		return s, nil
 	}
-	num := func(i int) (int64, error) { return ratelimit.Int64(f[i]) }
 	var c CredentialStats
 	var err error
-	var maxC, rateN, rateUS, disabled, disabledAt, coolUntil, starts int64
-	var lastUsed float64
-	if c.ID, err = str(0); err != nil {
-		return c, err
+	var limits string
+	for _, x := range []struct {
+		dst *string
+		i   int
+	}{{&c.ID, 0}, {&limits, 2}, {&c.DisabledReason, 4}, {&c.CoolingReason, 7}, {&c.RestCause, 8}} {
+		if *x.dst, err = str(x.i); err != nil {
+			return c, err
+		}
 	}
+	var maxC, disabled, disabledAt, restUntil, paceUS, next int64
 	for _, x := range []struct {
 		dst *int64
 		i   int
-	}{{&maxC, 1}, {&rateN, 2}, {&rateUS, 3}, {&disabled, 4}, {&disabledAt, 6}, {&coolUntil, 7}, {&starts, 10}} {
-		if *x.dst, err = num(x.i); err != nil {
+	}{{&maxC, 1}, {&disabled, 3}, {&disabledAt, 5}, {&restUntil, 6}, {&c.Starts, 10}, {&c.RateLimited, 11}, {&paceUS, 12}, {&next, 13}} {
+		if *x.dst, err = ratelimit.Int64(f[x.i]); err != nil {
 			return c, fmt.Errorf("field %d: %w", x.i, err)
 		}
 	}
-	if c.DisabledReason, err = str(5); err != nil {
-		return c, err
-	}
-	if c.CoolingReason, err = str(8); err != nil {
-		return c, err
-	}
-	if lastUsed, err = ratelimit.Float64(f[9]); err != nil {
+	lastUsed, err := ratelimit.Float64(f[9])
+	if err != nil {
 		return c, fmt.Errorf("last used: %w", err)
 	}
-	leases, ok := f[11].([]any)
-	if !ok || len(leases)%2 != 0 {
-		return c, fmt.Errorf("leases: unexpected shape %T", f[11])
+	if c.Holders, err = decodeHolders(f[14]); err != nil {
+		return c, err
 	}
-	for i := 0; i < len(leases); i += 2 {
-		member, ok := leases[i].(string)
-		if !ok {
-			return c, fmt.Errorf("lease member is %T", leases[i])
+	ls := decodeLimits(limits)
+	uses, ok := f[15].([]any)
+	if !ok || len(uses) != 3*len(ls) {
+		return c, fmt.Errorf("limit uses: unexpected shape %T for %d limits", f[15], len(ls))
+	}
+	c.Limits = []LimitStats{}
+	for i, l := range ls {
+		var v [3]int64
+		for j := range v {
+			if v[j], err = ratelimit.Int64(uses[3*i+j]); err != nil {
+				return c, fmt.Errorf("limit %d use: %w", i, err)
+			}
 		}
-		exp, err := ratelimit.Float64(leases[i+1])
-		if err != nil {
-			return c, fmt.Errorf("lease expiry: %w", err)
+		s := LimitStats{Limit: l.String(), Kind: l.Kind, Used: v[0], Of: v[1]}
+		if v[2] > 0 {
+			s.NextRoom = time.UnixMicro(v[2])
 		}
-		tok, owner, _ := strings.Cut(member, "|")
-		t, err := ratelimit.Int64(tok)
-		if err != nil {
-			return c, fmt.Errorf("lease token: %w", err)
+		c.Limits = append(c.Limits, s)
+		if l.Kind == LimitWindow && c.Rate == "" {
+			c.Rate = strings.TrimPrefix(l.String(), "rate=")
+			c.StartsInWindow = int(v[0])
 		}
-		c.Holders = append(c.Holders, Holder{Owner: owner, Token: uint64(t), Expires: time.UnixMicro(int64(exp))})
 	}
 	c.MaxConcurrent = int(maxC)
 	c.InFlight = len(c.Holders)
-	c.StartsInWindow = int(starts)
-	if rateN > 0 {
-		c.Rate = ratelimit.Limit{N: int(rateN), Period: time.Duration(rateUS) * time.Microsecond}.String()
-	}
+	c.Pace = time.Duration(paceUS) * time.Microsecond
 	if lastUsed > 0 {
 		c.LastUsed = time.UnixMicro(int64(lastUsed))
 	}
-	if coolUntil > 0 {
-		c.CoolingUntil = time.UnixMicro(coolUntil)
+	if restUntil > 0 {
+		c.CoolingUntil = time.UnixMicro(restUntil)
+	}
+	if next > nowUS {
+		c.NextStart = time.UnixMicro(next)
 	}
 	if disabled == 1 {
 		c.DisabledAt = time.UnixMicro(disabledAt)
@@ -187,12 +227,37 @@ func decodeCredential(e any, nowUS int64) (CredentialStats, error) {
 	switch {
 	case disabled == 1:
 		c.State = StateDisabled
-	case coolUntil > nowUS:
+	case restUntil > nowUS:
 		c.State = StateCooling
-	case c.InFlight >= c.MaxConcurrent || (rateN > 0 && c.StartsInWindow >= int(rateN)):
+	case next > nowUS:
 		c.State = StateBusy
 	default:
 		c.State = StateAvailable
 	}
 	return c, nil
+}
+
+func decodeHolders(e any) ([]Holder, error) {
+	leases, ok := e.([]any)
+	if !ok || len(leases)%2 != 0 {
+		return nil, fmt.Errorf("leases: unexpected shape %T", e)
+	}
+	var out []Holder
+	for i := 0; i < len(leases); i += 2 {
+		member, ok := leases[i].(string)
+		if !ok {
+			return nil, fmt.Errorf("lease member is %T", leases[i])
+		}
+		exp, err := ratelimit.Float64(leases[i+1])
+		if err != nil {
+			return nil, fmt.Errorf("lease expiry: %w", err)
+		}
+		tok, owner, _ := strings.Cut(member, "|")
+		t, err := ratelimit.Int64(tok)
+		if err != nil {
+			return nil, fmt.Errorf("lease token: %w", err)
+		}
+		out = append(out, Holder{Owner: owner, Token: uint64(t), Expires: time.UnixMicro(int64(exp))})
+	}
+	return out, nil
 }

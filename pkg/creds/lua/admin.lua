@@ -1,43 +1,56 @@
 -- Operator changes to one credential.
 -- KEYS[1]  <prefix>creds
 -- ARGV[1]  credential id
--- ARGV[2]  op: "limits" | "disable" | "enable" | "cool" | "remove"
--- ARGV[3..] per op:
---   limits:  max ("" keeps it), rate_n ("" keeps the rate; "0" removes it), rate_us
+-- ARGV[2]  claim TTL (us), for grants to waiters a change frees
+-- ARGV[3]  op: "limits" | "disable" | "enable" | "rest" | "remove"
+-- ARGV[4..] per op:
+--   limits:  max ("" keeps it), limits ("-" keeps them; "" removes all)
 --   disable: reason
---   enable:  (none) clears the disabled state and any cooldown
---   cool:    duration in microseconds, reason; never shortens a longer cooldown
+--   enable:  (none) clears the disabled state and any rest
+--   rest:    duration (us), reason, cause; never shortens a longer rest
 --   remove:  (none) deletes the credential and its state; live leases
 --            then fail to renew
--- ARGV[last] origin (pool instance, for the wake message)
--- Returns 1 (for cool: the cooldown's end in microseconds), or -1 when the
--- credential does not exist.
-local id, op = ARGV[1], ARGV[2]
-if not exists(id) then
+-- Returns 1 (for rest: its end in us), or -1 when the credential does not
+-- exist.
+local id, claim_ttl, op = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+if redis.call('ZSCORE', K_CREDS, id) == false then
   return -1
 end
 local now = now_us()
-local origin = ARGV[#ARGV]
+local ret = 1
 if op == 'limits' then
-  if ARGV[3] ~= '' then
-    redis.call('HSET', k_cred(id), 'max', ARGV[3])
-  end
   if ARGV[4] ~= '' then
-    redis.call('HSET', k_cred(id), 'rate_n', ARGV[4], 'rate_us', ARGV[5])
+    redis.call('HSET', k_cred(id), 'max', ARGV[4])
   end
-  wake(origin)
+  if ARGV[5] ~= '-' then
+    redis.call('HSET', k_cred(id), 'limits', ARGV[5])
+  end
+  recompute_maxcost()
 elseif op == 'disable' then
-  redis.call('HSET', k_cred(id), 'disabled', '1', 'disabled_reason', ARGV[3], 'disabled_at', n2s(now))
+  redis.call('HSET', k_cred(id), 'disabled', '1', 'disabled_reason', ARGV[4], 'disabled_at', n2s(now))
 elseif op == 'enable' then
-  redis.call('HDEL', k_cred(id), 'disabled', 'disabled_reason', 'disabled_at')
-  redis.call('DEL', k_cool(id))
-  wake(origin)
-elseif op == 'cool' then
-  return n2s(set_cooling(id, now, tonumber(ARGV[3]), ARGV[4]))
+  redis.call('HDEL', k_cred(id), 'disabled', 'disabled_reason', 'disabled_at', 'pace_us', 'pace_tat')
+  redis.call('DEL', k_rest(id))
+elseif op == 'rest' then
+  ret = set_rest(id, now, tonumber(ARGV[4]), ARGV[5], ARGV[6])
 elseif op == 'remove' then
-  redis.call('ZREM', KEYS[1], id)
-  redis.call('DEL', k_cred(id), k_cool(id), k_leases(id), k_rate(id))
+  redis.call('ZREM', K_CREDS, id)
+  local c = load(id)
+  if c then
+    for _, l in ipairs(c.limits) do
+      local k, sk = lim_keys(id, l)
+      redis.call('DEL', k)
+      if sk then
+        redis.call('DEL', sk)
+      end
+    end
+  end
+  redis.call('DEL', k_cred(id), k_rest(id), k_leases(id))
+  recompute_maxcost()
 else
-  return redis.error_reply('unknown op ' .. op)
+  return redis.error_reply('creds: unknown op ' .. op)
 end
-return 1
+reindex(id, now)
+local _, hol = serve(now, '', claim_ttl, claim_ttl, 64)
+arm_timer(now, '', hol)
+return n2s(ret)

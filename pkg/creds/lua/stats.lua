@@ -1,31 +1,39 @@
 -- Read the state of every credential.
 -- KEYS[1]  <prefix>creds
--- Returns {now_us, {cred}, ...} where each cred is
---   {id, max, rate_n, rate_us, disabled, disabled_reason, disabled_at,
---    cool_until, cool_reason, last_used_us, starts_in_window,
---    {member, expiry_us, member, expiry_us, ...}}
--- Expired leases and starts that left the window are dropped on the way.
+-- Returns {now_us, waiters, {cred}, ...} where each cred is
+--   {id, max, limits, disabled, disabled_reason, disabled_at,
+--    rest_until, rest_reason, rest_cause, last_used_us, starts,
+--    rate_limited, pace_us, next_us, {member, expiry_us, ...},
+--    {used, of, next_us, ...} (three per limit, in the order of limits)}
+-- next_us: when it can take a start of cost 1 (now when usable; -1
+-- disabled). Expired leases and starts that left a window are dropped on
+-- the way.
 local now = now_us()
-local out = {n2s(now)}
-local ids = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+local out = {n2s(now), redis.call('ZCARD', K_WAITQ)}
+local ids = redis.call('ZRANGE', K_CREDS, 0, -1, 'WITHSCORES')
 for i = 1, #ids, 2 do
   local id, last = ids[i], ids[i + 1]
-  local c = redis.call('HMGET', k_cred(id), 'max', 'rate_n', 'rate_us', 'disabled', 'disabled_reason', 'disabled_at')
-  local cool = redis.call('HMGET', k_cool(id), 'until', 'reason')
-  local cu = tonumber(cool[1] or '0') or 0
-  if cu <= now then
-    cu = 0
-    cool[2] = ''
+  local f = redis.call('HMGET', k_cred(id), 'max', 'limits', 'disabled', 'disabled_reason', 'disabled_at',
+    'starts', 'rate_limited', 'pace_us')
+  local r = redis.call('HMGET', k_rest(id), 'until', 'reason', 'cause')
+  local ru = tonumber(r[1] or '0') or 0
+  if ru <= now then
+    ru, r[2], r[3] = 0, '', ''
   end
-  local lk = k_leases(id)
-  redis.call('ZREMRANGEBYSCORE', lk, '-inf', n2s(now))
-  local leases = redis.call('ZRANGE', lk, 0, -1, 'WITHSCORES')
-  local starts = 0
-  local rate_n = tonumber(c[2]) or 0
-  if rate_n > 0 then
-    starts = sw_count(k_rate(id), tonumber(c[3]), now)
+  local c = load(id)
+  local nxt = -1
+  local uses = {}
+  if c then
+    nxt = fit_at(id, c, now, 1)
+    for _, l in ipairs(c.limits) do
+      local u = lim_use(id, l, now)
+      uses[#uses + 1] = n2s(u[1])
+      uses[#uses + 1] = n2s(u[2])
+      uses[#uses + 1] = n2s(u[3])
+    end
   end
-  out[#out + 1] = {id, c[1] or '1', c[2] or '0', c[3] or '0', c[4] or '0', c[5] or '', c[6] or '0',
-    n2s(cu), cool[2] or '', last, starts, leases}
+  local leases = redis.call('ZRANGE', k_leases(id), 0, -1, 'WITHSCORES')
+  out[#out + 1] = {id, f[1] or '1', f[2] or '', f[3] or '0', f[4] or '', f[5] or '0',
+    n2s(ru), r[2] or '', r[3] or '', last, f[6] or '0', f[7] or '0', f[8] or '0', n2s(nxt), leases, uses}
 end
 return out

@@ -1,0 +1,563 @@
+package creds
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/keyfleet/keyfleet/pkg/ratelimit"
+)
+
+// dispatcher sends a handle's operations to Redis in steps (lua/step.lua),
+// one step at a time: operations asked for while a step is on its way go
+// together in the next one. It also runs the steps nobody asks for: one
+// when a grant message or the handle's timer duty comes, and one every
+// quarter of the waiter TTL while the handle has waiters queued (which
+// keeps them alive in the fleet's queue).
+type dispatcher struct {
+	p *Pool
+
+	mu      sync.Mutex
+	ops     []*op              // for the next step
+	waiters map[string]*waiter // by wid: queued in Redis, or about to be
+	seq     uint64
+	timerAt time.Time // the handle's timer duty (zero: none)
+	join    bool      // record the handle's group before the next step
+	closed  bool
+	started bool
+
+	kickCh   chan struct{}
+	done     chan struct{}
+	loopDone chan struct{}
+}
+
+// op is one operation of a step.
+type op struct {
+	args []any      // opcode and arguments, as lua/step.lua reads them
+	w    *waiter    // E and X: the waiter
+	res  chan error // R: the outcome, if somebody waits for it
+}
+
+// waiter is one Acquire call waiting for a grant.
+type waiter struct {
+	wid    string
+	member string // its entry in the fleet's queue
+	cost   int64
+	owner  string
+	try    bool
+	queued bool // Redis said it is in the queue
+	sent   bool // its E op went out in a step
+	joined bool // its handle's group was recorded again for it once
+	res    chan waitResult
+}
+
+type waitResult struct {
+	lease *Lease
+	err   error
+}
+
+func (d *dispatcher) init(p *Pool) {
+	d.p = p
+	d.waiters = make(map[string]*waiter)
+	d.join = p.group != ""
+	d.kickCh = make(chan struct{}, 1)
+	d.done = make(chan struct{})
+	d.loopDone = make(chan struct{})
+}
+
+func (d *dispatcher) kick() {
+	select {
+	case d.kickCh <- struct{}{}:
+	default:
+	}
+}
+
+func (d *dispatcher) isClosed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closed
+}
+
+// message handles what another handle's script sent on this handle's
+// channel: "g" (grants wait to be claimed) or "t<us>" (run a step then).
+func (d *dispatcher) message(payload string) {
+	if us, ok := cutPrefix(payload, "t"); ok {
+		n, err := strconv.ParseInt(us, 10, 64)
+		if err == nil {
+			d.mu.Lock()
+			at := time.Now().Add(time.Duration(n) * time.Microsecond)
+			if d.timerAt.IsZero() || at.Before(d.timerAt) {
+				d.timerAt = at
+			}
+			d.mu.Unlock()
+		}
+	}
+	d.kick()
+}
+
+func cutPrefix(s, prefix string) (string, bool) {
+	if len(s) >= len(prefix) && s[:len(prefix)] == prefix {
+		return s[len(prefix):], true
+	}
+	return "", false
+}
+
+// newWaiter registers a waiter and queues its E op.
+func (d *dispatcher) newWaiter(owner string, cost int64, try bool) (*waiter, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	d.seq++
+	wid := d.p.instance + "." + strconv.FormatUint(d.seq, 36)
+	w := &waiter{wid: wid, cost: cost, owner: owner, try: try, res: make(chan waitResult, 1)}
+	w.member = wid + "|" + strconv.FormatInt(cost, 10) + "|" + d.p.group + "|" + owner
+	d.waiters[wid] = w
+	d.pushE(w)
+	d.startLocked()
+	return w, nil
+}
+
+func (d *dispatcher) pushE(w *waiter) {
+	try := "0"
+	if w.try {
+		try = "1"
+	}
+	w.queued, w.sent = false, false
+	d.ops = append(d.ops, &op{args: []any{"E", w.wid, w.cost, w.owner, try}, w: w})
+	d.kick()
+}
+
+// cancel takes w out: it reports false when w already has its result.
+func (d *dispatcher) cancel(w *waiter) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.waiters[w.wid] != w {
+		return false
+	}
+	delete(d.waiters, w.wid)
+	d.dropE(w)
+	return true
+}
+
+// dropE removes w's E op if it has not gone out yet, else queues an X op
+// (leave the queue, or hand back an unclaimed grant).
+func (d *dispatcher) dropE(w *waiter) {
+	if !w.sent {
+		for i, o := range d.ops {
+			if o.w == w {
+				d.ops = append(d.ops[:i], d.ops[i+1:]...)
+				return
+			}
+		}
+	}
+	d.ops = append(d.ops, &op{args: []any{"X", w.wid, w.member}})
+	d.kick()
+}
+
+// release queues an R op; the returned channel gets its outcome.
+func (d *dispatcher) release(l *Lease, real int64, mode string, dur time.Duration, text string) (chan error, error) {
+	res := make(chan error, 1)
+	d.mu.Lock()
+	d.ops = append(d.ops, &op{args: []any{"R", l.CredentialID, l.member, l.Cost, real, mode, dur.Microseconds(), text}, res: res})
+	if d.closed {
+		// No loop runs any more: send it now.
+		d.mu.Unlock()
+		d.step()
+		return res, nil
+	}
+	d.startLocked()
+	d.kick()
+	d.mu.Unlock()
+	return res, nil
+}
+
+func (d *dispatcher) startLocked() {
+	if !d.started && !d.closed {
+		d.started = true
+		go d.loop()
+	}
+}
+
+// close fails every waiter with ErrClosed, sends what is left (their
+// cancels, pending releases) in a last step and stops the loop. It reports
+// false when already closed.
+func (d *dispatcher) close() bool {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return false
+	}
+	d.closed = true
+	for wid, w := range d.waiters {
+		delete(d.waiters, wid)
+		d.dropE(w)
+		w.res <- waitResult{err: ErrClosed}
+	}
+	started := d.started
+	d.mu.Unlock()
+	close(d.done)
+	if started {
+		<-d.loopDone
+	}
+	return true
+}
+
+func (d *dispatcher) loop() {
+	defer close(d.loopDone)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	keepEvery := d.p.waiterTTL / 4
+	var lastStep time.Time
+	for {
+		d.mu.Lock()
+		wake := time.Hour
+		if !d.timerAt.IsZero() {
+			wake = min(wake, time.Until(d.timerAt))
+		}
+		if len(d.waiters) > 0 {
+			wake = min(wake, time.Until(lastStep.Add(keepEvery)))
+		}
+		d.mu.Unlock()
+		timer.Reset(max(wake, 0))
+		select {
+		case <-d.done:
+			d.flush()
+			return
+		case <-d.kickCh:
+		case <-timer.C:
+		}
+		timer.Stop()
+		d.mu.Lock()
+		if !d.timerAt.IsZero() && !time.Now().Before(d.timerAt) {
+			d.timerAt = time.Time{}
+		}
+		d.mu.Unlock()
+		// Every wake steps: ops to send, a grant message (a kick with
+		// nothing to send), the timer duty, or the waiters' keep-alive.
+		lastStep = time.Now()
+		d.step()
+	}
+}
+
+// flush sends the ops left at close in one last step.
+func (d *dispatcher) flush() {
+	d.mu.Lock()
+	n := len(d.ops)
+	d.mu.Unlock()
+	if n > 0 {
+		d.step()
+	}
+}
+
+// step sends the pending ops in one script call and hands out the results.
+func (d *dispatcher) step() {
+	p := d.p
+	d.mu.Lock()
+	ops := d.ops
+	d.ops = nil
+	join := d.join
+	hasE := false
+	for _, o := range ops {
+		if o.w != nil && o.args[0] == "E" {
+			o.w.sent = true
+			hasE = true
+		}
+	}
+	alive := int64(0)
+	if hasE || len(d.waiters) > 0 {
+		alive = p.waiterTTL.Microseconds()
+	}
+	d.mu.Unlock()
+
+	ctx, cancel := p.opCtx(context.Background())
+	defer cancel()
+	if hasE {
+		if err := p.subscribe(ctx); err != nil {
+			d.fail(ops, err)
+			return
+		}
+	}
+	if join {
+		if err := p.joinGroup(ctx); err != nil {
+			d.fail(ops, err)
+			return
+		}
+		d.mu.Lock()
+		d.join = false
+		d.mu.Unlock()
+	}
+	args := make([]any, 0, 5+8*len(ops))
+	args = append(args, p.instance, p.ttl.Microseconds(), p.waiterTTL.Microseconds(), alive, p.group)
+	for _, o := range ops {
+		args = append(args, o.args...)
+	}
+	sent := time.Now()
+	reply, err := stepScript.Run(ctx, p.scripts, []string{p.keys.creds}, args...).Result()
+	if err != nil {
+		d.fail(ops, fmt.Errorf("creds: pool %q: %w", p.name, err))
+		return
+	}
+	r, err := decodeStep(reply, len(ops))
+	if err != nil {
+		d.fail(ops, fmt.Errorf("creds: pool %q: step: %w", p.name, err))
+		return
+	}
+	d.apply(ops, r, sent)
+}
+
+// fail hands err to every op of a step that did not come back. A waiter
+// whose E op may have reached Redis is taken out again (best effort).
+func (d *dispatcher) fail(ops []*op, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, o := range ops {
+		switch {
+		case o.res != nil:
+			o.res <- err
+		case o.w != nil && o.args[0] == "E":
+			if d.waiters[o.w.wid] == o.w {
+				delete(d.waiters, o.w.wid)
+				o.w.res <- waitResult{err: err}
+			}
+			d.ops = append(d.ops, &op{args: []any{"X", o.w.wid, o.w.member}})
+		}
+	}
+}
+
+func (d *dispatcher) apply(ops []*op, r stepReply, sent time.Time) {
+	p := d.p
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, o := range ops {
+		res := r.results[i]
+		switch o.args[0] {
+		case "E":
+			w := o.w
+			if d.waiters[w.wid] != w {
+				continue // cancelled meanwhile; its X op follows
+			}
+			switch res.code {
+			case 0:
+				w.queued = true
+			case 1:
+				// a try that was served: its grant is among the grants
+			case -1:
+				if p.group != "" && !w.joined {
+					// The group may be gone with Redis's state: record it
+					// again and ask once more.
+					w.joined = true
+					d.join = true
+					d.pushE(w)
+					continue
+				}
+				delete(d.waiters, w.wid)
+				w.res <- waitResult{err: d.emptyErr()}
+			case -2:
+				delete(d.waiters, w.wid)
+				w.res <- waitResult{err: &CostError{Cost: w.cost, Max: res.n}}
+			case -3:
+				delete(d.waiters, w.wid)
+				wait := time.Duration(-1)
+				if res.n >= 0 {
+					wait = time.Duration(res.n) * time.Microsecond
+				}
+				w.res <- waitResult{err: &UnavailableError{RetryAfter: wait}}
+			}
+		case "R":
+			if o.res != nil {
+				if res.code == 1 {
+					o.res <- nil
+				} else {
+					o.res <- fmt.Errorf("%w (expired or released before)", ErrLeaseLost)
+				}
+			}
+		}
+	}
+	for _, g := range r.grants {
+		w := d.waiters[g.wid]
+		if g.lost {
+			if w != nil {
+				d.pushE(w) // its grant ran out unclaimed: wait again
+			}
+			continue
+		}
+		l := &Lease{
+			CredentialID: g.id, Token: g.token, Cost: g.cost, Acquired: r.now,
+			Expires: g.expires, RequestedAt: sent, member: g.member(),
+		}
+		if w == nil {
+			// Its waiter gave up meanwhile: hand the lease on at once.
+			d.ops = append(d.ops, &op{args: []any{"R", l.CredentialID, l.member, l.Cost, -1, "ok", 0, ""}})
+			d.kick()
+			continue
+		}
+		delete(d.waiters, g.wid)
+		l.Owner = w.owner
+		w.res <- waitResult{lease: l}
+	}
+	if r.timer >= 0 {
+		d.timerAt = time.Now().Add(r.timer)
+	}
+	queued := 0
+	for _, w := range d.waiters {
+		if w.queued {
+			queued++
+		}
+	}
+	if r.queued < queued {
+		// Some of this handle's waiters left the fleet's queue without a
+		// grant (they went unrefreshed too long, or Redis lost its state):
+		// queue them again, at the back.
+		for _, w := range d.waiters {
+			if w.queued {
+				d.ops = append(d.ops, &op{args: []any{"X", w.wid, w.member}})
+				d.pushE(w)
+			}
+		}
+	}
+}
+
+func (d *dispatcher) emptyErr() error {
+	p := d.p
+	if len(p.only) > 0 {
+		return fmt.Errorf("%w: none of %q is registered in pool %q", ErrPoolEmpty, p.only, p.name)
+	}
+	return fmt.Errorf("%w: pool %q", ErrPoolEmpty, p.name)
+}
+
+// stepReply is a decoded reply of lua/step.lua.
+type stepReply struct {
+	now     time.Time
+	results []opResult
+	grants  []grant
+	timer   time.Duration // -1: none
+	queued  int           // this handle's waiters in the fleet's queue
+}
+
+type opResult struct {
+	code int64
+	n    int64
+}
+
+type grant struct {
+	wid, id string
+	token   uint64
+	expires time.Time
+	cost    int64
+	owner   string
+	lost    bool
+}
+
+func (g grant) member() string { return strconv.FormatUint(g.token, 10) + "|" + g.owner }
+
+func decodeStep(reply any, nops int) (stepReply, error) {
+	var r stepReply
+	arr, ok := reply.([]any)
+	if !ok || len(arr) != 5 {
+		return r, fmt.Errorf("unexpected reply %T", reply)
+	}
+	now, err := ratelimit.Int64(arr[0])
+	if err != nil {
+		return r, fmt.Errorf("time: %w", err)
+	}
+	r.now = time.UnixMicro(now)
+	results, ok := arr[1].([]any)
+	if !ok || len(results) != nops {
+		return r, fmt.Errorf("results: want %d, got %T", nops, arr[1])
+	}
+	for i, e := range results {
+		v, ok := e.([]any)
+		if !ok || len(v) == 0 || len(v) > 2 {
+			return r, fmt.Errorf("result %d: unexpected shape %T", i, e)
+		}
+		var res opResult
+		if res.code, err = ratelimit.Int64(v[0]); err != nil {
+			return r, fmt.Errorf("result %d: %w", i, err)
+		}
+		if len(v) == 2 {
+			if res.n, err = ratelimit.Int64(v[1]); err != nil {
+				return r, fmt.Errorf("result %d: %w", i, err)
+			}
+		}
+		r.results = append(r.results, res)
+	}
+	grants, ok := arr[2].([]any)
+	if !ok {
+		return r, fmt.Errorf("grants: %T", arr[2])
+	}
+	for i, e := range grants {
+		g, err := decodeGrant(e)
+		if err != nil {
+			return r, fmt.Errorf("grant %d: %w", i, err)
+		}
+		r.grants = append(r.grants, g)
+	}
+	t, err := ratelimit.Int64(arr[3])
+	if err != nil {
+		return r, fmt.Errorf("timer: %w", err)
+	}
+	r.timer = -1
+	if t >= 0 {
+		r.timer = time.Duration(t) * time.Microsecond
+	}
+	q, err := ratelimit.Int64(arr[4])
+	if err != nil {
+		return r, fmt.Errorf("queued: %w", err)
+	}
+	r.queued = int(q)
+	return r, nil
+}
+
+func decodeGrant(e any) (grant, error) {
+	f, ok := e.([]any)
+	if !ok || len(f) < 2 {
+		return grant{}, fmt.Errorf("unexpected shape %T", e)
+	}
+	var g grant
+	if g.wid, ok = f[0].(string); !ok {
+		return g, fmt.Errorf("waiter is %T", f[0])
+	}
+	if g.id, ok = f[1].(string); !ok {
+		return g, fmt.Errorf("credential is %T", f[1])
+	}
+	if len(f) == 2 && g.id == "lost" {
+		g.lost = true
+		return g, nil
+	}
+	if len(f) != 6 {
+		return g, fmt.Errorf("%d fields, want 6", len(f))
+	}
+	tok, err := ratelimit.Int64(f[2])
+	if err != nil {
+		return g, fmt.Errorf("token: %w", err)
+	}
+	exp, err := ratelimit.Int64(f[3])
+	if err != nil {
+		return g, fmt.Errorf("expiry: %w", err)
+	}
+	if g.cost, err = ratelimit.Int64(f[4]); err != nil {
+		return g, fmt.Errorf("cost: %w", err)
+	}
+	if g.owner, ok = f[5].(string); !ok {
+		return g, fmt.Errorf("owner is %T", f[5])
+	}
+	g.token, g.expires = uint64(tok), time.UnixMicro(exp)
+	return g, nil
+}
+
+// joinGroup records which credentials this handle may use (WithOnly).
+func (p *Pool) joinGroup(ctx context.Context) error {
+	args := make([]any, 0, 1+len(p.only))
+	args = append(args, p.group)
+	for _, id := range p.only {
+		args = append(args, id)
+	}
+	if err := joinScript.Run(ctx, p.scripts, []string{p.keys.creds}, args...).Err(); err != nil {
+		return fmt.Errorf("creds: pool %q: record the handle's credentials: %w", p.name, err)
+	}
+	return nil
+}

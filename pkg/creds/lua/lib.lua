@@ -1,0 +1,518 @@
+-- The pool library, prepended to every pool script (after pkg/ratelimit's
+-- sliding-window, GCRA and cost-window libraries).
+--
+-- Every key of a pool starts with one prefix holding the pool's hash tag
+-- ("keyfleet:{<pool>}:"), so all of them live in one Redis Cluster slot.
+-- Each script gets the pool's registry in KEYS[1] ("<prefix>creds") and
+-- derives the other keys from its prefix:
+--
+--   creds            zset   id -> last start (us): every credential, LRU order
+--   ready            zset   id -> last start (us): usable now (room for a
+--                           start of cost 1), least recently used first
+--   sched            zset   id -> the moment it may be usable again: the end
+--                           of its rest, of a lease (when full) or of a limit
+--   cred:<id>        hash   max, limits, disabled(_reason,_at), cfg_max,
+--                           cfg_limits, starts, rate_limited, pace_us,
+--                           pace_tat, pace_ok, rest counters
+--   rest:<id>        hash   until, reason, cause, at: a rest (cooldown);
+--                           expires by itself at `until`
+--   leases:<id>      zset   "<token>|<owner>" -> lease expiry (us)
+--   lw:<id>:<P>      zset   sliding-window log of starts, window P us
+--   lc:<id>:<P>      zset   cost-window log "<token>:<cost>", window P us
+--   lcs:<id>:<P>     string running sum of lc:<id>:<P>
+--   lg:<id>:<spec>   string GCRA theoretical arrival time (us)
+--   fence            string fencing-token counter
+--   waitq            zset   waiter -> arrival number: the fleet's FIFO of
+--                           waiters, "<inst>.<n>|<cost>|<group>|<owner>"
+--   wseq             string arrival counter
+--   procs            zset   instance -> alive until (us): pool handles
+--                           with waiters refresh it
+--   pw:<inst>        set    the waiters of one instance
+--   gr:<inst>        hash   wid -> "<id>|<member>|<cost>": grants made to
+--                           one instance, not yet claimed
+--   grp:<group>      set    credential ids a handle may use (WithOnly)
+--   groups           set    every group
+--   maxcost          hash   group ('' for all) -> the largest cost any of
+--                           its credentials can ever take (-1: none; "inf")
+--   timer            hash   at, inst: who runs the next timed step, when
+--   g:<inst>         channel  messages to one pool handle: "g" (grants
+--                           wait in gr:<inst>), "t<us>" (run a step then)
+-- All times are integer microseconds of redis.call('TIME').
+
+local PFX = string.sub(KEYS[1], 1, -6) -- strip "creds"
+local K_CREDS = KEYS[1]
+local K_READY = PFX .. 'ready'
+local K_SCHED = PFX .. 'sched'
+local K_FENCE = PFX .. 'fence'
+local K_WAITQ = PFX .. 'waitq'
+local K_WSEQ = PFX .. 'wseq'
+local K_PROCS = PFX .. 'procs'
+local K_MAXCOST = PFX .. 'maxcost'
+local K_TIMER = PFX .. 'timer'
+local K_GROUPS = PFX .. 'groups'
+
+local function k_cred(id) return PFX .. 'cred:' .. id end
+local function k_rest(id) return PFX .. 'rest:' .. id end
+local function k_leases(id) return PFX .. 'leases:' .. id end
+local function k_pw(inst) return PFX .. 'pw:' .. inst end
+local function k_gr(inst) return PFX .. 'gr:' .. inst end
+local function k_grp(g) return PFX .. 'grp:' .. g end
+local function ch_of(inst) return PFX .. 'g:' .. inst end
+
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- n2s writes an integer without Lua's scientific notation.
+local function n2s(x)
+  return string.format('%.0f', x)
+end
+
+-- Bounds on the work of one script, so that no call's cost grows with the
+-- pool or the fleet.
+local PROMOTE_MAX = 32   -- scheduled credentials re-examined per call
+local CANDIDATES = 8     -- ready credentials examined for one waiter
+local SCAN_MAX = 16      -- waiters examined per call beyond those served
+
+---------------------------------------------------------------------------
+-- Limits. A credential's limits are one string, ';'-separated:
+--   w<N>/<P>        at most N starts in any window of P us (exact log)
+--   g<N>/<P>/<B>    smooth: at most B back to back, then one every P/N us
+--   c<N>/<P>        at most N cost units in any window of P us (exact log)
+---------------------------------------------------------------------------
+
+local function parse_limits(s)
+  local out = {}
+  if not s or s == '' then
+    return out
+  end
+  for spec in string.gmatch(s, '[^;]+') do
+    local kind = string.sub(spec, 1, 1)
+    local n, p, b = string.match(spec, '^%a(%d+)/(%d+)/?(%d*)$')
+    if n then
+      out[#out + 1] = {kind = kind, n = tonumber(n), p = tonumber(p), b = tonumber(b) or 1, spec = spec}
+    end
+  end
+  return out
+end
+
+local function lim_keys(id, l)
+  if l.kind == 'c' then
+    return PFX .. 'lc:' .. id .. ':' .. l.p, PFX .. 'lcs:' .. id .. ':' .. l.p
+  elseif l.kind == 'g' then
+    return PFX .. 'lg:' .. id .. ':' .. l.spec
+  end
+  return PFX .. 'lw:' .. id .. ':' .. l.p
+end
+
+-- lim_when: the earliest moment (>= now) a start of `cost` fits in limit
+-- l; -1 if it never can (cost above a cost limit).
+local function lim_when(id, l, now, cost)
+  if l.kind == 'w' then
+    local wait = sw_wait(lim_keys(id, l), l.n, l.p, now, 1)
+    if wait < 0 then
+      return -1
+    end
+    return now + wait
+  elseif l.kind == 'c' then
+    local k, sk = lim_keys(id, l)
+    return cw_when(k, sk, l.n, l.p, now, cost)
+  elseif l.kind == 'g' then
+    local tat = tonumber(redis.call('GET', lim_keys(id, l)) or '')
+    return gcra_when(tat, now, l.p / l.n, l.b, 1)
+  end
+  return now
+end
+
+local function lim_take(id, l, now, token, cost)
+  if l.kind == 'w' then
+    sw_record(lim_keys(id, l), l.p, now, token)
+  elseif l.kind == 'c' then
+    local k, sk = lim_keys(id, l)
+    cw_record(k, sk, l.p, now, token, cost)
+  elseif l.kind == 'g' then
+    local k = lim_keys(id, l)
+    local interval = l.p / l.n
+    local tat = gcra_take(tonumber(redis.call('GET', k) or ''), now, interval, 1)
+    redis.call('SET', k, string.format('%.3f', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
+  end
+end
+
+-- lim_use: {used, of, next room (us, 0 = now)} for stats.
+local function lim_use(id, l, now)
+  local at = lim_when(id, l, now, 1)
+  if at <= now then
+    at = 0
+  end
+  if l.kind == 'w' then
+    return {sw_count(lim_keys(id, l), l.p, now), l.n, at}
+  elseif l.kind == 'c' then
+    local k, sk = lim_keys(id, l)
+    return {cw_sum(k, sk, l.p, now), l.n, at}
+  end
+  local tat = tonumber(redis.call('GET', lim_keys(id, l)) or '')
+  return {gcra_used(tat, now, l.p / l.n), l.b, at}
+end
+
+---------------------------------------------------------------------------
+-- Credential state
+---------------------------------------------------------------------------
+
+local function load(id)
+  local c = redis.call('HMGET', k_cred(id), 'max', 'limits', 'disabled', 'pace_us', 'pace_tat')
+  if not c[1] then
+    return nil
+  end
+  return {
+    max = tonumber(c[1]) or 1,
+    limits = parse_limits(c[2]),
+    disabled = c[3] == '1',
+    pace_us = tonumber(c[4] or '0') or 0,
+    pace_tat = tonumber(c[5] or '0') or 0,
+  }
+end
+
+local function rest_until(id, now)
+  local u = tonumber(redis.call('HGET', k_rest(id), 'until') or '0') or 0
+  if u > now then
+    return u
+  end
+  return 0
+end
+
+-- fit_at: the earliest moment (>= now) at which credential id (state c)
+-- can take a start of `cost`: the latest of the end of its rest, the end
+-- of a lease when it is full, its learnt pace and each limit's answer.
+-- -1: disabled; -2: the cost never fits one of its limits.
+local function fit_at(id, c, now, cost)
+  if c.disabled then
+    return -1
+  end
+  local t = now
+  local r = rest_until(id, now)
+  if r > t then
+    t = r
+  end
+  local lk = k_leases(id)
+  redis.call('ZREMRANGEBYSCORE', lk, '-inf', n2s(now))
+  local held = redis.call('ZCARD', lk)
+  if held >= c.max then
+    -- room comes back when held-max+1 leases have ended
+    local e = redis.call('ZRANGE', lk, held - c.max, held - c.max, 'WITHSCORES')
+    if #e > 0 and tonumber(e[2]) > t then
+      t = tonumber(e[2])
+    end
+  end
+  if c.pace_us > 0 and c.pace_tat > t then
+    t = c.pace_tat
+  end
+  for _, l in ipairs(c.limits) do
+    local w = lim_when(id, l, now, cost)
+    if w < 0 then
+      return -2
+    end
+    if w > t then
+      t = w
+    end
+  end
+  return t
+end
+
+-- reindex puts credential id where its state says: ready (usable now, in
+-- LRU order), sched (usable at a known moment) or neither (disabled).
+local function reindex(id, now, c)
+  c = c or load(id)
+  if not c then
+    redis.call('ZREM', K_READY, id)
+    redis.call('ZREM', K_SCHED, id)
+    return -1
+  end
+  local t = fit_at(id, c, now, 1)
+  if t == now then
+    redis.call('ZADD', K_READY, redis.call('ZSCORE', K_CREDS, id) or 0, id)
+    redis.call('ZREM', K_SCHED, id)
+  elseif t > now then
+    redis.call('ZADD', K_SCHED, n2s(t), id)
+    redis.call('ZREM', K_READY, id)
+  else
+    redis.call('ZREM', K_READY, id)
+    redis.call('ZREM', K_SCHED, id)
+  end
+  return t
+end
+
+-- promote re-examines the credentials whose scheduled moment has come.
+local function promote(now)
+  local due = redis.call('ZRANGEBYSCORE', K_SCHED, '-inf', n2s(now), 'LIMIT', 0, PROMOTE_MAX)
+  for _, id in ipairs(due) do
+    reindex(id, now)
+  end
+end
+
+-- set_rest makes the credential rest until now+dur_us (never shortening a
+-- longer rest in place); returns the end.
+local function set_rest(id, now, dur_us, reason, cause)
+  local until_us = now + dur_us
+  local cur = rest_until(id, now)
+  if cur >= until_us then
+    return cur
+  end
+  local k = k_rest(id)
+  redis.call('HSET', k, 'until', n2s(until_us), 'reason', reason, 'cause', cause or '', 'at', n2s(now))
+  redis.call('PEXPIREAT', k, math.floor(until_us / 1000) + 1)
+  redis.call('HINCRBY', k_cred(id), 'rests', 1)
+  return until_us
+end
+
+local function next_token(now)
+  local fence = redis.call('INCR', K_FENCE)
+  if fence <= now then
+    -- Tokens follow the clock when the counter is behind it (first use, or
+    -- after Redis lost its state), so they keep increasing.
+    fence = now
+    redis.call('SET', K_FENCE, n2s(fence))
+  end
+  return n2s(fence)
+end
+
+-- grant leases credential id (state c, checked to fit) to owner for
+-- ttl_us, charging every limit at once. Returns token, expiry.
+local function grant(id, c, now, owner, cost, ttl_us)
+  local token = next_token(now)
+  local exp = now + ttl_us
+  redis.call('ZADD', k_leases(id), n2s(exp), token .. '|' .. owner)
+  for _, l in ipairs(c.limits) do
+    lim_take(id, l, now, token, cost)
+  end
+  if c.pace_us > 0 then
+    local tat = c.pace_tat
+    if tat < now then
+      tat = now
+    end
+    c.pace_tat = tat + c.pace_us
+    redis.call('HSET', k_cred(id), 'pace_tat', n2s(c.pace_tat))
+  end
+  redis.call('ZADD', K_CREDS, n2s(now), id)
+  redis.call('HINCRBY', k_cred(id), 'starts', 1)
+  reindex(id, now, c)
+  return token, exp
+end
+
+-- end_lease removes a live lease; returns false when it was not live.
+local function end_lease(id, member, now)
+  local lk = k_leases(id)
+  local exp = tonumber(redis.call('ZSCORE', lk, member) or '0') or 0
+  if exp == 0 then
+    return false
+  end
+  redis.call('ZREM', lk, member)
+  return exp > now
+end
+
+---------------------------------------------------------------------------
+-- Waiters
+---------------------------------------------------------------------------
+
+-- A waiter member: "<inst>.<n>|<cost>|<group>|<owner>".
+local function parse_waiter(m)
+  local wid, cost, group, owner = string.match(m, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  local inst = string.match(wid or '', '^([^.]*)')
+  return wid, inst, tonumber(cost) or 1, group or '', owner or ''
+end
+
+local function alive(inst, now)
+  local u = tonumber(redis.call('ZSCORE', K_PROCS, inst) or '0') or 0
+  return u >= now
+end
+
+-- reap forgets a dead instance: its waiters leave the queue; grants it
+-- never claimed run out by their short claim TTL.
+local function reap(inst)
+  local ws = redis.call('SMEMBERS', k_pw(inst))
+  for _, m in ipairs(ws) do
+    redis.call('ZREM', K_WAITQ, m)
+  end
+  redis.call('DEL', k_pw(inst), k_gr(inst))
+  redis.call('ZREM', K_PROCS, inst)
+end
+
+-- max_cost: the largest cost a handle of `group` can ever start (-1: no
+-- credential; math.huge: no cost limit on some credential).
+local function max_cost(group)
+  local v = redis.call('HGET', K_MAXCOST, group)
+  if v == 'inf' then
+    return math.huge
+  end
+  return tonumber(v or '-1') or -1
+end
+
+-- recompute_maxcost refreshes max_cost for every group (admin changes and
+-- registration only: it reads every credential).
+local function recompute_maxcost()
+  local ids = redis.call('ZRANGE', K_CREDS, 0, -1)
+  local per = {}
+  local all = -1
+  for _, id in ipairs(ids) do
+    local c = load(id)
+    if c then
+      local m = math.huge
+      for _, l in ipairs(c.limits) do
+        if l.kind == 'c' and l.n < m then
+          m = l.n
+        end
+      end
+      per[id] = m
+      if m > all then
+        all = m
+      end
+    end
+  end
+  local function enc(x)
+    if x == math.huge then
+      return 'inf'
+    end
+    return n2s(x)
+  end
+  redis.call('DEL', K_MAXCOST)
+  redis.call('HSET', K_MAXCOST, '', enc(all))
+  for _, g in ipairs(redis.call('SMEMBERS', K_GROUPS)) do
+    local gm = -1
+    for _, id in ipairs(redis.call('SMEMBERS', k_grp(g))) do
+      if per[id] and per[id] > gm then
+        gm = per[id]
+      end
+    end
+    redis.call('HSET', K_MAXCOST, g, enc(gm))
+  end
+end
+
+-- pick finds a credential for a waiter among the least recently used
+-- ready ones. Returns id, state; or nil, hol, allowed: hol is the earliest
+-- moment one of them takes `cost` (-1: none known), allowed whether any
+-- examined credential was one the waiter may use.
+local function pick(now, cost, group)
+  local cands = redis.call('ZRANGE', K_READY, 0, CANDIDATES - 1)
+  local hol, allowed = -1, false
+  for _, id in ipairs(cands) do
+    if group == '' or redis.call('SISMEMBER', k_grp(group), id) == 1 then
+      allowed = true
+      local c = load(id)
+      local t = -1
+      if c then
+        t = fit_at(id, c, now, cost)
+      end
+      if t == now then
+        return id, c
+      end
+      if t > now and cost > 1 then
+        -- ready for smaller costs: stays ready
+        if hol < 0 or t < hol then
+          hol = t
+        end
+      elseif t ~= -2 then
+        reindex(id, now, c) -- not usable after all (state changed)
+      end
+    end
+  end
+  return nil, hol, allowed or #cands == 0
+end
+
+-- serve hands freed capacity to the longest-waiting waiters, one grant
+-- per waiter, in arrival order. A waiter of the calling instance gets a
+-- full lease (returned in the reply); one of another instance gets a
+-- lease with the short claim TTL, recorded in gr:<inst>, and one message
+-- on that instance's channel. A waiter that cannot be served stops the
+-- queue (first come, first served), unless it may use none of the ready
+-- credentials (WithOnly), which lets the next one try. Dead instances'
+-- waiters are dropped on the way.
+-- Returns the grants of the caller and hol (see pick).
+local function serve(now, caller, lease_ttl, claim_ttl, max_grants)
+  local mine = {}
+  local notify = {}
+  local served, scanned, idx = 0, 0, 0
+  local hol = -1
+  while served < max_grants and scanned < max_grants + SCAN_MAX do
+    if redis.call('ZCARD', K_READY) == 0 then
+      break
+    end
+    local w = redis.call('ZRANGE', K_WAITQ, idx, idx)
+    if #w == 0 then
+      break
+    end
+    scanned = scanned + 1
+    local m = w[1]
+    local wid, inst, cost, group, owner = parse_waiter(m)
+    if inst ~= caller and not alive(inst, now) then
+      reap(inst)
+    else
+      local id, c, allowed = pick(now, cost, group)
+      if id then
+        local ttl = claim_ttl
+        if inst == caller then
+          ttl = lease_ttl
+        end
+        local token, exp = grant(id, c, now, owner, cost, ttl)
+        redis.call('ZREM', K_WAITQ, m)
+        redis.call('SREM', k_pw(inst), m)
+        served = served + 1
+        if inst == caller then
+          mine[#mine + 1] = {wid, id, token, n2s(exp), n2s(cost), owner}
+        else
+          redis.call('HSET', k_gr(inst), wid, id .. '|' .. token .. '|' .. owner .. '|' .. n2s(cost))
+          notify[inst] = true
+        end
+      elseif allowed then
+        hol = c -- pick's second result: when the head's cost fits
+        break
+      else
+        idx = idx + 1
+      end
+    end
+  end
+  for inst in pairs(notify) do
+    redis.call('PUBLISH', ch_of(inst), 'g')
+  end
+  return mine, hol
+end
+
+-- arm_timer makes sure one live instance runs a step when the next timed
+-- event comes (a rest, lease or window ending, or the head waiter's cost
+-- fitting). It returns the microseconds until then when the caller is
+-- that instance, else -1.
+local function arm_timer(now, caller, hol)
+  local head = redis.call('ZRANGE', K_WAITQ, 0, 0)
+  if #head == 0 then
+    redis.call('DEL', K_TIMER)
+    return -1
+  end
+  local nxt = -1
+  local s = redis.call('ZRANGE', K_SCHED, 0, 0, 'WITHSCORES')
+  if #s > 0 then
+    nxt = tonumber(s[2])
+  end
+  if hol > 0 and (nxt < 0 or hol < nxt) then
+    nxt = hol
+  end
+  if nxt < 0 then
+    redis.call('DEL', K_TIMER)
+    return -1
+  end
+  local cur = redis.call('HMGET', K_TIMER, 'at', 'inst')
+  local owner = cur[2]
+  if not owner or (owner ~= caller and (not alive(owner, now) or redis.call('EXISTS', k_pw(owner)) == 0)) then
+    local _, hinst = parse_waiter(head[1])
+    owner = hinst
+  end
+  local at = n2s(nxt)
+  if cur[1] ~= at or cur[2] ~= owner then
+    redis.call('HSET', K_TIMER, 'at', at, 'inst', owner)
+    if owner ~= caller then
+      redis.call('PUBLISH', ch_of(owner), 't' .. n2s(math.max(nxt - now, 0)))
+    end
+  end
+  if owner == caller then
+    return math.max(nxt - now, 0)
+  end
+  return -1
+end

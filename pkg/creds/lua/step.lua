@@ -1,0 +1,172 @@
+-- One step of a pool handle: a batch of operations, then the pool's
+-- bookkeeping (timed events, serving waiters, the timer), in one atomic
+-- call. A handle sends one step at a time, carrying every operation its
+-- callers asked for meanwhile.
+-- KEYS[1]  <prefix>creds
+-- ARGV[1]  instance (the handle)
+-- ARGV[2]  lease TTL (us)
+-- ARGV[3]  claim TTL (us): how long a grant to another instance lives
+--          unclaimed
+-- ARGV[4]  alive TTL (us): how long the handle's waiters stay queued
+--          without another step; 0 when it has none
+-- ARGV[5]  group ('' for any credential)
+-- ARGV[6..] operations, each an opcode and its arguments:
+--   E wid cost owner try      enqueue a waiter (try=1: only if served now)
+--   X wid member              cancel a waiter: leave the queue, or hand
+--                             back a grant it did not claim
+--   R id member est real mode dur text
+--                             end a lease: est is the cost charged, real
+--                             the cost reported (-1: unknown); mode ok |
+--                             rest (dur us, text reason, cause in text
+--                             after a tab) | disable (text reason)
+-- Returns {now, {result per op}, {grant...}, timer_us, queued}
+--   E: {0} queued or {1} (try: served, see grants) | {-1} no credential
+--      usable by this handle | {-2, max} the cost never fits (max: the
+--      largest cost any of its credentials takes) | {-3, wait_us} (try:
+--      not served; wait_us -1 when only a release can help)
+--   X: {0} left the queue | {1} its grant was handed back | {2} unknown
+--   R: {1} done | {0} the lease was not live
+--   grant: {wid, id, token, expiry_us, cost, owner} leases now held by this
+--          handle (claimed grants and its own waiters served), or {wid,
+--          'lost'} for a grant whose claim TTL ran out
+--   timer_us: run a step again in this many us (-1: not this handle's job)
+--   queued: how many of this handle's waiters are in the fleet's queue
+local now = now_us()
+local inst, lease_ttl, claim_ttl, alive_ttl, group =
+  ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local results = {}
+local enqueued = 0
+local tries = {}
+
+if alive_ttl > 0 then
+  redis.call('ZADD', K_PROCS, n2s(now + alive_ttl), inst)
+end
+
+local i = 6
+while i <= #ARGV do
+  local op = ARGV[i]
+  if op == 'E' then
+    local wid, cost, owner, try = ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3], ARGV[i + 4]
+    i = i + 5
+    local mc = max_cost(group)
+    if mc < 0 then
+      results[#results + 1] = {-1}
+    elseif cost > mc then
+      results[#results + 1] = {-2, n2s(mc)}
+    else
+      local m = wid .. '|' .. n2s(cost) .. '|' .. group .. '|' .. owner
+      redis.call('ZADD', K_WAITQ, redis.call('INCR', K_WSEQ), m)
+      redis.call('SADD', k_pw(inst), m)
+      if alive_ttl <= 0 then
+        redis.call('ZADD', K_PROCS, n2s(now + claim_ttl), inst)
+      end
+      enqueued = enqueued + 1
+      if try == '1' then
+        tries[#tries + 1] = {#results + 1, wid, m}
+        results[#results + 1] = {1}
+      else
+        results[#results + 1] = {0}
+      end
+    end
+  elseif op == 'X' then
+    local wid, m = ARGV[i + 1], ARGV[i + 2]
+    i = i + 3
+    if redis.call('ZREM', K_WAITQ, m) == 1 then
+      redis.call('SREM', k_pw(inst), m)
+      results[#results + 1] = {0}
+    else
+      local g = redis.call('HGET', k_gr(inst), wid)
+      if g then
+        redis.call('HDEL', k_gr(inst), wid)
+        local id, token, owner = string.match(g, '^([^|]*)|([^|]*)|(.*)|[^|]*$')
+        if id and end_lease(id, token .. '|' .. owner, now) then
+          reindex(id, now)
+        end
+        results[#results + 1] = {1}
+      else
+        results[#results + 1] = {2}
+      end
+    end
+  elseif op == 'R' then
+    local id, member, est, real, mode, dur, text =
+      ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), ARGV[i + 5], tonumber(ARGV[i + 6]), ARGV[i + 7]
+    i = i + 8
+    local c = load(id)
+    if c and real >= 0 and real ~= est then
+      -- The real cost replaces the estimate in every window the start was
+      -- charged to (still in it), whether or not the lease is still live.
+      local token = string.match(member, '^([^|]*)')
+      for _, l in ipairs(c.limits) do
+        if l.kind == 'c' then
+          local k, sk = lim_keys(id, l)
+          cw_reconcile(k, sk, token, est, real)
+        end
+      end
+    end
+    if not end_lease(id, member, now) then
+      if c then
+        reindex(id, now, c)
+      end
+      results[#results + 1] = {0}
+    else
+      if c then
+        if mode == 'rest' then
+          local reason, cause = string.match(text, '^(.-)\t(.*)$')
+          set_rest(id, now, dur, reason or text, cause or '')
+          redis.call('HINCRBY', k_cred(id), 'rate_limited', 1)
+        elseif mode == 'disable' then
+          redis.call('HSET', k_cred(id), 'disabled', '1', 'disabled_reason', text, 'disabled_at', n2s(now))
+          c.disabled = true
+        end
+        reindex(id, now, c)
+      end
+      results[#results + 1] = {1}
+    end
+  else
+    return redis.error_reply('creds: step: unknown op ' .. tostring(op))
+  end
+end
+
+-- Claim the grants other handles made to this one: each becomes a full
+-- lease, unless its claim TTL ran out.
+local grants = {}
+local pending = redis.call('HGETALL', k_gr(inst))
+if #pending > 0 then
+  redis.call('DEL', k_gr(inst))
+  for j = 1, #pending, 2 do
+    local wid, g = pending[j], pending[j + 1]
+    local id, token, owner, cost = string.match(g, '^([^|]*)|([^|]*)|(.*)|([^|]*)$')
+    local member = (token or '') .. '|' .. (owner or '')
+    local lk = k_leases(id or '')
+    local exp = tonumber(redis.call('ZSCORE', lk, member) or '0') or 0
+    if id and exp > now then
+      local new_exp = now + lease_ttl
+      redis.call('ZADD', lk, 'XX', n2s(new_exp), member)
+      grants[#grants + 1] = {wid, id, token, n2s(new_exp), cost, owner}
+    else
+      grants[#grants + 1] = {wid, 'lost'}
+    end
+  end
+end
+
+promote(now)
+local mine, hol = serve(now, inst, lease_ttl, claim_ttl, #ARGV - 5 + 8)
+for _, g in ipairs(mine) do
+  grants[#grants + 1] = g
+end
+
+-- A try that was not served leaves the queue at once.
+for _, t in ipairs(tries) do
+  local r, wid, m = t[1], t[2], t[3]
+  if redis.call('ZREM', K_WAITQ, m) == 1 then
+    redis.call('SREM', k_pw(inst), m)
+    local wait = -1
+    local s = redis.call('ZRANGE', K_SCHED, 0, 0, 'WITHSCORES')
+    if #s > 0 then
+      wait = math.max(tonumber(s[2]) - now, 0)
+    end
+    results[r] = {-3, n2s(wait)}
+  end
+end
+
+return {n2s(now), results, grants, n2s(arm_timer(now, inst, hol)), redis.call('SCARD', k_pw(inst))}
