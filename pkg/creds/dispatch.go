@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -358,7 +359,7 @@ func (d *dispatcher) apply(ops []*op, r stepReply, sent time.Time) {
 				w.res <- waitResult{err: d.emptyErr()}
 			case -2:
 				delete(d.waiters, w.wid)
-				w.res <- waitResult{err: &CostError{Cost: w.cost, Max: res.n}}
+				w.res <- waitResult{err: &CostError{Cost: w.cost, Max: res.n, Limits: readableLimit(res.text)}}
 			case -3:
 				delete(d.waiters, w.wid)
 				wait := time.Duration(-1)
@@ -386,7 +387,7 @@ func (d *dispatcher) apply(ops []*op, r stepReply, sent time.Time) {
 			continue
 		}
 		l := &Lease{
-			CredentialID: g.id, Token: g.token, Cost: g.cost, Acquired: r.now,
+			CredentialID: g.id, Token: g.token, Cost: g.cost, Acquired: g.at,
 			Expires: g.expires, RequestedAt: sent, member: g.member(),
 		}
 		if w == nil {
@@ -421,6 +422,18 @@ func (d *dispatcher) apply(ops []*op, r stepReply, sent time.Time) {
 	}
 }
 
+// readableLimit turns "<id> <encoded limit>" into "<id> cost=N/P".
+func readableLimit(s string) string {
+	id, enc, ok := strings.Cut(s, " ")
+	if !ok {
+		return s
+	}
+	if ls := decodeLimits(enc); len(ls) == 1 {
+		return id + " " + ls[0].String()
+	}
+	return s
+}
+
 func (d *dispatcher) emptyErr() error {
 	p := d.p
 	if len(p.only) > 0 {
@@ -441,6 +454,7 @@ type stepReply struct {
 type opResult struct {
 	code int64
 	n    int64
+	text string
 }
 
 type grant struct {
@@ -449,6 +463,7 @@ type grant struct {
 	expires time.Time
 	cost    int64
 	owner   string
+	at      time.Time // when it was granted (Redis's clock)
 	lost    bool
 }
 
@@ -471,16 +486,21 @@ func decodeStep(reply any, nops int) (stepReply, error) {
 	}
 	for i, e := range results {
 		v, ok := e.([]any)
-		if !ok || len(v) == 0 || len(v) > 2 {
+		if !ok || len(v) == 0 || len(v) > 3 {
 			return r, fmt.Errorf("result %d: unexpected shape %T", i, e)
 		}
 		var res opResult
 		if res.code, err = ratelimit.Int64(v[0]); err != nil {
 			return r, fmt.Errorf("result %d: %w", i, err)
 		}
-		if len(v) == 2 {
+		if len(v) >= 2 {
 			if res.n, err = ratelimit.Int64(v[1]); err != nil {
 				return r, fmt.Errorf("result %d: %w", i, err)
+			}
+		}
+		if len(v) == 3 {
+			if res.text, ok = v[2].(string); !ok {
+				return r, fmt.Errorf("result %d: text is %T", i, v[2])
 			}
 		}
 		r.results = append(r.results, res)
@@ -528,9 +548,14 @@ func decodeGrant(e any) (grant, error) {
 		g.lost = true
 		return g, nil
 	}
-	if len(f) != 6 {
-		return g, fmt.Errorf("%d fields, want 6", len(f))
+	if len(f) != 7 {
+		return g, fmt.Errorf("%d fields, want 7", len(f))
 	}
+	at, err := ratelimit.Int64(f[6])
+	if err != nil {
+		return g, fmt.Errorf("grant time: %w", err)
+	}
+	g.at = time.UnixMicro(at)
 	tok, err := ratelimit.Int64(f[2])
 	if err != nil {
 		return g, fmt.Errorf("token: %w", err)

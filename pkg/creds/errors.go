@@ -40,7 +40,8 @@ type CostError struct {
 	Cost int64
 	// Max is the largest cost any credential of the handle can take.
 	Max int64
-	// Limits names the cost limits in the way: "key-a cost=6000/10s".
+	// Limits names the credential and cost limit that set Max:
+	// "key-a cost=6000/10s".
 	Limits string
 }
 
@@ -48,7 +49,7 @@ func (e *CostError) Error() string {
 	if e.Limits == "" {
 		return fmt.Sprintf("%s: cost %d is above the largest any credential takes (%d)", ErrNeverFits, e.Cost, e.Max)
 	}
-	return fmt.Sprintf("%s: cost %d is above the largest any credential takes (%d; limits: %s)", ErrNeverFits, e.Cost, e.Max, e.Limits)
+	return fmt.Sprintf("%s: cost %d is above the largest any credential takes (%d, credential %s)", ErrNeverFits, e.Cost, e.Max, e.Limits)
 }
 
 // Is makes errors.Is(err, ErrNeverFits) hold.

@@ -70,9 +70,9 @@ func FuzzDecodeStats(f *testing.F) {
 // grant's fencing member is "<token>|<owner>".
 func FuzzDecodeStep(f *testing.F) {
 	for _, v := range []any{
-		[]any{"1700000000000000", []any{[]any{int64(0)}, []any{int64(1)}}, []any{[]any{"ab.1", "key-a", "42", "1700000030000000", "1", "w/x|y"}}, "-1", int64(2)},
+		[]any{"1700000000000000", []any{[]any{int64(0)}, []any{int64(1)}}, []any{[]any{"ab.1", "key-a", "42", "1700000030000000", "1", "w/x|y", "1700000000000000"}}, "-1", int64(2)},
 		[]any{"1", []any{[]any{int64(-2), "6000"}, []any{int64(-3), "-1"}}, []any{[]any{"ab.2", "lost"}}, "0", int64(0)},
-		[]any{"1", []any{}, []any{[]any{"ab.1", "key-a", "99999999999999999999", "1", "1", "o"}}, "5", int64(0)},
+		[]any{"1", []any{}, []any{[]any{"ab.1", "key-a", "99999999999999999999", "1", "1", "o", "1"}}, "5", int64(0)},
 		[]any{"1", []any{[]any{}}, []any{}, "5", int64(0)},
 		[]any{int64(1)},
 	} {

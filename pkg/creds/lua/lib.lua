@@ -28,8 +28,8 @@
 --   procs            zset   instance -> alive until (us): pool handles
 --                           with waiters refresh it
 --   pw:<inst>        set    the waiters of one instance
---   gr:<inst>        hash   wid -> "<id>|<member>|<cost>": grants made to
---                           one instance, not yet claimed
+--   gr:<inst>        hash   wid -> "<id>|<token>|<at>|<cost>|<owner>": grants
+--                           made to one instance, not yet claimed
 --   grp:<group>      set    credential ids a handle may use (WithOnly)
 --   groups           set    every group
 --   maxcost          hash   group ('' for all) -> the largest cost any of
@@ -347,12 +347,18 @@ local function max_cost(group)
   return tonumber(v or '-1') or -1
 end
 
--- recompute_maxcost refreshes max_cost for every group (admin changes and
--- registration only: it reads every credential).
+-- recompute_maxcost refreshes max_cost for every group, and which
+-- credential's limit sets it (admin changes and registration only: it
+-- reads every credential).
 local function recompute_maxcost()
   local ids = redis.call('ZRANGE', K_CREDS, 0, -1)
-  local per = {}
-  local all = -1
+  local per, by = {}, {}
+  local function enc(x)
+    if x == math.huge then
+      return 'inf'
+    end
+    return n2s(x)
+  end
   for _, id in ipairs(ids) do
     local c = load(id)
     if c then
@@ -360,30 +366,25 @@ local function recompute_maxcost()
       for _, l in ipairs(c.limits) do
         if l.kind == 'c' and l.n < m then
           m = l.n
+          by[id] = id .. ' ' .. l.spec
         end
       end
       per[id] = m
-      if m > all then
-        all = m
-      end
     end
   end
-  local function enc(x)
-    if x == math.huge then
-      return 'inf'
+  local function set(g, members)
+    local gm, gby = -1, ''
+    for _, id in ipairs(members) do
+      if per[id] and per[id] > gm then
+        gm, gby = per[id], by[id] or ''
+      end
     end
-    return n2s(x)
+    redis.call('HSET', K_MAXCOST, g, enc(gm), g .. ':by', gby)
   end
   redis.call('DEL', K_MAXCOST)
-  redis.call('HSET', K_MAXCOST, '', enc(all))
+  set('', ids)
   for _, g in ipairs(redis.call('SMEMBERS', K_GROUPS)) do
-    local gm = -1
-    for _, id in ipairs(redis.call('SMEMBERS', k_grp(g))) do
-      if per[id] and per[id] > gm then
-        gm = per[id]
-      end
-    end
-    redis.call('HSET', K_MAXCOST, g, enc(gm))
+    set(g, redis.call('SMEMBERS', k_grp(g)))
   end
 end
 
@@ -457,9 +458,9 @@ local function serve(now, caller, lease_ttl, claim_ttl, max_grants)
         redis.call('SREM', k_pw(inst), m)
         served = served + 1
         if inst == caller then
-          mine[#mine + 1] = {wid, id, token, n2s(exp), n2s(cost), owner}
+          mine[#mine + 1] = {wid, id, token, n2s(exp), n2s(cost), owner, n2s(now)}
         else
-          redis.call('HSET', k_gr(inst), wid, id .. '|' .. token .. '|' .. owner .. '|' .. n2s(cost))
+          redis.call('HSET', k_gr(inst), wid, id .. '|' .. token .. '|' .. n2s(now) .. '|' .. n2s(cost) .. '|' .. owner)
           notify[inst] = true
         end
       elseif allowed then

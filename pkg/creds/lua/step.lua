@@ -21,12 +21,13 @@
 --                             after a tab) | disable (text reason)
 -- Returns {now, {result per op}, {grant...}, timer_us, queued}
 --   E: {0} queued or {1} (try: served, see grants) | {-1} no credential
---      usable by this handle | {-2, max} the cost never fits (max: the
---      largest cost any of its credentials takes) | {-3, wait_us} (try:
+--      usable by this handle | {-2, max, by} the cost never fits (max: the
+--      largest cost any of its credentials takes; by: "<id> <limit>" that
+--      sets it) | {-3, wait_us} (try:
 --      not served; wait_us -1 when only a release can help)
 --   X: {0} left the queue | {1} its grant was handed back | {2} unknown
 --   R: {1} done | {0} the lease was not live
---   grant: {wid, id, token, expiry_us, cost, owner} leases now held by this
+--   grant: {wid, id, token, expiry_us, cost, owner, granted_us} leases now held by this
 --          handle (claimed grants and its own waiters served), or {wid,
 --          'lost'} for a grant whose claim TTL ran out
 --   timer_us: run a step again in this many us (-1: not this handle's job)
@@ -52,7 +53,7 @@ while i <= #ARGV do
     if mc < 0 then
       results[#results + 1] = {-1}
     elseif cost > mc then
-      results[#results + 1] = {-2, n2s(mc)}
+      results[#results + 1] = {-2, n2s(mc), redis.call('HGET', K_MAXCOST, group .. ':by') or ''}
     else
       local m = wid .. '|' .. n2s(cost) .. '|' .. group .. '|' .. owner
       redis.call('ZADD', K_WAITQ, redis.call('INCR', K_WSEQ), m)
@@ -78,7 +79,7 @@ while i <= #ARGV do
       local g = redis.call('HGET', k_gr(inst), wid)
       if g then
         redis.call('HDEL', k_gr(inst), wid)
-        local id, token, owner = string.match(g, '^([^|]*)|([^|]*)|(.*)|[^|]*$')
+        local id, token, owner = string.match(g, '^([^|]*)|([^|]*)|[^|]*|[^|]*|(.*)$')
         if id and end_lease(id, token .. '|' .. owner, now) then
           reindex(id, now)
         end
@@ -135,14 +136,14 @@ if #pending > 0 then
   redis.call('DEL', k_gr(inst))
   for j = 1, #pending, 2 do
     local wid, g = pending[j], pending[j + 1]
-    local id, token, owner, cost = string.match(g, '^([^|]*)|([^|]*)|(.*)|([^|]*)$')
+    local id, token, at, cost, owner = string.match(g, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
     local member = (token or '') .. '|' .. (owner or '')
     local lk = k_leases(id or '')
     local exp = tonumber(redis.call('ZSCORE', lk, member) or '0') or 0
     if id and exp > now then
       local new_exp = now + lease_ttl
       redis.call('ZADD', lk, 'XX', n2s(new_exp), member)
-      grants[#grants + 1] = {wid, id, token, n2s(new_exp), cost, owner}
+      grants[#grants + 1] = {wid, id, token, n2s(new_exp), cost, owner, at}
     else
       grants[#grants + 1] = {wid, 'lost'}
     end
