@@ -160,10 +160,10 @@ func (d *dispatcher) dropE(w *waiter) {
 }
 
 // release queues an R op; the returned channel gets its outcome.
-func (d *dispatcher) release(l *Lease, real int64, mode string, dur time.Duration, text string) (chan error, error) {
+func (d *dispatcher) release(l *Lease, real int64, mode string, dur time.Duration, text, sig string) (chan error, error) {
 	res := make(chan error, 1)
 	d.mu.Lock()
-	d.ops = append(d.ops, &op{args: []any{"R", l.CredentialID, l.member, l.Cost, real, mode, dur.Microseconds(), text}, res: res})
+	d.ops = append(d.ops, &op{args: releaseArgs(l, real, mode, dur, text, sig), res: res})
 	if d.closed {
 		// No loop runs any more: send it now.
 		d.mu.Unlock()
@@ -174,6 +174,10 @@ func (d *dispatcher) release(l *Lease, real int64, mode string, dur time.Duratio
 	d.kick()
 	d.mu.Unlock()
 	return res, nil
+}
+
+func releaseArgs(l *Lease, real int64, mode string, dur time.Duration, text, sig string) []any {
+	return []any{"R", l.CredentialID, l.member, l.Cost, real, mode, dur.Microseconds(), text, l.Acquired.UnixMicro(), sig}
 }
 
 func (d *dispatcher) startLocked() {
@@ -392,7 +396,7 @@ func (d *dispatcher) apply(ops []*op, r stepReply, sent time.Time) {
 		}
 		if w == nil {
 			// Its waiter gave up meanwhile: hand the lease on at once.
-			d.ops = append(d.ops, &op{args: []any{"R", l.CredentialID, l.member, l.Cost, -1, "ok", 0, ""}})
+			d.ops = append(d.ops, &op{args: releaseArgs(l, -1, "ok", 0, "", "")})
 			d.kick()
 			continue
 		}

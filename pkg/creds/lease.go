@@ -57,15 +57,42 @@ type Outcome struct {
 	// estimate in every cost window the start was charged to. 0: keep the
 	// estimate.
 	Cost int64
-	// Rest makes the credential unusable for this long after the release
-	// (a rate limit); a longer rest already in place is kept.
+	// RateLimited: the API refused the run for its rate (a 429). With a
+	// Rest (the API said how long: Retry-After), the key rests that long.
+	// Without one (a bare 429), the key's pace adapts fleet-wide: a short
+	// rest and wider spacing of its starts, widened further by each
+	// further bare 429 and narrowed again by each success, the rest never
+	// longer than MaxRest.
+	RateLimited bool
+	// Rest makes the credential rest for this long after the release; a
+	// longer rest already in place is kept.
 	Rest time.Duration
+	// MaxRest bounds the rest after a bare 429 (0: no rest, only a wider
+	// pace).
+	MaxRest time.Duration
 	// RestReason says why it rests (shown by Stats); RestCause names the
-	// signal ("retry-after header", "x-ratelimit-remaining-tokens", ...).
+	// signal ("retry-after header", ...).
 	RestReason, RestCause string
+	// Signals are the API's own figures about the key (rate-limit headers):
+	// when they say it cannot take the next start, it rests until their
+	// reset.
+	Signals []Signal
 	// Disable takes the credential out of use, with this reason, until
 	// Enable.
 	Disable string
+}
+
+// Signal is one figure an API reported about a key's remaining room, such
+// as OpenAI's x-ratelimit-remaining-tokens with its reset.
+type Signal struct {
+	// Name of the signal (the header), shown as the cause of a rest.
+	Name string
+	// Tokens: the figure counts cost units (compared with the estimated
+	// cost of the runs in flight plus the next); else requests.
+	Tokens bool
+	// Remaining is what is left, Reset when it is whole again.
+	Remaining int64
+	Reset     time.Duration
 }
 
 // Release ends the lease: the credential is free again, and the waiter
@@ -81,7 +108,7 @@ func (p *Pool) ReleaseCooldown(ctx context.Context, l *Lease, d time.Duration, r
 	if d <= 0 {
 		return fmt.Errorf("%w: cooldown must be positive, got %s", ErrInvalid, d)
 	}
-	return p.Settle(ctx, l, Outcome{Rest: d, RestReason: reason})
+	return p.Settle(ctx, l, Outcome{RateLimited: true, Rest: d, RestReason: reason})
 }
 
 // ReleaseDisable ends the lease and disables the credential (a rejected
@@ -103,20 +130,34 @@ func (p *Pool) Settle(ctx context.Context, l *Lease, o Outcome) error {
 		return fmt.Errorf("%w: nil lease", ErrInvalid)
 	}
 	mode, dur, text := "ok", time.Duration(0), ""
+	clean := func(s string) string { return strings.NewReplacer("\t", " ", ";", ",").Replace(s) }
 	switch {
+	case o.Rest < 0 || o.MaxRest < 0:
+		return fmt.Errorf("%w: rest must not be negative, got %s (max %s)", ErrInvalid, o.Rest, o.MaxRest)
 	case o.Disable != "":
 		mode, text = "disable", o.Disable
+	case o.RateLimited && o.Rest == 0:
+		mode, dur, text = "bare429", o.MaxRest, clean(o.RestReason)
 	case o.Rest > 0:
 		mode, dur = "rest", o.Rest
-		text = strings.ReplaceAll(o.RestReason, "\t", " ") + "\t" + strings.ReplaceAll(o.RestCause, "\t", " ")
-	case o.Rest < 0:
-		return fmt.Errorf("%w: rest must not be negative, got %s", ErrInvalid, o.Rest)
+		text = clean(o.RestReason) + "\t" + clean(o.RestCause)
+	}
+	var sig strings.Builder
+	for _, s := range o.Signals {
+		if s.Reset <= 0 {
+			continue
+		}
+		kind := "req"
+		if s.Tokens {
+			kind = "tok"
+		}
+		fmt.Fprintf(&sig, "%s:%d:%d:%s;", kind, s.Remaining, s.Reset.Microseconds(), strings.NewReplacer(":", "-", ";", ",").Replace(s.Name))
 	}
 	real := int64(-1)
 	if o.Cost > 0 {
 		real = o.Cost
 	}
-	res, err := p.d.release(l, real, mode, dur, text)
+	res, err := p.d.release(l, real, mode, dur, text, sig.String())
 	if err != nil {
 		return err
 	}

@@ -311,6 +311,95 @@ local function end_lease(id, member, now)
 end
 
 ---------------------------------------------------------------------------
+-- What the API says: header signals and bare 429s
+---------------------------------------------------------------------------
+
+-- Pacing from bare 429s (no Retry-After), fleet-wide: each such 429 on a
+-- start made after the last widening widens the key's spacing (x1.25, or
+-- x2 while 429s follow each other with no success between), and rests the
+-- key for one spacing, doubling with each 429 in a row, at most the pool's
+-- cooldown. Each success narrows the spacing by PACE_NARROW; below
+-- PACE_OFF_US the pace is dropped.
+local PACE_WIDEN = 1.25
+local PACE_WIDEN_STREAK = 2
+local PACE_NARROW = 0.005
+local PACE_OFF_US = 100
+local PACE_FIRST_MIN_US = 1000
+
+local function held_now(id, now)
+  local lk = k_leases(id)
+  redis.call('ZREMRANGEBYSCORE', lk, '-inf', n2s(now))
+  return redis.call('ZCARD', lk)
+end
+
+-- bare_429 widens the pace of credential id after a 429 that said nothing
+-- more, on a start granted at `granted`; max_rest_us bounds the rest.
+local function bare_429(id, c, now, granted, max_rest_us, reason)
+  local f = redis.call('HMGET', k_cred(id), 'pace_streak', 'pace_widened')
+  local streak = tonumber(f[1] or '0') or 0
+  local widened = tonumber(f[2] or '0') or 0
+  local pace = c.pace_us
+  if granted >= widened then
+    -- New information: the start was made at the current pace.
+    if pace <= 0 then
+      -- First estimate: the spacing this key's starts had, from this
+      -- run's length and the runs in flight with it.
+      pace = math.max((now - granted) / (held_now(id, now) + 1), PACE_FIRST_MIN_US)
+    elseif streak > 0 then
+      pace = pace * PACE_WIDEN_STREAK
+    else
+      pace = pace * PACE_WIDEN
+    end
+    streak = streak + 1
+    c.pace_us = pace
+    redis.call('HSET', k_cred(id), 'pace_us', n2s(pace), 'pace_streak', streak, 'pace_widened', n2s(now))
+  end
+  local rest = math.min(math.max(pace, 10000) * 2 ^ (math.max(streak, 1) - 1), max_rest_us)
+  if rest > 0 then
+    set_rest(id, now, rest, reason, 'bare 429 (no Retry-After): pace ' .. n2s(pace / 1000) .. 'ms')
+  end
+end
+
+-- paced_success narrows the pace after a run that was not refused.
+local function paced_success(id, c)
+  if c.pace_us <= 0 then
+    return
+  end
+  local pace = c.pace_us * (1 - PACE_NARROW)
+  if pace < PACE_OFF_US then
+    redis.call('HDEL', k_cred(id), 'pace_us', 'pace_tat', 'pace_streak', 'pace_widened')
+    c.pace_us = 0
+  else
+    redis.call('HSET', k_cred(id), 'pace_us', n2s(pace), 'pace_streak', 0)
+    c.pace_us = pace
+  end
+end
+
+-- apply_signals rests the key until a reset when the API's own figures
+-- say it cannot take the next start: fewer requests left than the runs
+-- in flight plus one, or fewer tokens than as many estimates. sig is
+-- "<kind>:<remaining>:<reset us>:<name>;..." with kind "req" or "tok".
+local function apply_signals(id, now, est, sig)
+  if not sig or sig == '' then
+    return
+  end
+  local held = held_now(id, now)
+  for kind, remaining, reset, name in string.gmatch(sig, '(%a+):(%-?%d+):(%d+):([^;]*)') do
+    remaining, reset = tonumber(remaining), tonumber(reset)
+    local need = held + 1
+    local unit = 'requests'
+    if kind == 'tok' then
+      need = est * (held + 1)
+      unit = 'tokens'
+    end
+    if remaining < need and reset > 0 then
+      set_rest(id, now, reset, name .. ': ' .. n2s(remaining) .. ' ' .. unit .. ' left, ' .. n2s(need) ..
+        ' needed (' .. n2s(held) .. ' in flight)', name)
+    end
+  end
+end
+
+---------------------------------------------------------------------------
 -- Waiters
 ---------------------------------------------------------------------------
 

@@ -14,11 +14,15 @@
 --   E wid cost owner try      enqueue a waiter (try=1: only if served now)
 --   X wid member              cancel a waiter: leave the queue, or hand
 --                             back a grant it did not claim
---   R id member est real mode dur text
+--   R id member est real mode dur text granted sig
 --                             end a lease: est is the cost charged, real
---                             the cost reported (-1: unknown); mode ok |
---                             rest (dur us, text reason, cause in text
---                             after a tab) | disable (text reason)
+--                             the cost reported (-1: unknown), granted
+--                             its grant time (us); mode ok | rest (dur us,
+--                             text: reason, a tab, cause) | bare429 (a 429
+--                             that said nothing more: widen the pace; dur:
+--                             the longest rest, text: reason) | disable
+--                             (text: reason); sig: the API's figures (see
+--                             apply_signals)
 -- Returns {now, {result per op}, {grant...}, timer_us, queued}
 --   E: {0} queued or {1} (try: served, see grants) | {-1} no credential
 --      usable by this handle | {-2, max, by} the cost never fits (max: the
@@ -89,13 +93,15 @@ while i <= #ARGV do
       end
     end
   elseif op == 'R' then
-    local id, member, est, real, mode, dur, text =
-      ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), ARGV[i + 5], tonumber(ARGV[i + 6]), ARGV[i + 7]
-    i = i + 8
+    local id, member, est, real, mode, dur, text, granted, sig =
+      ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), ARGV[i + 5], tonumber(ARGV[i + 6]),
+      ARGV[i + 7], tonumber(ARGV[i + 8]), ARGV[i + 9]
+    i = i + 10
     local c = load(id)
     if c and real >= 0 and real ~= est then
       -- The real cost replaces the estimate in every window the start was
-      -- charged to (still in it), whether or not the lease is still live.
+      -- charged to (still in it), whether or not the lease is still live:
+      -- it is what the start cost.
       local token = string.match(member, '^([^|]*)')
       for _, l in ipairs(c.limits) do
         if l.kind == 'c' then
@@ -104,24 +110,31 @@ while i <= #ARGV do
         end
       end
     end
-    if not end_lease(id, member, now) then
-      if c then
-        reindex(id, now, c)
+    local live = end_lease(id, member, now)
+    if c and live then
+      -- A stale lease (expired, released before) changes nothing more.
+      if mode == 'disable' then
+        redis.call('HSET', k_cred(id), 'disabled', '1', 'disabled_reason', text, 'disabled_at', n2s(now))
+        c.disabled = true
+      elseif mode == 'rest' then
+        local reason, cause = string.match(text, '^(.-)\t(.*)$')
+        set_rest(id, now, dur, reason or text, cause or '')
+        redis.call('HINCRBY', k_cred(id), 'rate_limited', 1)
+      elseif mode == 'bare429' then
+        bare_429(id, c, now, granted, dur, text)
+        redis.call('HINCRBY', k_cred(id), 'rate_limited', 1)
+      else
+        paced_success(id, c)
       end
-      results[#results + 1] = {0}
-    else
-      if c then
-        if mode == 'rest' then
-          local reason, cause = string.match(text, '^(.-)\t(.*)$')
-          set_rest(id, now, dur, reason or text, cause or '')
-          redis.call('HINCRBY', k_cred(id), 'rate_limited', 1)
-        elseif mode == 'disable' then
-          redis.call('HSET', k_cred(id), 'disabled', '1', 'disabled_reason', text, 'disabled_at', n2s(now))
-          c.disabled = true
-        end
-        reindex(id, now, c)
+      if mode ~= 'disable' then
+        apply_signals(id, now, est, sig)
       end
+      reindex(id, now, c)
+    end
+    if live then
       results[#results + 1] = {1}
+    else
+      results[#results + 1] = {0}
     end
   else
     return redis.error_reply('creds: step: unknown op ' .. tostring(op))

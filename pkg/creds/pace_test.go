@@ -1,0 +1,191 @@
+package creds_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keyfleet/keyfleet/pkg/creds"
+)
+
+// A bare 429 rests the key briefly (not the whole cooldown) and sets a
+// pace; more bare 429s widen it, and successes narrow it again.
+func TestBare429PacesTheKey(t *testing.T) {
+	e := newEnv(t)
+	p := e.pool()
+	e.register(p, creds.Credential{ID: "k", MaxConcurrent: 1})
+	ctx := context.Background()
+	cooldown := time.Minute
+
+	l := mustAcquire(t, p, "w")
+	time.Sleep(5 * time.Millisecond)
+	if err := p.Settle(ctx, l, creds.Outcome{RateLimited: true, MaxRest: cooldown, RestReason: "429 Too Many Requests"}); err != nil {
+		t.Fatal(err)
+	}
+	c := credStats(t, p, "k")
+	if c.Pace <= 0 || c.State != creds.StateCooling || !strings.Contains(c.RestCause, "bare 429") {
+		t.Fatalf("after a bare 429: %+v", c)
+	}
+	if rest := c.CoolingUntil.Sub(c.LastUsed); rest > time.Second {
+		t.Fatalf("the first bare 429 rests the key %s (cooldown %s)", rest, cooldown)
+	}
+	first := c.Pace
+
+	// The next start comes after the rest; a second bare 429 on it widens.
+	l = mustAcquire(t, p, "w")
+	if err := p.Settle(ctx, l, creds.Outcome{RateLimited: true, MaxRest: cooldown}); err != nil {
+		t.Fatal(err)
+	}
+	if c = credStats(t, p, "k"); c.Pace <= first {
+		t.Fatalf("a second bare 429 kept the pace at %s (was %s)", c.Pace, first)
+	}
+	wide := c.Pace
+	// Starts are spaced by the pace.
+	var at []time.Time
+	for range 5 {
+		l := mustAcquire(t, p, "w")
+		at = append(at, l.Acquired)
+		if err := p.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i < len(at); i++ {
+		if gap := at[i].Sub(at[i-1]); gap < wide*9/10 {
+			t.Fatalf("starts %s apart with a pace of %s", gap, wide)
+		}
+	}
+	if c = credStats(t, p, "k"); c.Pace >= wide {
+		t.Fatalf("successes did not narrow the pace (%s, was %s)", c.Pace, wide)
+	}
+	// Enable clears a learnt pace.
+	if err := p.Enable(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if c = credStats(t, p, "k"); c.Pace != 0 {
+		t.Fatalf("pace %s after enable", c.Pace)
+	}
+}
+
+// The API's figures rest the key until their reset when the runs in
+// flight plus the next would not fit, before any 429.
+func TestSignalsRestTheKeyUntilTheReset(t *testing.T) {
+	e := newEnv(t)
+	p := e.pool()
+	e.register(p, creds.Credential{ID: "k", MaxConcurrent: 3})
+	ctx := context.Background()
+	a := mustAcquire(t, p, "a")
+	b, err := p.AcquireCost(ctx, "b", 400)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1000 tokens left: enough for b's next (400) plus a's in flight
+	// (2 x 400 = 800): no rest.
+	tok := func(left int64) []creds.Signal {
+		return []creds.Signal{{Name: "x-ratelimit-remaining-tokens", Tokens: true, Remaining: left, Reset: 2 * time.Second}}
+	}
+	if err := p.Settle(ctx, b, creds.Outcome{Signals: tok(1000)}); err != nil {
+		t.Fatal(err)
+	}
+	if c := credStats(t, p, "k"); c.State == creds.StateCooling {
+		t.Fatalf("rested with room left: %+v", c)
+	}
+	b, _ = p.AcquireCost(ctx, "b", 400)
+	if err := p.Settle(ctx, b, creds.Outcome{Signals: tok(700)}); err != nil {
+		t.Fatal(err)
+	}
+	c := credStats(t, p, "k")
+	if c.State != creds.StateCooling || c.RestCause != "x-ratelimit-remaining-tokens" ||
+		!strings.Contains(c.CoolingReason, "700 tokens left, 800 needed (1 in flight)") {
+		t.Fatalf("700 tokens left for 2 x 400: %+v", c)
+	}
+	if d := c.CoolingUntil.Sub(c.LastUsed); d < 1900*time.Millisecond || d > 3*time.Second {
+		t.Fatalf("rests %s, the reset is 2s", d)
+	}
+	// Requests: none left rests the key too.
+	if err := p.Enable(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Settle(ctx, a, creds.Outcome{Signals: []creds.Signal{{Name: "anthropic-ratelimit-requests-remaining", Remaining: 0, Reset: time.Second}}}); err != nil {
+		t.Fatal(err)
+	}
+	if c := credStats(t, p, "k"); c.RestCause != "anthropic-ratelimit-requests-remaining" {
+		t.Fatalf("no requests left: %+v", c)
+	}
+}
+
+// gateway admits a key's request only if its last admitted one was at
+// least interval ago, as nginx limit_req without burst does; the rest get
+// a bare 429.
+type gateway struct {
+	mu       sync.Mutex
+	interval time.Duration
+	last     map[string]time.Time
+}
+
+func (g *gateway) admit(key string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := time.Now()
+	if now.Sub(g.last[key]) < g.interval {
+		return false
+	}
+	g.last[key] = now
+	return true
+}
+
+// Several processes find a key's pace against a gateway that answers
+// bare 429s: after the first moments, few requests are refused and the
+// key keeps most of its allowed rate.
+func TestPaceConvergesFleetWide(t *testing.T) {
+	e := newEnv(t)
+	pools := []*creds.Pool{e.pool(), e.pool(), e.pool()}
+	e.register(pools[0], creds.Credential{ID: "k", MaxConcurrent: 4})
+	gw := &gateway{interval: 20 * time.Millisecond, last: map[string]time.Time{}}
+	var ok, refused, lateRefused atomic.Int64
+	const total = 250
+	var wg sync.WaitGroup
+	for g := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := pools[g%len(pools)]
+			for ok.Load() < total {
+				l, err := p.Acquire(ctxT(t, 30*time.Second), fmt.Sprintf("g%d", g))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				time.Sleep(time.Millisecond) // the request's way
+				if gw.admit(l.CredentialID) {
+					ok.Add(1)
+					err = p.Release(context.Background(), l)
+				} else {
+					refused.Add(1)
+					if ok.Load() > 50 {
+						lateRefused.Add(1)
+					}
+					err = p.Settle(context.Background(), l, creds.Outcome{RateLimited: true, MaxRest: time.Minute})
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	c := credStats(t, pools[0], "k")
+	t.Logf("%d admitted, %d refused (%d after the first 50 admitted); pace now %s for a gateway interval of 20ms",
+		ok.Load(), refused.Load(), lateRefused.Load(), c.Pace)
+	// Loose bounds for a loaded machine; the benchmark measures closely.
+	if n := lateRefused.Load(); n > 60 {
+		t.Fatalf("%d requests refused after the first 50 admitted: the pace does not hold", n)
+	}
+	if c.Pace < 10*time.Millisecond || c.Pace > 80*time.Millisecond {
+		t.Fatalf("pace %s for a 20ms gateway", c.Pace)
+	}
+}
