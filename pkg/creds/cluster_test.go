@@ -111,7 +111,7 @@ func TestPoolOnRedisCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		assertOneSlot(t, cl, cc, p, []string{"creds", "fence", "cred:a", "cred:b", "rest:" + l.CredentialID, "lw:b:1000000",
+		assertOneSlot(t, cl, cc, p, []string{"creds", "fence", "cred:a", "cred:b", "lw:b:1000000",
 			"ready", "sched", "maxcost"})
 
 		if err := p.Remove(ctx(t), "a"); err != nil {

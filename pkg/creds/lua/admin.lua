@@ -29,8 +29,8 @@ if op == 'limits' then
 elseif op == 'disable' then
   redis.call('HSET', k_cred(id), 'disabled', '1', 'disabled_reason', ARGV[4], 'disabled_at', n2s(now))
 elseif op == 'enable' then
-  redis.call('HDEL', k_cred(id), 'disabled', 'disabled_reason', 'disabled_at', 'pace_us', 'pace_tat')
-  redis.call('DEL', k_rest(id))
+  redis.call('HDEL', k_cred(id), 'disabled', 'disabled_reason', 'disabled_at', 'pace_us', 'pace_tat', 'pace_streak',
+    'pace_widened', 'rest_until', 'rest_reason', 'rest_cause', 'rest_at')
 elseif op == 'rest' then
   ret = set_rest(id, now, tonumber(ARGV[4]), ARGV[5], ARGV[6])
 elseif op == 'remove' then
@@ -45,7 +45,7 @@ elseif op == 'remove' then
       end
     end
   end
-  redis.call('DEL', k_cred(id), k_rest(id), k_leases(id))
+  redis.call('DEL', k_cred(id), k_leases(id))
   recompute_maxcost()
 else
   return redis.error_reply('creds: unknown op ' .. op)

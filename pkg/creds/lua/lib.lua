@@ -12,10 +12,9 @@
 --   sched            zset   id -> the moment it may be usable again: the end
 --                           of its rest, of a lease (when full) or of a limit
 --   cred:<id>        hash   max, limits, disabled(_reason,_at), cfg_max,
---                           cfg_limits, starts, rate_limited, pace_us,
---                           pace_tat, pace_ok, rest counters
---   rest:<id>        hash   until, reason, cause, at: a rest (cooldown);
---                           expires by itself at `until`
+--                           cfg_limits, starts, rate_limited, rests,
+--                           pace_us, pace_tat, pace_streak, pace_widened,
+--                           rest_until, rest_reason, rest_cause, rest_at
 --   leases:<id>      zset   "<token>|<owner>" -> lease expiry (us)
 --   lw:<id>:<P>      zset   sliding-window log of starts, window P us
 --   lc:<id>:<P>      zset   cost-window log "<token>:<cost>", window P us
@@ -52,7 +51,6 @@ local K_TIMER = PFX .. 'timer'
 local K_GROUPS = PFX .. 'groups'
 
 local function k_cred(id) return PFX .. 'cred:' .. id end
-local function k_rest(id) return PFX .. 'rest:' .. id end
 local function k_leases(id) return PFX .. 'leases:' .. id end
 local function k_pw(inst) return PFX .. 'pw:' .. inst end
 local function k_gr(inst) return PFX .. 'gr:' .. inst end
@@ -160,7 +158,7 @@ end
 ---------------------------------------------------------------------------
 
 local function load(id)
-  local c = redis.call('HMGET', k_cred(id), 'max', 'limits', 'disabled', 'pace_us', 'pace_tat')
+  local c = redis.call('HMGET', k_cred(id), 'max', 'limits', 'disabled', 'pace_us', 'pace_tat', 'rest_until')
   if not c[1] then
     return nil
   end
@@ -170,15 +168,19 @@ local function load(id)
     disabled = c[3] == '1',
     pace_us = tonumber(c[4] or '0') or 0,
     pace_tat = tonumber(c[5] or '0') or 0,
+    rest_until = tonumber(c[6] or '0') or 0,
   }
 end
 
-local function rest_until(id, now)
-  local u = tonumber(redis.call('HGET', k_rest(id), 'until') or '0') or 0
-  if u > now then
-    return u
+-- held returns the live leases of credential id (state c), dropping the
+-- expired ones once per script.
+local function held(id, c, now)
+  if c.held == nil then
+    local lk = k_leases(id)
+    redis.call('ZREMRANGEBYSCORE', lk, '-inf', n2s(now))
+    c.held = redis.call('ZCARD', lk)
   end
-  return 0
+  return c.held
 end
 
 -- fit_at: the earliest moment (>= now) at which credential id (state c)
@@ -190,16 +192,13 @@ local function fit_at(id, c, now, cost)
     return -1
   end
   local t = now
-  local r = rest_until(id, now)
-  if r > t then
-    t = r
+  if c.rest_until > t then
+    t = c.rest_until
   end
-  local lk = k_leases(id)
-  redis.call('ZREMRANGEBYSCORE', lk, '-inf', n2s(now))
-  local held = redis.call('ZCARD', lk)
-  if held >= c.max then
-    -- room comes back when held-max+1 leases have ended
-    local e = redis.call('ZRANGE', lk, held - c.max, held - c.max, 'WITHSCORES')
+  local n = held(id, c, now)
+  if n >= c.max then
+    -- room comes back when n-max+1 leases have ended
+    local e = redis.call('ZRANGE', k_leases(id), n - c.max, n - c.max, 'WITHSCORES')
     if #e > 0 and tonumber(e[2]) > t then
       t = tonumber(e[2])
     end
@@ -221,7 +220,7 @@ end
 
 -- reindex puts credential id where its state says: ready (usable now, in
 -- LRU order), sched (usable at a known moment) or neither (disabled).
-local function reindex(id, now, c)
+local function reindex(id, now, c, last)
   c = c or load(id)
   if not c then
     redis.call('ZREM', K_READY, id)
@@ -230,7 +229,7 @@ local function reindex(id, now, c)
   end
   local t = fit_at(id, c, now, 1)
   if t == now then
-    redis.call('ZADD', K_READY, redis.call('ZSCORE', K_CREDS, id) or 0, id)
+    redis.call('ZADD', K_READY, last or redis.call('ZSCORE', K_CREDS, id) or 0, id)
     redis.call('ZREM', K_SCHED, id)
   elseif t > now then
     redis.call('ZADD', K_SCHED, n2s(t), id)
@@ -250,18 +249,29 @@ local function promote(now)
   end
 end
 
+-- rest_until returns the end of credential id's rest, 0 if none.
+local function rest_until(id, now)
+  local u = tonumber(redis.call('HGET', k_cred(id), 'rest_until') or '0') or 0
+  if u > now then
+    return u
+  end
+  return 0
+end
+
 -- set_rest makes the credential rest until now+dur_us (never shortening a
 -- longer rest in place); returns the end.
-local function set_rest(id, now, dur_us, reason, cause)
+local function set_rest(id, now, dur_us, reason, cause, c)
   local until_us = now + dur_us
   local cur = rest_until(id, now)
   if cur >= until_us then
     return cur
   end
-  local k = k_rest(id)
-  redis.call('HSET', k, 'until', n2s(until_us), 'reason', reason, 'cause', cause or '', 'at', n2s(now))
-  redis.call('PEXPIREAT', k, math.floor(until_us / 1000) + 1)
+  redis.call('HSET', k_cred(id), 'rest_until', n2s(until_us), 'rest_reason', reason, 'rest_cause', cause or '',
+    'rest_at', n2s(now))
   redis.call('HINCRBY', k_cred(id), 'rests', 1)
+  if c then
+    c.rest_until = until_us
+  end
   return until_us
 end
 
@@ -281,7 +291,9 @@ end
 local function grant(id, c, now, owner, cost, ttl_us)
   local token = next_token(now)
   local exp = now + ttl_us
+  held(id, c, now)
   redis.call('ZADD', k_leases(id), n2s(exp), token .. '|' .. owner)
+  c.held = c.held + 1
   for _, l in ipairs(c.limits) do
     lim_take(id, l, now, token, cost)
   end
@@ -295,7 +307,7 @@ local function grant(id, c, now, owner, cost, ttl_us)
   end
   redis.call('ZADD', K_CREDS, n2s(now), id)
   redis.call('HINCRBY', k_cred(id), 'starts', 1)
-  reindex(id, now, c)
+  reindex(id, now, c, n2s(now))
   return token, exp
 end
 
@@ -326,11 +338,6 @@ local PACE_NARROW = 0.005
 local PACE_OFF_US = 100
 local PACE_FIRST_MIN_US = 1000
 
-local function held_now(id, now)
-  local lk = k_leases(id)
-  redis.call('ZREMRANGEBYSCORE', lk, '-inf', n2s(now))
-  return redis.call('ZCARD', lk)
-end
 
 -- bare_429 widens the pace of credential id after a 429 that said nothing
 -- more, on a start granted at `granted`; max_rest_us bounds the rest.
@@ -344,7 +351,7 @@ local function bare_429(id, c, now, granted, max_rest_us, reason)
     if pace <= 0 then
       -- First estimate: the spacing this key's starts had, from this
       -- run's length and the runs in flight with it.
-      pace = math.max((now - granted) / (held_now(id, now) + 1), PACE_FIRST_MIN_US)
+      pace = math.max((now - granted) / (held(id, c, now) + 1), PACE_FIRST_MIN_US)
     elseif streak > 0 then
       pace = pace * PACE_WIDEN_STREAK
     else
@@ -356,7 +363,7 @@ local function bare_429(id, c, now, granted, max_rest_us, reason)
   end
   local rest = math.min(math.max(pace, 10000) * 2 ^ (math.max(streak, 1) - 1), max_rest_us)
   if rest > 0 then
-    set_rest(id, now, rest, reason, 'bare 429 (no Retry-After): pace ' .. n2s(pace / 1000) .. 'ms')
+    set_rest(id, now, rest, reason, 'bare 429 (no Retry-After): pace ' .. n2s(pace / 1000) .. 'ms', c)
   end
 end
 
@@ -379,22 +386,22 @@ end
 -- say it cannot take the next start: fewer requests left than the runs
 -- in flight plus one, or fewer tokens than as many estimates. sig is
 -- "<kind>:<remaining>:<reset us>:<name>;..." with kind "req" or "tok".
-local function apply_signals(id, now, est, sig)
+local function apply_signals(id, c, now, est, sig)
   if not sig or sig == '' then
     return
   end
-  local held = held_now(id, now)
+  local inflight = held(id, c, now)
   for kind, remaining, reset, name in string.gmatch(sig, '(%a+):(%-?%d+):(%d+):([^;]*)') do
     remaining, reset = tonumber(remaining), tonumber(reset)
-    local need = held + 1
+    local need = inflight + 1
     local unit = 'requests'
     if kind == 'tok' then
-      need = est * (held + 1)
+      need = est * (inflight + 1)
       unit = 'tokens'
     end
     if remaining < need and reset > 0 then
       set_rest(id, now, reset, name .. ': ' .. n2s(remaining) .. ' ' .. unit .. ' left, ' .. n2s(need) ..
-        ' needed (' .. n2s(held) .. ' in flight)', name)
+        ' needed (' .. n2s(inflight) .. ' in flight)', name, c)
     end
   end
 end

@@ -15,7 +15,7 @@ for i = 1, #ids, 2 do
   local id, last = ids[i], ids[i + 1]
   local f = redis.call('HMGET', k_cred(id), 'max', 'limits', 'disabled', 'disabled_reason', 'disabled_at',
     'starts', 'rate_limited', 'pace_us')
-  local r = redis.call('HMGET', k_rest(id), 'until', 'reason', 'cause')
+  local r = redis.call('HMGET', k_cred(id), 'rest_until', 'rest_reason', 'rest_cause')
   local ru = tonumber(r[1] or '0') or 0
   if ru <= now then
     ru, r[2], r[3] = 0, '', ''

@@ -40,8 +40,8 @@ local now = now_us()
 local inst, lease_ttl, claim_ttl, alive_ttl, group =
   ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local results = {}
-local enqueued = 0
 local tries = {}
+local fast = {} -- grants made without queueing
 
 if alive_ttl > 0 then
   redis.call('ZADD', K_PROCS, n2s(now + alive_ttl), inst)
@@ -59,18 +59,30 @@ while i <= #ARGV do
     elseif cost > mc then
       results[#results + 1] = {-2, n2s(mc), redis.call('HGET', K_MAXCOST, group .. ':by') or ''}
     else
-      local m = wid .. '|' .. n2s(cost) .. '|' .. group .. '|' .. owner
-      redis.call('ZADD', K_WAITQ, redis.call('INCR', K_WSEQ), m)
-      redis.call('SADD', k_pw(inst), m)
-      if alive_ttl <= 0 then
-        redis.call('ZADD', K_PROCS, n2s(now + claim_ttl), inst)
+      local granted = false
+      if redis.call('ZCARD', K_WAITQ) == 0 then
+        -- Nobody waits: take a credential at once, without queueing.
+        local id, c = pick(now, cost, group)
+        if id then
+          local token, exp = grant(id, c, now, owner, cost, lease_ttl)
+          fast[#fast + 1] = {wid, id, token, n2s(exp), n2s(cost), owner, n2s(now)}
+          results[#results + 1] = {1}
+          granted = true
+        end
       end
-      enqueued = enqueued + 1
-      if try == '1' then
-        tries[#tries + 1] = {#results + 1, wid, m}
-        results[#results + 1] = {1}
-      else
-        results[#results + 1] = {0}
+      if not granted then
+        local m = wid .. '|' .. n2s(cost) .. '|' .. group .. '|' .. owner
+        redis.call('ZADD', K_WAITQ, redis.call('INCR', K_WSEQ), m)
+        redis.call('SADD', k_pw(inst), m)
+        if alive_ttl <= 0 then
+          redis.call('ZADD', K_PROCS, n2s(now + claim_ttl), inst)
+        end
+        if try == '1' then
+          tries[#tries + 1] = {#results + 1, wid, m}
+          results[#results + 1] = {1}
+        else
+          results[#results + 1] = {0}
+        end
       end
     end
   elseif op == 'X' then
@@ -97,6 +109,7 @@ while i <= #ARGV do
       ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), ARGV[i + 5], tonumber(ARGV[i + 6]),
       ARGV[i + 7], tonumber(ARGV[i + 8]), ARGV[i + 9]
     i = i + 10
+    local live = end_lease(id, member, now)
     local c = load(id)
     if c and real >= 0 and real ~= est then
       -- The real cost replaces the estimate in every window the start was
@@ -110,7 +123,6 @@ while i <= #ARGV do
         end
       end
     end
-    local live = end_lease(id, member, now)
     if c and live then
       -- A stale lease (expired, released before) changes nothing more.
       if mode == 'disable' then
@@ -118,7 +130,7 @@ while i <= #ARGV do
         c.disabled = true
       elseif mode == 'rest' then
         local reason, cause = string.match(text, '^(.-)\t(.*)$')
-        set_rest(id, now, dur, reason or text, cause or '')
+        set_rest(id, now, dur, reason or text, cause or '', c)
         redis.call('HINCRBY', k_cred(id), 'rate_limited', 1)
       elseif mode == 'bare429' then
         bare_429(id, c, now, granted, dur, text)
@@ -127,7 +139,7 @@ while i <= #ARGV do
         paced_success(id, c)
       end
       if mode ~= 'disable' then
-        apply_signals(id, now, est, sig)
+        apply_signals(id, c, now, est, sig)
       end
       reindex(id, now, c)
     end
@@ -143,7 +155,7 @@ end
 
 -- Claim the grants other handles made to this one: each becomes a full
 -- lease, unless its claim TTL ran out.
-local grants = {}
+local grants = fast
 local pending = redis.call('HGETALL', k_gr(inst))
 if #pending > 0 then
   redis.call('DEL', k_gr(inst))
@@ -183,4 +195,8 @@ for _, t in ipairs(tries) do
   end
 end
 
-return {n2s(now), results, grants, n2s(arm_timer(now, inst, hol)), redis.call('SCARD', k_pw(inst))}
+local queued = 0
+if alive_ttl > 0 then
+  queued = redis.call('SCARD', k_pw(inst))
+end
+return {n2s(now), results, grants, n2s(arm_timer(now, inst, hol)), queued}
