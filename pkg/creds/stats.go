@@ -53,6 +53,12 @@ type CredentialStats struct {
 	// with a rate).
 	StartsInWindow int       `json:"starts_in_window"`
 	LastUsed       time.Time `json:"last_used,omitzero"`
+	// Starts counts the leases granted on the credential so far
+	// (cumulative; a dashboard charts its rate).
+	Starts int64 `json:"starts"`
+	// RateLimited counts the releases that reported a rate limit so far
+	// (cumulative).
+	RateLimited int64 `json:"rate_limited"`
 }
 
 // Holder is one live lease.
