@@ -58,8 +58,8 @@ func writeChart(w io.Writer, s chartSeries, span time.Duration) error {
 	legend(&b, chartLeft, 11, colorStarts, "starts/s")
 	legend(&b, chartLeft+70, 11, colorLimit, "rate limited/s")
 	label(&b, chartRight, 11, "end", "peak "+numText(peak)+"/s")
-	b.WriteString(ratePath(pts, x, yRate, func(p chartPoint) float64 { return p.StartsPerSec }, colorStarts, true))
 	b.WriteString(ratePath(pts, x, yRate, func(p chartPoint) float64 { return p.LimitedPerSec }, colorLimit, false))
+	b.WriteString(ratePath(pts, x, yRate, func(p chartPoint) float64 { return p.StartsPerSec }, colorStarts, true))
 
 	// Lower panel: in flight, as steps, against the limit.
 	limit := s.Max
@@ -216,11 +216,13 @@ func numText(v float64) string {
 }
 
 func spanText(d time.Duration) string {
+	d = d.Round(time.Second)
+	m, sec := int(d/time.Minute), int(d%time.Minute/time.Second)
 	switch {
-	case d%time.Minute == 0:
-		return fmt.Sprintf("%dm", int(d/time.Minute))
-	case d > time.Minute:
-		return fmt.Sprintf("%.1fm", d.Minutes())
+	case m == 0:
+		return fmt.Sprintf("%ds", sec)
+	case sec == 0:
+		return fmt.Sprintf("%dm", m)
 	}
-	return fmt.Sprintf("%ds", int(d/time.Second))
+	return fmt.Sprintf("%dm%02ds", m, sec)
 }

@@ -110,3 +110,25 @@ func TestNiceCeil(t *testing.T) {
 		}
 	}
 }
+
+func TestChartSpan(t *testing.T) {
+	end := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, c := range []struct {
+		covered, limit, want time.Duration
+	}{
+		{5 * time.Second, 10 * time.Minute, time.Minute},
+		{3*time.Minute + 4*time.Second, 10 * time.Minute, 3 * time.Minute},
+		{time.Hour, 10 * time.Minute, 10 * time.Minute},
+		{5 * time.Second, 30 * time.Second, 30 * time.Second},
+	} {
+		s := chartSeries{Oldest: end.Add(-c.covered), End: end}
+		if got := s.span(c.limit); got != c.want {
+			t.Errorf("covered %s, limit %s: want %s, got %s", c.covered, c.limit, c.want, got)
+		}
+	}
+	for d, want := range map[time.Duration]string{30 * time.Second: "30s", time.Minute: "1m", 90 * time.Second: "1m30s", 10 * time.Minute: "10m"} {
+		if got := spanText(d); got != want {
+			t.Errorf("spanText(%s): want %s, got %s", d, want, got)
+		}
+	}
+}

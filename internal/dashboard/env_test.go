@@ -28,7 +28,8 @@ import (
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
-// env is one test's fleet: an embedded NATS, a real redis-server, the
+// env is one test's fleet: its own embedded NATS and redis-server (so the
+// pool and the stream can keep plain names), the
 // configuration with real secrets, and in-process workers and dashboards.
 type env struct {
 	t       *testing.T
@@ -66,15 +67,15 @@ func newEnv(t *testing.T) *env {
 	yaml := fmt.Sprintf(`nats: {url: %q}
 redis: {url: %q}
 pool:
-  name: %s
+  name: api-keys
   lease_ttl: 10s
   credentials:
 %sworker: {concurrency: 3, heartbeat: 1s, shutdown_grace: 2s, max_attempts: 2, retry_backoff: [100ms]}
-queue: {stream: DASH}
+queue: {stream: KEYFLEET}
 jobs:
   exec: {command: ["/bin/sh", "-c", %q], timeout: 30s}
 log: {level: warn}
-`, ns.URL(), rs.URL(), redistest.UniqueName(t), poolYAML, execScript)
+`, ns.URL(), rs.URL(), poolYAML, execScript)
 	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}

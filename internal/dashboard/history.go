@@ -58,6 +58,9 @@ func (h *history) series(id string) (chartSeries, bool) {
 	}
 	ordered = append(ordered, h.samples[:h.next]...)
 	out := chartSeries{ID: id}
+	if len(ordered) > 0 {
+		out.Oldest = ordered[0].At
+	}
 	found := false
 	var prev *poolSample
 	var prevPt credPoint
@@ -87,9 +90,27 @@ func (h *history) series(id string) (chartSeries, bool) {
 // chartSeries is what one credential's chart shows.
 type chartSeries struct {
 	ID     string
+	Oldest time.Time // the oldest sample kept (of any credential)
 	End    time.Time // the newest sample
 	Max    int       // max_concurrent at the newest sample
 	Points []chartPoint
+}
+
+// minChartSpan is the shortest time a chart spans: a dashboard started a
+// moment ago shows its first minute, not ten empty ones.
+const minChartSpan = time.Minute
+
+// span is how far back the chart goes: what the samples cover, at least
+// minChartSpan, at most limit.
+func (s chartSeries) span(limit time.Duration) time.Duration {
+	covered := s.End.Sub(s.Oldest)
+	switch {
+	case covered < minChartSpan:
+		return min(minChartSpan, limit)
+	case covered > limit:
+		return limit
+	}
+	return covered.Round(10 * time.Second)
 }
 
 // chartPoint is one sample; the rates are -1 where there is no earlier

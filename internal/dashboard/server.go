@@ -236,7 +236,7 @@ func (s *Server) serveChart(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rw.Header().Set("Content-Type", "image/svg+xml")
-	_ = writeChart(rw, series, s.span)
+	_ = writeChart(rw, series, series.span(s.span))
 }
 
 func isLoopbackAddr(a net.Addr) bool {

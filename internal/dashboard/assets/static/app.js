@@ -170,16 +170,23 @@
       (r.cause || r.reason) ? el('div', {class: 'why'}, r.cause || r.reason) : null);
   }
 
-  function chartFor(id, sample) {
-    let img = charts.get(id);
-    if (!img) {
-      img = el('img', {class: 'chart', alt: `${id}: starts/s, rate-limited replies/s and leases in flight over the last minutes`});
-      charts.set(id, img);
+  // Cards are kept per credential and updated in place: a button under
+  // the operator's pointer, and the chart, survive every update.
+  const cards = new Map(); // id -> {card, body, img, actions, state}
+
+  function cardFor(id) {
+    let k = cards.get(id);
+    if (!k) {
+      k = {
+        body: el('div'),
+        img: el('img', {class: 'chart', alt: `${id}: starts/s, rate-limited replies/s and leases in flight over the last minutes`}),
+        actions: el('div', {class: 'actions'}),
+        state: null,
+      };
+      k.card = el('article', {class: 'card cred', 'data-id': id}, k.body, k.img, k.actions);
+      cards.set(id, k);
     }
-    if (sample !== chartSample || !img.src) {
-      img.src = `/api/chart?key=${encodeURIComponent(id)}&n=${sample}`;
-    }
-    return img;
+    return k;
   }
 
   function renderPool(s) {
@@ -197,12 +204,14 @@
     }
     // Charts are fetched again every other reading.
     const sample = Math.floor((s.dashboard.sample || 0) / 2);
-    const cards = p.credentials.map((c) => {
+    const out = p.credentials.map((c) => {
+      const k = cardFor(c.id);
       const lims = limits(c);
       const holders = (c.holders || []).slice(0, 3).map((h) =>
         el('li', {}, h.owner, el('span', {class: 'muted'}, ` · expires in ${dur((Date.parse(h.expires) - now) / 1000)}`)));
       const more = (c.holders || []).length - holders.length;
-      return el('article', {class: 'card cred', 'data-id': c.id, 'data-state': c.state},
+      k.card.dataset.state = c.state;
+      k.body.replaceChildren(
         el('div', {class: 'card-head'},
           el('h3', {}, c.id),
           el('span', {class: 'badge st ' + c.state}, c.state)),
@@ -210,28 +219,37 @@
           el('span', {class: 'label'}, 'in flight'),
           meter(c.in_flight, c.max_concurrent, c.in_flight >= c.max_concurrent ? 'full' : ''),
           el('span', {class: 'val inflight'}, `${c.in_flight} / ${c.max_concurrent}`)),
-        lims.map((l) => el('div', {class: 'line'},
+        ...lims.map((l) => el('div', {class: 'line'},
           el('span', {class: 'label'}, l.label),
           l.max ? meter(l.used || 0, l.max, (l.used || 0) >= l.max ? 'full' : '') : el('span', {class: 'meter none'}),
           el('span', {class: 'val'}, l.used !== null ? `${l.used}${l.max ? ' / ' + l.max : ''}` : '–'),
           l.note ? el('span', {class: 'muted note'}, l.note) : null)),
-        rest(c, now),
+        rest(c, now) || '',
         c.state === 'disabled' ? el('div', {class: 'disabled-reason'},
           el('b', {}, 'disabled: '), c.disabled_reason || '(no reason given)',
-          c.disabled_at ? el('span', {class: 'muted'}, ` · ${ago(now, c.disabled_at)}`) : null) : null,
-        holders.length ? el('ul', {class: 'holders'}, holders, more > 0 ? el('li', {class: 'muted'}, `and ${more} more`) : null) : null,
-        el('div', {class: 'muted small'}, `last used ${ago(now, c.last_used)}`),
-        chartFor(c.id, sample),
-        el('div', {class: 'actions'},
-          c.state === 'disabled'
-            ? actionButton('Enable', () => act('/api/creds/enable', {id: c.id}, `enable ${c.id}`))
-            : actionButton('Disable…', () => {
-              const reason = prompt(`Disable ${c.id}: why?`, 'disabled from the dashboard');
-              if (reason !== null) act('/api/creds/disable', {id: c.id, reason}, `disable ${c.id}`);
-            }, 'danger')));
+          c.disabled_at ? el('span', {class: 'muted'}, ` · ${ago(now, c.disabled_at)}`) : null) : '',
+        holders.length ? el('ul', {class: 'holders'}, holders, more > 0 ? el('li', {class: 'muted'}, `and ${more} more`) : null) : '',
+        el('div', {class: 'muted small'}, `last used ${ago(now, c.last_used)}`));
+      if (sample !== chartSample || !k.img.src) {
+        k.img.src = `/api/chart?key=${encodeURIComponent(c.id)}&n=${sample}`;
+      }
+      const disabled = c.state === 'disabled';
+      if (k.state !== disabled) {
+        k.state = disabled;
+        k.actions.replaceChildren(disabled
+          ? actionButton('Enable', () => act('/api/creds/enable', {id: c.id}, `enable ${c.id}`)) || ''
+          : actionButton('Disable…', () => {
+            const reason = prompt(`Disable ${c.id}: why?`, 'disabled from the dashboard');
+            if (reason !== null) act('/api/creds/disable', {id: c.id, reason}, `disable ${c.id}`);
+          }, 'danger') || '');
+      }
+      return k.card;
     });
-    if (sample !== chartSample) chartSample = sample;
-    return cards;
+    chartSample = sample;
+    for (const id of cards.keys()) {
+      if (!p.credentials.some((c) => c.id === id)) cards.delete(id);
+    }
+    return out;
   }
 
   function renderWorkers(s) {
@@ -307,11 +325,24 @@
     }
     $('updated').textContent = `updated ${clock(s.at)}`;
     $('batches').replaceChildren(renderBatches(s));
-    $('pool').replaceChildren(...renderPool(s));
+    replaceIfChanged($('pool'), renderPool(s));
     $('workers').replaceChildren(renderWorkers(s));
     $('queue').replaceChildren(...renderQueue(s));
-    $('deadletters').replaceChildren(...renderDeadLetters(s).filter(Boolean));
+    // The list is drawn again only when it changes (its buttons stay put).
+    const dlKey = JSON.stringify([s.dead_letters, s.dead_letter_list]);
+    if (dlKey !== render.dlKey) {
+      render.dlKey = dlKey;
+      $('deadletters').replaceChildren(...renderDeadLetters(s).filter(Boolean));
+    }
     document.body.dataset.sample = s.dashboard.sample;
+  }
+
+  // replaceIfChanged sets parent's children unless they are already these
+  // nodes in this order (moving a node would cancel a click on it).
+  function replaceIfChanged(parent, nodes) {
+    const cur = parent.children;
+    if (cur.length === nodes.length && nodes.every((n, i) => cur[i] === n)) return;
+    parent.replaceChildren(...nodes);
   }
 
   function setConn(live) {
