@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -64,5 +65,75 @@ func TestAddToBatch(t *testing.T) {
 	stopWatch()
 	if err := <-watched; err != nil {
 		t.Errorf("watch: %v", err)
+	}
+}
+
+// FollowResults delivers the latest result of every item, says when it has
+// caught up (also on an empty stream), then follows new results.
+func TestFollowResults(t *testing.T) {
+	q, _ := open(t)
+	follow := func(ctx context.Context, got chan<- queue.Result, caught chan<- struct{}) chan error {
+		done := make(chan error, 1)
+		go func() {
+			done <- q.FollowResults(ctx, func(r queue.Result) error { got <- r; return nil }, func() { close(caught) })
+		}()
+		return done
+	}
+	// Empty stream: caught up at once.
+	c1, stop1 := context.WithCancel(ctx(t))
+	caught := make(chan struct{})
+	done := follow(c1, make(chan queue.Result, 10), caught)
+	select {
+	case <-caught:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not caught up on an empty stream")
+	}
+	stop1()
+	<-done
+
+	for _, outcome := range []string{queue.OutcomeFailed, queue.OutcomeSucceeded} { // a, twice: the latest counts
+		if err := q.PutResult(ctx(t), queue.Result{Item: "a", Batch: "b1", Outcome: outcome}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.PutResult(ctx(t), queue.Result{Item: "b", Batch: "b2", Outcome: queue.OutcomeSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	c2, stop2 := context.WithCancel(ctx(t))
+	defer stop2()
+	got := make(chan queue.Result, 10)
+	caught = make(chan struct{})
+	done = follow(c2, got, caught)
+	seen := map[string]string{}
+	for len(seen) < 2 {
+		select {
+		case r := <-got:
+			seen[r.Batch+"/"+r.Item] = r.Outcome
+		case <-time.After(10 * time.Second):
+			t.Fatalf("saw %v", seen)
+		}
+	}
+	select {
+	case <-caught:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not caught up after the existing results")
+	}
+	if seen["b1/a"] != queue.OutcomeSucceeded || len(got) != 0 {
+		t.Fatalf("want the latest outcome of each item once, got %v (+%d)", seen, len(got))
+	}
+	if err := q.PutResult(ctx(t), queue.Result{Item: "c", Batch: "b1", Outcome: queue.OutcomeFailed}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if r.Item != "c" {
+			t.Fatalf("want the new result c, got %+v", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a new result was not followed")
+	}
+	stop2()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("want the context's cause at the end, got %v", err)
 	}
 }
