@@ -14,6 +14,7 @@ import (
 type board struct {
 	mu      sync.Mutex
 	data    []byte // the latest snapshot's JSON
+	seq     uint64 // snapshots published so far
 	changed chan struct{}
 }
 
@@ -23,22 +24,23 @@ func (b *board) publish(data []byte) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.data = data
+	b.seq++
 	close(b.changed)
 	b.changed = make(chan struct{})
 }
 
-// latest returns the latest snapshot (nil before the first) and a channel
-// closed when the next one is published.
-func (b *board) latest() ([]byte, <-chan struct{}) {
+// latest returns the latest snapshot (nil before the first), its number,
+// and a channel closed when the next one is published.
+func (b *board) latest() ([]byte, uint64, <-chan struct{}) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.data, b.changed
+	return b.data, b.seq, b.changed
 }
 
 // wait returns the first snapshot, waiting for it if needed.
 func (b *board) wait(ctx context.Context) ([]byte, error) {
 	for {
-		data, next := b.latest()
+		data, _, next := b.latest()
 		if data != nil {
 			return data, nil
 		}
@@ -71,15 +73,15 @@ func (s *Server) serveEvents(rw http.ResponseWriter, r *http.Request) {
 	fl.Flush()
 	keep := time.NewTicker(sseKeepAlive)
 	defer keep.Stop()
-	var sent []byte
+	var sent uint64
 	for {
-		data, next := s.board.latest()
-		if data != nil && &data[0] != firstByte(sent) {
+		data, seq, next := s.board.latest()
+		if data != nil && seq != sent {
 			if _, err := fmt.Fprintf(rw, "event: status\ndata: %s\n\n", data); err != nil {
 				return
 			}
 			fl.Flush()
-			sent = data
+			sent = seq
 		}
 		select {
 		case <-r.Context().Done():
@@ -94,11 +96,4 @@ func (s *Server) serveEvents(rw http.ResponseWriter, r *http.Request) {
 		case <-next:
 		}
 	}
-}
-
-func firstByte(b []byte) *byte {
-	if len(b) == 0 {
-		return nil
-	}
-	return &b[0]
 }

@@ -126,7 +126,8 @@
       let eta = '–';
       if (b.complete) eta = 'done';
       else if (b.eta_seconds !== null && b.eta_seconds !== undefined) eta = dur(b.eta_seconds);
-      else if (b.total_known && s.dashboard.results_caught_up) eta = b.rate > 0 ? '…' : 'stalled';
+      else if (b.total_known && s.dashboard.results_caught_up && b.last_result_at &&
+        Date.parse(s.at) - Date.parse(b.last_result_at) > 60000) eta = 'stalled';
       return el('tr', {'data-batch': b.id, 'data-done': b.done, 'data-total': b.total, class: b.complete ? 'complete' : ''},
         el('td', {class: 'id'}, b.id),
         el('td', {}, b.kind || '–'),
