@@ -13,10 +13,12 @@ help: ## list the targets
 build: ## build bin/producer and bin/worker
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
-demo: build ## see keyfleet work end to end: its own NATS, Redis and a stand-in API, 3 workers, 300 items
+DEMOFLAGS ?=
+
+demo: build ## see keyfleet work end to end: its own NATS, Redis and a stand-in API, 3 workers, 300 items, the dashboard on :8080 (DEMOFLAGS=-hold keeps it up)
 	@bash scripts/ensure-redis.sh --if-needed
 	@$(GO) build -o $(BIN)/keyfleet-demo ./internal/demo
-	@$(BIN)/keyfleet-demo --bin $(BIN)
+	@$(BIN)/keyfleet-demo --bin $(BIN) $(DEMOFLAGS)
 
 vet: ## gofmt check and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -347,6 +347,9 @@ func TestComposeWorkerConfig(t *testing.T) {
 		if isLoopback(host) {
 			t.Errorf("worker.listen %q is loopback-only inside the container; want 0.0.0.0:PORT", cfg.Worker.Listen)
 		}
+		if cfg.Worker.PProf {
+			t.Errorf("worker.pprof is on with worker.listen %q reachable by other containers: anyone there could run profiles", cfg.Worker.Listen)
+		}
 		if w.Healthcheck == nil {
 			t.Fatalf("worker: no healthcheck")
 		}
@@ -1052,6 +1055,9 @@ func TestKubernetesManifests(t *testing.T) {
 		host, port := listenHostPort(t, f.cfg.Worker.Listen)
 		if isLoopback(host) {
 			t.Errorf("worker.listen %q is loopback-only: the kubelet's probes cannot reach it", f.cfg.Worker.Listen)
+		}
+		if f.cfg.Worker.PProf {
+			t.Errorf("worker.pprof is on with worker.listen %q open to every scraper: anyone who can scrape metrics could run profiles", f.cfg.Worker.Listen)
 		}
 		portNum, _ := strconv.Atoi(port)
 		i := slices.IndexFunc(c.Ports, func(p k8sPort) bool { return p.Name == "metrics" })

@@ -246,7 +246,7 @@ func (f *fleet) close(ctx context.Context) error {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	return f.e.reset(rctx, []string{f.stream, f.stream + "_RESULTS", f.stream + "_DLQ"}, []string{f.stream + "_WORKERS"})
+	return f.e.reset(rctx, []string{f.stream, f.stream + "_RESULTS", f.stream + "_DLQ"}, []string{f.stream + "_WORKERS", f.stream + "_BATCHES"})
 }
 
 // enqueue publishes n sleep items of ms milliseconds (confirmed).

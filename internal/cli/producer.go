@@ -69,7 +69,8 @@ func newProducerCmd(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 		Long: `producer is keyfleet's operator tool: it enqueues JSON Lines items on the
 NATS JetStream work queue (and can wait for their outcomes), shows the state
 of the queue, the workers and the credential pool, changes credentials for
-the running fleet, exports results and replays dead letters.
+the running fleet, exports results and replays dead letters; dashboard
+serves all of it as a live web page.
 
 ` + configHelp + `
 
@@ -82,14 +83,17 @@ the running fleet, exports results and replays dead letters.
 
   # take a key out of use, then export a batch's results
   producer creds disable key-b --reason "billing issue"
-  producer results --batch items-3f2a9c1b -o results.jsonl`,
+  producer results --batch items-3f2a9c1b -o results.jsonl
+
+  # watch it all live at http://127.0.0.1:8080/
+  producer dashboard --config kf.yaml`,
 		Version:       version.Version,
 		Args:          cobra.NoArgs,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
 	p.g.register(root)
-	root.AddCommand(p.enqueueCmd(), p.statusCmd(), p.credsCmd(), p.resultsCmd(), p.dlqCmd())
+	root.AddCommand(p.enqueueCmd(), p.statusCmd(), p.credsCmd(), p.resultsCmd(), p.dlqCmd(), p.dashboardCmd())
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keyfleet/keyfleet/internal/exitcode"
+	"github.com/keyfleet/keyfleet/internal/status"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
@@ -117,9 +118,9 @@ the pool object of ` + "`producer status --json`" + `.`,
 				if asJSON {
 					enc := json.NewEncoder(p.stdout)
 					enc.SetIndent("", "  ")
-					return enc.Encode(poolReport(st))
+					return enc.Encode(status.PoolReport(st))
 				}
-				printPool(p.stdout, poolReport(st))
+				printPool(p.stdout, status.PoolReport(st))
 				return nil
 			})
 		},

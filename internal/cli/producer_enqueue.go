@@ -293,6 +293,7 @@ func (p *producer) enqueue(cmd *cobra.Command, o enqueueOptions) error {
 
 	// Pass 2: publish.
 	rep, err := p.publish(ctx, q, in, o, check, log)
+	p.recordBatch(ctx, q, o, rep, log)
 	if err != nil {
 		return err
 	}
@@ -498,6 +499,22 @@ func (p *producer) publish(ctx context.Context, q *queue.Queue, in *input, o enq
 	}
 	log.Debug("publish failed", zap.Error(err))
 	return rep, exitcode.With(exitcode.Unreachable, fmt.Errorf("publishing to NATS failed: %w", err))
+}
+
+// recordBatch adds the items the server stored as new to the batch's
+// record, which the dashboard shows progress against; duplicates add
+// nothing. A failure is a warning: the items are enqueued all the same.
+func (p *producer) recordBatch(ctx context.Context, q *queue.Queue, o enqueueOptions, rep queue.PublishReport, log *zap.Logger) {
+	if rep.Published == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+	defer cancel()
+	if _, err := q.AddToBatch(rctx, o.batch, o.kind, rep.Published); err != nil {
+		log.Debug("batch record", zap.Error(err))
+		fmt.Fprintf(p.stderr, "warning: batch %s: %d new items enqueued, but its record (the dashboard's total) was not updated: %v\n",
+			o.batch, rep.Published, err)
+	}
 }
 
 // wireSize mirrors queue.Queue.Fits for a dry run, which has no server:

@@ -11,146 +11,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/exitcode"
+	"github.com/keyfleet/keyfleet/internal/status"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
-
-// statusReport is the object `producer status --json` prints: a stable
-// schema, every key always present (times are RFC 3339 strings, or null
-// when there is none; lists are [] when empty).
-//
-//	{
-//	  "at":       time the status was read (the producer's clock)
-//	  "stream":   {"name", "messages", "bytes"}  the work stream: items waiting or running
-//	  "consumer": {"name",
-//	               "pending"        items not yet delivered to a worker
-//	               "ack_pending"    items delivered and not yet settled (running or waiting for a credential)
-//	               "redelivered"    of those, delivered more than once
-//	               "waiting_pulls"  pull requests of idle worker slots
-//	               "last_active"}   the consumer's last delivery (null: never)
-//	  "dead_letters": dead-letter records (`producer dlq list`)
-//	  "results":      result records kept (`producer results`)
-//	  "workers":  [{"id", "host", "pid", "version", "state" (running|draining),
-//	                "concurrency", "busy", "done", "failed", "kinds", "started_at", "last_seen"}]
-//	              workers heard from within the heartbeat TTL, by id
-//	  "pool":     {"name", "at" (Redis's clock),
-//	               "total", "available", "leased", "cooling", "disabled",
-//	               "in_flight"      live leases in the pool
-//	               "credentials": [{"id",
-//	                 "state"          available | busy (at its limits) | cooling | disabled
-//	                 "max_concurrent", "rate" ("" when none, else N/period),
-//	                 "in_flight"      leases held now
-//	                 "holders"        [{"owner" (worker/item), "expires"}]
-//	                 "cooling_until", "cooling_reason"  (null and "" unless cooling)
-//	                 "disabled_reason", "disabled_at"   ("" and null unless disabled)
-//	                 "starts_in_window"  starts in the current rate window (0 without a rate)
-//	                 "last_used"}]}
-//	}
-//
-// available + busy + cooling + disabled = total; leased counts the
-// credentials holding at least one lease, whatever their state.
-type statusReport struct {
-	At          time.Time      `json:"at"`
-	Stream      statusStream   `json:"stream"`
-	Consumer    statusConsumer `json:"consumer"`
-	DeadLetters uint64         `json:"dead_letters"`
-	Results     uint64         `json:"results"`
-	Workers     []statusWorker `json:"workers"`
-	Pool        statusPool     `json:"pool"`
-}
-
-type statusStream struct {
-	Name     string `json:"name"`
-	Messages uint64 `json:"messages"`
-	Bytes    uint64 `json:"bytes"`
-}
-
-type statusConsumer struct {
-	Name         string     `json:"name"`
-	Pending      uint64     `json:"pending"`
-	AckPending   int        `json:"ack_pending"`
-	Redelivered  int        `json:"redelivered"`
-	WaitingPulls int        `json:"waiting_pulls"`
-	LastActive   *time.Time `json:"last_active"`
-}
-
-type statusWorker struct {
-	ID          string    `json:"id"`
-	Host        string    `json:"host"`
-	PID         int       `json:"pid"`
-	Version     string    `json:"version"`
-	State       string    `json:"state"`
-	Concurrency int       `json:"concurrency"`
-	Busy        int       `json:"busy"`
-	Done        int64     `json:"done"`
-	Failed      int64     `json:"failed"`
-	Kinds       []string  `json:"kinds"`
-	StartedAt   time.Time `json:"started_at"`
-	LastSeen    time.Time `json:"last_seen"`
-}
-
-type statusPool struct {
-	Name        string             `json:"name"`
-	At          time.Time          `json:"at"`
-	Total       int                `json:"total"`
-	Available   int                `json:"available"`
-	Leased      int                `json:"leased"`
-	Cooling     int                `json:"cooling"`
-	Disabled    int                `json:"disabled"`
-	InFlight    int                `json:"in_flight"`
-	Credentials []statusCredential `json:"credentials"`
-}
-
-type statusCredential struct {
-	ID             string         `json:"id"`
-	State          string         `json:"state"`
-	MaxConcurrent  int            `json:"max_concurrent"`
-	Rate           string         `json:"rate"`
-	InFlight       int            `json:"in_flight"`
-	Holders        []statusHolder `json:"holders"`
-	CoolingUntil   *time.Time     `json:"cooling_until"`
-	CoolingReason  string         `json:"cooling_reason"`
-	DisabledReason string         `json:"disabled_reason"`
-	DisabledAt     *time.Time     `json:"disabled_at"`
-	StartsInWindow int            `json:"starts_in_window"`
-	LastUsed       *time.Time     `json:"last_used"`
-}
-
-type statusHolder struct {
-	Owner   string    `json:"owner"`
-	Expires time.Time `json:"expires"`
-}
-
-func timePtr(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
-}
-
-func poolReport(st creds.Stats) statusPool {
-	out := statusPool{
-		Name: st.Pool, At: st.At, Total: st.Total, Available: st.Available, Leased: st.Leased,
-		Cooling: st.Cooling, Disabled: st.Disabled, InFlight: st.InFlight, Credentials: []statusCredential{},
-	}
-	for _, c := range st.Credentials {
-		row := statusCredential{
-			ID: c.ID, State: c.State, MaxConcurrent: c.MaxConcurrent, Rate: c.Rate, InFlight: c.InFlight,
-			Holders: []statusHolder{}, CoolingReason: c.CoolingReason, DisabledReason: c.DisabledReason,
-			DisabledAt: timePtr(c.DisabledAt), StartsInWindow: c.StartsInWindow, LastUsed: timePtr(c.LastUsed),
-		}
-		if c.State == creds.StateCooling {
-			row.CoolingUntil = timePtr(c.CoolingUntil)
-		} else {
-			row.CoolingReason = ""
-		}
-		for _, h := range c.Holders {
-			row.Holders = append(row.Holders, statusHolder{Owner: h.Owner, Expires: h.Expires})
-		}
-		out.Credentials = append(out.Credentials, row)
-	}
-	return out
-}
 
 func (p *producer) statusCmd() *cobra.Command {
 	var asJSON bool
@@ -171,7 +35,7 @@ why, starts in the rate window).
   pool{name,at,total,available,leased,cooling,disabled,in_flight,
   credentials[{id,state,max_concurrent,rate,in_flight,holders[{owner,expires}],
   cooling_until,cooling_reason,disabled_reason,disabled_at,starts_in_window,
-  last_used}]}
+  last_used,starts,rate_limited}]}
 Times are RFC 3339 or null; every key is always present.
 
 It needs NATS and Redis (exit 3 naming the one that cannot be reached).`,
@@ -196,9 +60,9 @@ It needs NATS and Redis (exit 3 naming the one that cannot be reached).`,
 				return err
 			}
 			defer closePool()
-			rep, err := readStatus(ctx, q, pool)
+			rep, err := status.Read(ctx, q, pool)
 			if err != nil {
-				return err
+				return exitcode.With(exitcode.Unreachable, err)
 			}
 			if asJSON {
 				enc := json.NewEncoder(p.stdout)
@@ -213,41 +77,7 @@ It needs NATS and Redis (exit 3 naming the one that cannot be reached).`,
 	return cmd
 }
 
-func readStatus(ctx context.Context, q *queue.Queue, pool *creds.Pool) (statusReport, error) {
-	rep := statusReport{At: time.Now().UTC(), Workers: []statusWorker{}}
-	qs, err := q.Stats(ctx)
-	if err != nil {
-		return rep, unreachable("reading the queue", err)
-	}
-	rep.Stream = statusStream{Name: qs.Stream.Name, Messages: qs.Stream.Messages, Bytes: qs.Stream.Bytes}
-	rep.Consumer = statusConsumer{
-		Name: qs.Consumer.Name, Pending: qs.Consumer.Pending, AckPending: qs.Consumer.AckPending,
-		Redelivered: qs.Consumer.Redelivered, WaitingPulls: qs.Consumer.Waiting, LastActive: timePtr(qs.Consumer.LastActive),
-	}
-	rep.DeadLetters, rep.Results = qs.DeadLetters, qs.Results
-	ws, err := q.Workers(ctx)
-	if err != nil {
-		return rep, unreachable("reading the worker registry", err)
-	}
-	for _, w := range ws {
-		kinds := w.Kinds
-		if kinds == nil {
-			kinds = []string{}
-		}
-		rep.Workers = append(rep.Workers, statusWorker{
-			ID: w.ID, Host: w.Host, PID: w.PID, Version: w.Version, State: w.State, Concurrency: w.Concurrency,
-			Busy: w.Busy, Done: w.Done, Failed: w.Failed, Kinds: kinds, StartedAt: w.StartedAt, LastSeen: w.LastSeen,
-		})
-	}
-	ps, err := pool.Stats(ctx)
-	if err != nil {
-		return rep, unreachable("reading the credential pool", err)
-	}
-	rep.Pool = poolReport(ps)
-	return rep, nil
-}
-
-func printStatus(w io.Writer, r statusReport, heartbeatTTL time.Duration) {
+func printStatus(w io.Writer, r status.Report, heartbeatTTL time.Duration) {
 	fmt.Fprintf(w, "Stream %s: %d messages, %s\n", r.Stream.Name, r.Stream.Messages, bytesText(r.Stream.Bytes))
 	last := "never"
 	if r.Consumer.LastActive != nil {
@@ -272,7 +102,7 @@ func printStatus(w io.Writer, r statusReport, heartbeatTTL time.Duration) {
 }
 
 // printPool prints the pool's totals and a table of its credentials.
-func printPool(w io.Writer, p statusPool) {
+func printPool(w io.Writer, p status.Pool) {
 	fmt.Fprintf(w, "Pool %s: %d %s: %d available, %d leased, %d cooling, %d disabled (%d %s in flight)\n",
 		p.Name, p.Total, plural(p.Total, "credential", "credentials"), p.Available, p.Leased, p.Cooling, p.Disabled,
 		p.InFlight, plural(p.InFlight, "lease", "leases"))

@@ -100,7 +100,12 @@ func runWorker(cfg *config.Config, id string, log *zap.Logger) error {
 		if err != nil {
 			return exitcode.With(exitcode.Usage, err)
 		}
-		log.Info("serving /metrics /healthz /readyz", zap.String("addr", addr))
+		if cfg.Worker.PProf {
+			log.Warn("serving /metrics /healthz /readyz and /debug/pprof/ (worker.pprof): whoever reaches this address can profile the worker",
+				zap.String("addr", addr))
+		} else {
+			log.Info("serving /metrics /healthz /readyz", zap.String("addr", addr))
+		}
 	}
 	if err := w.Run(ctx); err != nil {
 		return exitcode.With(exitcode.Internal, fmt.Errorf("worker: %w", err))

@@ -171,6 +171,11 @@ type Worker struct {
 	Listen string `yaml:"listen"`
 	// Heartbeat is how often a worker announces itself. Default 5s.
 	Heartbeat time.Duration `yaml:"heartbeat"`
+	// PProf adds Go's profiler (/debug/pprof/: CPU profiles, execution
+	// traces, heap and goroutine dumps) to the Listen address. Whoever
+	// reaches that address can then run profiles, so keep it off where
+	// metrics are scraped from outside. Default false.
+	PProf bool `yaml:"pprof"`
 }
 
 // RetryDelay returns the wait before the next run of an item that has

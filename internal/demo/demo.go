@@ -23,6 +23,9 @@ type demo struct {
 	keep    bool
 	out     io.Writer
 
+	dashboard string // the dashboard's listen address ("" none)
+	hold      bool   // keep everything running at the end until Ctrl-C
+
 	dir      string
 	cfg      string
 	env      []string
@@ -107,6 +110,13 @@ func (d *demo) runSteps(ctx context.Context) error {
 			return err
 		}
 	}
+	dashURL := ""
+	if d.dashboard != "" {
+		if dashURL, err = d.startDashboard(d.dashboard); err != nil {
+			return err
+		}
+		d.say("  Dashboard: \033[1m%s\033[0m (live: batches, keys, workers, dead letters; open it now)", dashURL)
+	}
 
 	d.step(1, "The pool: five keys, each with its own limits (the API is stricter than the pool knows for some)")
 	tw := tabwriter.NewWriter(d.out, 0, 0, 2, ' ', 0)
@@ -162,6 +172,14 @@ func (d *demo) runSteps(ctx context.Context) error {
 	d.say("then start workers anywhere with `bin/worker --config kf.yaml` and run `bin/producer enqueue --config kf.yaml --wait items.jsonl`.")
 	if leaks > 0 {
 		return fmt.Errorf("%d secrets found in the logs", leaks)
+	}
+	if d.hold {
+		where := ""
+		if dashURL != "" {
+			where = " The dashboard stays at " + dashURL + "."
+		}
+		d.say("\nHolding: NATS, Redis, the API, the workers are still running.%s Ctrl-C stops everything.", where)
+		<-ctx.Done()
 	}
 	return nil
 }

@@ -69,6 +69,12 @@ func TestWorkerServesMetricsAndHealth(t *testing.T) {
 	if code, body, err := get("http://" + addr + "/healthz"); err != nil || code != 200 || strings.TrimSpace(body) != "ok" {
 		t.Fatalf("/healthz: %d %q %v", code, body, err)
 	}
+	// Profiles only when worker.pprof asks for them (it does not here).
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/profile?seconds=1", "/debug/pprof/trace?seconds=1"} {
+		if code, _, err := get("http://" + addr + path); err != nil || code != http.StatusNotFound {
+			t.Errorf("%s without worker.pprof: want 404, got %d %v", path, code, err)
+		}
+	}
 	f.waitResults("obs", len(ids), 2*time.Minute)
 
 	code, metrics, err := get("http://" + addr + "/metrics")

@@ -59,7 +59,7 @@ func (q *Queue) PutDeadLetter(ctx context.Context, d DeadLetter) error {
 // ListDeadLetters calls fn with every dead-letter record of batch (all
 // batches when batch is "").
 func (q *Queue) ListDeadLetters(ctx context.Context, batch string, fn func(DeadLetter) error) error {
-	return q.readLast(ctx, q.dlqStream(), q.batchFilter("dlq", batch), false, func(data []byte, subj string, seq uint64) error {
+	return q.readLast(ctx, q.dlqStream(), q.batchFilter("dlq", batch), false, nil, func(data []byte, subj string, seq uint64) error {
 		var d DeadLetter
 		if err := json.Unmarshal(data, &d); err != nil {
 			return fmt.Errorf("queue: dead letter on %s: %w", subj, err)

@@ -8,6 +8,7 @@
 //	<Stream>_RESULTS  P.results.<batch>.<item> the latest outcome per item
 //	<Stream>_DLQ      P.dlq.<batch>.<item>     one dead-letter record per item
 //	KV <Stream>_WORKERS                       worker heartbeats (expire by TTL)
+//	KV <Stream>_BATCHES                       one record per batch: items enqueued (see BatchInfo)
 //
 // Batch and item IDs become subject tokens through Token, a reversible
 // escape that keeps letters, digits, '-' and '_' readable.

@@ -58,6 +58,10 @@ func Untoken(t string) (string, error) {
 	return b.String(), nil
 }
 
+// kvKey escapes an ID into a KV key: Token's escape, with '=' for '~'
+// (which KV keys cannot hold).
+func kvKey(id string) string { return strings.ReplaceAll(Token(id), "~", "=") }
+
 // CheckID reports whether an item or batch ID can be used.
 func CheckID(what, id string) error {
 	switch {
@@ -92,6 +96,7 @@ func (q *Queue) dlqSubjects() string            { return q.cfg.SubjectPrefix + "
 func (q *Queue) resultsStream() string          { return q.cfg.Stream + "_RESULTS" }
 func (q *Queue) dlqStream() string              { return q.cfg.Stream + "_DLQ" }
 func (q *Queue) workersBucket() string          { return q.cfg.Stream + "_WORKERS" }
+func (q *Queue) batchesBucket() string          { return q.cfg.Stream + "_BATCHES" }
 func (q *Queue) itemSubject(kind string) string { return q.cfg.SubjectPrefix + "." + kind }
 
 // ResultSubject is where an item's outcome is kept.

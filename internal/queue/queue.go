@@ -17,10 +17,10 @@ type Queue struct {
 	cfg Config
 
 	work, results, dlq jetstream.Stream
-	workers            jetstream.KeyValue
+	workers, batches   jetstream.KeyValue
 }
 
-// Open creates or updates the streams, the consumer and the worker bucket,
+// Open creates or updates the streams, the consumer and the buckets,
 // idempotently: whoever starts first creates them, later starts update them
 // to the same configuration. Workers open the queue this way.
 func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
@@ -103,6 +103,15 @@ func open(ctx context.Context, nc *nats.Conn, cfg Config, update bool) (*Queue, 
 		Replicas:    cfg.Replicas,
 	}); err != nil {
 		return nil, fmt.Errorf("queue: worker bucket %s: %w", q.workersBucket(), err)
+	}
+	if q.batches, err = ensureBucket(ctx, js, update, jetstream.KeyValueConfig{
+		Bucket:      q.batchesBucket(),
+		Description: "keyfleet batches: items enqueued per batch",
+		TTL:         cfg.ResultsMaxAge,
+		Storage:     storage,
+		Replicas:    cfg.Replicas,
+	}); err != nil {
+		return nil, fmt.Errorf("queue: batch bucket %s: %w", q.batchesBucket(), err)
 	}
 	return q, nil
 }

@@ -57,7 +57,7 @@ func (q *Queue) PutResult(ctx context.Context, r Result) error {
 // batches when batch is ""), streaming, and returns when it has seen them
 // all.
 func (q *Queue) ReadResults(ctx context.Context, batch string, fn func(Result) error) error {
-	return q.readLast(ctx, q.resultsStream(), q.batchFilter("results", batch), false, func(data []byte, subj string, _ uint64) error {
+	return q.readLast(ctx, q.resultsStream(), q.batchFilter("results", batch), false, nil, func(data []byte, subj string, _ uint64) error {
 		var r Result
 		if err := json.Unmarshal(data, &r); err != nil {
 			return fmt.Errorf("queue: result on %s: %w", subj, err)
@@ -70,7 +70,7 @@ func (q *Queue) ReadResults(ctx context.Context, batch string, fn func(Result) e
 // then with every new one, until fn returns false, fn fails or ctx ends.
 func (q *Queue) WatchResults(ctx context.Context, batch string, fn func(Result) (more bool, err error)) error {
 	errStop := fmt.Errorf("stop")
-	err := q.readLast(ctx, q.resultsStream(), q.batchFilter("results", batch), true, func(data []byte, subj string, _ uint64) error {
+	err := q.readLast(ctx, q.resultsStream(), q.batchFilter("results", batch), true, nil, func(data []byte, subj string, _ uint64) error {
 		var r Result
 		if err := json.Unmarshal(data, &r); err != nil {
 			return fmt.Errorf("queue: result on %s: %w", subj, err)
@@ -90,9 +90,24 @@ func (q *Queue) WatchResults(ctx context.Context, batch string, fn func(Result) 
 	return err
 }
 
+// FollowResults calls fn with the latest result of every item of every
+// batch, then caughtUp (once, also when there is none), then fn with every
+// new result, until ctx ends (it returns ctx's cause), fn fails or the
+// stream cannot be read.
+func (q *Queue) FollowResults(ctx context.Context, fn func(Result) error, caughtUp func()) error {
+	return q.readLast(ctx, q.resultsStream(), q.batchFilter("results", ""), true, caughtUp, func(data []byte, subj string, _ uint64) error {
+		var r Result
+		if err := json.Unmarshal(data, &r); err != nil {
+			return nil // not a result of ours: skip it, keep following
+		}
+		return fn(r)
+	})
+}
+
 // readLast streams the last message of every subject matching filter with
-// an ordered consumer. Without follow it stops when it has caught up.
-func (q *Queue) readLast(ctx context.Context, stream, filter string, follow bool, fn func(data []byte, subject string, seq uint64) error) error {
+// an ordered consumer. Without follow it stops when it has caught up;
+// caughtUp (optional) is called once when it has.
+func (q *Queue) readLast(ctx context.Context, stream, filter string, follow bool, caughtUp func(), fn func(data []byte, subject string, seq uint64) error) error {
 	cons, err := q.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{filter},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
@@ -100,13 +115,19 @@ func (q *Queue) readLast(ctx context.Context, stream, filter string, follow bool
 	if err != nil {
 		return fmt.Errorf("queue: read %s: %w", stream, err)
 	}
-	if !follow {
+	if !follow || caughtUp != nil {
 		info, err := cons.Info(ctx)
 		if err != nil {
 			return fmt.Errorf("queue: read %s: %w", stream, err)
 		}
 		if info.NumPending == 0 {
-			return nil
+			if caughtUp != nil {
+				caughtUp()
+				caughtUp = nil
+			}
+			if !follow {
+				return nil
+			}
 		}
 	}
 	it, err := cons.Messages()
@@ -130,6 +151,10 @@ func (q *Queue) readLast(ctx context.Context, stream, filter string, follow bool
 		}
 		if err := fn(msg.Data(), msg.Subject(), meta.Sequence.Stream); err != nil {
 			return err
+		}
+		if caughtUp != nil && meta.NumPending == 0 {
+			caughtUp()
+			caughtUp = nil
 		}
 		if !follow && meta.NumPending == 0 {
 			return nil

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -28,7 +27,7 @@ type WorkerInfo struct {
 	LastSeen    time.Time `json:"last_seen"`
 }
 
-func workerKey(id string) string { return strings.ReplaceAll(Token(id), "~", "=") }
+func workerKey(id string) string { return kvKey(id) }
 
 // Announce records a worker's heartbeat; it expires after HeartbeatTTL.
 func (q *Queue) Announce(ctx context.Context, w WorkerInfo) error {

@@ -59,9 +59,10 @@ type Worker struct {
 	started   time.Time
 
 	registerMu sync.Mutex
-	busy       atomic.Int64
-	done       atomic.Int64
-	failed     atomic.Int64
+	busy       activityCounter
+	done       activityCounter
+	failed     activityCounter
+	activity   chan struct{} // busy, done and failed signal their changes here (heartbeat.go)
 	draining   atomic.Bool
 	redisOK    atomic.Bool
 	synced     atomic.Bool
@@ -97,6 +98,8 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 		secrets: secrets,
 		started: time.Now(),
 	}
+	w.activity = make(chan struct{}, 1)
+	w.busy.changed, w.done.changed, w.failed.changed = w.activity, w.activity, w.activity
 	all := make([]secret.Secret, 0, len(secrets))
 	ids := make([]string, 0, len(secrets))
 	for _, c := range cfg.Pool.Credentials {
@@ -250,6 +253,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.log.Info("shutting down: no new items; in-flight items may finish",
 		zap.Int64("in_flight", w.busy.Load()), zap.Duration("grace", grace))
 	w.draining.Store(true)
+	w.noteActivity() // announce the draining state
 	stopPull(errDraining)
 
 	idle := make(chan struct{})
@@ -318,37 +322,4 @@ func (w *Worker) kinds() []string {
 		}
 	}
 	return ks
-}
-
-// heartbeat announces the worker in the registry until ctx ends.
-func (w *Worker) heartbeat(ctx context.Context) {
-	every := w.cfg.Worker.Heartbeat
-	if every <= 0 {
-		every = 5 * time.Second
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		state := "running"
-		if w.draining.Load() {
-			state = "draining"
-		}
-		host, _ := os.Hostname()
-		info := queue.WorkerInfo{
-			ID: w.id, Host: host, PID: os.Getpid(), Version: version.Version, State: state,
-			Concurrency: w.cfg.Worker.Concurrency, Busy: int(w.busy.Load()),
-			Done: w.done.Load(), Failed: w.failed.Load(), Kinds: w.kinds(),
-			StartedAt: w.started, LastSeen: time.Now(),
-		}
-		actx, cancel := context.WithTimeout(ctx, every)
-		if err := w.q.Announce(actx, info); err != nil && ctx.Err() == nil {
-			w.log.Warn("heartbeat", zap.Error(err))
-		}
-		cancel()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }

@@ -1,0 +1,370 @@
+// keyfleet dashboard: renders /api/status and every server-sent event of
+// /api/events. No framework, no build step; every value reaches the page
+// through textContent, never as HTML.
+'use strict';
+
+(() => {
+  const readOnly = document.body.dataset.readOnly === 'true';
+  const $ = (id) => document.getElementById(id);
+  const charts = new Map(); // credential id -> its <img>, kept across renders
+  let chartSample = -1;
+  let lastEvent = 0;
+  let intervalMS = 1000;
+
+  // el builds an element: el('td', {class: 'num'}, 'text', child, ...).
+  function el(tag, attrs, ...kids) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === 'class') e.className = v;
+      else if (k === 'text') e.textContent = v;
+      else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+      else if (k.startsWith('data-')) e.setAttribute(k, String(v));
+      else e[k] = v;
+    }
+    for (const kid of kids.flat()) {
+      if (kid === undefined || kid === null || kid === false) continue;
+      e.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
+    }
+    return e;
+  }
+
+  const num = (n) => (n ?? 0).toLocaleString('en-US');
+  const plural = (n, one, many) => `${num(n)} ${n === 1 ? one : many}`;
+
+  function dur(sec) {
+    if (sec === null || sec === undefined || !isFinite(sec)) return '–';
+    sec = Math.max(0, Math.round(sec));
+    if (sec < 60) return `${sec}s`;
+    if (sec < 3600) return `${Math.floor(sec / 60)}m ${String(sec % 60).padStart(2, '0')}s`;
+    return `${Math.floor(sec / 3600)}h ${String(Math.floor(sec % 3600 / 60)).padStart(2, '0')}m`;
+  }
+  function ago(now, t) {
+    if (!t) return 'never';
+    return `${dur((now - Date.parse(t)) / 1000)} ago`;
+  }
+  function clock(t) {
+    if (!t) return '–';
+    return new Date(t).toLocaleTimeString([], {hour: '2-digit', minute: '2-digit', second: '2-digit'});
+  }
+  function bytes(n) {
+    if (n >= 1 << 30) return `${(n / (1 << 30)).toFixed(1)} GiB`;
+    if (n >= 1 << 20) return `${(n / (1 << 20)).toFixed(1)} MiB`;
+    if (n >= 1 << 10) return `${(n / (1 << 10)).toFixed(1)} KiB`;
+    return `${n} B`;
+  }
+  function rate(r) {
+    if (!r) return '0';
+    return r >= 100 ? r.toFixed(0) : r >= 10 ? r.toFixed(1) : r.toFixed(2);
+  }
+
+  // meter is a small bar: used of max.
+  function meter(used, max, cls) {
+    const pct = max > 0 ? Math.min(100, 100 * used / max) : 0;
+    const fill = el('span', {class: 'fill ' + (cls || '')});
+    fill.style.width = pct + '%';
+    return el('span', {class: 'meter'}, fill);
+  }
+
+  function table(head, rows, attrs) {
+    return el('table', attrs || {},
+      el('thead', {}, el('tr', {}, head.map((h) => el('th', {class: h.startsWith('#') ? 'num' : ''}, h.replace(/^#/, ''))))),
+      el('tbody', {}, rows));
+  }
+
+  // ---- actions (only with an admin token) ------------------------------
+
+  function toast(msg, bad) {
+    const t = $('toast');
+    t.textContent = msg;
+    t.className = 'toast' + (bad ? ' bad' : '');
+    t.hidden = false;
+    clearTimeout(toast.timer);
+    toast.timer = setTimeout(() => { t.hidden = true; }, 5000);
+  }
+
+  async function act(path, body, what) {
+    const token = ($('token') || {}).value || '';
+    if (!token) {
+      toast('Enter the admin token first (top right).', true);
+      return;
+    }
+    try {
+      const resp = await fetch(path, {
+        method: 'POST',
+        headers: {'Content-Type': 'application/json', 'Authorization': 'Bearer ' + token},
+        body: JSON.stringify(body),
+        credentials: 'omit',
+        cache: 'no-store',
+      });
+      const out = await resp.json().catch(() => ({}));
+      if (!resp.ok) toast(`${what}: refused (${resp.status}): ${out.error || resp.statusText}`, true);
+      else toast(`${what}: done${out.replayed !== undefined ? ` (${plural(out.replayed, 'item', 'items')} back on the queue)` : ''}.`);
+    } catch (e) {
+      toast(`${what}: ${e}`, true);
+    }
+  }
+
+  const actionButton = (label, onclick, cls) =>
+    readOnly ? null : el('button', {type: 'button', class: 'action ' + (cls || ''), onclick}, label);
+
+  // ---- sections ---------------------------------------------------------
+
+  function renderBatches(s) {
+    const bs = s.batches || [];
+    if (bs.length === 0) {
+      return el('p', {class: 'muted'}, 'No batches yet: `producer enqueue` records each batch\'s total here.');
+    }
+    const rows = bs.map((b) => {
+      const total = b.total_known ? b.total : Math.max(b.done, 1);
+      const ok = el('span', {class: 'fill ok'});
+      const bad = el('span', {class: 'fill bad'});
+      ok.style.width = (100 * b.succeeded / total) + '%';
+      bad.style.width = (100 * b.failed / total) + '%';
+      const pct = b.total_known && b.total > 0 ? Math.min(100, Math.floor(100 * b.done / b.total)) : null;
+      const text = b.total_known ? `${num(b.done)} / ${num(b.total)}${pct !== null ? ` (${pct}%)` : ''}` : `${num(b.done)} / ?`;
+      let eta = '–';
+      if (b.complete) eta = 'done';
+      else if (b.eta_seconds !== null && b.eta_seconds !== undefined) eta = dur(b.eta_seconds);
+      else if (b.total_known && s.dashboard.results_caught_up && b.last_result_at &&
+        Date.parse(s.at) - Date.parse(b.last_result_at) > 60000) eta = 'stalled';
+      return el('tr', {'data-batch': b.id, 'data-done': b.done, 'data-total': b.total, class: b.complete ? 'complete' : ''},
+        el('td', {class: 'id'}, b.id),
+        el('td', {}, b.kind || '–'),
+        el('td', {class: 'progress-cell'},
+          el('span', {class: 'progress'}, ok, bad),
+          el('span', {class: 'progress-text'}, text)),
+        el('td', {class: 'num' + (b.failed ? ' bad-text' : '')}, num(b.failed)),
+        el('td', {class: 'num'}, rate(b.rate)),
+        el('td', {class: 'num'}, eta),
+        el('td', {class: 'muted'}, b.enqueued_at ? ago(Date.parse(s.at), b.enqueued_at) : '–'));
+    });
+    return table(['Batch', 'Kind', 'Progress (succeeded · failed)', '#Failed', '#Items/s', '#ETA', 'Enqueued'], rows, {class: 'batches'});
+  }
+
+  // limits lists what limits a credential: each with its use in its
+  // window. It reads `limits` when the pool reports a list, else the
+  // single rate of today's report.
+  function limits(c) {
+    if (Array.isArray(c.limits) && c.limits.length > 0) {
+      return c.limits.map((l) => ({
+        label: l.spec || l.text || l.kind || JSON.stringify(l),
+        used: l.used ?? l.in_window ?? l.use ?? null,
+        max: l.max ?? l.n ?? l.capacity ?? null,
+        note: l.next_room ? `room at ${clock(l.next_room)}` : '',
+      }));
+    }
+    if (c.rate) {
+      const n = parseInt(c.rate, 10);
+      return [{label: `rate ${c.rate}`, used: c.starts_in_window, max: isNaN(n) ? null : n, note: 'starts in the window'}];
+    }
+    return [];
+  }
+
+  // rest says until when and why a credential rests, if it does.
+  function rest(c, now) {
+    const r = c.rest || (c.cooling_until ? {until: c.cooling_until, cause: c.cooling_reason} : null);
+    if (!r || !r.until) return null;
+    const left = (Date.parse(r.until) - now) / 1000;
+    return el('div', {class: 'rest'},
+      el('b', {}, `resting until ${clock(r.until)}`), ` (in ${dur(left)})`,
+      (r.cause || r.reason) ? el('div', {class: 'why'}, r.cause || r.reason) : null);
+  }
+
+  // Cards are kept per credential and updated in place: a button under
+  // the operator's pointer, and the chart, survive every update.
+  const cards = new Map(); // id -> {card, body, img, actions, state}
+
+  function cardFor(id) {
+    let k = cards.get(id);
+    if (!k) {
+      k = {
+        body: el('div'),
+        img: el('img', {class: 'chart', alt: `${id}: starts/s, rate-limited replies/s and leases in flight over the last minutes`}),
+        actions: el('div', {class: 'actions'}),
+        state: null,
+      };
+      k.card = el('article', {class: 'card cred', 'data-id': id}, k.body, k.img, k.actions);
+      cards.set(id, k);
+    }
+    return k;
+  }
+
+  function renderPool(s) {
+    const p = s.pool;
+    const now = Date.parse(p.at || s.at);
+    $('pool-summary').replaceChildren(
+      `${plural(p.total, 'key', 'keys')}: `,
+      el('span', {class: 'st available'}, `${p.available} available`), ' · ',
+      el('span', {class: 'st busy'}, `${p.leased} leased`), ' · ',
+      el('span', {class: 'st cooling'}, `${p.cooling} resting`), ' · ',
+      el('span', {class: 'st disabled'}, `${p.disabled} disabled`), ' · ',
+      `${plural(p.in_flight, 'lease', 'leases')} in flight`);
+    if (!p.credentials || p.credentials.length === 0) {
+      return [el('p', {class: 'muted'}, 'No credentials yet: workers register the ones in their configuration when they start.')];
+    }
+    // Charts are fetched again every other reading.
+    const sample = Math.floor((s.dashboard.sample || 0) / 2);
+    const out = p.credentials.map((c) => {
+      const k = cardFor(c.id);
+      const lims = limits(c);
+      const holders = (c.holders || []).slice(0, 3).map((h) =>
+        el('li', {}, h.owner, el('span', {class: 'muted'}, ` · expires in ${dur((Date.parse(h.expires) - now) / 1000)}`)));
+      const more = (c.holders || []).length - holders.length;
+      k.card.dataset.state = c.state;
+      k.body.replaceChildren(
+        el('div', {class: 'card-head'},
+          el('h3', {}, c.id),
+          el('span', {class: 'badge st ' + c.state}, c.state)),
+        el('div', {class: 'line'},
+          el('span', {class: 'label'}, 'in flight'),
+          meter(c.in_flight, c.max_concurrent, c.in_flight >= c.max_concurrent ? 'full' : ''),
+          el('span', {class: 'val inflight'}, `${c.in_flight} / ${c.max_concurrent}`)),
+        ...lims.map((l) => el('div', {class: 'line'},
+          el('span', {class: 'label'}, l.label),
+          l.max ? meter(l.used || 0, l.max, (l.used || 0) >= l.max ? 'full' : '') : el('span', {class: 'meter none'}),
+          el('span', {class: 'val'}, l.used !== null ? `${l.used}${l.max ? ' / ' + l.max : ''}` : '–'),
+          l.note ? el('span', {class: 'muted note'}, l.note) : null)),
+        rest(c, now) || '',
+        c.state === 'disabled' ? el('div', {class: 'disabled-reason'},
+          el('b', {}, 'disabled: '), c.disabled_reason || '(no reason given)',
+          c.disabled_at ? el('span', {class: 'muted'}, ` · ${ago(now, c.disabled_at)}`) : null) : '',
+        holders.length ? el('ul', {class: 'holders'}, holders, more > 0 ? el('li', {class: 'muted'}, `and ${more} more`) : null) : '',
+        el('div', {class: 'muted small'}, `last used ${ago(now, c.last_used)}`));
+      if (sample !== chartSample || !k.img.src) {
+        k.img.src = `/api/chart?key=${encodeURIComponent(c.id)}&n=${sample}`;
+      }
+      const disabled = c.state === 'disabled';
+      if (k.state !== disabled) {
+        k.state = disabled;
+        k.actions.replaceChildren(disabled
+          ? actionButton('Enable', () => act('/api/creds/enable', {id: c.id}, `enable ${c.id}`)) || ''
+          : actionButton('Disable…', () => {
+            const reason = prompt(`Disable ${c.id}: why?`, 'disabled from the dashboard');
+            if (reason !== null) act('/api/creds/disable', {id: c.id, reason}, `disable ${c.id}`);
+          }, 'danger') || '');
+      }
+      return k.card;
+    });
+    chartSample = sample;
+    for (const id of cards.keys()) {
+      if (!p.credentials.some((c) => c.id === id)) cards.delete(id);
+    }
+    return out;
+  }
+
+  function renderWorkers(s) {
+    const ws = s.workers || [];
+    const now = Date.parse(s.at);
+    const busy = ws.reduce((a, w) => a + w.busy, 0);
+    const slots = ws.reduce((a, w) => a + w.concurrency, 0);
+    $('workers-summary').textContent = `${plural(ws.length, 'worker', 'workers')} · ${busy} of ${slots} slots busy`;
+    if (ws.length === 0) {
+      return el('p', {class: 'muted'}, `No worker heard from in the last ${dur(s.dashboard.heartbeat_ttl_seconds)}.`);
+    }
+    return table(['Worker', 'State', 'Slots busy', '#Done', '#Failed', 'Kinds', 'Last seen'], ws.map((w) =>
+      el('tr', {'data-worker': w.id, 'data-busy': w.busy, 'data-done': w.done},
+        el('td', {class: 'id', title: `${w.host} · pid ${w.pid} · ${w.version}`}, w.id),
+        el('td', {}, el('span', {class: 'badge st ' + (w.state === 'running' ? 'available' : 'cooling')}, w.state)),
+        el('td', {class: 'slots'}, meter(w.busy, w.concurrency), ` ${w.busy} / ${w.concurrency}`),
+        el('td', {class: 'num'}, num(w.done)),
+        el('td', {class: 'num' + (w.failed ? ' bad-text' : '')}, num(w.failed)),
+        el('td', {}, (w.kinds || []).join(', ')),
+        el('td', {class: 'muted'}, ago(now, w.last_seen)))));
+  }
+
+  function tile(label, value, note, cls) {
+    return el('div', {class: 'tile ' + (cls || '')}, el('div', {class: 'tile-val'}, value), el('div', {class: 'tile-label'}, label),
+      note ? el('div', {class: 'muted small'}, note) : null);
+  }
+
+  function renderQueue(s) {
+    const c = s.consumer;
+    const now = Date.parse(s.at);
+    return [
+      tile('backlog', num(c.pending + c.ack_pending), 'pending + ack pending', 'big'),
+      tile('pending', num(c.pending), 'not yet delivered'),
+      tile('ack pending', num(c.ack_pending), 'running or waiting for a key'),
+      tile('redelivered', num(c.redelivered), 'of those, delivered again', c.redelivered ? 'warn' : ''),
+      tile('waiting pulls', num(c.waiting_pulls), 'idle worker slots'),
+      tile('stream', num(s.stream.messages), bytes(s.stream.bytes)),
+      tile('results kept', num(s.results), ''),
+      tile('last delivery', c.last_active ? ago(now, c.last_active) : 'never', ''),
+    ];
+  }
+
+  function renderDeadLetters(s) {
+    const list = s.dead_letter_list || [];
+    $('dl-summary').textContent = `${num(s.dead_letters)} kept` + (s.dead_letters > list.length ? ` · newest ${list.length} shown` : '');
+    if (list.length === 0) return [el('p', {class: 'muted'}, 'No dead letters.')];
+    const all = actionButton(`Replay all ${num(s.dead_letters)}`, () => {
+      if (confirm(`Put all ${s.dead_letters} dead letters back on the queue with fresh attempts?`)) act('/api/dlq/replay', {}, 'replay all');
+    });
+    const head = ['Item', 'Batch', 'Kind', 'Reason', '#Attempts', 'Last error', 'Failed at'];
+    if (!readOnly) head.push('');
+    return [all ? el('div', {class: 'toolbar'}, all) : null, table(head, list.map((d) =>
+      el('tr', {'data-item': d.item},
+        el('td', {class: 'id'}, d.item),
+        el('td', {class: 'id'}, d.batch),
+        el('td', {}, d.kind),
+        el('td', {}, el('span', {class: 'badge reason'}, d.reason)),
+        el('td', {class: 'num'}, d.attempts),
+        el('td', {class: 'err', title: d.error}, d.error),
+        el('td', {class: 'muted'}, clock(d.failed_at)),
+        readOnly ? null : el('td', {}, actionButton('Replay', () =>
+          act('/api/dlq/replay', {batch: d.batch, items: [d.item]}, `replay ${d.item}`))))), {class: 'dead'})];
+  }
+
+  function render(s) {
+    intervalMS = s.dashboard.interval_ms || 1000;
+    const err = $('error');
+    if (s.dashboard.error) {
+      err.textContent = `The last reading failed at ${clock(s.dashboard.error_at)}: ${s.dashboard.error}. Showing the last good one.`;
+      err.hidden = false;
+    } else {
+      err.hidden = true;
+    }
+    $('updated').textContent = `updated ${clock(s.at)}`;
+    $('batches').replaceChildren(renderBatches(s));
+    replaceIfChanged($('pool'), renderPool(s));
+    $('workers').replaceChildren(renderWorkers(s));
+    $('queue').replaceChildren(...renderQueue(s));
+    // The list is drawn again only when it changes (its buttons stay put).
+    const dlKey = JSON.stringify([s.dead_letters, s.dead_letter_list]);
+    if (dlKey !== render.dlKey) {
+      render.dlKey = dlKey;
+      $('deadletters').replaceChildren(...renderDeadLetters(s).filter(Boolean));
+    }
+    document.body.dataset.sample = s.dashboard.sample;
+  }
+
+  // replaceIfChanged sets parent's children unless they are already these
+  // nodes in this order (moving a node would cancel a click on it).
+  function replaceIfChanged(parent, nodes) {
+    const cur = parent.children;
+    if (cur.length === nodes.length && nodes.every((n, i) => cur[i] === n)) return;
+    parent.replaceChildren(...nodes);
+  }
+
+  function setConn(live) {
+    const c = $('conn');
+    c.dataset.state = live ? 'live' : 'reconnecting';
+    c.textContent = live ? 'live' : 'reconnecting…';
+  }
+
+  function connect() {
+    const es = new EventSource('/api/events');
+    es.addEventListener('status', (e) => {
+      lastEvent = Date.now();
+      setConn(true);
+      render(JSON.parse(e.data));
+    });
+    es.onerror = () => setConn(false);
+    setInterval(() => {
+      if (Date.now() - lastEvent > 5 * intervalMS + 2000) setConn(false);
+    }, 1000);
+  }
+
+  fetch('/api/status', {cache: 'no-store'}).then((r) => r.json()).then((s) => { if (!lastEvent) render(s); }).catch(() => {});
+  connect();
+})();

@@ -1,0 +1,233 @@
+package dashboard
+
+import (
+	"hash/fnv"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/keyfleet/keyfleet/internal/queue"
+)
+
+// Batch is one batch's progress on the page and in /api/status.
+type Batch struct {
+	ID   string `json:"id"`
+	Kind string `json:"kind"`
+	// Total is the number of distinct items enqueued (the batch's record);
+	// TotalKnown is false for a batch with results but no record (one
+	// enqueued before records existed).
+	Total      int64 `json:"total"`
+	TotalKnown bool  `json:"total_known"`
+	// Done = Succeeded + Failed: items with an outcome, each counted once
+	// by its latest outcome.
+	Done      int64 `json:"done"`
+	Succeeded int64 `json:"succeeded"`
+	Failed    int64 `json:"failed"`
+	// Rate is items done per second: over the last minute while the batch
+	// runs, over its whole run once it is complete.
+	Rate float64 `json:"rate"`
+	// ETASeconds and ETA: when the rest will be done at Rate (null when
+	// complete, unknown or stalled).
+	ETASeconds   *float64   `json:"eta_seconds"`
+	ETA          *time.Time `json:"eta"`
+	Complete     bool       `json:"complete"`
+	EnqueuedAt   *time.Time `json:"enqueued_at"`
+	LastResultAt *time.Time `json:"last_result_at"`
+}
+
+// Rate and listing bounds.
+const (
+	rateWindow   = time.Minute // the rate of a running batch is taken over it
+	minRateSpan  = 2 * time.Second
+	maxBatches   = 50 // batches shown, the most recently active first
+	outcomeOK    = uint8(1)
+	outcomeNotOK = uint8(2)
+)
+
+// tally counts each batch's items by their latest outcome, from the
+// results stream (which keeps the latest result of every item). Items are
+// kept as 64-bit hashes of their IDs: about 20 bytes an item.
+type tally struct {
+	mu      sync.Mutex
+	batches map[string]*batchTally
+	records map[string]queue.BatchInfo
+	// ready: the results stream has been read up to its end once. Until
+	// then counts climb as old results are read, which is no rate.
+	ready bool
+}
+
+type batchTally struct {
+	items             map[uint64]uint8
+	succeeded, failed int64
+	kind              string
+	first, last       time.Time // finish times of the results seen
+	samples           []doneSample
+}
+
+type doneSample struct {
+	at   time.Time
+	done int64
+}
+
+func newTally() *tally {
+	return &tally{batches: map[string]*batchTally{}, records: map[string]queue.BatchInfo{}}
+}
+
+func itemHash(id string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(id))
+	return h.Sum64()
+}
+
+// result counts one result; a result seen again (the stream read anew
+// after a reconnect) changes nothing, a newer outcome of the same item
+// replaces its older one.
+func (t *tally) result(r queue.Result) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.batches[r.Batch]
+	if b == nil {
+		b = &batchTally{items: map[uint64]uint8{}, kind: r.Kind}
+		t.batches[r.Batch] = b
+	}
+	now := outcomeOK
+	if r.Outcome != queue.OutcomeSucceeded {
+		now = outcomeNotOK
+	}
+	k := itemHash(r.Item)
+	switch b.items[k] {
+	case now:
+	case outcomeOK:
+		b.succeeded--
+	case outcomeNotOK:
+		b.failed--
+	}
+	if b.items[k] != now {
+		b.items[k] = now
+		if now == outcomeOK {
+			b.succeeded++
+		} else {
+			b.failed++
+		}
+	}
+	if f := r.FinishedAt; !f.IsZero() {
+		if b.first.IsZero() || f.Before(b.first) {
+			b.first = f
+		}
+		if f.After(b.last) {
+			b.last = f
+		}
+	}
+}
+
+// caughtUp marks the first reading of the results stream as complete.
+func (t *tally) caughtUp() {
+	t.mu.Lock()
+	t.ready = true
+	t.mu.Unlock()
+}
+
+// record keeps a batch's record (its total).
+func (t *tally) record(b queue.BatchInfo) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.records[b.ID] = b
+}
+
+// rows returns the batches to show at now, the running ones first, then the
+// most recently active; it also takes the sample their rates come from.
+func (t *tally) rows(now time.Time) []Batch {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ids := map[string]bool{}
+	for id := range t.batches {
+		ids[id] = true
+	}
+	for id := range t.records {
+		ids[id] = true
+	}
+	out := make([]Batch, 0, len(ids))
+	active := map[string]time.Time{}
+	running := map[string]bool{}
+	for id := range ids {
+		b := t.batches[id]
+		if b == nil {
+			b = &batchTally{items: map[uint64]uint8{}}
+			t.batches[id] = b
+		}
+		rec, known := t.records[id]
+		row := Batch{ID: id, Kind: b.kind, TotalKnown: known, Succeeded: b.succeeded, Failed: b.failed}
+		row.Done = row.Succeeded + row.Failed
+		row.Total = row.Done
+		if known {
+			row.Kind, row.Total, row.EnqueuedAt = rec.Kind, rec.Total, timePtr(rec.EnqueuedAt)
+		}
+		row.LastResultAt = timePtr(b.last)
+		row.Complete = known && row.Done >= row.Total
+		if t.ready {
+			b.samples = append(b.samples, doneSample{at: now, done: row.Done})
+			for len(b.samples) > 2 && now.Sub(b.samples[1].at) >= rateWindow {
+				b.samples = b.samples[1:]
+			}
+		}
+		row.Rate = b.rate(row, rec, known)
+		if !row.Complete && known && row.Rate > 0 {
+			secs := float64(row.Total-row.Done) / row.Rate
+			eta := now.Add(time.Duration(secs * float64(time.Second))).UTC()
+			row.ETASeconds, row.ETA = &secs, &eta
+		}
+		last := rec.UpdatedAt
+		if b.last.After(last) {
+			last = b.last
+		}
+		active[id] = last
+		// Running: short of its total; without a record, results lately.
+		running[id] = known && !row.Complete || !known && now.Sub(b.last) < rateWindow
+		out = append(out, row)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if ri, rj := running[out[i].ID], running[out[j].ID]; ri != rj {
+			return ri
+		}
+		if a, b := active[out[i].ID], active[out[j].ID]; !a.Equal(b) {
+			return a.After(b)
+		}
+		return out[i].ID < out[j].ID
+	})
+	if len(out) > maxBatches {
+		out = out[:maxBatches]
+	}
+	return out
+}
+
+// rate is items/s: over the samples of the last minute while the batch
+// runs (0 when nothing was done in it), over the whole run once complete.
+func (b *batchTally) rate(row Batch, rec queue.BatchInfo, known bool) float64 {
+	if row.Complete {
+		from := b.first
+		if known && !rec.EnqueuedAt.IsZero() && (from.IsZero() || rec.EnqueuedAt.Before(from)) {
+			from = rec.EnqueuedAt
+		}
+		if span := b.last.Sub(from).Seconds(); span > 0 {
+			return float64(row.Done) / span
+		}
+		return 0
+	}
+	if len(b.samples) < 2 {
+		return 0
+	}
+	first, last := b.samples[0], b.samples[len(b.samples)-1]
+	span := last.at.Sub(first.at)
+	if span < minRateSpan {
+		return 0
+	}
+	return float64(last.done-first.done) / span.Seconds()
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}

@@ -1,0 +1,164 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// BatchInfo is a batch's record, written by enqueue: how many distinct
+// items the batch holds, so that its progress can be shown without the
+// input file. The results stream says how many are done.
+type BatchInfo struct {
+	ID string `json:"id"`
+	// Kind of its items; several enqueues of different kinds give them
+	// all, comma separated.
+	Kind string `json:"kind"`
+	// Total counts the items the server stored as new: an item enqueued
+	// again inside the duplicate window is a duplicate and adds nothing,
+	// so a batch enqueued in several runs adds up correctly.
+	Total int64 `json:"total"`
+	// EnqueuedAt is the first enqueue's time, UpdatedAt the last one that
+	// added items.
+	EnqueuedAt time.Time `json:"enqueued_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
+}
+
+// maxBatchUpdateTries bounds the compare-and-set retries of AddToBatch
+// (each lost race means another producer added to the same batch).
+const maxBatchUpdateTries = 20
+
+// AddToBatch adds n new items of kind to batch's record, creating it on the
+// first enqueue. Concurrent enqueues of the same batch add up: the record
+// is updated with a compare-and-set.
+func (q *Queue) AddToBatch(ctx context.Context, batch, kind string, n int) (BatchInfo, error) {
+	key := kvKey(batch)
+	for range maxBatchUpdateTries {
+		now := time.Now().UTC()
+		e, err := q.batches.Get(ctx, key)
+		var b BatchInfo
+		var rev uint64
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			b = BatchInfo{ID: batch, EnqueuedAt: now}
+		case err != nil:
+			return BatchInfo{}, fmt.Errorf("queue: read batch record %q: %w", batch, err)
+		default:
+			if err := json.Unmarshal(e.Value(), &b); err != nil {
+				return BatchInfo{}, fmt.Errorf("queue: batch record %q: %w", batch, err)
+			}
+			rev = e.Revision()
+		}
+		b.Total += int64(n)
+		b.Kind = addKind(b.Kind, kind)
+		b.UpdatedAt = now
+		data, err := json.Marshal(b)
+		if err != nil {
+			return BatchInfo{}, fmt.Errorf("queue: encode batch record %q: %w", batch, err)
+		}
+		if rev == 0 {
+			_, err = q.batches.Create(ctx, key, data)
+		} else {
+			_, err = q.batches.Update(ctx, key, data, rev)
+		}
+		if err == nil {
+			return b, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLastSequence(err) {
+			return BatchInfo{}, fmt.Errorf("queue: write batch record %q: %w", batch, err)
+		}
+		// Another enqueue of the batch got there first: read it again.
+	}
+	return BatchInfo{}, fmt.Errorf("queue: write batch record %q: gave up after %d concurrent updates", batch, maxBatchUpdateTries)
+}
+
+func isWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// addKind adds kind to a comma-separated, sorted list of kinds.
+func addKind(kinds, kind string) string {
+	if kinds == "" {
+		return kind
+	}
+	list := strings.Split(kinds, ",")
+	if kind == "" || slices.Contains(list, kind) {
+		return kinds
+	}
+	list = append(list, kind)
+	sort.Strings(list)
+	return strings.Join(list, ",")
+}
+
+// Batches lists the batch records, newest first.
+func (q *Queue) Batches(ctx context.Context) ([]BatchInfo, error) {
+	keys, err := q.batches.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("queue: list batches: %w", err)
+	}
+	var out []BatchInfo
+	for k := range keys.Keys() {
+		e, err := q.batches.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("queue: batch record %s: %w", k, err)
+		}
+		var b BatchInfo
+		if err := json.Unmarshal(e.Value(), &b); err != nil {
+			continue // not ours
+		}
+		out = append(out, b)
+	}
+	sortBatches(out)
+	return out, nil
+}
+
+func sortBatches(bs []BatchInfo) {
+	sort.Slice(bs, func(i, j int) bool {
+		if !bs[i].EnqueuedAt.Equal(bs[j].EnqueuedAt) {
+			return bs[i].EnqueuedAt.After(bs[j].EnqueuedAt)
+		}
+		return bs[i].ID < bs[j].ID
+	})
+}
+
+// WatchBatches calls fn with every batch record and then with every change,
+// until ctx ends (it then returns nil) or the watch fails.
+func (q *Queue) WatchBatches(ctx context.Context, fn func(BatchInfo)) error {
+	w, err := q.batches.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("queue: watch batches: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("queue: watch batches: the watch ended")
+			}
+			if e == nil {
+				continue // the initial values are all in
+			}
+			var b BatchInfo
+			if err := json.Unmarshal(e.Value(), &b); err != nil {
+				continue
+			}
+			fn(b)
+		}
+	}
+}

@@ -1,0 +1,84 @@
+package status
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/pkg/creds"
+)
+
+// Read builds a Report from the queue and the pool. Its errors name what
+// could not be read ("reading the queue: ..."); the report holds what was
+// read before the error.
+func Read(ctx context.Context, q *queue.Queue, pool *creds.Pool) (Report, error) {
+	rep := Report{At: time.Now().UTC(), Workers: []Worker{}, Pool: Pool{Credentials: []Credential{}}}
+	qs, err := q.Stats(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("reading the queue: %w", err)
+	}
+	rep.Stream = Stream{Name: qs.Stream.Name, Messages: qs.Stream.Messages, Bytes: qs.Stream.Bytes}
+	rep.Consumer = Consumer{
+		Name: qs.Consumer.Name, Pending: qs.Consumer.Pending, AckPending: qs.Consumer.AckPending,
+		Redelivered: qs.Consumer.Redelivered, WaitingPulls: qs.Consumer.Waiting, LastActive: TimePtr(qs.Consumer.LastActive),
+	}
+	rep.DeadLetters, rep.Results = qs.DeadLetters, qs.Results
+	ws, err := q.Workers(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("reading the worker registry: %w", err)
+	}
+	rep.Workers = WorkersReport(ws)
+	ps, err := pool.Stats(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("reading the credential pool: %w", err)
+	}
+	rep.Pool = PoolReport(ps)
+	return rep, nil
+}
+
+// WorkersReport turns the registry's entries into report rows.
+func WorkersReport(ws []queue.WorkerInfo) []Worker {
+	out := make([]Worker, 0, len(ws))
+	for _, w := range ws {
+		kinds := w.Kinds
+		if kinds == nil {
+			kinds = []string{}
+		}
+		out = append(out, Worker{
+			ID: w.ID, Host: w.Host, PID: w.PID, Version: w.Version, State: w.State, Concurrency: w.Concurrency,
+			Busy: w.Busy, Done: w.Done, Failed: w.Failed, Kinds: kinds, StartedAt: w.StartedAt, LastSeen: w.LastSeen,
+		})
+	}
+	return out
+}
+
+// PoolReport turns the pool's stats into the report's pool object.
+func PoolReport(st creds.Stats) Pool {
+	out := Pool{
+		Name: st.Pool, At: st.At, Total: st.Total, Available: st.Available, Leased: st.Leased,
+		Cooling: st.Cooling, Disabled: st.Disabled, InFlight: st.InFlight, Credentials: []Credential{},
+	}
+	for _, c := range st.Credentials {
+		out.Credentials = append(out.Credentials, credentialReport(c))
+	}
+	return out
+}
+
+func credentialReport(c creds.CredentialStats) Credential {
+	row := Credential{
+		ID: c.ID, State: c.State, MaxConcurrent: c.MaxConcurrent, Rate: c.Rate, InFlight: c.InFlight,
+		Holders: []Holder{}, CoolingReason: c.CoolingReason, DisabledReason: c.DisabledReason,
+		DisabledAt: TimePtr(c.DisabledAt), StartsInWindow: c.StartsInWindow, LastUsed: TimePtr(c.LastUsed),
+		Starts: c.Starts, RateLimited: c.RateLimited,
+	}
+	if c.State == creds.StateCooling {
+		row.CoolingUntil = TimePtr(c.CoolingUntil)
+	} else {
+		row.CoolingReason = ""
+	}
+	for _, h := range c.Holders {
+		row.Holders = append(row.Holders, Holder{Owner: h.Owner, Expires: h.Expires})
+	}
+	return row
+}

@@ -1,0 +1,93 @@
+package status_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/status"
+	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
+	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
+	"github.com/keyfleet/keyfleet/pkg/creds"
+)
+
+// Read assembles the report from real servers, with every documented key
+// present and the figures of what was set up.
+func TestReadReport(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ns := natstest.Start(t)
+	nc, err := nats.Connect(ns.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	q, err := queue.Open(ctx, nc, queue.Config{Stream: "ST"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := redistest.Start(t)
+	pool, err := creds.New(rs.Client(t), redistest.UniqueName(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pool.Close() })
+	if err := pool.Register(ctx, []creds.Credential{{ID: "key-a", MaxConcurrent: 2, Rate: "10/m"}, {ID: "key-b", MaxConcurrent: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.Disable(ctx, "key-b", "billing issue"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Publish(ctx, queue.Item{ID: "i1", Batch: "b1", Kind: "sleep", Payload: []byte(`{"id":"i1"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Announce(ctx, queue.WorkerInfo{ID: "w1", State: "running", Concurrency: 4, Busy: 2, Done: 7}); err != nil {
+		t.Fatal(err)
+	}
+
+	rep, err := status.Read(ctx, q, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Stream.Name != "ST" || rep.Stream.Messages != 1 || rep.Consumer.Pending != 1 {
+		t.Errorf("stream/consumer: want ST with 1 message pending, got %+v %+v", rep.Stream, rep.Consumer)
+	}
+	if len(rep.Workers) != 1 || rep.Workers[0].Busy != 2 || rep.Workers[0].Done != 7 || rep.Workers[0].Kinds == nil {
+		t.Errorf("workers: want w1 busy 2 done 7 with kinds [], got %+v", rep.Workers)
+	}
+	p := rep.Pool
+	if p.Total != 2 || p.Disabled != 1 || len(p.Credentials) != 2 {
+		t.Fatalf("pool: want 2 credentials, 1 disabled; got %+v", p)
+	}
+	if c := p.Credentials[1]; c.ID != "key-b" || c.State != creds.StateDisabled || c.DisabledReason != "billing issue" || c.DisabledAt == nil {
+		t.Errorf("key-b: want disabled for \"billing issue\", got %+v", c)
+	}
+	if c := p.Credentials[0]; c.Rate != "10/m" || c.MaxConcurrent != 2 || c.CoolingUntil != nil || c.Holders == nil {
+		t.Errorf("key-a: want rate 10/m, max 2, not cooling, holders []; got %+v", c)
+	}
+
+	data, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"at", "stream", "consumer", "dead_letters", "results", "workers", "pool"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("report lacks %q: %s", k, data)
+		}
+	}
+	row := m["pool"].(map[string]any)["credentials"].([]any)[0].(map[string]any)
+	for _, k := range []string{"id", "state", "max_concurrent", "rate", "in_flight", "holders", "cooling_until",
+		"cooling_reason", "disabled_reason", "disabled_at", "starts_in_window", "last_used", "starts", "rate_limited"} {
+		if _, ok := row[k]; !ok {
+			t.Errorf("credential row lacks %q: %v", k, row)
+		}
+	}
+}

@@ -1,0 +1,134 @@
+// Package status builds the view of the fleet that `producer status` and
+// `producer dashboard` show: the work stream, the workers' consumer, the
+// dead letters and results kept, the workers heard from recently and the
+// credential pool. Front ends only format a Report; they never assemble
+// one themselves, so the CLI and the web page cannot disagree.
+package status
+
+import "time"
+
+// Report is the object `producer status --json` prints: a stable schema,
+// every key always present (times are RFC 3339 strings, or null when there
+// is none; lists are [] when empty). Keys may be added, never removed.
+//
+//	{
+//	  "at":       time the status was read (the producer's clock)
+//	  "stream":   {"name", "messages", "bytes"}  the work stream: items waiting or running
+//	  "consumer": {"name",
+//	               "pending"        items not yet delivered to a worker
+//	               "ack_pending"    items delivered and not yet settled (running or waiting for a credential)
+//	               "redelivered"    of those, delivered more than once
+//	               "waiting_pulls"  pull requests of idle worker slots
+//	               "last_active"}   the consumer's last delivery (null: never)
+//	  "dead_letters": dead-letter records (`producer dlq list`)
+//	  "results":      result records kept (`producer results`)
+//	  "workers":  [{"id", "host", "pid", "version", "state" (running|draining),
+//	                "concurrency", "busy", "done", "failed", "kinds", "started_at", "last_seen"}]
+//	              workers heard from within the heartbeat TTL, by id
+//	  "pool":     {"name", "at" (Redis's clock),
+//	               "total", "available", "leased", "cooling", "disabled",
+//	               "in_flight"      live leases in the pool
+//	               "credentials": [{"id",
+//	                 "state"          available | busy (at its limits) | cooling | disabled
+//	                 "max_concurrent", "rate" ("" when none, else N/period),
+//	                 "in_flight"      leases held now
+//	                 "holders"        [{"owner" (worker/item), "expires"}]
+//	                 "cooling_until", "cooling_reason"  (null and "" unless cooling)
+//	                 "disabled_reason", "disabled_at"   ("" and null unless disabled)
+//	                 "starts_in_window"  starts in the current rate window (0 without a rate)
+//	                 "last_used",
+//	                 "starts"         leases granted so far (cumulative)
+//	                 "rate_limited"}]} rate-limited runs so far (cumulative)
+//	}
+//
+// available + busy + cooling + disabled = total; leased counts the
+// credentials holding at least one lease, whatever their state.
+type Report struct {
+	At          time.Time `json:"at"`
+	Stream      Stream    `json:"stream"`
+	Consumer    Consumer  `json:"consumer"`
+	DeadLetters uint64    `json:"dead_letters"`
+	Results     uint64    `json:"results"`
+	Workers     []Worker  `json:"workers"`
+	Pool        Pool      `json:"pool"`
+}
+
+// Stream is the work stream.
+type Stream struct {
+	Name     string `json:"name"`
+	Messages uint64 `json:"messages"`
+	Bytes    uint64 `json:"bytes"`
+}
+
+// Consumer is the workers' durable consumer: its backlog is Pending +
+// AckPending (what an autoscaler reads).
+type Consumer struct {
+	Name         string     `json:"name"`
+	Pending      uint64     `json:"pending"`
+	AckPending   int        `json:"ack_pending"`
+	Redelivered  int        `json:"redelivered"`
+	WaitingPulls int        `json:"waiting_pulls"`
+	LastActive   *time.Time `json:"last_active"`
+}
+
+// Worker is one worker process heard from within the heartbeat TTL.
+type Worker struct {
+	ID          string    `json:"id"`
+	Host        string    `json:"host"`
+	PID         int       `json:"pid"`
+	Version     string    `json:"version"`
+	State       string    `json:"state"`
+	Concurrency int       `json:"concurrency"`
+	Busy        int       `json:"busy"`
+	Done        int64     `json:"done"`
+	Failed      int64     `json:"failed"`
+	Kinds       []string  `json:"kinds"`
+	StartedAt   time.Time `json:"started_at"`
+	LastSeen    time.Time `json:"last_seen"`
+}
+
+// Pool is the credential pool, read in one atomic script on Redis's clock.
+type Pool struct {
+	Name        string       `json:"name"`
+	At          time.Time    `json:"at"`
+	Total       int          `json:"total"`
+	Available   int          `json:"available"`
+	Leased      int          `json:"leased"`
+	Cooling     int          `json:"cooling"`
+	Disabled    int          `json:"disabled"`
+	InFlight    int          `json:"in_flight"`
+	Credentials []Credential `json:"credentials"`
+}
+
+// Credential is one row of the pool. It names the credential; it never
+// holds its secret (the pool has none to give).
+type Credential struct {
+	ID             string     `json:"id"`
+	State          string     `json:"state"`
+	MaxConcurrent  int        `json:"max_concurrent"`
+	Rate           string     `json:"rate"`
+	InFlight       int        `json:"in_flight"`
+	Holders        []Holder   `json:"holders"`
+	CoolingUntil   *time.Time `json:"cooling_until"`
+	CoolingReason  string     `json:"cooling_reason"`
+	DisabledReason string     `json:"disabled_reason"`
+	DisabledAt     *time.Time `json:"disabled_at"`
+	StartsInWindow int        `json:"starts_in_window"`
+	LastUsed       *time.Time `json:"last_used"`
+	Starts         int64      `json:"starts"`
+	RateLimited    int64      `json:"rate_limited"`
+}
+
+// Holder is one live lease.
+type Holder struct {
+	Owner   string    `json:"owner"`
+	Expires time.Time `json:"expires"`
+}
+
+// TimePtr is t, or nil for the zero time (a JSON null).
+func TimePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}

@@ -1,0 +1,110 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keyfleet/keyfleet/internal/config"
+	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
+	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
+	"github.com/keyfleet/keyfleet/internal/worker"
+)
+
+// The registry tells the truth while items run: a worker announces its busy
+// slots and its done count when they change (about once a second), not only
+// every worker.heartbeat. With a heartbeat of a minute, everything seen here
+// after the first announcement came from such a change.
+func TestRegistryShowsBusyAndDoneWhileItemsRun(t *testing.T) {
+	ns, rs := natstest.Start(t), redistest.Start(t)
+	cfgFile := filepath.Join(t.TempDir(), "kf.yaml")
+	yaml := fmt.Sprintf(`nats: {url: %q}
+redis: {url: %q}
+pool:
+  name: %s
+  credentials:
+    - {id: key-a, secret_env: HB_KEY_A, max_concurrent: 2}
+worker: {concurrency: 2, heartbeat: 1m, shutdown_grace: 5s}
+queue: {stream: HB}
+`, ns.URL(), rs.URL(), redistest.UniqueName(t))
+	if err := os.WriteFile(cfgFile, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(cfgFile, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := worker.New(ctx, worker.Options{Config: cfg, ID: "hb-1", Getenv: func(string) string { return "sk-heartbeat" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-ran; err != nil {
+			t.Errorf("worker run: %v", err)
+		}
+	})
+
+	nc, err := nats.Connect(ns.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	q, err := queue.Attach(ctx, nc, queue.Config{Stream: "HB"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	registry := func() queue.WorkerInfo {
+		ws, err := q.Workers(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ws) != 1 {
+			return queue.WorkerInfo{}
+		}
+		return ws[0]
+	}
+	waitFor(t, "hb-1 in the registry", 10*time.Second, func() bool { return registry().ID == "hb-1" })
+
+	const runFor = 2 * time.Second
+	var items []queue.Item
+	for i := range 2 {
+		id := fmt.Sprintf("slow-%d", i)
+		items = append(items, queue.Item{ID: id, Batch: "hb", Kind: "sleep", Payload: fmt.Appendf(nil, `{"id":%q,"ms":%d}`, id, runFor.Milliseconds())})
+	}
+	published := time.Now()
+	if _, err := q.Publish(ctx, items...); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the registry to show both slots busy", 10*time.Second, func() bool { return registry().Busy == 2 })
+	if took := time.Since(published); took >= runFor {
+		t.Fatalf("busy 2/2 showed only %s after the items were enqueued, when they were over", took)
+	}
+	waitFor(t, "the registry to show 2 done and 0 busy", 10*time.Second, func() bool {
+		r := registry()
+		return r.Done == 2 && r.Busy == 0 && r.Failed == 0
+	})
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
