@@ -143,32 +143,29 @@
   }
 
   // limits lists what limits a credential: each with its use in its
-  // window. It reads `limits` when the pool reports a list, else the
-  // single rate of today's report.
+  // window (for a smooth rate, the burst's cells in use), and its learnt
+  // pace when bare 429s set one.
   function limits(c) {
-    if (Array.isArray(c.limits) && c.limits.length > 0) {
-      return c.limits.map((l) => ({
-        label: l.spec || l.text || l.kind || JSON.stringify(l),
-        used: l.used ?? l.in_window ?? l.use ?? null,
-        max: l.max ?? l.n ?? l.capacity ?? null,
-        note: l.next_room ? `room at ${clock(l.next_room)}` : '',
-      }));
+    const out = (c.limits || []).map((l) => ({
+      label: l.limit,
+      used: l.used,
+      max: l.of,
+      note: l.next_room ? `room at ${clock(l.next_room)}` : '',
+    }));
+    if (c.pace) {
+      out.push({label: 'learnt pace', used: null, max: null, note: `one start every ${(c.pace / 1e6).toFixed(1)} ms (from bare 429s)`});
     }
-    if (c.rate) {
-      const n = parseInt(c.rate, 10);
-      return [{label: `rate ${c.rate}`, used: c.starts_in_window, max: isNaN(n) ? null : n, note: 'starts in the window'}];
-    }
-    return [];
+    return out;
   }
 
   // rest says until when and why a credential rests, if it does.
   function rest(c, now) {
-    const r = c.rest || (c.cooling_until ? {until: c.cooling_until, cause: c.cooling_reason} : null);
-    if (!r || !r.until) return null;
-    const left = (Date.parse(r.until) - now) / 1000;
+    if (!c.cooling_until) return null;
+    const left = (Date.parse(c.cooling_until) - now) / 1000;
     return el('div', {class: 'rest'},
-      el('b', {}, `resting until ${clock(r.until)}`), ` (in ${dur(left)})`,
-      (r.cause || r.reason) ? el('div', {class: 'why'}, r.cause || r.reason) : null);
+      el('b', {}, `resting until ${clock(c.cooling_until)}`), ` (in ${dur(left)})`,
+      c.rest_cause ? el('span', {class: 'muted'}, ` · ${c.rest_cause}`) : null,
+      c.cooling_reason ? el('div', {class: 'why'}, c.cooling_reason) : null);
   }
 
   // Cards are kept per credential and updated in place: a button under
