@@ -266,8 +266,8 @@ func (p *producer) enqueue(cmd *cobra.Command, o enqueueOptions) error {
 		if q != nil {
 			return q.Fits(it)
 		}
-		size := wireSize(it)
-		return size, maxPayload, int64(size) <= maxPayload
+		size, ok := queue.Fits(it, maxPayload)
+		return size, maxPayload, ok
 	}
 	check, err := p.validate(ctx, in, o, int(maxPayload), func(it jsonl.Item) *jsonl.LineError {
 		size, limit, ok := fits(queue.Item{ID: it.ID, Batch: strings.Repeat("b", batchLen), Kind: o.kind, Payload: it.Raw})
@@ -498,19 +498,6 @@ func (p *producer) publish(ctx context.Context, q *queue.Queue, in *input, o enq
 	}
 	log.Debug("publish failed", zap.Error(err))
 	return rep, exitcode.With(exitcode.Unreachable, fmt.Errorf("publishing to NATS failed: %w", err))
-}
-
-// wireSize mirrors queue.Queue.Fits for a dry run, which has no server:
-// the payload plus the message headers the queue sets.
-func wireSize(it queue.Item) int {
-	size := len(it.Payload) + len("NATS/1.0\r\n\r\n")
-	for _, h := range [][2]string{
-		{queue.HeaderItem, it.ID}, {queue.HeaderBatch, it.Batch}, {queue.HeaderKind, it.Kind},
-		{"Nats-Msg-Id", queue.MsgID(it.Batch, it.ID)},
-	} {
-		size += len(h[0]) + len(h[1]) + 4
-	}
-	return size
 }
 
 func plural(n int, one, many string) string {

@@ -39,8 +39,8 @@ func TestWireSizeMatchesFits(t *testing.T) {
 		{ID: "ü é", Batch: "batch with spaces", Kind: "http", Payload: []byte(`{}`)},
 	} {
 		size, limit, ok := q.Fits(it)
-		if got := wireSize(it); got != size {
-			t.Errorf("item %.20q: wireSize %d, Fits %d", it.ID, got, size)
+		if got, _ := queue.Fits(it, dryRunMaxPayload); got != size {
+			t.Errorf("item %.20q: dry run's size %d, the queue's %d", it.ID, got, size)
 		}
 		if !ok || limit != dryRunMaxPayload {
 			t.Errorf("Fits: limit %d ok %v; the dry run assumes %d", limit, ok, dryRunMaxPayload)

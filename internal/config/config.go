@@ -25,6 +25,8 @@ package config
 import (
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/jobs"
+	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/pkg/ratelimit"
 )
 
@@ -222,6 +224,19 @@ type Queue struct {
 // Subject returns the subject items of a job kind are published on.
 func (q Queue) Subject(kind string) string { return q.SubjectPrefix + "." + kind }
 
+// QueueConfig maps the configuration onto the queue's settings; workers
+// and the producer share it so that they agree on every stream and
+// consumer setting.
+func (c *Config) QueueConfig() queue.Config {
+	q := c.Queue
+	return queue.Config{
+		Stream: q.Stream, SubjectPrefix: q.SubjectPrefix, Consumer: q.Consumer,
+		AckWait: q.AckWait, MaxDeliver: q.MaxDeliver, RedeliveryBackoff: q.RedeliveryBackoff,
+		DuplicateWindow: q.DuplicateWindow, Replicas: q.Replicas, Memory: q.Storage == "memory",
+		ResultsMaxAge: q.ResultsMaxAge, HeartbeatTTL: max(queue.HeartbeatTTLDefault, 3*c.Worker.Heartbeat),
+	}
+}
+
 // Jobs configures the job kinds. The sleep kind needs no configuration;
 // exec and http run only when configured.
 type Jobs struct {
@@ -237,36 +252,15 @@ type Jobs struct {
 	HTTP *HTTPJob `yaml:"http"`
 }
 
-// ExecJob configures the exec kind: one run of a command per item.
-type ExecJob struct {
-	// Command is the program and its arguments; required.
-	Command []string `yaml:"command"`
-	// Timeout bounds one run. Default 10m.
-	Timeout time.Duration `yaml:"timeout"`
-	// Dir is the command's working directory. Default "" (the worker's).
-	Dir string `yaml:"dir"`
-	// Env holds extra environment variables for the command. The worker
-	// sets the KEYFLEET_* item variables itself; they cannot be set here.
-	// Default none.
-	Env map[string]string `yaml:"env"`
-}
+// ExecJob configures the exec kind: one run of a command per item. The
+// section is the exec kind's own settings type; see jobs.ExecConfig for
+// its keys and defaults.
+type ExecJob = jobs.ExecConfig
 
-// HTTPJob configures the http kind: one request per item.
-type HTTPJob struct {
-	// URL the item is sent to; http or https. Required.
-	URL string `yaml:"url"`
-	// Method of the request. Default "POST".
-	Method string `yaml:"method"`
-	// Header carries the secret. Default "Authorization".
-	Header string `yaml:"header"`
-	// Format is the Header value; "{secret}" is replaced by the
-	// credential's secret and must occur. Default "Bearer {secret}".
-	Format string `yaml:"format"`
-	// Headers are extra request headers. Default none.
-	Headers map[string]string `yaml:"headers"`
-	// Timeout bounds one request, body included. Default 60s.
-	Timeout time.Duration `yaml:"timeout"`
-}
+// HTTPJob configures the http kind: one request per item. The section is
+// the http kind's own settings type; see jobs.HTTPConfig for its keys and
+// defaults.
+type HTTPJob = jobs.HTTPConfig
 
 // Log configures logging.
 type Log struct {
@@ -278,15 +272,9 @@ type Log struct {
 	Format string `yaml:"format"`
 }
 
-// Defaults of the optional job kinds, used for keys a file leaves out.
-const (
-	defaultExecTimeout = 10 * time.Minute
-	defaultHTTPMethod  = "POST"
-	defaultHTTPHeader  = "Authorization"
-	defaultHTTPFormat  = "Bearer {secret}"
-	defaultHTTPTimeout = 60 * time.Second
-	defaultMaxConc     = 1
-)
+// defaultMaxConc is the default of a credential's max_concurrent.
+// TODO(creds): use an exported default of pkg/creds.
+const defaultMaxConc = 1
 
 // Default returns the built-in configuration: a local NATS and Redis, no
 // credentials, no exec or http job kind. Source is DefaultsSource.
@@ -310,17 +298,17 @@ func Default() *Config {
 			Heartbeat:     5 * time.Second,
 		},
 		Queue: Queue{
-			Stream:          "KEYFLEET",
-			SubjectPrefix:   "keyfleet.items",
-			Consumer:        "keyfleet-workers",
-			AckWait:         30 * time.Second,
-			MaxDeliver:      -1,
-			DuplicateWindow: 2 * time.Hour,
-			Replicas:        1,
+			Stream:          queue.StreamDefault,
+			SubjectPrefix:   queue.SubjectPrefixDefault,
+			Consumer:        queue.ConsumerDefault,
+			AckWait:         queue.AckWaitDefault,
+			MaxDeliver:      queue.MaxDeliverDefault,
+			DuplicateWindow: queue.DuplicateWindowDefault,
+			Replicas:        queue.ReplicasDefault,
 			Storage:         "file",
-			ResultsMaxAge:   168 * time.Hour,
+			ResultsMaxAge:   queue.ResultsMaxAgeDefault,
 		},
-		Jobs: Jobs{MaxOutput: 64 << 10},
+		Jobs: Jobs{MaxOutput: jobs.MaxOutputDefault},
 		Log:  Log{Level: "info", Format: "auto"},
 
 		Source: DefaultsSource,

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/keyfleet/keyfleet/internal/jobs"
 )
 
 // Decoding runs in two passes over one YAML document:
@@ -114,7 +116,7 @@ func (r *rawConfig) config() *Config {
 	if e := r.Jobs.Exec; e != nil {
 		c.Jobs.Exec = &ExecJob{
 			Command: e.Command,
-			Timeout: valueOr(e.Timeout, defaultExecTimeout),
+			Timeout: valueOr(e.Timeout, jobs.ExecTimeoutDefault),
 			Dir:     e.Dir,
 			Env:     e.Env,
 		}
@@ -122,11 +124,11 @@ func (r *rawConfig) config() *Config {
 	if h := r.Jobs.HTTP; h != nil {
 		c.Jobs.HTTP = &HTTPJob{
 			URL:     h.URL,
-			Method:  valueOr(h.Method, defaultHTTPMethod),
-			Header:  valueOr(h.Header, defaultHTTPHeader),
-			Format:  valueOr(h.Format, defaultHTTPFormat),
+			Method:  valueOr(h.Method, jobs.HTTPMethodDefault),
+			Header:  valueOr(h.Header, jobs.HTTPHeaderDefault),
+			Format:  valueOr(h.Format, jobs.HTTPFormatDefault),
 			Headers: h.Headers,
-			Timeout: valueOr(h.Timeout, defaultHTTPTimeout),
+			Timeout: valueOr(h.Timeout, jobs.HTTPTimeoutDefault),
 		}
 	}
 	return c

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/keyfleet/keyfleet/internal/check"
 	"github.com/keyfleet/keyfleet/internal/secret"
 )
 
@@ -61,15 +62,19 @@ func (ps problems) err(source string, notes map[string]string) error {
 	return errors.Join(errs...)
 }
 
-// quote renders a value from the file for a message: quoted, and cut short
-// when long, so that one bad value cannot flood the terminal.
-func quote(s string) string {
-	const limit = 60
-	if r := []rune(s); len(r) > limit {
-		s = string(r[:limit]) + "…"
+// fromList turns the problems validation found into problems of the file,
+// each on the line of its key. lines maps key paths to their lines (nil:
+// none known).
+func fromList(l check.List, lines map[string]int) problems {
+	ps := make(problems, len(l))
+	for i, p := range l {
+		ps[i] = problem{key: p.Key, msg: p.Msg}
 	}
-	return fmt.Sprintf("%q", s)
+	return ps
 }
+
+// quote renders a value from the file for a message (check.Quote).
+func quote(s string) string { return check.Quote(s) }
 
 // redactURL hides the user:password@ or token@ part of a URL (or a list
 // of URLs) so that it can appear in a message.

@@ -324,6 +324,19 @@ func TestLoadErrors(t *testing.T) {
 			},
 		},
 		{
+			name: "exec env KEYFLEET_KIND",
+			yaml: "jobs:\n  exec:\n    command: [x]\n    env: {KEYFLEET_KIND: x}\n",
+			want: []string{`config: FILE: jobs.exec.env.KEYFLEET_KIND: is set by the worker for every run; it cannot be set here`},
+		},
+		{
+			name: "http headers the worker sets",
+			yaml: "jobs:\n  http:\n    url: https://api.example.com/v1/x\n    headers: {X-Keyfleet-Item: x, Host: h}\n",
+			want: []string{
+				`config: FILE: jobs.http.headers.Host: is set by the worker on every request; it cannot be set here`,
+				`config: FILE: jobs.http.headers.X-Keyfleet-Item: is set by the worker on every request; it cannot be set here`,
+			},
+		},
+		{
 			name: "nats url schemes",
 			yaml: "nats:\n  url: 'nats://a:4222,http://b:4222'\n",
 			want: []string{`config: FILE: nats.url: scheme "http" is not one of nats, tls, ws, wss`},

@@ -53,7 +53,7 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	if u := strings.TrimSpace(getenv(EnvRedisURL)); u != "" {
 		c.Redis.URL, notes["redis.url"] = u, EnvRedisURL
 	}
-	if err := c.check().err(c.Source, notes); err != nil {
+	if err := fromList(c.validate(), nil).err(c.Source, notes); err != nil {
 		return nil, err
 	}
 	return c, nil

@@ -344,7 +344,7 @@ func TestNewHTTPErrors(t *testing.T) {
 		cfg  jobs.HTTPConfig
 		want string
 	}{
-		{"no url", jobs.HTTPConfig{}, "http: url is empty"},
+		{"no url", jobs.HTTPConfig{}, "http: url: must be set"},
 		{"bad scheme", jobs.HTTPConfig{URL: "ftp://x/y"}, "scheme"},
 		{"no host", jobs.HTTPConfig{URL: "http:///x"}, "host"},
 		{"format without secret", jobs.HTTPConfig{URL: "http://x", Format: "Bearer"}, "{secret}"},
