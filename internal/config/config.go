@@ -9,9 +9,17 @@
 //
 // Decoding is strict: an unknown key, a value of the wrong type, a key set
 // twice or a second YAML document is an error. Every error line names the
-// file and the key path ("config: /etc/kf.yaml: line 12: unknown key
-// "pool.credentials[0].secret_envv""), and all problems are reported at
-// once, joined with errors.Join.
+// file, the line and the key path, decoding and validation alike
+// ("config: /etc/kf.yaml: line 12: unknown key "pool.credentials[0].secret_envv"
+// (did you mean "secret_env"?)", "config: /etc/kf.yaml: line 14:
+// pool.credentials[0].max_concurrent: must be at least 1, got 0"), and all
+// problems are reported at once, joined with errors.Join.
+//
+// Adding a key is adding a field: a struct field with its yaml tag and a
+// doc comment that says its default, the default in Default (or in the
+// section type's WithDefaults, for list items and optional sections), its
+// rule in validate.go when it has one, and its entry in
+// config/reference.yaml (a test checks the reference covers every key).
 //
 // A Config never holds a secret: credentials name an environment variable or
 // a file, and ResolveSecrets reads them into secret.Secret values, so
@@ -23,6 +31,7 @@
 package config
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/jobs"
@@ -154,6 +163,17 @@ type Credential struct {
 	RateText string `yaml:"rate"`
 }
 
+// maxConcurrentDefault is the default of a credential's max_concurrent.
+// TODO(creds): use pkg/creds' default once it exports one.
+const maxConcurrentDefault = 1
+
+// WithDefaults fills the zero settings with their defaults; the decoder
+// starts each credential of a file from it.
+func (c Credential) WithDefaults() Credential {
+	c.MaxConcurrent = cmp.Or(c.MaxConcurrent, maxConcurrentDefault)
+	return c
+}
+
 // Worker tunes the worker daemon.
 type Worker struct {
 	// Concurrency is how many items one worker process runs at once.
@@ -242,8 +262,8 @@ func (c *Config) QueueConfig() queue.Config {
 type Jobs struct {
 	// MaxOutput bounds a job's captured output (exec stdout, http body), in
 	// bytes; YAML takes a number of bytes or a KiB, MiB or GiB suffix.
-	// Default 64KiB (65536).
-	MaxOutput int `yaml:"max_output"`
+	// Default jobs.MaxOutputDefault (64KiB).
+	MaxOutput int `yaml:"max_output" config:"size"`
 	// Exec configures the exec kind; nil (the default) means not
 	// configured.
 	Exec *ExecJob `yaml:"exec"`
@@ -271,10 +291,6 @@ type Log struct {
 	// console. Default "auto".
 	Format string `yaml:"format"`
 }
-
-// defaultMaxConc is the default of a credential's max_concurrent.
-// TODO(creds): use an exported default of pkg/creds.
-const defaultMaxConc = 1
 
 // Default returns the built-in configuration: a local NATS and Redis, no
 // credentials, no exec or http job kind. Source is DefaultsSource.

@@ -63,12 +63,16 @@ func (ps problems) err(source string, notes map[string]string) error {
 }
 
 // fromList turns the problems validation found into problems of the file,
-// each on the line of its key. lines maps key paths to their lines (nil:
-// none known).
-func fromList(l check.List, lines map[string]int) problems {
+// each on the line of its key (or of its nearest ancestor the file sets).
+// lines is nil when no line is known; a key with a note (its value came
+// from elsewhere) gets no line.
+func fromList(l check.List, lines keyLines, notes map[string]string) problems {
 	ps := make(problems, len(l))
 	for i, p := range l {
 		ps[i] = problem{key: p.Key, msg: p.Msg}
+		if notes[p.Key] == "" {
+			ps[i].line = lines.find(p.Key)
+		}
 	}
 	return ps
 }

@@ -29,6 +29,7 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 		path, from = getenv(EnvConfig), EnvConfig
 	}
 	c := Default()
+	var lines keyLines
 	if path != "" {
 		data, err := os.ReadFile(path)
 		if err != nil {
@@ -42,7 +43,7 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 			}
 			return nil, fmt.Errorf("config: %s: cannot read: %w", where, err)
 		}
-		if c, err = parse(path, data); err != nil {
+		if c, lines, err = decode(path, data); err != nil {
 			return nil, err
 		}
 	}
@@ -53,7 +54,7 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	if u := strings.TrimSpace(getenv(EnvRedisURL)); u != "" {
 		c.Redis.URL, notes["redis.url"] = u, EnvRedisURL
 	}
-	if err := fromList(c.validate(), nil).err(c.Source, notes); err != nil {
+	if err := fromList(c.validate(), lines, notes).err(c.Source, notes); err != nil {
 		return nil, err
 	}
 	return c, nil

@@ -67,15 +67,6 @@ func TestReferenceCoversEveryKey(t *testing.T) {
 	}
 }
 
-// The decoder accepts exactly the keys Config documents.
-func TestDecoderKeysMatchConfig(t *testing.T) {
-	public := typePaths(reflect.TypeFor[config.Config]())
-	raw := typePaths(config.RawType)
-	if !slices.Equal(public, raw) {
-		t.Fatalf("keys differ\nConfig:  %v\ndecoder: %v", public, raw)
-	}
-}
-
 // DESIGN.md's example (pinned interface) is a valid config.
 func TestDesignExample(t *testing.T) {
 	c, err := config.Load("testdata/design_example.yaml", env(nil))

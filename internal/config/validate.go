@@ -20,7 +20,7 @@ import (
 // Credential.Rate from its RateText. Call it again after changing c, such as
 // after applying flags. Its errors name no line: the values may no longer
 // be the file's (Load's errors do).
-func (c *Config) Validate() error { return fromList(c.validate(), nil).err(c.Source, nil) }
+func (c *Config) Validate() error { return fromList(c.validate(), nil, nil).err(c.Source, nil) }
 
 // validate checks c, setting Credential.Rate, and returns the problems,
 // each keyed by its full key path. The rules of a setting whose owner is
