@@ -78,6 +78,10 @@ func TestDefaultKind(t *testing.T) {
 	if k := defaultKind(cfg); k != "exec" {
 		t.Fatalf("both configured: %s", k)
 	}
+	want := "job kind: exec, http or sleep (default: the only configured kind of jobs.exec/jobs.http, else exec)"
+	if got := kindFlagUsage(); got != want {
+		t.Fatalf("--kind help:\nwant %s\ngot  %s", want, got)
+	}
 }
 
 // In-process run of the whole enqueue path: bad input publishes nothing,

@@ -32,6 +32,7 @@ package config
 
 import (
 	"cmp"
+	"reflect"
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/jobs"
@@ -257,8 +258,10 @@ func (c *Config) QueueConfig() queue.Config {
 	}
 }
 
-// Jobs configures the job kinds. The sleep kind needs no configuration;
-// exec and http run only when configured.
+// Jobs configures the job kinds (jobs.Kinds). A kind with settings has a
+// section here, a pointer field whose yaml key is the kind's name, and runs
+// only when its section is configured; the sleep kind has none and always
+// runs.
 type Jobs struct {
 	// MaxOutput bounds a job's captured output (exec stdout, http body), in
 	// bytes; YAML takes a number of bytes or a KiB, MiB or GiB suffix.
@@ -270,6 +273,29 @@ type Jobs struct {
 	// HTTP configures the http kind; nil (the default) means not
 	// configured.
 	HTTP *HTTPJob `yaml:"http"`
+}
+
+// Section returns the settings section of the job kind called name and
+// whether the kind is configured: a kind that takes no settings always is,
+// a kind with a section when its section is set.
+func (j Jobs) Section(name string) (jobs.Section, bool) {
+	k, ok := jobs.Lookup(name)
+	if !ok {
+		return nil, false
+	}
+	if k.Section == nil {
+		return nil, true
+	}
+	f, ok := yamlFields(reflect.TypeFor[Jobs]())[name]
+	if !ok {
+		return nil, false // TestJobSections keeps every kind's section here
+	}
+	v := reflect.ValueOf(j).FieldByIndex(f.Index)
+	if v.IsNil() {
+		return nil, false
+	}
+	sec, ok := v.Interface().(jobs.Section)
+	return sec, ok
 }
 
 // ExecJob configures the exec kind: one run of a command per item. The

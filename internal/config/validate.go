@@ -322,11 +322,10 @@ func (c *Config) checkJobs(ps *check.List) {
 		ps.Add("jobs.max_output", "must not be negative, got %d", j.MaxOutput)
 	}
 	// Each configured kind's section, by the kind's own rules.
-	if e := j.Exec; e != nil {
-		addSection(ps, "jobs.exec", e.Check())
-	}
-	if h := j.HTTP; h != nil {
-		addSection(ps, "jobs.http", h.Check())
+	for _, k := range jobs.Kinds() {
+		if sec, ok := j.Section(k.Name); ok && sec != nil {
+			addSection(ps, "jobs."+k.Name, sec.Check())
+		}
 	}
 }
 

@@ -253,7 +253,7 @@ func checkProgram(prog, dir string) error {
 	return nil
 }
 
-func (h *execHandler) Kind() string { return "exec" }
+func (h *execHandler) Kind() string { return KindExec }
 
 // environ builds the job's environment for one run.
 func (h *execHandler) environ(item Item, cred Credential) []string {
@@ -273,7 +273,7 @@ func (h *execHandler) environ(item Item, cred Credential) []string {
 		envAttempt+"="+strconv.Itoa(item.Attempt),
 		envCredentialID+"="+cred.ID,
 		envCredentialSecret+"="+cred.Secret.Reveal(),
-		envKind+"="+cmp.Or(item.Kind, "exec"),
+		envKind+"="+cmp.Or(item.Kind, KindExec),
 	)
 }
 

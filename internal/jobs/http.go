@@ -187,7 +187,7 @@ func NewHTTP(cfg HTTPConfig) (Handler, error) {
 	return h, nil
 }
 
-func (h *httpHandler) Kind() string { return "http" }
+func (h *httpHandler) Kind() string { return KindHTTP }
 
 // Run sends one item; see HTTPConfig for the mapping of replies.
 func (h *httpHandler) Run(ctx context.Context, item Item, cred Credential) (Output, error) {
