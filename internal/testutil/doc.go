@@ -1,3 +1,4 @@
 // Package testutil holds helpers shared by tests: real servers on free
-// loopback ports (redistest, natstest), built binaries and process control.
+// loopback ports (launch starts them; redistest and natstest wrap it for
+// tests), built binaries and process control.
 package testutil
