@@ -196,8 +196,12 @@ func consumeBatches(ctx context.Context, q *queue.Queue, cons jetstream.Consumer
 	return nil
 }
 
-// consumeLikeWorker mirrors internal/worker's pull loop and the NATS calls
-// of a succeeding item, without Redis and without the job.
+// consumeLikeWorker approximates internal/worker's pull loop and makes the
+// NATS calls of a succeeding item, without Redis and without the job. It
+// is not the worker's code, which is a method of worker.Worker bound to its
+// pool, metrics and settlement, and differs from it: one fetch at a time
+// here (the worker keeps up to 4 in flight) and a goroutine per message
+// (the worker keeps one long-lived goroutine per slot).
 func consumeLikeWorker(ctx context.Context, q *queue.Queue, cons jetstream.Consumer, got *atomic.Int64, n int) error {
 	const slots = 64
 	free := make(chan struct{}, slots)

@@ -74,10 +74,10 @@ func runEnqueue(ctx context.Context, e *env, r runInfo) (*sample, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := p.wait(ctx, 10*time.Minute); err != nil {
+		if err := p.Wait(ctx, 10*time.Minute); err != nil {
 			return nil, fmt.Errorf("producer enqueue: %w\n%s", err, p.logTail())
 		}
-		d := time.Since(p.started)
+		d := time.Since(p.Started())
 		if !strings.Contains(p.logTail(), c.want) {
 			return nil, fmt.Errorf("producer enqueue: output lacks %q:\n%s", c.want, p.logTail())
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 )
 
 // credSpec is one credential of a fleet's pool.
@@ -128,7 +129,7 @@ type workerProc struct {
 
 // startWorker starts a worker process; it does not wait for it.
 func (f *fleet) startWorker(id string) (*workerProc, error) {
-	port, err := freePort()
+	port, err := launch.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -166,8 +167,8 @@ func (w *workerProc) ready(ctx context.Context, within time.Duration) (time.Time
 		switch {
 		case ctx.Err() != nil:
 			return time.Time{}, context.Cause(ctx)
-		case w.exited():
-			return time.Time{}, fmt.Errorf("bench: worker %s exited before it was ready: %v\n%s", w.id, w.err, w.logTail())
+		case w.Exited():
+			return time.Time{}, fmt.Errorf("bench: worker %s exited before it was ready: %v\n%s", w.id, w.Err(), w.logTail())
 		case time.Now().After(deadline):
 			return time.Time{}, fmt.Errorf("bench: worker %s not ready within %s\n%s", w.id, within, w.logTail())
 		}
@@ -207,7 +208,7 @@ func (w *workerProc) metric(ctx context.Context, name string) (float64, error) {
 func (f *fleet) stopWorkers(ctx context.Context) (float64, error) {
 	var errs []error
 	for _, w := range f.workers {
-		if err := w.stop(ctx, 30*time.Second); err != nil {
+		if err := w.Stop(ctx, 30*time.Second); err != nil {
 			errs = append(errs, fmt.Errorf("worker %s: %w", w.id, err))
 		}
 	}
@@ -242,7 +243,7 @@ func (f *fleet) finish(ctx context.Context, m *meter, variant string, n int) (CP
 // close stops the workers and forgets the run (streams, Redis).
 func (f *fleet) close(ctx context.Context) error {
 	for _, w := range f.workers {
-		w.kill()
+		w.Kill()
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()

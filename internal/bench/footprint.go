@@ -54,15 +54,15 @@ func runFootprint(ctx context.Context, e *env, r runInfo) (*sample, error) {
 	if err != nil {
 		return nil, err
 	}
-	smp.values["startup"] = float64(ready.Sub(w.started)) / float64(time.Millisecond)
+	smp.values["startup"] = float64(ready.Sub(w.Started())) / float64(time.Millisecond)
 	if err := sleepCtx(ctx, idle); err != nil {
 		return nil, err
 	}
-	rss, err := statusKB(w.pid(), "VmRSS")
+	rss, err := statusKB(w.Pid(), "VmRSS")
 	if err != nil {
 		return nil, err
 	}
-	hwm, err := statusKB(w.pid(), "VmHWM")
+	hwm, err := statusKB(w.Pid(), "VmHWM")
 	if err != nil {
 		return nil, err
 	}
@@ -75,10 +75,10 @@ func runFootprint(ctx context.Context, e *env, r runInfo) (*sample, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := v.wait(ctx, 30*time.Second); err != nil {
+	if err := v.Wait(ctx, 30*time.Second); err != nil {
 		return nil, fmt.Errorf("worker --version: %w", err)
 	}
-	smp.values["version_ms"] = float64(time.Since(v.started)) / float64(time.Millisecond)
+	smp.values["version_ms"] = float64(time.Since(v.Started())) / float64(time.Millisecond)
 	floor, err := connectingRSS(ctx, e, f)
 	if err != nil {
 		return nil, err
@@ -131,13 +131,13 @@ func connectingRSS(ctx context.Context, e *env, f *fleet) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer p.kill()
+	defer p.Kill()
 	if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
 		return 0, err
 	}
-	if p.exited() {
-		return 0, fmt.Errorf("bench: the silent-server worker exited early: %v\n%s", p.err, p.logTail())
+	if p.Exited() {
+		return 0, fmt.Errorf("bench: the silent-server worker exited early: %v\n%s", p.Err(), p.logTail())
 	}
-	kb, err := statusKB(p.pid(), "VmRSS")
+	kb, err := statusKB(p.Pid(), "VmRSS")
 	return kb / 1024, err
 }

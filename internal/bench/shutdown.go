@@ -73,10 +73,10 @@ func runShutdown(ctx context.Context, e *env, r runInfo) (*sample, error) {
 		return nil, err
 	}
 	sigterm := time.Now()
-	if err := a.signal(syscall.SIGTERM); err != nil {
+	if err := a.Signal(syscall.SIGTERM); err != nil {
 		return nil, err
 	}
-	if err := a.wait(ctx, 30*time.Second); err != nil {
+	if err := a.Wait(ctx, 30*time.Second); err != nil {
 		return nil, fmt.Errorf("worker A after SIGTERM: %w\n%s", err, a.logTail())
 	}
 	exited := time.Since(sigterm)
