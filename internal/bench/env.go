@@ -30,8 +30,8 @@ type env struct {
 	natsProc          *launch.Proc  // the nats-server binary
 	redis             *launch.Redis // the redis-server
 	redisProc         *launch.Proc  // its process
-	natsProfile       string // host:port of nats-server's pprof listener, with -profile
-	natsMonitor       string // host:port of nats-server's monitoring listener
+	natsProfile       string        // host:port of nats-server's pprof listener, with -profile
+	natsMonitor       string        // host:port of nats-server's monitoring listener
 
 	nc  *nats.Conn    // the program's own NATS connection
 	rdb *redis.Client // the program's own Redis client
