@@ -3,11 +3,11 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 )
 
 // Scenario 7: footprint. A worker joins an existing fleet (its streams and
@@ -90,31 +90,11 @@ func runFootprint(ctx context.Context, e *env, r runInfo) (*sample, error) {
 // connectingRSS starts a worker whose NATS server is a listener that
 // accepts and stays silent, and reads its VmRSS while it waits.
 func connectingRSS(ctx context.Context, e *env, f *fleet) (float64, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	silent, err := launch.StartSilent()
 	if err != nil {
 		return 0, fmt.Errorf("bench: %w", err)
 	}
-	defer l.Close()
-	var conns []net.Conn
-	var mu sync.Mutex
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	defer func() {
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	}()
+	defer silent.Close()
 	path, err := f.writeConfig("silent", 0)
 	if err != nil {
 		return 0, err
@@ -123,7 +103,7 @@ func connectingRSS(ctx context.Context, e *env, f *fleet) (float64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("bench: %w", err)
 	}
-	cfg = []byte(strings.Replace(string(cfg), e.natsURL, "nats://"+l.Addr().String(), 1))
+	cfg = []byte(strings.Replace(string(cfg), e.natsURL, "nats://"+silent.Addr(), 1))
 	if err := os.WriteFile(path, cfg, 0o600); err != nil {
 		return 0, fmt.Errorf("bench: %w", err)
 	}

@@ -3,13 +3,13 @@ package connect_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/connect"
+	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
 )
 
@@ -52,12 +52,10 @@ func TestRedisClusterSeedList(t *testing.T) {
 // deadAddr is a loopback address nothing listens on.
 func deadAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := launch.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
 	return addr
 }
 

@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -12,16 +11,17 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 )
 
+// freeAddr is a loopback address nothing listens on.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := launch.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 func get(url string) (int, string, error) {
@@ -115,7 +115,7 @@ func TestWorkerServesMetricsAndHealth(t *testing.T) {
 	w.signal(syscall.SIGTERM)
 	waitFor(t, "/readyz to turn 503 or the worker to exit", 30*time.Second, func() bool {
 		code, body, err := get("http://" + addr + "/readyz")
-		return w.exited() || (err == nil && code == http.StatusServiceUnavailable && strings.Contains(body, "shutting down"))
+		return w.Exited() || (err == nil && code == http.StatusServiceUnavailable && strings.Contains(body, "shutting down"))
 	})
 	if code := w.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("worker exited %d", code)

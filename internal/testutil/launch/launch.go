@@ -27,6 +27,58 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// FreeAddr is FreePort as 127.0.0.1:port: an address nothing listened on
+// a moment ago (for a listener to come, or a refused connection).
+func FreeAddr() (string, error) {
+	p, err := FreePort()
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("127.0.0.1:%d", p), nil
+}
+
+// Silent is a TCP server on loopback that accepts connections and never
+// says a word: a server that hangs.
+type Silent struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+// StartSilent starts a Silent server on a free port.
+func StartSilent() (*Silent, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
+	s := &Silent{ln: ln}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.conns = append(s.conns, c)
+			s.mu.Unlock()
+		}
+	}()
+	return s, nil
+}
+
+// Addr is its host:port.
+func (s *Silent) Addr() string { return s.ln.Addr().String() }
+
+// Close stops listening and closes every connection it took.
+func (s *Silent) Close() {
+	_ = s.ln.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.conns {
+		_ = c.Close()
+	}
+}
+
 // Buffer keeps everything written to it; it is safe for concurrent use, so
 // that a process's stdout and stderr can share one.
 type Buffer struct {
@@ -39,6 +91,13 @@ func (b *Buffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.Write(p)
+}
+
+// Reset forgets everything written so far.
+func (b *Buffer) Reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.b.Reset()
 }
 
 // String returns everything written so far.

@@ -16,6 +16,8 @@ type Options struct {
 	Env []string
 	// Dir is its working directory; "": this program's.
 	Dir string
+	// Stdin is its standard input; nil: none.
+	Stdin io.Reader
 	// Stdout and Stderr take its output; nil: discarded. They may be the
 	// same writer (a *Buffer, or a file).
 	Stdout, Stderr io.Writer
@@ -38,7 +40,7 @@ type Proc struct {
 func Start(name, bin string, args []string, o Options) (*Proc, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Env, cmd.Dir = o.Env, o.Dir
-	cmd.Stdout, cmd.Stderr = o.Stdout, o.Stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = o.Stdin, o.Stdout, o.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: o.OwnGroup}
 	p := &Proc{name: name, cmd: cmd, done: make(chan struct{})}
 	p.started = time.Now()

@@ -21,14 +21,25 @@ import (
 // RedisBinary returns the path of redis-server (REDIS_SERVER_BIN or PATH)
 // or an error that says how to get one.
 func RedisBinary() (string, error) {
-	if b := os.Getenv("REDIS_SERVER_BIN"); b != "" {
+	return binary("redis-server", "REDIS_SERVER_BIN", "redis-server")
+}
+
+// RedisCLIBinary returns the path of redis-cli (REDIS_CLI_BIN or PATH) or
+// an error that says how to get one.
+func RedisCLIBinary() (string, error) {
+	return binary("redis-cli", "REDIS_CLI_BIN", "redis-tools")
+}
+
+// binary finds name through the variable env, else PATH.
+func binary(name, env, debPackage string) (string, error) {
+	if b := os.Getenv(env); b != "" {
 		return b, nil
 	}
-	b, err := exec.LookPath("redis-server")
+	b, err := exec.LookPath(name)
 	if err != nil {
-		return "", errors.New("redis-server is not installed (not in PATH, REDIS_SERVER_BIN unset): " +
-			"install it with `apt-get install -y redis-server` (Debian/Ubuntu) " +
-			"or `brew install redis` (macOS), or run `bash scripts/ensure-redis.sh`")
+		return "", fmt.Errorf("%s is not installed (not in PATH, %s unset): install it with "+
+			"`apt-get install -y %s` (Debian/Ubuntu) or `brew install redis` (macOS), "+
+			"or run `bash scripts/ensure-redis.sh`", name, env, debPackage)
 	}
 	return b, nil
 }

@@ -2,11 +2,9 @@ package redistest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -31,15 +29,9 @@ const ClusterNodes = 3
 // CLIBinary returns the path of redis-cli (REDIS_CLI_BIN or PATH) or an
 // error that says how to get one.
 func CLIBinary() (string, error) {
-	if b := os.Getenv("REDIS_CLI_BIN"); b != "" {
-		return b, nil
-	}
-	b, err := exec.LookPath("redis-cli")
+	b, err := launch.RedisCLIBinary()
 	if err != nil {
-		return "", errors.New("redis-cli is not installed (not in PATH, REDIS_CLI_BIN unset): " +
-			"the Redis Cluster tests need it to create the cluster; install it with " +
-			"`apt-get install -y redis-tools` (Debian/Ubuntu) or `brew install redis` (macOS), " +
-			"or run `bash scripts/ensure-redis.sh`")
+		return "", fmt.Errorf("the Redis Cluster tests need redis-cli to create the cluster: %w", err)
 	}
 	return b, nil
 }
