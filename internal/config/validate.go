@@ -69,8 +69,8 @@ func (c *Config) checkRedis(ps *check.List) {
 		ps.Add("redis.url", "must be set, e.g. redis://127.0.0.1:6379/0")
 		return
 	}
-	scheme, rest, ok := strings.Cut(u, "://")
-	scheme = strings.ToLower(scheme)
+	parts, ok := SplitRedisURL(u)
+	scheme := strings.ToLower(parts.Scheme)
 	switch {
 	case !ok:
 		ps.Add("redis.url", "%s has no scheme; want redis://host:6379/0, rediss:// or unix://", check.Quote(redactURL(u)))
@@ -97,18 +97,8 @@ func (c *Config) checkRedis(ps *check.List) {
 	checkTLS(ps, "redis.tls", r.TLS)
 
 	// The host part may list several seed nodes for Redis Cluster, which
-	// net/url cannot parse; check each, then the rest with the first. The
-	// user:password@ part ends at the last '@' (as in redactURL), so that no
-	// piece of a password, even one holding '/', is shown as a host.
-	userinfo := ""
-	if at := strings.LastIndex(rest, "@"); at >= 0 {
-		userinfo, rest = rest[:at+1], rest[at+1:]
-	}
-	hosts, tail := rest, ""
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		hosts, tail = rest[:i], rest[i:]
-	}
-	list := strings.Split(hosts, ",")
+	// net/url cannot parse; check each, then the rest with the first.
+	userinfo, list, tail := parts.Userinfo, parts.Hosts, parts.Tail
 	if len(list) > 1 && !r.Cluster {
 		ps.Add("redis.url", "lists %d hosts; set redis.cluster: true for Redis Cluster", len(list))
 		return
@@ -141,6 +131,35 @@ func (c *Config) checkRedis(ps *check.List) {
 			ps.Add("redis.url", "Redis Cluster has only database 0, got %d", n)
 		}
 	}
+}
+
+// RedisURL is a redis.url cut into its parts: Scheme "://" Userinfo Hosts
+// Tail. Userinfo keeps its '@' and ends at the last one, so that no piece
+// of a password (even one holding '/' or ',') is taken for a host; Hosts
+// is the comma-separated host list (Redis Cluster's seed nodes), which
+// net/url cannot parse; Tail is the path, query and fragment.
+type RedisURL struct {
+	Scheme, Userinfo string
+	Hosts            []string
+	Tail             string
+}
+
+// SplitRedisURL cuts u into its parts; false when it has no scheme.
+func SplitRedisURL(u string) (RedisURL, bool) {
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		return RedisURL{}, false
+	}
+	p := RedisURL{Scheme: scheme}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		p.Userinfo, rest = rest[:at+1], rest[at+1:]
+	}
+	hosts := rest
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		hosts, p.Tail = rest[:i], rest[i:]
+	}
+	p.Hosts = strings.Split(hosts, ",")
+	return p, true
 }
 
 // checkServerURL checks one server URL against the schemes allowed.
