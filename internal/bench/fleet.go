@@ -146,6 +146,17 @@ func (f *fleet) startWorker(id string) (*workerProc, error) {
 	return w, nil
 }
 
+// startReady starts a worker process and waits, at most 30 s, until it is
+// ready; it returns when that happened.
+func (f *fleet) startReady(ctx context.Context, id string) (*workerProc, time.Time, error) {
+	w, err := f.startWorker(id)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	ready, err := w.ready(ctx, 30*time.Second)
+	return w, ready, err
+}
+
 // ready polls /readyz until 200 and returns when that happened.
 func (w *workerProc) ready(ctx context.Context, within time.Duration) (time.Time, error) {
 	client := &http.Client{Timeout: time.Second}

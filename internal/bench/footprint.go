@@ -46,11 +46,7 @@ func runFootprint(ctx context.Context, e *env, r runInfo) (*sample, error) {
 		return nil, err
 	}
 	defer f.close(ctx)
-	w, err := f.startWorker("w1")
-	if err != nil {
-		return nil, err
-	}
-	ready, err := w.ready(ctx, 30*time.Second)
+	w, ready, err := f.startReady(ctx, "w1")
 	if err != nil {
 		return nil, err
 	}

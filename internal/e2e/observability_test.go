@@ -11,18 +11,8 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/queue"
-	"github.com/keyfleet/keyfleet/internal/testutil/launch"
+	"github.com/keyfleet/keyfleet/internal/testutil"
 )
-
-// freeAddr is a loopback address nothing listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	addr, err := launch.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
 
 func get(url string) (int, string, error) {
 	c := http.Client{Timeout: 5 * time.Second}
@@ -40,7 +30,7 @@ func get(url string) (int, string, error) {
 // limits and a rejected key; labels carry no item IDs and no secrets;
 // /readyz turns 503 while the worker drains.
 func TestWorkerServesMetricsAndHealth(t *testing.T) {
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	f := newFleet(t, fleetOptions{
 		// key-c is refused by the job whatever the item (least recently used
 		// selection tries it within the first three runs).

@@ -8,20 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyfleet/keyfleet/internal/testutil/launch"
+	"github.com/keyfleet/keyfleet/internal/testutil"
 )
-
-// silentTCPServer accepts TCP connections and never says a word: a server
-// that hangs. Closed at the end of the test.
-func silentTCPServer(t *testing.T) string {
-	t.Helper()
-	s, err := launch.StartSilent()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s.Addr()
-}
 
 // An unreachable NATS or Redis, refusing or silent: exit 3 with one clear
 // line naming the server, no hang, no panic. (producerTimeout guards against
@@ -30,8 +18,8 @@ func TestProducerUnreachableServers(t *testing.T) {
 	f := sleepOnlyFleet(t, "", "")
 	items := f.writeInput("items.jsonl", jsonlItems(3, `{"id":%q}`))
 	for _, srv := range []struct{ name, addr string }{
-		{"refused", freeAddr(t)},
-		{"silent", silentTCPServer(t)},
+		{"refused", testutil.FreeAddr(t)},
+		{"silent", testutil.SilentServer(t)},
 	} {
 		natsURL, redisURL := "nats://"+srv.addr, "redis://"+srv.addr+"/0"
 		for _, tc := range []struct {
@@ -67,7 +55,7 @@ func TestProducerUnreachableServers(t *testing.T) {
 		}
 	}
 	// Environment variables name the servers too, and a flag wins over them.
-	bad := freeAddr(t)
+	bad := testutil.FreeAddr(t)
 	env := append(f.env[:len(f.env):len(f.env)], "KEYFLEET_NATS_URL=nats://"+bad, "KEYFLEET_REDIS_URL=redis://"+bad)
 	if r := runProducer(t, env, nil, "status", "--config", f.cfg); r.code != 3 || !strings.Contains(r.stderr, "nats://"+bad) {
 		t.Fatalf("KEYFLEET_NATS_URL must override the file:\n%s", r)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -33,7 +34,8 @@ type Proc struct {
 	cmd     *exec.Cmd
 	started time.Time
 	done    chan struct{}
-	err     error // of Wait, once done is closed
+	exited  atomic.Bool // set just before done is closed
+	err     error       // of Wait, once exited
 }
 
 // Start starts bin with args; name names it in errors.
@@ -49,6 +51,7 @@ func Start(name, bin string, args []string, o Options) (*Proc, error) {
 	}
 	go func() {
 		p.err = cmd.Wait()
+		p.exited.Store(true)
 		close(p.done)
 	}()
 	return p, nil
@@ -67,14 +70,7 @@ func (p *Proc) Started() time.Time { return p.started }
 func (p *Proc) Done() <-chan struct{} { return p.done }
 
 // Exited reports whether it has exited.
-func (p *Proc) Exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
+func (p *Proc) Exited() bool { return p.exited.Load() }
 
 // Err is how it ended (exec.Cmd.Wait's error); nil while it runs.
 func (p *Proc) Err() error {

@@ -37,7 +37,7 @@ func binary(name, env, debPackage string) (string, error) {
 	}
 	b, err := exec.LookPath(name)
 	if err != nil {
-		return "", fmt.Errorf("%s is not installed (not in PATH, %s unset): install it with "+
+		return "", fmt.Errorf("%s is not installed (not in PATH, %s unset); the tests and benchmarks need a real one: install it with "+
 			"`apt-get install -y %s` (Debian/Ubuntu) or `brew install redis` (macOS), "+
 			"or run `bash scripts/ensure-redis.sh`", name, env, debPackage)
 	}
