@@ -298,6 +298,16 @@ func stopFleet(t *testing.T, timeout time.Duration, workers ...*proc) {
 	}
 }
 
+// waitQueueEmpty waits until the work queue holds no message, delivered or
+// not.
+func (f *fleet) waitQueueEmpty() {
+	f.t.Helper()
+	waitFor(f.t, "the work queue to be empty", time.Minute, func() bool {
+		st := f.queueStats()
+		return st.Stream.Messages == 0 && st.Consumer.AckPending == 0
+	})
+}
+
 // writeFile writes a file into the fleet's directory.
 func (f *fleet) writeFile(name, content string) {
 	f.t.Helper()

@@ -44,13 +44,7 @@ func script(t *testing.T, body string) string {
 func newExec(t *testing.T, cfg jobs.ExecConfig) jobs.Handler {
 	t.Helper()
 	h, err := jobs.NewExec(cfg)
-	if err != nil {
-		t.Fatalf("NewExec: %v", err)
-	}
-	if h.Kind() != "exec" {
-		t.Fatalf("Kind() = %q", h.Kind())
-	}
-	return h
+	return built(t, jobs.KindExec, h, err)
 }
 
 // runScript runs body as the command for testItem.

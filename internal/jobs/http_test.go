@@ -22,13 +22,7 @@ import (
 func newHTTP(t *testing.T, cfg jobs.HTTPConfig) jobs.Handler {
 	t.Helper()
 	h, err := jobs.NewHTTP(cfg)
-	if err != nil {
-		t.Fatalf("NewHTTP: %v", err)
-	}
-	if h.Kind() != "http" {
-		t.Fatalf("Kind() = %q", h.Kind())
-	}
-	return h
+	return built(t, jobs.KindHTTP, h, err)
 }
 
 // serve starts an httptest server running fn.

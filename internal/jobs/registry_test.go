@@ -29,23 +29,32 @@ func TestRegistry(t *testing.T) {
 	// The handler a kind builds says its name.
 	sleep, _ := jobs.Lookup(jobs.KindSleep)
 	h, err := sleep.New(nil, jobs.Common{})
-	if err != nil || h.Kind() != jobs.KindSleep {
-		t.Fatalf("sleep: %v, %v", h, err)
-	}
+	built(t, jobs.KindSleep, h, err)
 	exec, _ := jobs.Lookup(jobs.KindExec)
 	sec := exec.Section()
 	sec.(*jobs.ExecConfig).Command = []string{"sh", "-c", "exit 0"}
-	if h, err := exec.New(sec, jobs.Common{MaxOutput: 10}); err != nil || h.Kind() != jobs.KindExec {
-		t.Fatalf("exec: %v, %v", h, err)
-	}
+	h, err = exec.New(sec, jobs.Common{MaxOutput: 10})
+	built(t, jobs.KindExec, h, err)
 	http, _ := jobs.Lookup(jobs.KindHTTP)
 	sec = http.Section()
 	sec.(*jobs.HTTPConfig).URL = "http://127.0.0.1:1/x"
-	if h, err := http.New(sec, jobs.Common{}); err != nil || h.Kind() != jobs.KindHTTP {
-		t.Fatalf("http: %v, %v", h, err)
-	}
+	h, err = http.New(sec, jobs.Common{})
+	built(t, jobs.KindHTTP, h, err)
 	// A section's defaults pass its own checks, but for the required keys.
 	if got := http.Section().Check(); len(got) != 1 || got[0].Key != "url" {
 		t.Errorf("http defaults: %+v", got)
 	}
+}
+
+// built returns the handler a constructor built, failing the test on its
+// error or when the handler is not of kind.
+func built(t *testing.T, kind string, h jobs.Handler, err error) jobs.Handler {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("new %s handler: %v", kind, err)
+	}
+	if h.Kind() != kind {
+		t.Fatalf("Kind() = %q, want %q", h.Kind(), kind)
+	}
+	return h
 }
