@@ -74,20 +74,8 @@ type statusConsumer struct {
 	LastActive   *time.Time `json:"last_active"`
 }
 
-type statusWorker struct {
-	ID          string    `json:"id"`
-	Host        string    `json:"host"`
-	PID         int       `json:"pid"`
-	Version     string    `json:"version"`
-	State       string    `json:"state"`
-	Concurrency int       `json:"concurrency"`
-	Busy        int       `json:"busy"`
-	Done        int64     `json:"done"`
-	Failed      int64     `json:"failed"`
-	Kinds       []string  `json:"kinds"`
-	StartedAt   time.Time `json:"started_at"`
-	LastSeen    time.Time `json:"last_seen"`
-}
+// statusWorker is what a worker announces, as the registry holds it.
+type statusWorker = queue.WorkerInfo
 
 type statusPool struct {
 	Name        string             `json:"name"`
@@ -230,14 +218,10 @@ func readStatus(ctx context.Context, q *queue.Queue, pool *creds.Pool) (statusRe
 		return rep, unreachable("reading the worker registry", err)
 	}
 	for _, w := range ws {
-		kinds := w.Kinds
-		if kinds == nil {
-			kinds = []string{}
+		if w.Kinds == nil {
+			w.Kinds = []string{}
 		}
-		rep.Workers = append(rep.Workers, statusWorker{
-			ID: w.ID, Host: w.Host, PID: w.PID, Version: w.Version, State: w.State, Concurrency: w.Concurrency,
-			Busy: w.Busy, Done: w.Done, Failed: w.Failed, Kinds: kinds, StartedAt: w.StartedAt, LastSeen: w.LastSeen,
-		})
+		rep.Workers = append(rep.Workers, w)
 	}
 	ps, err := pool.Stats(ctx)
 	if err != nil {
