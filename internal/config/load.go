@@ -17,8 +17,10 @@ import (
 // and redis.url; an error about them says so. Last, Validate.
 //
 // getenv is os.Getenv when nil. Callers apply their flags to the result and
-// call Validate again. Every error names the file; problems are reported
-// all at once (errors.Join), one line each. A file that cannot be read gives
+// call Validate again. Every error names the file, and the line of the key
+// at fault when the value is the file's (not an environment variable's);
+// problems are reported all at once (errors.Join), one line each. A file
+// that cannot be read gives
 // an error that wraps the cause (errors.Is(err, fs.ErrNotExist) works).
 func Load(path string, getenv func(string) string) (*Config, error) {
 	if getenv == nil {
