@@ -196,8 +196,12 @@ func consumeBatches(ctx context.Context, q *queue.Queue, cons jetstream.Consumer
 	return nil
 }
 
-// consumeLikeWorker mirrors internal/worker's pull loop and the NATS calls
-// of a succeeding item, without Redis and without the job.
+// consumeLikeWorker approximates internal/worker's pull loop and makes the
+// NATS calls of a succeeding item, without Redis and without the job. It
+// is not the worker's code, which is a method of worker.Worker bound to its
+// pool, metrics and settlement, and differs from it: one fetch at a time
+// here (the worker keeps up to 4 in flight) and a goroutine per message
+// (the worker keeps one long-lived goroutine per slot).
 func consumeLikeWorker(ctx context.Context, q *queue.Queue, cons jetstream.Consumer, got *atomic.Int64, n int) error {
 	const slots = 64
 	free := make(chan struct{}, slots)
@@ -266,6 +270,18 @@ func redisCeiling(ctx context.Context, e *env, smp *sample, d time.Duration, key
 	if err := script.Load(ctx, rdb).Err(); err != nil {
 		return fmt.Errorf("bench: script load: %w", err)
 	}
+	return hammer(ctx, e, smp, d, "ceiling: raw EVALSHA, 64 clients", key, func(int) error {
+		if err := script.EvalSha(ctx, rdb, nil).Err(); err != nil {
+			return fmt.Errorf("bench: evalsha: %w", err)
+		}
+		return nil
+	})
+}
+
+// hammer calls op from 64 goroutines (g is the goroutine's number) until d
+// has passed, op fails or ctx ends, and records the calls per second as
+// key, with their CPU use under the name what.
+func hammer(ctx context.Context, e *env, smp *sample, d time.Duration, what, key string, op func(g int) error) error {
 	m, err := e.meter(ctx)
 	if err != nil {
 		return err
@@ -275,12 +291,12 @@ func redisCeiling(ctx context.Context, e *env, smp *sample, d time.Duration, key
 	var wg sync.WaitGroup
 	start := time.Now()
 	deadline := start.Add(d)
-	for range 64 {
+	for g := range 64 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(deadline) && ctx.Err() == nil {
-				if err := script.EvalSha(ctx, rdb, nil).Err(); err != nil {
+				if err := op(g); err != nil {
 					firstErr.CompareAndSwap(nil, err)
 					return
 				}
@@ -291,9 +307,9 @@ func redisCeiling(ctx context.Context, e *env, smp *sample, d time.Duration, key
 	wg.Wait()
 	wall := time.Since(start)
 	if err, _ := firstErr.Load().(error); err != nil {
-		return fmt.Errorf("bench: evalsha: %w", err)
+		return err
 	}
-	use, err := m.done(ctx, "ceiling: raw EVALSHA, 64 clients", int(ops.Load()), wall, nil)
+	use, err := m.done(ctx, what, int(ops.Load()), wall, nil)
 	if err != nil {
 		return err
 	}
@@ -314,51 +330,31 @@ func poolCeiling(ctx context.Context, e *env, smp *sample, d time.Duration, key 
 		return err
 	}
 	defer p.Close()
-	defs := make([]creds.Credential, 8)
+	if err := registerKeys(ctx, p, 8, 64); err != nil {
+		return err
+	}
+	owners := make([]string, 64)
+	for g := range owners {
+		owners[g] = fmt.Sprintf("bench/%d", g)
+	}
+	return hammer(ctx, e, smp, d, "ceiling: pool acquire+release, 64 goroutines (in process)", key, func(g int) error {
+		l, err := p.Acquire(ctx, owners[g])
+		if err == nil {
+			err = p.Release(ctx, l)
+		}
+		if err != nil {
+			return fmt.Errorf("bench: pool: %w", err)
+		}
+		return nil
+	})
+}
+
+// registerKeys registers n credentials k0, k1, ... of max_concurrent
+// maxConc.
+func registerKeys(ctx context.Context, p *creds.Pool, n, maxConc int) error {
+	defs := make([]creds.Credential, n)
 	for i := range defs {
-		defs[i] = creds.Credential{ID: fmt.Sprintf("k%d", i), MaxConcurrent: 64}
+		defs[i] = creds.Credential{ID: fmt.Sprintf("k%d", i), MaxConcurrent: maxConc}
 	}
-	if err := p.Register(ctx, defs); err != nil {
-		return err
-	}
-	m, err := e.meter(ctx)
-	if err != nil {
-		return err
-	}
-	var pairs atomic.Int64
-	var firstErr atomic.Value
-	var wg sync.WaitGroup
-	start := time.Now()
-	deadline := start.Add(d)
-	for i := range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			owner := fmt.Sprintf("bench/%d", i)
-			for time.Now().Before(deadline) && ctx.Err() == nil {
-				l, err := p.Acquire(ctx, owner)
-				if err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-				if err := p.Release(ctx, l); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-				pairs.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	wall := time.Since(start)
-	if err, _ := firstErr.Load().(error); err != nil {
-		return fmt.Errorf("bench: pool: %w", err)
-	}
-	use, err := m.done(ctx, "ceiling: pool acquire+release, 64 goroutines (in process)", int(pairs.Load()), wall, nil)
-	if err != nil {
-		return err
-	}
-	smp.cpu = append(smp.cpu, use)
-	smp.values[key] = float64(pairs.Load()) / wall.Seconds()
-	return nil
+	return p.Register(ctx, defs)
 }

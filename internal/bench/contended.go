@@ -193,11 +193,7 @@ func poolUtilization(ctx context.Context, e *env, smp *sample, n int, pipelined 
 		defer p.Close()
 		pools = append(pools, p)
 	}
-	defs := make([]creds.Credential, contendedKeys)
-	for i := range defs {
-		defs[i] = creds.Credential{ID: fmt.Sprintf("k%d", i), MaxConcurrent: 1}
-	}
-	if err := pools[0].Register(ctx, defs); err != nil {
+	if err := registerKeys(ctx, pools[0], contendedKeys, 1); err != nil {
 		return err
 	}
 	m, err := e.meter(ctx)

@@ -81,10 +81,10 @@ type meter struct {
 func (e *env) meter(ctx context.Context) (*meter, error) {
 	m := &meter{e: e, start: time.Now(), self: selfCPU()}
 	var err error
-	if m.nats, err = e.natsProc.cpu(); err != nil {
+	if m.nats, err = cpuOf(e.natsProc); err != nil {
 		return nil, err
 	}
-	if m.redis, err = e.redisProc.cpu(); err != nil {
+	if m.redis, err = cpuOf(e.redisProc); err != nil {
 		return nil, err
 	}
 	if m.cmds, err = e.commandStats(ctx); err != nil {
@@ -102,11 +102,11 @@ func (e *env) meter(ctx context.Context) (*meter, error) {
 func (m *meter) done(ctx context.Context, variant string, items int, wall time.Duration, others map[string]float64) (CPUUse, error) {
 	u := CPUUse{Variant: variant, Items: items, Wall: wall.Seconds(), Proc: map[string]float64{}}
 	u.Proc["kfbench"] = selfCPU() - m.self
-	n, err := m.e.natsProc.cpu()
+	n, err := cpuOf(m.e.natsProc)
 	if err != nil {
 		return u, err
 	}
-	r, err := m.e.redisProc.cpu()
+	r, err := cpuOf(m.e.redisProc)
 	if err != nil {
 		return u, err
 	}

@@ -50,15 +50,11 @@ func runEnqueue(ctx context.Context, e *env, r runInfo) (*sample, error) {
 	smp := newSample()
 
 	// Subprocess, then the repeat into the same stream.
-	f, err := e.newFleet(ctx, "enq", fleetSpec{creds: []credSpec{{id: "k0", max: 1}}, concurrency: 1})
+	f, cfg, err := producerFleet(ctx, e)
 	if err != nil {
 		return nil, err
 	}
 	defer f.close(ctx)
-	cfg, err := f.writeConfig("producer", 0)
-	if err != nil {
-		return nil, err
-	}
 	for _, c := range []struct {
 		key, want, variant string
 	}{
@@ -74,10 +70,10 @@ func runEnqueue(ctx context.Context, e *env, r runInfo) (*sample, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := p.wait(ctx, 10*time.Minute); err != nil {
+		if err := p.Wait(ctx, 10*time.Minute); err != nil {
 			return nil, fmt.Errorf("producer enqueue: %w\n%s", err, p.logTail())
 		}
-		d := time.Since(p.started)
+		d := time.Since(p.Started())
 		if !strings.Contains(p.logTail(), c.want) {
 			return nil, fmt.Errorf("producer enqueue: output lacks %q:\n%s", c.want, p.logTail())
 		}
@@ -94,15 +90,11 @@ func runEnqueue(ctx context.Context, e *env, r runInfo) (*sample, error) {
 	}
 
 	// In process.
-	f2, err := e.newFleet(ctx, "enq", fleetSpec{creds: []credSpec{{id: "k0", max: 1}}, concurrency: 1})
+	f2, cfg2, err := producerFleet(ctx, e)
 	if err != nil {
 		return nil, err
 	}
 	defer f2.close(ctx)
-	cfg2, err := f2.writeConfig("producer", 0)
-	if err != nil {
-		return nil, err
-	}
 	m, err := e.meter(ctx)
 	if err != nil {
 		return nil, err
@@ -212,4 +204,19 @@ func rawPublish(ctx context.Context, e *env, smp *sample, n int) error {
 	smp.cpu = append(smp.cpu, use)
 	smp.values["raw_publish"] = float64(n) / d.Seconds()
 	return nil
+}
+
+// producerFleet is a fleet of its own streams for a producer run, with the
+// producer's config file.
+func producerFleet(ctx context.Context, e *env) (*fleet, string, error) {
+	f, err := e.newFleet(ctx, "enq", fleetSpec{creds: []credSpec{{id: "k0", max: 1}}, concurrency: 1})
+	if err != nil {
+		return nil, "", err
+	}
+	cfg, err := f.writeConfig("producer", 0)
+	if err != nil {
+		f.close(ctx)
+		return nil, "", err
+	}
+	return f, cfg, nil
 }

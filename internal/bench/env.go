@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 )
 
 // env is the program's servers, binaries and temporary directory.
@@ -27,10 +27,11 @@ type env struct {
 	natsBin, workerBin, producerBin string
 
 	natsURL, redisURL string
-	natsProc          *proc
-	redisProc         *proc
-	natsProfile       string // host:port of nats-server's pprof listener, with -profile
-	natsMonitor       string // host:port of nats-server's monitoring listener
+	natsProc          *launch.Proc  // the nats-server binary
+	redis             *launch.Redis // the redis-server
+	redisProc         *launch.Proc  // its process
+	natsProfile       string        // host:port of nats-server's pprof listener, with -profile
+	natsMonitor       string        // host:port of nats-server's monitoring listener
 
 	nc  *nats.Conn    // the program's own NATS connection
 	rdb *redis.Client // the program's own Redis client
@@ -123,44 +124,18 @@ func goBuild(ctx context.Context, dir string, args ...string) error {
 }
 
 func (e *env) startNATS(ctx context.Context) error {
-	port, err := freePort()
+	n, err := launch.StartNATSProcess(ctx, launch.NATSProcessOptions{
+		Bin: e.natsBin, StoreDir: filepath.Join(e.dir, "nats"), LogFile: filepath.Join(e.dir, "logs", "nats-server.log"),
+		Monitor: true, Profile: e.opts.ProfileDir != "", OwnGroup: true,
+	})
 	if err != nil {
-		return err
+		return fmt.Errorf("bench: %w", err)
 	}
-	mon, err := freePort()
-	if err != nil {
-		return err
+	e.natsProc, e.natsURL, e.natsMonitor, e.natsProfile = n.Proc, n.URL, n.Monitor, n.Profile
+	if e.nc, err = nats.Connect(e.natsURL, nats.Name("kfbench"), nats.MaxReconnects(-1)); err != nil {
+		return fmt.Errorf("bench: %w", err)
 	}
-	e.natsMonitor = fmt.Sprintf("127.0.0.1:%d", mon)
-	args := []string{"-a", "127.0.0.1", "-p", strconv.Itoa(port), "-m", strconv.Itoa(mon), "-js", "-sd", filepath.Join(e.dir, "nats"),
-		"-l", filepath.Join(e.dir, "logs", "nats-server.log")}
-	if e.opts.ProfileDir != "" {
-		pp, err := freePort()
-		if err != nil {
-			return err
-		}
-		args = append(args, "--profile", strconv.Itoa(pp))
-		e.natsProfile = fmt.Sprintf("127.0.0.1:%d", pp)
-	}
-	if e.natsProc, err = e.start("nats-server", e.natsBin, args, nil); err != nil {
-		return err
-	}
-	e.natsURL = fmt.Sprintf("nats://127.0.0.1:%d", port)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		nc, err := nats.Connect(e.natsURL, nats.Name("kfbench"), nats.MaxReconnects(-1))
-		if err == nil {
-			e.nc = nc
-			return e.anchor(ctx)
-		}
-		if time.Now().After(deadline) || e.natsProc.exited() {
-			return fmt.Errorf("bench: nats-server on port %d did not accept connections: %w (log: %s)",
-				port, err, filepath.Join(e.dir, "logs", "nats-server.log"))
-		}
-		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
-			return err
-		}
-	}
+	return e.anchor(ctx)
 }
 
 // anchor creates a stream that lives as long as the server: after its
@@ -179,38 +154,15 @@ func (e *env) anchor(ctx context.Context) error {
 }
 
 func (e *env) startRedis(ctx context.Context) error {
-	bin, err := exec.LookPath("redis-server")
-	if b := os.Getenv("REDIS_SERVER_BIN"); b != "" {
-		bin, err = b, nil
-	}
+	r, err := launch.StartRedis(ctx, launch.RedisOptions{
+		Dir: filepath.Join(e.dir, "redis"), LogFile: filepath.Join(e.dir, "logs", "redis-server.log"), OwnGroup: true,
+	})
 	if err != nil {
-		return errors.New("bench: redis-server is not installed (apt-get install -y redis-server, or set REDIS_SERVER_BIN)")
+		return fmt.Errorf("bench: %w", err)
 	}
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
-	logFile := filepath.Join(e.dir, "logs", "redis-server.log")
-	args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", filepath.Join(e.dir, "redis"), "--logfile", logFile}
-	if e.redisProc, err = e.start("redis-server", bin, args, nil); err != nil {
-		return err
-	}
-	e.redisURL = fmt.Sprintf("redis://127.0.0.1:%d/0", port)
-	e.rdb = redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), PoolSize: 128})
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		err := e.rdb.Ping(ctx).Err()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) || e.redisProc.exited() {
-			return fmt.Errorf("bench: redis-server on port %d did not answer: %w (log: %s)", port, err, logFile)
-		}
-		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
-			return err
-		}
-	}
+	e.redis, e.redisProc, e.redisURL = r, r.Proc(), r.URL()
+	e.rdb = redis.NewClient(&redis.Options{Addr: r.Addr(), PoolSize: 128})
+	return nil
 }
 
 // close stops every process still running and removes the temporary
@@ -227,7 +179,13 @@ func (e *env) close() {
 	e.mu.Unlock()
 	// Workers and producers first, the servers last.
 	for i := len(procs) - 1; i >= 0; i-- {
-		procs[i].kill()
+		procs[i].Kill()
+	}
+	if e.redis != nil {
+		e.redis.Stop()
+	}
+	if e.natsProc != nil {
+		e.natsProc.Kill()
 	}
 	if e.opts.KeepTemp {
 		e.progress("kept %s", e.dir)
@@ -294,8 +252,8 @@ func (e *env) waitQuiet(ctx context.Context) (float64, error) {
 }
 
 func (e *env) serversCPU() float64 {
-	n, _ := e.natsProc.cpu()
-	r, _ := e.redisProc.cpu()
+	n, _ := cpuOf(e.natsProc)
+	r, _ := cpuOf(e.redisProc)
 	return n + r
 }
 
@@ -303,15 +261,6 @@ func (e *env) progress(format string, args ...any) {
 	if e.opts.Progress != nil {
 		fmt.Fprintf(e.opts.Progress, "kfbench: "+format+"\n", args...)
 	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("bench: free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 )
 
 // credSpec is one credential of a fleet's pool.
@@ -128,7 +129,7 @@ type workerProc struct {
 
 // startWorker starts a worker process; it does not wait for it.
 func (f *fleet) startWorker(id string) (*workerProc, error) {
-	port, err := freePort()
+	port, err := launch.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -143,6 +144,17 @@ func (f *fleet) startWorker(id string) (*workerProc, error) {
 	w := &workerProc{proc: p, id: id, addr: fmt.Sprintf("127.0.0.1:%d", port)}
 	f.workers = append(f.workers, w)
 	return w, nil
+}
+
+// startReady starts a worker process and waits, at most 30 s, until it is
+// ready; it returns when that happened.
+func (f *fleet) startReady(ctx context.Context, id string) (*workerProc, time.Time, error) {
+	w, err := f.startWorker(id)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	ready, err := w.ready(ctx, 30*time.Second)
+	return w, ready, err
 }
 
 // ready polls /readyz until 200 and returns when that happened.
@@ -166,8 +178,8 @@ func (w *workerProc) ready(ctx context.Context, within time.Duration) (time.Time
 		switch {
 		case ctx.Err() != nil:
 			return time.Time{}, context.Cause(ctx)
-		case w.exited():
-			return time.Time{}, fmt.Errorf("bench: worker %s exited before it was ready: %v\n%s", w.id, w.err, w.logTail())
+		case w.Exited():
+			return time.Time{}, fmt.Errorf("bench: worker %s exited before it was ready: %v\n%s", w.id, w.Err(), w.logTail())
 		case time.Now().After(deadline):
 			return time.Time{}, fmt.Errorf("bench: worker %s not ready within %s\n%s", w.id, within, w.logTail())
 		}
@@ -207,7 +219,7 @@ func (w *workerProc) metric(ctx context.Context, name string) (float64, error) {
 func (f *fleet) stopWorkers(ctx context.Context) (float64, error) {
 	var errs []error
 	for _, w := range f.workers {
-		if err := w.stop(ctx, 30*time.Second); err != nil {
+		if err := w.Stop(ctx, 30*time.Second); err != nil {
 			errs = append(errs, fmt.Errorf("worker %s: %w", w.id, err))
 		}
 	}
@@ -242,7 +254,7 @@ func (f *fleet) finish(ctx context.Context, m *meter, variant string, n int) (CP
 // close stops the workers and forgets the run (streams, Redis).
 func (f *fleet) close(ctx context.Context) error {
 	for _, w := range f.workers {
-		w.kill()
+		w.Kill()
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()

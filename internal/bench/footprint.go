@@ -3,11 +3,11 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 )
 
 // Scenario 7: footprint. A worker joins an existing fleet (its streams and
@@ -46,23 +46,19 @@ func runFootprint(ctx context.Context, e *env, r runInfo) (*sample, error) {
 		return nil, err
 	}
 	defer f.close(ctx)
-	w, err := f.startWorker("w1")
+	w, ready, err := f.startReady(ctx, "w1")
 	if err != nil {
 		return nil, err
 	}
-	ready, err := w.ready(ctx, 30*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	smp.values["startup"] = float64(ready.Sub(w.started)) / float64(time.Millisecond)
+	smp.values["startup"] = float64(ready.Sub(w.Started())) / float64(time.Millisecond)
 	if err := sleepCtx(ctx, idle); err != nil {
 		return nil, err
 	}
-	rss, err := statusKB(w.pid(), "VmRSS")
+	rss, err := statusKB(w.Pid(), "VmRSS")
 	if err != nil {
 		return nil, err
 	}
-	hwm, err := statusKB(w.pid(), "VmHWM")
+	hwm, err := statusKB(w.Pid(), "VmHWM")
 	if err != nil {
 		return nil, err
 	}
@@ -75,10 +71,10 @@ func runFootprint(ctx context.Context, e *env, r runInfo) (*sample, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := v.wait(ctx, 30*time.Second); err != nil {
+	if err := v.Wait(ctx, 30*time.Second); err != nil {
 		return nil, fmt.Errorf("worker --version: %w", err)
 	}
-	smp.values["version_ms"] = float64(time.Since(v.started)) / float64(time.Millisecond)
+	smp.values["version_ms"] = float64(time.Since(v.Started())) / float64(time.Millisecond)
 	floor, err := connectingRSS(ctx, e, f)
 	if err != nil {
 		return nil, err
@@ -90,31 +86,11 @@ func runFootprint(ctx context.Context, e *env, r runInfo) (*sample, error) {
 // connectingRSS starts a worker whose NATS server is a listener that
 // accepts and stays silent, and reads its VmRSS while it waits.
 func connectingRSS(ctx context.Context, e *env, f *fleet) (float64, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	silent, err := launch.StartSilent()
 	if err != nil {
 		return 0, fmt.Errorf("bench: %w", err)
 	}
-	defer l.Close()
-	var conns []net.Conn
-	var mu sync.Mutex
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	defer func() {
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	}()
+	defer silent.Close()
 	path, err := f.writeConfig("silent", 0)
 	if err != nil {
 		return 0, err
@@ -123,7 +99,7 @@ func connectingRSS(ctx context.Context, e *env, f *fleet) (float64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("bench: %w", err)
 	}
-	cfg = []byte(strings.Replace(string(cfg), e.natsURL, "nats://"+l.Addr().String(), 1))
+	cfg = []byte(strings.Replace(string(cfg), e.natsURL, "nats://"+silent.Addr(), 1))
 	if err := os.WriteFile(path, cfg, 0o600); err != nil {
 		return 0, fmt.Errorf("bench: %w", err)
 	}
@@ -131,13 +107,13 @@ func connectingRSS(ctx context.Context, e *env, f *fleet) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer p.kill()
+	defer p.Kill()
 	if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
 		return 0, err
 	}
-	if p.exited() {
-		return 0, fmt.Errorf("bench: the silent-server worker exited early: %v\n%s", p.err, p.logTail())
+	if p.Exited() {
+		return 0, fmt.Errorf("bench: the silent-server worker exited early: %v\n%s", p.Err(), p.logTail())
 	}
-	kb, err := statusKB(p.pid(), "VmRSS")
+	kb, err := statusKB(p.Pid(), "VmRSS")
 	return kb / 1024, err
 }

@@ -2,28 +2,23 @@ package bench
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 )
 
-// proc is a child process: its output goes to a log file in the temporary
-// directory; it dies with the program (Pdeathsig) and sits in its own
-// process group, so a Ctrl-C on the terminal reaches only the program,
-// which then stops it.
+// proc is a child process (launch.Proc) whose output goes to a log file
+// in the temporary directory; it sits in its own process group, so a
+// Ctrl-C on the terminal reaches only the program, which then stops it.
 type proc struct {
-	name    string
-	cmd     *exec.Cmd
+	*launch.Proc
 	logPath string
-	started time.Time
-	done    chan struct{}
-	err     error // of Wait, once done is closed
 }
 
 // start starts bin with args; extraEnv is added to the program's
@@ -35,88 +30,29 @@ func (e *env) start(name, bin string, args, extraEnv []string) (*proc, error) {
 		return nil, fmt.Errorf("bench: %s log: %w", name, err)
 	}
 	defer f.Close()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), extraEnv...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	p := &proc{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
-	p.started = time.Now()
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("bench: start %s: %w", name, err)
+	lp, err := launch.Start(name, bin, args, launch.Options{
+		Env: append(os.Environ(), extraEnv...), Stdout: f, Stderr: f, OwnGroup: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
 	}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
+	p := &proc{Proc: lp, logPath: logPath}
 	e.mu.Lock()
 	e.procs = append(e.procs, p)
 	e.mu.Unlock()
 	return p, nil
 }
 
-func (p *proc) pid() int { return p.cmd.Process.Pid }
+func (p *proc) cpu() (float64, error) { return cpuOf(p.Proc) }
 
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (p *proc) signal(s syscall.Signal) error {
-	if p.exited() {
-		return fmt.Errorf("bench: %s already exited", p.name)
-	}
-	return p.cmd.Process.Signal(s)
-}
-
-// wait waits for the exit, at most d.
-func (p *proc) wait(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-p.done:
-		return p.err
-	case <-t.C:
-		return fmt.Errorf("bench: %s did not exit within %s", p.name, d)
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-}
-
-// stop sends SIGTERM and waits up to d, then kills.
-func (p *proc) stop(ctx context.Context, d time.Duration) error {
-	if p.exited() {
-		return p.err
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	if err := p.wait(ctx, d); err != nil {
-		p.kill()
-		return err
-	}
-	return nil
-}
-
-// kill ends the process now and reaps it.
-func (p *proc) kill() {
-	if p.exited() {
-		return
-	}
-	_ = p.cmd.Process.Kill()
-	<-p.done
-}
-
-// cpu is the CPU time (user + system, seconds) of a running process, from
-// /proc/<pid>/stat (clock ticks of 10 ms), or of an exited one from its
-// rusage (microseconds).
-func (p *proc) cpu() (float64, error) {
-	if p.exited() {
-		st := p.cmd.ProcessState
+// cpuOf is the CPU time (user + system, seconds) of a running process,
+// from /proc/<pid>/stat (clock ticks of 10 ms), or of an exited one from
+// its rusage (microseconds).
+func cpuOf(p *launch.Proc) (float64, error) {
+	if st := p.State(); st != nil {
 		return (st.UserTime() + st.SystemTime()).Seconds(), nil
 	}
-	return procCPU(p.pid())
+	return procCPU(p.Pid())
 }
 
 func procCPU(pid int) (float64, error) {

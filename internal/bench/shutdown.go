@@ -42,11 +42,8 @@ func runShutdown(ctx context.Context, e *env, r runInfo) (*sample, error) {
 		return nil, err
 	}
 	defer f.close(ctx)
-	a, err := f.startWorker("A")
+	a, _, err := f.startReady(ctx, "A")
 	if err != nil {
-		return nil, err
-	}
-	if _, err := a.ready(ctx, 30*time.Second); err != nil {
 		return nil, err
 	}
 	if err := f.enqueue(ctx, k, ms); err != nil {
@@ -65,18 +62,14 @@ func runShutdown(ctx context.Context, e *env, r runInfo) (*sample, error) {
 			return nil, err
 		}
 	}
-	b, err := f.startWorker("B")
-	if err != nil {
-		return nil, err
-	}
-	if _, err := b.ready(ctx, 30*time.Second); err != nil {
+	if _, _, err := f.startReady(ctx, "B"); err != nil {
 		return nil, err
 	}
 	sigterm := time.Now()
-	if err := a.signal(syscall.SIGTERM); err != nil {
+	if err := a.Signal(syscall.SIGTERM); err != nil {
 		return nil, err
 	}
-	if err := a.wait(ctx, 30*time.Second); err != nil {
+	if err := a.Wait(ctx, 30*time.Second); err != nil {
 		return nil, fmt.Errorf("worker A after SIGTERM: %w\n%s", err, a.logTail())
 	}
 	exited := time.Since(sigterm)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
+	"github.com/keyfleet/keyfleet/internal/jobs"
 	"github.com/keyfleet/keyfleet/internal/jsonl"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
@@ -104,7 +105,7 @@ Ctrl-C stops the waiting, not the batch (exit 130).
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.kind, "kind", "", "job kind: exec, http or sleep (default: the only configured kind of jobs.exec/jobs.http, else exec)")
+	f.StringVar(&o.kind, "kind", "", kindFlagUsage())
 	f.StringVar(&o.batch, "batch", "", "batch ID (default: <file name>-<content hash>, stdin-<content hash> for -)")
 	f.StringVar(&o.idField, "id-field", "id", "top-level field holding each item's ID")
 	f.BoolVar(&o.dryRun, "dry-run", false, "validate and list the items; publish nothing (needs no server)")
@@ -114,15 +115,33 @@ Ctrl-C stops the waiting, not the batch (exit 130).
 	return cmd
 }
 
-// defaultKind is the only configured kind of exec and http, else exec.
+// defaultKind is the only configured kind of those that take settings
+// (exec, http), else jobs.DefaultKind.
 func defaultKind(cfg *config.Config) string {
-	switch {
-	case cfg.Jobs.Exec != nil && cfg.Jobs.HTTP == nil:
-		return "exec"
-	case cfg.Jobs.HTTP != nil && cfg.Jobs.Exec == nil:
-		return "http"
+	var configured []string
+	for _, k := range jobs.Kinds() {
+		if _, ok := cfg.Jobs.Section(k.Name); ok && k.Section != nil {
+			configured = append(configured, k.Name)
+		}
 	}
-	return "exec"
+	if len(configured) == 1 {
+		return configured[0]
+	}
+	return jobs.DefaultKind
+}
+
+// kindFlagUsage is --kind's help: "job kind: exec, http or sleep (default:
+// the only configured kind of jobs.exec/jobs.http, else exec)".
+func kindFlagUsage() string {
+	var sections []string
+	for _, k := range jobs.Kinds() {
+		if k.Section != nil {
+			sections = append(sections, "jobs."+k.Name)
+		}
+	}
+	names := jobs.Names()
+	return fmt.Sprintf("job kind: %s or %s (default: the only configured kind of %s, else %s)",
+		strings.Join(names[:len(names)-1], ", "), names[len(names)-1], strings.Join(sections, "/"), jobs.DefaultKind)
 }
 
 // input is the items file opened for one pass.
@@ -225,7 +244,7 @@ func (p *producer) enqueue(cmd *cobra.Command, o enqueueOptions) error {
 	if o.idField == "" {
 		return usageErr("--id-field must not be empty")
 	}
-	if (o.kind == "exec" && cfg.Jobs.Exec == nil || o.kind == "http" && cfg.Jobs.HTTP == nil) && cfg.Source != config.DefaultsSource {
+	if _, ok := cfg.Jobs.Section(o.kind); !ok && cfg.Source != config.DefaultsSource {
 		fmt.Fprintf(p.stderr, "note: jobs.%s is not configured in %s: workers with this configuration dead-letter %s items\n",
 			o.kind, cfg.Source, o.kind)
 	}
@@ -266,8 +285,8 @@ func (p *producer) enqueue(cmd *cobra.Command, o enqueueOptions) error {
 		if q != nil {
 			return q.Fits(it)
 		}
-		size := wireSize(it)
-		return size, maxPayload, int64(size) <= maxPayload
+		size, ok := queue.Fits(it, maxPayload)
+		return size, maxPayload, ok
 	}
 	check, err := p.validate(ctx, in, o, int(maxPayload), func(it jsonl.Item) *jsonl.LineError {
 		size, limit, ok := fits(queue.Item{ID: it.ID, Batch: strings.Repeat("b", batchLen), Kind: o.kind, Payload: it.Raw})
@@ -515,19 +534,6 @@ func (p *producer) recordBatch(ctx context.Context, q *queue.Queue, o enqueueOpt
 		fmt.Fprintf(p.stderr, "warning: batch %s: %d new items enqueued, but its record (the dashboard's total) was not updated: %v\n",
 			o.batch, rep.Published, err)
 	}
-}
-
-// wireSize mirrors queue.Queue.Fits for a dry run, which has no server:
-// the payload plus the message headers the queue sets.
-func wireSize(it queue.Item) int {
-	size := len(it.Payload) + len("NATS/1.0\r\n\r\n")
-	for _, h := range [][2]string{
-		{queue.HeaderItem, it.ID}, {queue.HeaderBatch, it.Batch}, {queue.HeaderKind, it.Kind},
-		{"Nats-Msg-Id", queue.MsgID(it.Batch, it.ID)},
-	} {
-		size += len(h[0]) + len(h[1]) + 4
-	}
-	return size
 }
 
 func plural(n int, one, many string) string {

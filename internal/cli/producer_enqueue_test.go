@@ -39,8 +39,8 @@ func TestWireSizeMatchesFits(t *testing.T) {
 		{ID: "ü é", Batch: "batch with spaces", Kind: "http", Payload: []byte(`{}`)},
 	} {
 		size, limit, ok := q.Fits(it)
-		if got := wireSize(it); got != size {
-			t.Errorf("item %.20q: wireSize %d, Fits %d", it.ID, got, size)
+		if got, _ := queue.Fits(it, dryRunMaxPayload); got != size {
+			t.Errorf("item %.20q: dry run's size %d, the queue's %d", it.ID, got, size)
 		}
 		if !ok || limit != dryRunMaxPayload {
 			t.Errorf("Fits: limit %d ok %v; the dry run assumes %d", limit, ok, dryRunMaxPayload)
@@ -77,6 +77,10 @@ func TestDefaultKind(t *testing.T) {
 	cfg.Jobs.Exec = &config.ExecJob{Command: []string{"x"}}
 	if k := defaultKind(cfg); k != "exec" {
 		t.Fatalf("both configured: %s", k)
+	}
+	want := "job kind: exec, http or sleep (default: the only configured kind of jobs.exec/jobs.http, else exec)"
+	if got := kindFlagUsage(); got != want {
+		t.Fatalf("--kind help:\nwant %s\ngot  %s", want, got)
 	}
 }
 

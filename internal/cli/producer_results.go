@@ -43,18 +43,9 @@ same), 0 otherwise; 3 when NATS cannot be reached.`,
 			if err := queue.CheckID("batch", batch); err != nil {
 				return usageErr("--batch: %v", err)
 			}
-			cfg, log, err := p.setup(nil)
-			if err != nil {
-				return err
-			}
-			defer func() { _ = log.Sync() }()
-			ctx := cmd.Context()
-			q, closeQ, err := openQueue(ctx, cfg, log)
-			if err != nil {
-				return err
-			}
-			defer closeQ()
-			return p.writeResults(ctx, q, batch, out)
+			return p.withQueue(cmd, func(ctx context.Context, q *queue.Queue) error {
+				return p.writeResults(ctx, q, batch, out)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&batch, "batch", "", "batch ID (required)")

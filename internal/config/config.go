@@ -9,9 +9,17 @@
 //
 // Decoding is strict: an unknown key, a value of the wrong type, a key set
 // twice or a second YAML document is an error. Every error line names the
-// file and the key path ("config: /etc/kf.yaml: line 12: unknown key
-// "pool.credentials[0].secret_envv""), and all problems are reported at
-// once, joined with errors.Join.
+// file, the line and the key path, decoding and validation alike
+// ("config: /etc/kf.yaml: line 12: unknown key "pool.credentials[0].secret_envv"
+// (did you mean "secret_env"?)", "config: /etc/kf.yaml: line 14:
+// pool.credentials[0].max_concurrent: must be at least 1, got 0"), and all
+// problems are reported at once, joined with errors.Join.
+//
+// Adding a key is adding a field: a struct field with its yaml tag and a
+// doc comment that says its default, the default in Default (or in the
+// section type's WithDefaults, for list items and optional sections), its
+// rule in validate.go when it has one, and its entry in
+// config/reference.yaml (a test checks the reference covers every key).
 //
 // A Config never holds a secret: credentials name an environment variable or
 // a file, and ResolveSecrets reads them into secret.Secret values, so
@@ -23,8 +31,12 @@
 package config
 
 import (
+	"cmp"
+	"reflect"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/jobs"
+	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/pkg/ratelimit"
 )
 
@@ -152,6 +164,17 @@ type Credential struct {
 	RateText string `yaml:"rate"`
 }
 
+// maxConcurrentDefault is the default of a credential's max_concurrent.
+// TODO(creds): use pkg/creds' default once it exports one.
+const maxConcurrentDefault = 1
+
+// WithDefaults fills the zero settings with their defaults; the decoder
+// starts each credential of a file from it.
+func (c Credential) WithDefaults() Credential {
+	c.MaxConcurrent = cmp.Or(c.MaxConcurrent, maxConcurrentDefault)
+	return c
+}
+
 // Worker tunes the worker daemon.
 type Worker struct {
 	// Concurrency is how many items one worker process runs at once.
@@ -227,13 +250,28 @@ type Queue struct {
 // Subject returns the subject items of a job kind are published on.
 func (q Queue) Subject(kind string) string { return q.SubjectPrefix + "." + kind }
 
-// Jobs configures the job kinds. The sleep kind needs no configuration;
-// exec and http run only when configured.
+// QueueConfig maps the configuration onto the queue's settings; workers
+// and the producer share it so that they agree on every stream and
+// consumer setting.
+func (c *Config) QueueConfig() queue.Config {
+	q := c.Queue
+	return queue.Config{
+		Stream: q.Stream, SubjectPrefix: q.SubjectPrefix, Consumer: q.Consumer,
+		AckWait: q.AckWait, MaxDeliver: q.MaxDeliver, RedeliveryBackoff: q.RedeliveryBackoff,
+		DuplicateWindow: q.DuplicateWindow, Replicas: q.Replicas, Memory: q.Storage == "memory",
+		ResultsMaxAge: q.ResultsMaxAge, HeartbeatTTL: max(queue.HeartbeatTTLDefault, 3*c.Worker.Heartbeat),
+	}
+}
+
+// Jobs configures the job kinds (jobs.Kinds). A kind with settings has a
+// section here, a pointer field whose yaml key is the kind's name, and runs
+// only when its section is configured; the sleep kind has none and always
+// runs.
 type Jobs struct {
 	// MaxOutput bounds a job's captured output (exec stdout, http body), in
 	// bytes; YAML takes a number of bytes or a KiB, MiB or GiB suffix.
-	// Default 64KiB (65536).
-	MaxOutput int `yaml:"max_output"`
+	// Default jobs.MaxOutputDefault (64KiB).
+	MaxOutput int `yaml:"max_output" config:"size"`
 	// Exec configures the exec kind; nil (the default) means not
 	// configured.
 	Exec *ExecJob `yaml:"exec"`
@@ -242,36 +280,38 @@ type Jobs struct {
 	HTTP *HTTPJob `yaml:"http"`
 }
 
-// ExecJob configures the exec kind: one run of a command per item.
-type ExecJob struct {
-	// Command is the program and its arguments; required.
-	Command []string `yaml:"command"`
-	// Timeout bounds one run. Default 10m.
-	Timeout time.Duration `yaml:"timeout"`
-	// Dir is the command's working directory. Default "" (the worker's).
-	Dir string `yaml:"dir"`
-	// Env holds extra environment variables for the command. The worker
-	// sets the KEYFLEET_* item variables itself; they cannot be set here.
-	// Default none.
-	Env map[string]string `yaml:"env"`
+// Section returns the settings section of the job kind called name and
+// whether the kind is configured: a kind that takes no settings always is,
+// a kind with a section when its section is set.
+func (j Jobs) Section(name string) (jobs.Section, bool) {
+	k, ok := jobs.Lookup(name)
+	if !ok {
+		return nil, false
+	}
+	if k.Section == nil {
+		return nil, true
+	}
+	f, ok := yamlFields(reflect.TypeFor[Jobs]())[name]
+	if !ok {
+		return nil, false // TestJobSections keeps every kind's section here
+	}
+	v := reflect.ValueOf(j).FieldByIndex(f.Index)
+	if v.IsNil() {
+		return nil, false
+	}
+	sec, ok := v.Interface().(jobs.Section)
+	return sec, ok
 }
 
-// HTTPJob configures the http kind: one request per item.
-type HTTPJob struct {
-	// URL the item is sent to; http or https. Required.
-	URL string `yaml:"url"`
-	// Method of the request. Default "POST".
-	Method string `yaml:"method"`
-	// Header carries the secret. Default "Authorization".
-	Header string `yaml:"header"`
-	// Format is the Header value; "{secret}" is replaced by the
-	// credential's secret and must occur. Default "Bearer {secret}".
-	Format string `yaml:"format"`
-	// Headers are extra request headers. Default none.
-	Headers map[string]string `yaml:"headers"`
-	// Timeout bounds one request, body included. Default 60s.
-	Timeout time.Duration `yaml:"timeout"`
-}
+// ExecJob configures the exec kind: one run of a command per item. The
+// section is the exec kind's own settings type; see jobs.ExecConfig for
+// its keys and defaults.
+type ExecJob = jobs.ExecConfig
+
+// HTTPJob configures the http kind: one request per item. The section is
+// the http kind's own settings type; see jobs.HTTPConfig for its keys and
+// defaults.
+type HTTPJob = jobs.HTTPConfig
 
 // Log configures logging.
 type Log struct {
@@ -282,16 +322,6 @@ type Log struct {
 	// console. Default "auto".
 	Format string `yaml:"format"`
 }
-
-// Defaults of the optional job kinds, used for keys a file leaves out.
-const (
-	defaultExecTimeout = 10 * time.Minute
-	defaultHTTPMethod  = "POST"
-	defaultHTTPHeader  = "Authorization"
-	defaultHTTPFormat  = "Bearer {secret}"
-	defaultHTTPTimeout = 60 * time.Second
-	defaultMaxConc     = 1
-)
 
 // Default returns the built-in configuration: a local NATS and Redis, no
 // credentials, no exec or http job kind. Source is DefaultsSource.
@@ -315,17 +345,17 @@ func Default() *Config {
 			Heartbeat:     5 * time.Second,
 		},
 		Queue: Queue{
-			Stream:          "KEYFLEET",
-			SubjectPrefix:   "keyfleet.items",
-			Consumer:        "keyfleet-workers",
-			AckWait:         30 * time.Second,
-			MaxDeliver:      -1,
-			DuplicateWindow: 2 * time.Hour,
-			Replicas:        1,
+			Stream:          queue.StreamDefault,
+			SubjectPrefix:   queue.SubjectPrefixDefault,
+			Consumer:        queue.ConsumerDefault,
+			AckWait:         queue.AckWaitDefault,
+			MaxDeliver:      queue.MaxDeliverDefault,
+			DuplicateWindow: queue.DuplicateWindowDefault,
+			Replicas:        queue.ReplicasDefault,
 			Storage:         "file",
-			ResultsMaxAge:   168 * time.Hour,
+			ResultsMaxAge:   queue.ResultsMaxAgeDefault,
 		},
-		Jobs: Jobs{MaxOutput: 64 << 10},
+		Jobs: Jobs{MaxOutput: jobs.MaxOutputDefault},
 		Log:  Log{Level: "info", Format: "auto"},
 
 		Source: DefaultsSource,

@@ -15,197 +15,72 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Decoding runs in two passes over one YAML document:
+// Decoding is one walk over the YAML node tree of one document, against
+// Config's own types by reflection. It assigns every value, reports every
+// problem with its line and key path (unknown keys, with a "did you mean";
+// keys set twice; values of the wrong shape or type), and records the line
+// of every key it sets, so that validation can name lines too.
 //
-//  1. A walker goes over the parsed node tree against rawConfig by
-//     reflection and reports every problem with its line and key path:
-//     unknown keys, keys set twice, values of the wrong shape or type.
-//  2. When the walker finds nothing, a yaml.Decoder with KnownFields(true) decodes
-//     the file into a rawConfig pre-filled with the defaults.
+// Single values are decoded by yaml.v3 itself (yaml.Node.Decode into the
+// field's Go type), so scalars mean what they mean to yaml.v3; mappings,
+// lists, aliases and merges (<<) are followed here, the way yaml.v3's
+// decoder follows them: keys written in place win over merged ones, and of
+// several merged mappings the first to set a key wins.
 //
-// rawConfig mirrors Config's keys. It differs where a file needs more than
-// the plain Go type says: sizes with units, and keys whose absence must be
-// told apart from a zero value (defaults inside optional sections).
+// What Go types alone do not say comes from two hooks:
+//
+//   - a struct created for a list item or an optional section (a pointer
+//     field) starts from its type's WithDefaults() value, if it has that
+//     method, so that the keys a file leaves out keep their defaults while
+//     a key written as 0 stays 0 (and validation says so);
+//   - an int field tagged `config:"size"` takes a size with a unit
+//     (65536, 64KiB, "1 MiB").
 
-// rawConfig is the decoding target; see Config for the meaning of each key.
-type rawConfig struct {
-	NATS   NATS    `yaml:"nats"`
-	Redis  Redis   `yaml:"redis"`
-	Pool   rawPool `yaml:"pool"`
-	Worker Worker  `yaml:"worker"`
-	Queue  Queue   `yaml:"queue"`
-	Jobs   rawJobs `yaml:"jobs"`
-	Log    Log     `yaml:"log"`
-}
+// keyLines maps key paths ("pool.credentials[0].max_concurrent") to the
+// line of the file where each is set: the key's line, or a list item's.
+type keyLines map[string]int
 
-type rawPool struct {
-	Name        string          `yaml:"name"`
-	LeaseTTL    time.Duration   `yaml:"lease_ttl"`
-	Cooldown    time.Duration   `yaml:"cooldown"`
-	Credentials []rawCredential `yaml:"credentials"`
-}
-
-type rawCredential struct {
-	ID            string `yaml:"id"`
-	SecretEnv     string `yaml:"secret_env"`
-	SecretFile    string `yaml:"secret_file"`
-	MaxConcurrent *int   `yaml:"max_concurrent"`
-	Rate          string `yaml:"rate"`
-}
-
-type rawJobs struct {
-	MaxOutput byteSize `yaml:"max_output"`
-	Exec      *rawExec `yaml:"exec"`
-	HTTP      *rawHTTP `yaml:"http"`
-}
-
-type rawExec struct {
-	Command []string          `yaml:"command"`
-	Timeout *time.Duration    `yaml:"timeout"`
-	Dir     string            `yaml:"dir"`
-	Env     map[string]string `yaml:"env"`
-}
-
-type rawHTTP struct {
-	URL     string            `yaml:"url"`
-	Method  *string           `yaml:"method"`
-	Header  *string           `yaml:"header"`
-	Format  *string           `yaml:"format"`
-	Headers map[string]string `yaml:"headers"`
-	Timeout *time.Duration    `yaml:"timeout"`
-}
-
-// defaultRaw returns Default() as a decoding target: keys the file leaves
-// out keep their defaults.
-func defaultRaw() *rawConfig {
-	d := Default()
-	return &rawConfig{
-		NATS:   d.NATS,
-		Redis:  d.Redis,
-		Pool:   rawPool{Name: d.Pool.Name, LeaseTTL: d.Pool.LeaseTTL, Cooldown: d.Pool.Cooldown},
-		Worker: d.Worker,
-		Queue:  d.Queue,
-		Jobs:   rawJobs{MaxOutput: byteSize(d.Jobs.MaxOutput)},
-		Log:    d.Log,
-	}
-}
-
-// config converts a decoded rawConfig, filling the defaults of keys that
-// optional sections leave out.
-func (r *rawConfig) config() *Config {
-	c := &Config{
-		NATS:   r.NATS,
-		Redis:  r.Redis,
-		Pool:   Pool{Name: r.Pool.Name, LeaseTTL: r.Pool.LeaseTTL, Cooldown: r.Pool.Cooldown},
-		Worker: r.Worker,
-		Queue:  r.Queue,
-		Jobs:   Jobs{MaxOutput: int(r.Jobs.MaxOutput)},
-		Log:    r.Log,
-	}
-	for _, rc := range r.Pool.Credentials {
-		c.Pool.Credentials = append(c.Pool.Credentials, Credential{
-			ID:            rc.ID,
-			SecretEnv:     rc.SecretEnv,
-			SecretFile:    rc.SecretFile,
-			MaxConcurrent: valueOr(rc.MaxConcurrent, defaultMaxConc),
-			RateText:      rc.Rate,
-		})
-	}
-	if e := r.Jobs.Exec; e != nil {
-		c.Jobs.Exec = &ExecJob{
-			Command: e.Command,
-			Timeout: valueOr(e.Timeout, defaultExecTimeout),
-			Dir:     e.Dir,
-			Env:     e.Env,
+// find returns the line of key, else of its nearest ancestor that the file
+// sets ("pool.credentials[0]" for a missing "pool.credentials[0].id"), else
+// 0.
+func (ls keyLines) find(key string) int {
+	for key != "" {
+		if n, ok := ls[key]; ok {
+			return n
 		}
-	}
-	if h := r.Jobs.HTTP; h != nil {
-		c.Jobs.HTTP = &HTTPJob{
-			URL:     h.URL,
-			Method:  valueOr(h.Method, defaultHTTPMethod),
-			Header:  valueOr(h.Header, defaultHTTPHeader),
-			Format:  valueOr(h.Format, defaultHTTPFormat),
-			Headers: h.Headers,
-			Timeout: valueOr(h.Timeout, defaultHTTPTimeout),
-		}
-	}
-	return c
-}
-
-func valueOr[T any](p *T, def T) T {
-	if p == nil {
-		return def
-	}
-	return *p
-}
-
-// byteSize is a size in bytes, written as a whole number of bytes or with a
-// KiB, MiB or GiB suffix: 65536, 64KiB, "1 MiB".
-type byteSize int
-
-// UnmarshalYAML implements yaml.Unmarshaler.
-func (s *byteSize) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("want a size (e.g. 64KiB), got %s", describe(n))
-	}
-	v, ok := parseSize(n.Value)
-	if !ok {
-		return fmt.Errorf("%s is not a size (a number of bytes, or with a KiB, MiB or GiB suffix, e.g. 64KiB)", quote(n.Value))
-	}
-	*s = byteSize(v)
-	return nil
-}
-
-func parseSize(text string) (int, bool) {
-	t, mult := strings.TrimSpace(text), 1
-	for _, u := range []struct {
-		suffix string
-		mult   int
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"B", 1}} {
-		if num, ok := strings.CutSuffix(t, u.suffix); ok {
-			t, mult = strings.TrimSpace(num), u.mult
+		i := strings.LastIndexAny(key, ".[")
+		if i < 0 {
 			break
 		}
+		key = key[:i]
 	}
-	if t == "" || strings.Trim(t, "0123456789") != "" {
-		return 0, false // digits only: no sign, fraction or exponent
-	}
-	n, err := strconv.Atoi(t)
-	if err != nil || n > math.MaxInt/mult {
-		return 0, false
-	}
-	return n * mult, true
+	return 0
 }
 
 // parse decodes one YAML file. source names it in errors. An empty file, or
 // one holding only comments or a null document, gives the defaults.
 func parse(source string, data []byte) (*Config, error) {
+	c, _, err := decode(source, data)
+	return c, err
+}
+
+// decode is parse that also returns the line of every key the file sets.
+func decode(source string, data []byte) (*Config, keyLines, error) {
+	c := Default()
+	c.Source = source
 	root, ps := document(data)
 	if len(ps) > 0 {
-		return nil, ps.err(source, nil)
+		return nil, nil, ps.err(source, nil)
 	}
 	if root == nil || isNull(resolve(root)) {
-		c := Default()
-		c.Source = source
-		return c, nil
+		return c, nil, nil
 	}
-	w := walker{budget: walkBudget, merging: map[*yaml.Node]bool{}}
-	w.value(root, reflect.TypeFor[rawConfig](), "")
-	if len(w.ps) > 0 {
-		return nil, w.ps.err(source, nil)
+	d := decoder{budget: walkBudget, merging: map[*yaml.Node]bool{}, lines: keyLines{}}
+	d.value(root, reflect.ValueOf(c).Elem(), "", "")
+	if len(d.ps) > 0 {
+		return nil, nil, d.ps.err(source, nil)
 	}
-	raw := defaultRaw()
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(raw); err != nil {
-		// The walker is meant to find everything the decoder rejects
-		// (TestCheckerAgreesWithDecoder, FuzzLoad); this is the safety net,
-		// worded without the values the decoder quotes.
-		return nil, problems{{msg: "cannot decode: " + cleanYAMLError(err)}}.err(source, nil)
-	}
-	c := raw.config()
-	c.Source = source
-	return c, nil
+	return c, d.lines, nil
 }
 
 // document parses data into the root node of its one YAML document. It
@@ -265,133 +140,169 @@ func syntaxProblem(err error) problem {
 	return problem{line: line, msg: "not valid YAML: " + msg}
 }
 
-var backquoted = regexp.MustCompile("`[^`]*`")
-
-// cleanYAMLError words a decoder error on one line, without the values it
-// quotes (a value could be a secret pasted in the wrong place).
-func cleanYAMLError(err error) string {
-	var te *yaml.TypeError
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	if errors.As(err, &te) {
-		msg = strings.Join(te.Errors, "; ")
-	}
-	return backquoted.ReplaceAllString(msg, "a value")
-}
-
-// walkBudget bounds the nodes the walker visits, so that aliases cannot make it
-// expand a small file into an enormous tree.
+// walkBudget bounds the nodes the decoder visits, so that aliases cannot
+// make it expand a small file into an enormous tree.
 const walkBudget = 200_000
 
 var unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
 
-// walker checks a node tree against a Go type the way the yaml decoder
-// reads it, collecting every problem with its line and key path.
-type walker struct {
+// decoder decodes a node tree into a Go value, collecting every problem
+// with its line and key path, and the line of every key.
+type decoder struct {
 	ps      problems
+	lines   keyLines
 	budget  int
 	merging map[*yaml.Node]bool // merge sources being walked, to stop cycles
 }
 
 // spend takes one step from the budget; false means stop.
-func (w *walker) spend(line int) bool {
-	w.budget--
-	if w.budget == -1 {
-		w.ps.addLine(line, "", "the document expands to too many values (aliases?)")
+func (d *decoder) spend(line int) bool {
+	d.budget--
+	if d.budget == -1 {
+		d.ps.addLine(line, "", "the document expands to too many values (aliases?)")
 	}
-	return w.budget >= 0
+	return d.budget >= 0
 }
 
-// value checks n as the value of key path, to be decoded into type t. A
-// null value is skipped: the decoder leaves the default in place.
-func (w *walker) value(n *yaml.Node, t reflect.Type, path string) {
+// value decodes n, the value of key path, into v. hint is the field's
+// `config` tag. A null value sets a pointer, map or list to nil and leaves
+// anything else as it is (its default), as yaml.v3 does.
+func (d *decoder) value(n *yaml.Node, v reflect.Value, path, hint string) {
 	line := n.Line
-	if n = resolve(n); n == nil || isNull(n) || !w.spend(line) {
+	if n = resolve(n); n == nil || !d.spend(line) {
 		return
 	}
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
+	if isNull(n) {
+		switch v.Kind() {
+		case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Interface:
+			v.SetZero()
+		}
+		return
 	}
-	if reflect.PointerTo(t).Implements(unmarshalerType) {
-		if err := n.Decode(reflect.New(t).Interface()); err != nil {
+	for v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			v.Set(fresh(v.Type().Elem()).Addr())
+		}
+		v = v.Elem()
+	}
+	t := v.Type()
+	switch {
+	case hint == "size":
+		d.size(n, line, v, path)
+		return
+	case reflect.PointerTo(t).Implements(unmarshalerType):
+		if err := n.Decode(v.Addr().Interface()); err != nil {
 			msg := err.Error()
 			if strings.HasPrefix(msg, "yaml: ") { // not our UnmarshalYAML's
 				msg = fmt.Sprintf("%s cannot be read as %s", describe(n), describeType(t))
 			}
-			w.ps.addLine(line, path, "%s", msg)
+			d.ps.addLine(line, path, "%s", msg)
 		}
 		return
 	}
 	switch t.Kind() {
 	case reflect.Struct:
 		fields := yamlFields(t)
-		w.mapping(n, line, path, func(k, v *yaml.Node, name string) {
-			ft, ok := fields[name]
+		d.mapping(n, line, path, map[string]bool{}, func(k, val *yaml.Node, name string) {
+			f, ok := fields[name]
 			if !ok {
-				w.ps.addLine(k.Line, "", "unknown key %s%s", quote(joinKey(path, name)), suggest(name, fields))
+				d.ps.addLine(k.Line, "", "unknown key %s%s", quote(joinKey(path, name)), suggest(name, fields))
 				return
 			}
-			w.value(v, ft, joinKey(path, name))
+			d.lines[joinKey(path, name)] = k.Line
+			d.value(val, v.FieldByIndex(f.Index), joinKey(path, name), f.Tag.Get("config"))
 		})
 	case reflect.Map:
-		w.mapping(n, line, path, func(_, v *yaml.Node, name string) {
-			w.value(v, t.Elem(), joinKey(path, name))
+		if v.IsNil() {
+			v.Set(reflect.MakeMap(t))
+		}
+		d.mapping(n, line, path, map[string]bool{}, func(k, val *yaml.Node, name string) {
+			e := fresh(t.Elem())
+			d.lines[joinKey(path, name)] = k.Line
+			d.value(val, e, joinKey(path, name), "")
+			v.SetMapIndex(reflect.ValueOf(name).Convert(t.Key()), e)
 		})
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
-			w.ps.addLine(line, path, "want a list, got %s", describe(n))
+			d.ps.addLine(line, path, "want a list, got %s", describe(n))
 			return
 		}
+		list := reflect.MakeSlice(t, 0, len(n.Content))
 		for i, e := range n.Content {
 			p := fmt.Sprintf("%s[%d]", path, i)
+			d.lines[p] = e.Line
 			if r := resolve(e); r == nil || isNull(r) {
-				w.ps.addLine(e.Line, p, "empty list item")
+				d.ps.addLine(e.Line, p, "empty list item")
 				continue
 			}
-			w.value(e, t.Elem(), p)
+			ev := fresh(t.Elem())
+			d.value(e, ev, p, "")
+			list = reflect.Append(list, ev)
 		}
+		v.Set(list)
 	default:
-		w.scalar(n, line, t, path)
+		d.scalar(n, line, v, path)
 	}
 }
 
+// fresh returns a new settable value of type t: its WithDefaults() value
+// when t has that method (a section's or a list item's defaults), else
+// zero.
+func fresh(t reflect.Type) reflect.Value {
+	v := reflect.New(t).Elem()
+	if m := v.MethodByName("WithDefaults"); m.IsValid() && m.Type().NumIn() == 0 &&
+		m.Type().NumOut() == 1 && m.Type().Out(0) == t {
+		v.Set(m.Call(nil)[0])
+	}
+	return v
+}
+
 // mapping checks that n is a mapping, with plain keys each set once, and
-// calls entry for each key and value. Merge keys (<<) are followed.
-func (w *walker) mapping(n *yaml.Node, line int, path string, entry func(k, v *yaml.Node, name string)) {
+// calls entry for each key and value. Merge keys (<<) are followed after
+// the keys written in place; a key already set (in set) is skipped, so the
+// first to set it wins.
+func (d *decoder) mapping(n *yaml.Node, line int, path string, set map[string]bool, entry func(k, v *yaml.Node, name string)) {
 	if n.Kind != yaml.MappingNode {
 		if path == "" {
-			w.ps.addLine(line, "", "want a mapping of keys at the top level, got %s", describe(n))
+			d.ps.addLine(line, "", "want a mapping of keys at the top level, got %s", describe(n))
 		} else {
-			w.ps.addLine(line, path, "want a mapping of keys, got %s", describe(n))
+			d.ps.addLine(line, path, "want a mapping of keys, got %s", describe(n))
 		}
 		return
 	}
 	seen := map[string]int{}
+	var merges []*yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
-		if !w.spend(k.Line) {
+		if !d.spend(k.Line) {
 			return
 		}
 		name, ok := keyName(k)
 		if !ok {
-			w.ps.addLine(k.Line, path, "a key must be a plain name, got %s", describe(resolve(k)))
+			d.ps.addLine(k.Line, path, "a key must be a plain name, got %s", describe(resolve(k)))
 			continue
 		}
 		if prev, dup := seen[name]; dup {
-			w.ps.addLine(k.Line, "", "key %s is set twice (also line %d)", quote(joinKey(path, name)), prev)
+			d.ps.addLine(k.Line, "", "key %s is set twice (also line %d)", quote(joinKey(path, name)), prev)
 			continue
 		}
 		seen[name] = k.Line
-		if isMerge(k) {
-			w.merge(v, line, path, entry)
-			continue
+		switch {
+		case isMerge(k):
+			merges = append(merges, v)
+		case !set[name]:
+			set[name] = true
+			entry(k, v, name)
 		}
-		entry(k, v, name)
+	}
+	for _, v := range merges {
+		d.merge(v, line, path, set, entry)
 	}
 }
 
 // merge follows a merge key's value: a mapping, or a list of mappings, whose
 // keys count as if written in place (keys written in place win).
-func (w *walker) merge(v *yaml.Node, line int, path string, entry func(k, v *yaml.Node, name string)) {
+func (d *decoder) merge(v *yaml.Node, line int, path string, set map[string]bool, entry func(k, v *yaml.Node, name string)) {
 	var maps []*yaml.Node
 	switch src := resolve(v); {
 	case src == nil:
@@ -407,38 +318,77 @@ func (w *walker) merge(v *yaml.Node, line int, path string, entry func(k, v *yam
 	}
 	for _, m := range maps {
 		if m == nil || m.Kind != yaml.MappingNode {
-			w.ps.addLine(v.Line, path, "a merge (<<) takes a mapping or a list of mappings")
+			d.ps.addLine(v.Line, path, "a merge (<<) takes a mapping or a list of mappings")
 			return
 		}
-		if w.merging[m] {
-			w.ps.addLine(v.Line, path, "a merge (<<) refers to the mapping it is in")
+		if d.merging[m] {
+			d.ps.addLine(v.Line, path, "a merge (<<) refers to the mapping it is in")
 			return
 		}
-		w.merging[m] = true
-		w.mapping(m, line, path, entry)
-		delete(w.merging, m)
+		d.merging[m] = true
+		d.mapping(m, line, path, set, entry)
+		delete(d.merging, m)
 	}
 }
 
-// scalar checks a single value against a plain Go type by decoding it.
-func (w *walker) scalar(n *yaml.Node, line int, t reflect.Type, path string) {
+// scalar decodes a single value into a plain Go type with yaml.v3.
+func (d *decoder) scalar(n *yaml.Node, line int, v reflect.Value, path string) {
+	t := v.Type()
 	if n.Kind != yaml.ScalarNode {
-		w.ps.addLine(line, path, "want %s, got %s", describeType(t), describe(n))
+		d.ps.addLine(line, path, "want %s, got %s", describeType(t), describe(n))
 		return
 	}
-	if err := n.Decode(reflect.New(t).Interface()); err == nil {
+	p := reflect.New(t)
+	if err := n.Decode(p.Interface()); err == nil {
+		v.Set(p.Elem())
 		return
 	}
 	switch {
 	case t == reflect.TypeFor[time.Duration]():
-		w.ps.addLine(line, path, "%s is not a duration (e.g. 30s, 5m)", quote(n.Value))
+		d.ps.addLine(line, path, "%s is not a duration (e.g. 30s, 5m)", quote(n.Value))
 	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Int64:
-		w.ps.addLine(line, path, "%s is not a whole number", quote(n.Value))
+		d.ps.addLine(line, path, "%s is not a whole number", quote(n.Value))
 	case t.Kind() == reflect.Bool:
-		w.ps.addLine(line, path, "%s is not true or false", quote(n.Value))
+		d.ps.addLine(line, path, "%s is not true or false", quote(n.Value))
 	default:
-		w.ps.addLine(line, path, "%s cannot be read as %s", quote(n.Value), describeType(t))
+		d.ps.addLine(line, path, "%s cannot be read as %s", quote(n.Value), describeType(t))
 	}
+}
+
+// size decodes a size in bytes into an int field: a whole number of bytes
+// or one with a KiB, MiB or GiB suffix (65536, 64KiB, "1 MiB").
+func (d *decoder) size(n *yaml.Node, line int, v reflect.Value, path string) {
+	if n.Kind != yaml.ScalarNode {
+		d.ps.addLine(line, path, "want a size (e.g. 64KiB), got %s", describe(n))
+		return
+	}
+	s, ok := parseSize(n.Value)
+	if !ok || v.OverflowInt(int64(s)) {
+		d.ps.addLine(line, path, "%s is not a size (a number of bytes, or with a KiB, MiB or GiB suffix, e.g. 64KiB)", quote(n.Value))
+		return
+	}
+	v.SetInt(int64(s))
+}
+
+func parseSize(text string) (int, bool) {
+	t, mult := strings.TrimSpace(text), 1
+	for _, u := range []struct {
+		suffix string
+		mult   int
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"B", 1}} {
+		if num, ok := strings.CutSuffix(t, u.suffix); ok {
+			t, mult = strings.TrimSpace(num), u.mult
+			break
+		}
+	}
+	if t == "" || strings.Trim(t, "0123456789") != "" {
+		return 0, false // digits only: no sign, fraction or exponent
+	}
+	n, err := strconv.Atoi(t)
+	if err != nil || n > math.MaxInt/mult {
+		return 0, false
+	}
+	return n * mult, true
 }
 
 // resolve follows aliases to the node they name; nil if there is none.
@@ -453,7 +403,7 @@ func resolve(n *yaml.Node) *yaml.Node {
 }
 
 // isNull reports whether n is null, which the decoder skips. A value tagged
-// !!null that is not a null literal ("!!null x") is not null: the decoder
+// !!null that is not a null literal ("!!null x") is not null: yaml.v3
 // rejects it.
 func isNull(n *yaml.Node) bool {
 	if n.Kind == 0 {
@@ -469,13 +419,13 @@ func isNull(n *yaml.Node) bool {
 	return false
 }
 
-// isMerge reports whether k is the merge key <<, as the yaml decoder sees it.
+// isMerge reports whether k is the merge key <<, as yaml.v3 sees it.
 func isMerge(k *yaml.Node) bool {
 	return k.Kind == yaml.ScalarNode && k.Value == "<<" &&
 		(k.Tag == "" || k.Tag == "!" || k.ShortTag() == "!!merge")
 }
 
-// keyName decodes a mapping key as the decoder does.
+// keyName decodes a mapping key as yaml.v3 does.
 func keyName(k *yaml.Node) (string, bool) {
 	if k = resolve(k); k == nil || k.Kind != yaml.ScalarNode || isNull(k) {
 		return "", false
@@ -494,12 +444,11 @@ func joinKey(path, name string) string {
 	return path + "." + name
 }
 
-// yamlFields maps the yaml keys of struct type t to their field types.
-func yamlFields(t reflect.Type) map[string]reflect.Type {
-	fields := map[string]reflect.Type{}
-	for i := range t.NumField() {
-		f := t.Field(i)
-		if !f.IsExported() {
+// yamlFields maps the yaml keys of struct type t to their fields.
+func yamlFields(t reflect.Type) map[string]reflect.StructField {
+	fields := map[string]reflect.StructField{}
+	for _, f := range reflect.VisibleFields(t) {
+		if !f.IsExported() || f.Anonymous {
 			continue
 		}
 		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
@@ -509,14 +458,14 @@ func yamlFields(t reflect.Type) map[string]reflect.Type {
 		case "":
 			name = strings.ToLower(f.Name)
 		}
-		fields[name] = f.Type
+		fields[name] = f
 	}
 	return fields
 }
 
 // suggest returns ` (did you mean "x"?)` for the known key closest to name,
 // or "" if none is close.
-func suggest(name string, fields map[string]reflect.Type) string {
+func suggest(name string, fields map[string]reflect.StructField) string {
 	best, bestDist := "", 3
 	for f := range fields {
 		if d := editDistance(name, f); d < bestDist || d == bestDist && f < best {
@@ -570,8 +519,6 @@ func describeType(t reflect.Type) string {
 	switch {
 	case t == reflect.TypeFor[time.Duration]():
 		return "a duration (e.g. 30s, 5m)"
-	case t == reflect.TypeFor[byteSize]():
-		return "a size (e.g. 64KiB)"
 	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Int64:
 		return "a whole number"
 	case t.Kind() == reflect.Bool:

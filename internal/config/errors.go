@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/keyfleet/keyfleet/internal/check"
 	"github.com/keyfleet/keyfleet/internal/secret"
 )
 
@@ -61,15 +62,23 @@ func (ps problems) err(source string, notes map[string]string) error {
 	return errors.Join(errs...)
 }
 
-// quote renders a value from the file for a message: quoted, and cut short
-// when long, so that one bad value cannot flood the terminal.
-func quote(s string) string {
-	const limit = 60
-	if r := []rune(s); len(r) > limit {
-		s = string(r[:limit]) + "…"
+// fromList turns the problems validation found into problems of the file,
+// each on the line of its key (or of its nearest ancestor the file sets).
+// lines is nil when no line is known; a key with a note (its value came
+// from elsewhere) gets no line.
+func fromList(l check.List, lines keyLines, notes map[string]string) problems {
+	ps := make(problems, len(l))
+	for i, p := range l {
+		ps[i] = problem{key: p.Key, msg: p.Msg}
+		if notes[p.Key] == "" {
+			ps[i].line = lines.find(p.Key)
+		}
 	}
-	return fmt.Sprintf("%q", s)
+	return ps
 }
+
+// quote renders a value from the file for a message (check.Quote).
+func quote(s string) string { return check.Quote(s) }
 
 // redactURL hides the user:password@ or token@ part of a URL (or a list
 // of URLs) so that it can appear in a message.

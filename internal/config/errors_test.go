@@ -126,260 +126,284 @@ func TestLoadErrors(t *testing.T) {
 			},
 		},
 
-		// Validation: the key path.
+		// Validation: the line, and the key path (of the nearest key the
+		// file sets when the key itself is missing).
 		{
 			name: "bad rate",
 			yaml: "pool:\n  credentials:\n    - {id: a, secret_env: A, rate: 60/m}\n    - {id: b, secret_env: B, rate: 60/w}\n",
-			want: []string{`config: FILE: pool.credentials[1].rate: ratelimit: bad rate "60/w": period "w" is neither a unit (s, m, h, d) nor a duration like 30s`},
+			want: []string{`config: FILE: line 4: pool.credentials[1].rate: ratelimit: bad rate "60/w": period "w" is neither a unit (s, m, h, d) nor a duration like 30s`},
 		},
 		{
 			name: "concurrency 0",
 			yaml: "worker:\n  concurrency: 0\n",
-			want: []string{`config: FILE: worker.concurrency: must be at least 1, got 0`},
+			want: []string{`config: FILE: line 2: worker.concurrency: must be at least 1, got 0`},
 		},
 		{
 			name: "id used twice",
 			yaml: "pool:\n  credentials:\n    - {id: key-a, secret_env: A}\n    - {id: key-b, secret_env: B}\n    - {id: key-a, secret_env: C}\n",
-			want: []string{`config: FILE: pool.credentials[2].id: "key-a" is used twice (also pool.credentials[0])`},
+			want: []string{`config: FILE: line 5: pool.credentials[2].id: "key-a" is used twice (also pool.credentials[0])`},
 		},
 		{
 			name: "both secret_env and secret_file",
 			yaml: "pool:\n  credentials:\n    - {id: a, secret_env: A, secret_file: /run/secrets/a}\n",
-			want: []string{`config: FILE: pool.credentials[0]: set exactly one of secret_env or secret_file`},
+			want: []string{`config: FILE: line 3: pool.credentials[0]: set exactly one of secret_env or secret_file`},
 		},
 		{
 			name: "neither secret_env nor secret_file",
 			yaml: "pool:\n  credentials:\n    - {id: a}\n",
-			want: []string{`config: FILE: pool.credentials[0]: set exactly one of secret_env or secret_file`},
+			want: []string{`config: FILE: line 3: pool.credentials[0]: set exactly one of secret_env or secret_file`},
 		},
 		{
 			name: "credential without id",
 			yaml: "pool:\n  credentials:\n    - {secret_env: A}\n",
-			want: []string{`config: FILE: pool.credentials[0].id: must be set`},
+			want: []string{`config: FILE: line 3: pool.credentials[0].id: must be set`},
 		},
 		{
 			name: "credential id with a hash tag brace",
 			yaml: "pool:\n  credentials:\n    - {id: 'a{b}', secret_env: A}\n",
-			want: []string{`config: FILE: pool.credentials[0].id: "a{b}": want at most 128 letters, digits, '_', '.', ':', '@' or '-'`},
+			want: []string{`config: FILE: line 3: pool.credentials[0].id: "a{b}": want at most 128 letters, digits, '_', '.', ':', '@' or '-'`},
 		},
 		{
 			name: "max_concurrent 0",
 			yaml: "pool:\n  credentials:\n    - {id: a, secret_env: A, max_concurrent: 0}\n",
-			want: []string{`config: FILE: pool.credentials[0].max_concurrent: must be at least 1, got 0`},
+			want: []string{`config: FILE: line 3: pool.credentials[0].max_concurrent: must be at least 1, got 0`},
+		},
+		{
+			name: "max_concurrent 0, block style",
+			yaml: "pool:\n  credentials:\n    - id: a\n      secret_env: A\n      max_concurrent: 0\n",
+			want: []string{`config: FILE: line 5: pool.credentials[0].max_concurrent: must be at least 1, got 0`},
 		},
 		{
 			name: "secret_env not a variable name",
 			yaml: "pool:\n  credentials:\n    - {id: a, secret_env: 'sk-live-0123'}\n",
-			want: []string{`config: FILE: pool.credentials[0].secret_env: is not an environment variable name (letters, digits and '_', not starting with a digit); it names the variable that holds the secret, not the secret itself`},
+			want: []string{`config: FILE: line 3: pool.credentials[0].secret_env: is not an environment variable name (letters, digits and '_', not starting with a digit); it names the variable that holds the secret, not the secret itself`},
 		},
 		{
 			name: "negative durations",
 			yaml: "pool:\n  cooldown: -5s\nworker:\n  shutdown_grace: -1s\n  retry_backoff: [1s, -2s]\n",
 			want: []string{
-				`config: FILE: pool.cooldown: must not be negative, got -5s`,
-				`config: FILE: worker.shutdown_grace: must not be negative, got -1s`,
-				`config: FILE: worker.retry_backoff[1]: must not be negative, got -2s`,
+				`config: FILE: line 2: pool.cooldown: must not be negative, got -5s`,
+				`config: FILE: line 4: worker.shutdown_grace: must not be negative, got -1s`,
+				`config: FILE: line 5: worker.retry_backoff[1]: must not be negative, got -2s`,
 			},
 		},
 		{
 			name: "lease_ttl under 1s",
 			yaml: "pool:\n  lease_ttl: 500ms\n",
-			want: []string{`config: FILE: pool.lease_ttl: must be at least 1s, got 500ms`},
+			want: []string{`config: FILE: line 2: pool.lease_ttl: must be at least 1s, got 500ms`},
 		},
 		{
 			name: "retry_backoff empty",
 			yaml: "worker:\n  retry_backoff: []\n",
-			want: []string{`config: FILE: worker.retry_backoff: must list at least one duration, e.g. [1s, 5s, 30s, 2m]`},
+			want: []string{`config: FILE: line 2: worker.retry_backoff: must list at least one duration, e.g. [1s, 5s, 30s, 2m]`},
 		},
 		{
 			name: "retry_backoff null",
 			yaml: "worker:\n  retry_backoff:\n",
-			want: []string{`config: FILE: worker.retry_backoff: must list at least one duration, e.g. [1s, 5s, 30s, 2m]`},
+			want: []string{`config: FILE: line 2: worker.retry_backoff: must list at least one duration, e.g. [1s, 5s, 30s, 2m]`},
 		},
 		{
 			name: "max_attempts 0 and heartbeat 0",
 			yaml: "worker:\n  max_attempts: 0\n  heartbeat: 0s\n",
 			want: []string{
-				`config: FILE: worker.max_attempts: must be at least 1, got 0`,
-				`config: FILE: worker.heartbeat: must be more than 0, got 0s`,
+				`config: FILE: line 2: worker.max_attempts: must be at least 1, got 0`,
+				`config: FILE: line 3: worker.heartbeat: must be more than 0, got 0s`,
 			},
 		},
 		{
 			name: "listen not host:port",
 			yaml: "worker:\n  listen: 9464\n",
-			want: []string{`config: FILE: worker.listen: "9464" is not host:port, e.g. 127.0.0.1:9464 or :9464`},
+			want: []string{`config: FILE: line 2: worker.listen: "9464" is not host:port, e.g. 127.0.0.1:9464 or :9464`},
 		},
 		{
 			name: "storage",
 			yaml: "queue:\n  storage: disk\n",
-			want: []string{`config: FILE: queue.storage: must be file or memory, got "disk"`},
+			want: []string{`config: FILE: line 2: queue.storage: must be file or memory, got "disk"`},
 		},
 		{
 			name: "log level and format",
 			yaml: "log:\n  level: verbose\n  format: xml\n",
 			want: []string{
-				`config: FILE: log.level: must be debug, info, warn or error, got "verbose"`,
-				`config: FILE: log.format: must be auto, json or console, got "xml"`,
+				`config: FILE: line 2: log.level: must be debug, info, warn or error, got "verbose"`,
+				`config: FILE: line 3: log.format: must be auto, json or console, got "xml"`,
 			},
 		},
 		{
 			name: "pool name",
 			yaml: "pool:\n  name: my pool\n",
-			want: []string{`config: FILE: pool.name: "my pool": want letters, digits, '_', '.' or '-' (at least one)`},
+			want: []string{`config: FILE: line 2: pool.name: "my pool": want letters, digits, '_', '.' or '-' (at least one)`},
 		},
 		{
 			name: "empty pool name",
 			yaml: "pool:\n  name: ''\n",
-			want: []string{`config: FILE: pool.name: "": want letters, digits, '_', '.' or '-' (at least one)`},
+			want: []string{`config: FILE: line 2: pool.name: "": want letters, digits, '_', '.' or '-' (at least one)`},
 		},
 		{
 			name: "stream and consumer names",
 			yaml: "queue:\n  stream: KEY.FLEET\n  consumer: my workers\n",
 			want: []string{
-				`config: FILE: queue.stream: "KEY.FLEET": a NATS name cannot hold spaces, '.', '*', '>', '/' or '\'`,
-				`config: FILE: queue.consumer: "my workers": a NATS name cannot hold spaces, '.', '*', '>', '/' or '\'`,
+				`config: FILE: line 2: queue.stream: "KEY.FLEET": a NATS name cannot hold spaces, '.', '*', '>', '/' or '\'`,
+				`config: FILE: line 3: queue.consumer: "my workers": a NATS name cannot hold spaces, '.', '*', '>', '/' or '\'`,
 			},
 		},
 		{
 			name: "subject prefix with a wildcard",
 			yaml: "queue:\n  subject_prefix: keyfleet.*\n",
-			want: []string{`config: FILE: queue.subject_prefix: "keyfleet.*": subject tokens cannot hold spaces, '*' or '>'`},
+			want: []string{`config: FILE: line 2: queue.subject_prefix: "keyfleet.*": subject tokens cannot hold spaces, '*' or '>'`},
 		},
 		{
 			name: "subject prefix with an empty token",
 			yaml: "queue:\n  subject_prefix: keyfleet..items\n",
-			want: []string{`config: FILE: queue.subject_prefix: "keyfleet..items" has an empty token (a leading, trailing or doubled '.')`},
+			want: []string{`config: FILE: line 2: queue.subject_prefix: "keyfleet..items" has an empty token (a leading, trailing or doubled '.')`},
 		},
 		{
 			name: "subject prefix in the reserved space",
 			yaml: "queue:\n  subject_prefix: $JS.items\n",
-			want: []string{`config: FILE: queue.subject_prefix: "$JS.items": subjects starting with '$' are reserved for NATS`},
+			want: []string{`config: FILE: line 2: queue.subject_prefix: "$JS.items": subjects starting with '$' are reserved for NATS`},
 		},
 		{
 			name: "max_deliver below max_attempts",
 			yaml: "queue:\n  max_deliver: 3\n",
-			want: []string{`config: FILE: queue.max_deliver: must be -1 (unlimited) or at least worker.max_attempts (5), got 3`},
+			want: []string{`config: FILE: line 2: queue.max_deliver: must be -1 (unlimited) or at least worker.max_attempts (5), got 3`},
 		},
 		{
 			name: "redelivery backoff",
 			yaml: "queue:\n  ack_wait: 30s\n  max_deliver: 5\n  redelivery_backoff: [10s, 1m, 1m, 1m, 1m, 1m]\n",
 			want: []string{
-				`config: FILE: queue.redelivery_backoff[0]: must equal queue.ack_wait (30s): JetStream uses it as the ack wait; got 10s`,
-				`config: FILE: queue.redelivery_backoff: lists 6 waits, more than queue.max_deliver (5) allows`,
+				`config: FILE: line 4: queue.redelivery_backoff[0]: must equal queue.ack_wait (30s): JetStream uses it as the ack wait; got 10s`,
+				`config: FILE: line 4: queue.redelivery_backoff: lists 6 waits, more than queue.max_deliver (5) allows`,
 			},
 		},
 		{
 			name: "replicas and windows",
 			yaml: "queue:\n  replicas: 7\n  ack_wait: 0s\n  duplicate_window: 0s\n  results_max_age: 0s\n",
 			want: []string{
-				`config: FILE: queue.ack_wait: must be at least 1s, got 0s`,
-				`config: FILE: queue.duplicate_window: must be at least 100ms, got 0s`,
-				`config: FILE: queue.replicas: must be from 1 to 5, got 7`,
-				`config: FILE: queue.results_max_age: must be more than 0, got 0s`,
+				`config: FILE: line 3: queue.ack_wait: must be at least 1s, got 0s`,
+				`config: FILE: line 4: queue.duplicate_window: must be at least 100ms, got 0s`,
+				`config: FILE: line 2: queue.replicas: must be from 1 to 5, got 7`,
+				`config: FILE: line 5: queue.results_max_age: must be more than 0, got 0s`,
 			},
 		},
 		{
 			name: "http format without {secret}",
 			yaml: "jobs:\n  http: {url: 'https://api.example.com/v1/x', format: 'Bearer {token}'}\n",
-			want: []string{`config: FILE: jobs.http.format: must contain {secret}, where the credential's secret goes (e.g. "Bearer {secret}")`},
+			want: []string{`config: FILE: line 2: jobs.http.format: must contain {secret}, where the credential's secret goes (e.g. "Bearer {secret}")`},
 		},
 		{
 			name: "http url, method, header",
 			yaml: "jobs:\n  http: {url: 'ftp://files.example.com/x', method: 'PO ST', header: 'X Key'}\n",
 			want: []string{
-				`config: FILE: jobs.http.url: scheme "ftp" is not http or https`,
-				`config: FILE: jobs.http.method: "PO ST" is not an HTTP method`,
-				`config: FILE: jobs.http.header: "X Key" is not a header name`,
+				`config: FILE: line 2: jobs.http.url: scheme "ftp" is not http or https`,
+				`config: FILE: line 2: jobs.http.method: "PO ST" is not an HTTP method`,
+				`config: FILE: line 2: jobs.http.header: "X Key" is not a header name`,
 			},
 		},
 		{
 			name: "http without url",
 			yaml: "jobs:\n  http: {header: X-Api-Key, format: '{secret}'}\n",
-			want: []string{`config: FILE: jobs.http.url: must be set, e.g. https://api.example.com/v1/x`},
+			want: []string{`config: FILE: line 2: jobs.http.url: must be set, e.g. https://api.example.com/v1/x`},
 		},
 		{
 			name: "http header clashes with the secret's header",
 			yaml: "jobs:\n  http:\n    url: https://api.example.com/v1/x\n    headers: {authorization: x, Content-Type: application/json}\n",
-			want: []string{`config: FILE: jobs.http.headers.authorization: clashes with jobs.http.header (Authorization), which carries the secret`},
+			want: []string{`config: FILE: line 4: jobs.http.headers.authorization: clashes with jobs.http.header (Authorization), which carries the secret`},
 		},
 		{
 			name: "exec without command",
 			yaml: "jobs:\n  exec: {timeout: 1m}\n",
-			want: []string{`config: FILE: jobs.exec.command: must name the program to run, e.g. ["./process.sh"]`},
+			want: []string{`config: FILE: line 2: jobs.exec.command: must name the program to run, e.g. ["./process.sh"]`},
 		},
 		{
 			name: "exec with an empty command list and a bad timeout",
 			yaml: "jobs:\n  exec: {command: [], timeout: 0s}\n",
 			want: []string{
-				`config: FILE: jobs.exec.command: must name the program to run, e.g. ["./process.sh"]`,
-				`config: FILE: jobs.exec.timeout: must be more than 0, got 0s`,
+				`config: FILE: line 2: jobs.exec.command: must name the program to run, e.g. ["./process.sh"]`,
+				`config: FILE: line 2: jobs.exec.timeout: must be more than 0, got 0s`,
 			},
 		},
 		{
 			name: "exec env",
 			yaml: "jobs:\n  exec:\n    command: [x]\n    env: {KEYFLEET_ATTEMPT: '9', 1BAD: x, GOOD: y}\n",
 			want: []string{
-				`config: FILE: jobs.exec.env.1BAD: is not an environment variable name (letters, digits and '_', not starting with a digit)`,
-				`config: FILE: jobs.exec.env.KEYFLEET_ATTEMPT: is set by the worker for every run; it cannot be set here`,
+				`config: FILE: line 4: jobs.exec.env.1BAD: is not an environment variable name (letters, digits and '_', not starting with a digit)`,
+				`config: FILE: line 4: jobs.exec.env.KEYFLEET_ATTEMPT: is set by the worker for every run; it cannot be set here`,
+			},
+		},
+		{
+			name: "exec env KEYFLEET_KIND",
+			yaml: "jobs:\n  exec:\n    command: [x]\n    env: {KEYFLEET_KIND: x}\n",
+			want: []string{`config: FILE: line 4: jobs.exec.env.KEYFLEET_KIND: is set by the worker for every run; it cannot be set here`},
+		},
+		{
+			name: "exec env KEYFLEET_KIND, block style",
+			yaml: "jobs:\n  exec:\n    command: [x]\n    env:\n      LANG: C\n      KEYFLEET_KIND: x\n",
+			want: []string{`config: FILE: line 6: jobs.exec.env.KEYFLEET_KIND: is set by the worker for every run; it cannot be set here`},
+		},
+		{
+			name: "http headers the worker sets",
+			yaml: "jobs:\n  http:\n    url: https://api.example.com/v1/x\n    headers: {X-Keyfleet-Item: x, Host: h}\n",
+			want: []string{
+				`config: FILE: line 4: jobs.http.headers.Host: is set by the worker on every request; it cannot be set here`,
+				`config: FILE: line 4: jobs.http.headers.X-Keyfleet-Item: is set by the worker on every request; it cannot be set here`,
 			},
 		},
 		{
 			name: "nats url schemes",
 			yaml: "nats:\n  url: 'nats://a:4222,http://b:4222'\n",
-			want: []string{`config: FILE: nats.url: scheme "http" is not one of nats, tls, ws, wss`},
+			want: []string{`config: FILE: line 2: nats.url: scheme "http" is not one of nats, tls, ws, wss`},
 		},
 		{
 			name: "nats url without scheme",
 			yaml: "nats:\n  url: localhost:4222\n",
-			want: []string{`config: FILE: nats.url: "localhost:4222" has no scheme; want nats://host:4222 (schemes: nats, tls, ws, wss)`},
+			want: []string{`config: FILE: line 2: nats.url: "localhost:4222" has no scheme; want nats://host:4222 (schemes: nats, tls, ws, wss)`},
 		},
 		{
 			name: "nats tls half set",
 			yaml: "nats:\n  tls: {cert_file: /etc/kf/client.pem}\n",
-			want: []string{`config: FILE: nats.tls.key_file: must be set when cert_file is`},
+			want: []string{`config: FILE: line 2: nats.tls.key_file: must be set when cert_file is`},
 		},
 		{
 			name: "redis url scheme",
 			yaml: "redis:\n  url: http://r:6379\n",
-			want: []string{`config: FILE: redis.url: scheme "http" is not one of redis, rediss, unix`},
+			want: []string{`config: FILE: line 2: redis.url: scheme "http" is not one of redis, rediss, unix`},
 		},
 		{
 			name: "redis url bad database",
 			yaml: "redis:\n  url: redis://r:6379/zero\n",
-			want: []string{`config: FILE: redis.url: path "/zero" is not a database number`},
+			want: []string{`config: FILE: line 2: redis.url: path "/zero" is not a database number`},
 		},
 		{
 			name: "redis url bad port",
 			yaml: "redis:\n  url: redis://r:99999/0\n",
-			want: []string{`config: FILE: redis.url: port "99999" is not a number from 1 to 65535 in "redis://r:99999/0"`},
+			want: []string{`config: FILE: line 2: redis.url: port "99999" is not a number from 1 to 65535 in "redis://r:99999/0"`},
 		},
 		{
 			name: "redis several hosts without cluster",
 			yaml: "redis:\n  url: redis://h1:7000,h2:7001\n",
-			want: []string{`config: FILE: redis.url: lists 2 hosts; set redis.cluster: true for Redis Cluster`},
+			want: []string{`config: FILE: line 2: redis.url: lists 2 hosts; set redis.cluster: true for Redis Cluster`},
 		},
 		{
 			name: "redis cluster with a database",
 			yaml: "redis:\n  url: redis://h1:7000,h2:7001/3\n  cluster: true\n",
-			want: []string{`config: FILE: redis.url: Redis Cluster has only database 0, got 3`},
+			want: []string{`config: FILE: line 2: redis.url: Redis Cluster has only database 0, got 3`},
 		},
 		{
 			name: "redis tls without rediss",
 			yaml: "redis:\n  url: redis://r:6379/0\n  tls: {ca_file: /etc/kf/ca.pem}\n",
-			want: []string{`config: FILE: redis.tls: is set, but redis.url uses redis://; use rediss:// for TLS`},
+			want: []string{`config: FILE: line 3: redis.tls: is set, but redis.url uses redis://; use rediss:// for TLS`},
 		},
 		{
 			name: "redis unix socket without a path",
 			yaml: "redis:\n  url: 'unix://'\n",
-			want: []string{`config: FILE: redis.url: "unix://" names no socket path; want unix:///path/to/redis.sock`},
+			want: []string{`config: FILE: line 2: redis.url: "unix://" names no socket path; want unix:///path/to/redis.sock`},
 		},
 		{
 			name: "every validation problem at once",
 			yaml: "pool:\n  lease_ttl: 0s\nworker:\n  concurrency: 0\nqueue:\n  storage: tape\n",
 			want: []string{
-				`config: FILE: pool.lease_ttl: must be at least 1s, got 0s`,
-				`config: FILE: worker.concurrency: must be at least 1, got 0`,
-				`config: FILE: queue.storage: must be file or memory, got "tape"`,
+				`config: FILE: line 2: pool.lease_ttl: must be at least 1s, got 0s`,
+				`config: FILE: line 4: worker.concurrency: must be at least 1, got 0`,
+				`config: FILE: line 6: queue.storage: must be file or memory, got "tape"`,
 			},
 		},
 	}
@@ -413,5 +437,30 @@ func TestErrorLinesNameTheFile(t *testing.T) {
 		if !strings.HasPrefix(l, "config: "+path+": ") {
 			t.Errorf("line does not start with %q: %q", "config: "+path+": ", l)
 		}
+	}
+}
+
+// A validation problem names the line of the key, wherever the value came
+// from in the file (a merge); a value from the environment or from flags
+// has no line in the file.
+func TestValidationLines(t *testing.T) {
+	path := writeFile(t, "kf.yaml", "nats: {url: nats://n:4222}\n"+
+		"pool:\n"+
+		"  credentials:\n"+
+		"    - &k {id: a, secret_env: A, max_concurrent: 0}\n"+
+		"    - <<: *k\n"+
+		"      id: b\n"+
+		"    - <<: *k\n"+
+		"      id: c\n"+
+		"      max_concurrent: -1\n")
+	_, err := config.Load(path, env(map[string]string{"KEYFLEET_NATS_URL": "http://n:4222"}))
+	want := []string{
+		"config: " + path + `: nats.url (from KEYFLEET_NATS_URL): scheme "http" is not one of nats, tls, ws, wss`,
+		"config: " + path + ": line 4: pool.credentials[0].max_concurrent: must be at least 1, got 0",
+		"config: " + path + ": line 4: pool.credentials[1].max_concurrent: must be at least 1, got 0",
+		"config: " + path + ": line 9: pool.credentials[2].max_concurrent: must be at least 1, got -1",
+	}
+	if got := errLines(err); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("want\n%s\ngot\n%s", strings.Join(want, "\n"), strings.Join(got, "\n"))
 	}
 }

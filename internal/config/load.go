@@ -17,8 +17,10 @@ import (
 // and redis.url; an error about them says so. Last, Validate.
 //
 // getenv is os.Getenv when nil. Callers apply their flags to the result and
-// call Validate again. Every error names the file; problems are reported
-// all at once (errors.Join), one line each. A file that cannot be read gives
+// call Validate again. Every error names the file, and the line of the key
+// at fault when the value is the file's (not an environment variable's);
+// problems are reported all at once (errors.Join), one line each. A file
+// that cannot be read gives
 // an error that wraps the cause (errors.Is(err, fs.ErrNotExist) works).
 func Load(path string, getenv func(string) string) (*Config, error) {
 	if getenv == nil {
@@ -29,6 +31,7 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 		path, from = getenv(EnvConfig), EnvConfig
 	}
 	c := Default()
+	var lines keyLines
 	if path != "" {
 		data, err := os.ReadFile(path)
 		if err != nil {
@@ -42,7 +45,7 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 			}
 			return nil, fmt.Errorf("config: %s: cannot read: %w", where, err)
 		}
-		if c, err = parse(path, data); err != nil {
+		if c, lines, err = decode(path, data); err != nil {
 			return nil, err
 		}
 	}
@@ -53,7 +56,7 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	if u := strings.TrimSpace(getenv(EnvRedisURL)); u != "" {
 		c.Redis.URL, notes["redis.url"] = u, EnvRedisURL
 	}
-	if err := c.check().err(c.Source, notes); err != nil {
+	if err := fromList(c.validate(), lines, notes).err(c.Source, notes); err != nil {
 		return nil, err
 	}
 	return c, nil

@@ -11,6 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/keyfleet/keyfleet/internal/config"
+	"github.com/keyfleet/keyfleet/internal/jobs"
 )
 
 const referencePath = "../../config/reference.yaml"
@@ -23,19 +24,31 @@ func TestReferenceValidates(t *testing.T) {
 	}
 	// The credentials and job kinds are examples; every other value must be
 	// the default, so that the reference documents the defaults truly.
-	if c.Jobs.Exec == nil || c.Jobs.HTTP == nil || len(c.Pool.Credentials) == 0 {
-		t.Fatalf("the reference must show credentials and both job kinds; got %+v", c)
-	}
-	if got, want := c.Jobs.Exec.Timeout, 10*time.Minute; got != want {
-		t.Errorf("jobs.exec.timeout: want the default %s, got %s", want, got)
-	}
-	h := c.Jobs.HTTP
-	if h.Method != "POST" || h.Header != "Authorization" || h.Format != "Bearer {secret}" || h.Timeout != time.Minute {
-		t.Errorf("jobs.http: want the defaults POST, Authorization, \"Bearer {secret}\", 1m0s; got %q, %q, %q, %s",
-			h.Method, h.Header, h.Format, h.Timeout)
+	if len(c.Pool.Credentials) == 0 {
+		t.Fatalf("the reference must show credentials; got %+v", c)
 	}
 	if got := c.Pool.Credentials[0].MaxConcurrent; got != 1 {
 		t.Errorf("pool.credentials[0].max_concurrent: want the default 1, got %d", got)
+	}
+	for _, k := range jobs.Kinds() {
+		if k.Section == nil {
+			continue
+		}
+		sec, ok := c.Jobs.Section(k.Name)
+		if !ok {
+			t.Errorf("the reference must show the section jobs.%s", k.Name)
+			continue
+		}
+		// Every key with a default shows it; the others are examples.
+		got, def := reflect.ValueOf(sec).Elem(), reflect.ValueOf(k.Section()).Elem()
+		for i := range def.NumField() {
+			if def.Field(i).IsZero() {
+				continue
+			}
+			if g, d := got.Field(i).Interface(), def.Field(i).Interface(); !reflect.DeepEqual(g, d) {
+				t.Errorf("jobs.%s: %s: want the default %v, got %v", k.Name, def.Type().Field(i).Name, d, g)
+			}
+		}
 	}
 	c.Pool.Credentials, c.Jobs.Exec, c.Jobs.HTTP = nil, nil, nil
 	if len(c.Queue.RedeliveryBackoff) == 0 {
@@ -45,6 +58,34 @@ func TestReferenceValidates(t *testing.T) {
 	want.Source = referencePath
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("reference values differ from Default():\nwant %+v\ngot  %+v", want, c)
+	}
+}
+
+// Every job kind with settings has its section in config.Jobs, under its
+// name and of its type, and every section there is a kind's.
+func TestJobSections(t *testing.T) {
+	fields := map[string]reflect.Type{}
+	jt := reflect.TypeFor[config.Jobs]()
+	for i := range jt.NumField() {
+		if f := jt.Field(i); f.Type.Kind() == reflect.Pointer {
+			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			fields[name] = f.Type
+		}
+	}
+	for _, k := range jobs.Kinds() {
+		if k.Section == nil {
+			if _, ok := fields[k.Name]; ok {
+				t.Errorf("jobs.%s: the kind takes no settings, but config.Jobs has a section for it", k.Name)
+			}
+			continue
+		}
+		if want := reflect.TypeOf(k.Section()); fields[k.Name] != want {
+			t.Errorf("jobs.%s: want a field of type %v in config.Jobs, got %v", k.Name, want, fields[k.Name])
+		}
+		delete(fields, k.Name)
+	}
+	for name := range fields {
+		t.Errorf("config.Jobs has a section %s for no job kind", name)
 	}
 }
 
@@ -64,15 +105,6 @@ func TestReferenceCoversEveryKey(t *testing.T) {
 		if !inFile[key] {
 			t.Errorf("config/reference.yaml lacks the key %s", key)
 		}
-	}
-}
-
-// The decoder accepts exactly the keys Config documents.
-func TestDecoderKeysMatchConfig(t *testing.T) {
-	public := typePaths(reflect.TypeFor[config.Config]())
-	raw := typePaths(config.RawType)
-	if !slices.Equal(public, raw) {
-		t.Fatalf("keys differ\nConfig:  %v\ndecoder: %v", public, raw)
 	}
 }
 

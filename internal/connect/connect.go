@@ -164,25 +164,16 @@ func clusterURL(raw string) string {
 	if !strings.Contains(raw, ",") {
 		return raw
 	}
-	scheme, rest, ok := strings.Cut(raw, "://")
+	p, ok := config.SplitRedisURL(raw)
 	if !ok {
 		return raw
 	}
-	userinfo := ""
-	if at := strings.LastIndex(rest, "@"); at >= 0 {
-		userinfo, rest = rest[:at+1], rest[at+1:]
-	}
-	hosts, path := rest, ""
-	if i := strings.IndexAny(rest, "/?"); i >= 0 {
-		hosts, path = rest[:i], rest[i:]
-	}
-	hs := strings.Split(hosts, ",")
-	out := scheme + "://" + userinfo + hs[0] + path
+	out := p.Scheme + "://" + p.Userinfo + p.Hosts[0] + p.Tail
 	sep := "?"
-	if strings.Contains(path, "?") {
+	if strings.Contains(p.Tail, "?") {
 		sep = "&"
 	}
-	for _, h := range hs[1:] {
+	for _, h := range p.Hosts[1:] {
 		out += sep + "addr=" + url.QueryEscape(strings.TrimSpace(h))
 		sep = "&"
 	}

@@ -3,13 +3,13 @@ package connect_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/connect"
+	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
 )
 
@@ -28,7 +28,7 @@ func TestRedisClusterSeedList(t *testing.T) {
 		"redis://" + a[2],
 		"redis://" + a[0] + "?addr=" + a[1],
 		// A dead first seed: the others must be tried.
-		"redis://" + deadAddr(t) + "," + a[1] + "," + a[2],
+		"redis://" + testutil.FreeAddr(t) + "," + a[1] + "," + a[2],
 	} {
 		t.Run(url, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -47,18 +47,6 @@ func TestRedisClusterSeedList(t *testing.T) {
 			}
 		})
 	}
-}
-
-// deadAddr is a loopback address nothing listens on.
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
 }
 
 // Redact hides every password and token, whatever the URL holds; a user
@@ -94,7 +82,7 @@ func TestRedact(t *testing.T) {
 // the password holds a comma (which a split of the URL list at ',' would
 // cut in two and show).
 func TestRedisErrorHidesPassword(t *testing.T) {
-	url := "redis://kf:s3cr,etPw@" + deadAddr(t) + "/0"
+	url := "redis://kf:s3cr,etPw@" + testutil.FreeAddr(t) + "/0"
 	_, err := connect.Redis(context.Background(), config.Redis{URL: url}, 1, 2*time.Second)
 	if err == nil {
 		t.Fatal("no error from a dead server")

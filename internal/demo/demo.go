@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
+	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 )
 
 type demo struct {
@@ -31,7 +31,6 @@ type demo struct {
 	env      []string
 	mu       sync.Mutex
 	cleanups []func()
-	procs    []*exec.Cmd
 }
 
 func (d *demo) onCleanup(f func()) {
@@ -226,27 +225,16 @@ func (d *demo) startWorker(id string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(filepath.Join(d.bin, "worker"), "--config", d.cfg, "--id", id)
-	cmd.Env = append(os.Environ(), d.env...)
-	cmd.Stdout, cmd.Stderr = logf, logf
+	defer logf.Close()
 	// Its own process group: Ctrl-C in the terminal reaches the demo, which
 	// then stops the workers gracefully.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("start %s: %w", id, err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	d.onCleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
+	p, err := launch.Start(id, filepath.Join(d.bin, "worker"), []string{"--config", d.cfg, "--id", id}, launch.Options{
+		Env: append(os.Environ(), d.env...), Stdout: logf, Stderr: logf, OwnGroup: true,
 	})
+	if err != nil {
+		return err
+	}
+	d.onCleanup(func() { _ = p.Stop(context.Background(), 15*time.Second) })
 	return nil
 }
 

@@ -75,6 +75,21 @@ func (f *fleet) runsPerItem() map[string]int {
 	return out
 }
 
+// assertRanOnceSafely fails the test if an item ran more than once or a
+// job saw a violation (a credential used by two jobs at once, a wrong
+// secret).
+func (f *fleet) assertRanOnceSafely() {
+	f.t.Helper()
+	for id, c := range f.runsPerItem() {
+		if c != 1 {
+			f.t.Fatalf("%s ran %d times", id, c)
+		}
+	}
+	if v := f.file("violations"); v != "" {
+		f.t.Fatal(v)
+	}
+}
+
 func (f *fleet) assertNoSecretsInLogs() {
 	f.t.Helper()
 	logs := f.logs()

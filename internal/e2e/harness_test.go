@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
 	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
 	"github.com/keyfleet/keyfleet/pkg/creds"
@@ -142,30 +142,11 @@ func indent(s string, n int) string {
 	return b.String()
 }
 
-// proc is a running binary.
+// proc is a running binary, its output kept in log.
 type proc struct {
+	*launch.Proc
 	name string
-	cmd  *exec.Cmd
-	log  *lockedBuffer
-	done chan struct{}
-	err  error
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	log  *launch.Buffer
 }
 
 // startWorker starts a worker process with the fleet's config.
@@ -176,41 +157,29 @@ func (f *fleet) startWorker(name string, args ...string) *proc {
 
 func (f *fleet) start(name, bin string, args ...string) *proc {
 	f.t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = f.env
-	p := &proc{name: name, cmd: cmd, log: &lockedBuffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.log, p.log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.t.Fatalf("start %s: %v", name, err)
+	log := &launch.Buffer{}
+	lp, err := launch.Start(name, bin, args, launch.Options{Env: f.env, Stdout: log, Stderr: log})
+	if err != nil {
+		f.t.Fatal(err)
 	}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
+	p := &proc{Proc: lp, name: name, log: log}
 	f.mu.Lock()
 	f.procs = append(f.procs, p)
 	f.mu.Unlock()
 	return p
 }
 
-func (p *proc) signal(s syscall.Signal) { _ = p.cmd.Process.Signal(s) }
+func (p *proc) signal(s syscall.Signal) { _ = p.Signal(s) }
 
 // wait waits for the process to exit and returns its exit code.
 func (p *proc) wait(t *testing.T, timeout time.Duration) int {
 	t.Helper()
 	select {
-	case <-p.done:
+	case <-p.Done():
 	case <-time.After(timeout):
 		t.Fatalf("%s did not exit within %s; log:\n%s", p.name, timeout, tail(p.log.String(), 40))
 	}
-	return p.cmd.ProcessState.ExitCode()
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	return p.ExitCode()
 }
 
 func (f *fleet) stopAll() {
@@ -218,10 +187,7 @@ func (f *fleet) stopAll() {
 	procs := f.procs
 	f.mu.Unlock()
 	for _, p := range procs {
-		if !p.exited() {
-			p.signal(syscall.SIGKILL)
-			<-p.done
-		}
+		p.Kill()
 		if f.t.Failed() {
 			f.t.Logf("--- log of %s (tail) ---\n%s", p.name, tail(p.log.String(), 30))
 		}

@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -12,17 +11,8 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil"
 )
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 func get(url string) (int, string, error) {
 	c := http.Client{Timeout: 5 * time.Second}
@@ -40,7 +30,7 @@ func get(url string) (int, string, error) {
 // limits and a rejected key; labels carry no item IDs and no secrets;
 // /readyz turns 503 while the worker drains.
 func TestWorkerServesMetricsAndHealth(t *testing.T) {
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	f := newFleet(t, fleetOptions{
 		// key-c is refused by the job whatever the item (least recently used
 		// selection tries it within the first three runs).
@@ -121,7 +111,7 @@ func TestWorkerServesMetricsAndHealth(t *testing.T) {
 	w.signal(syscall.SIGTERM)
 	waitFor(t, "/readyz to turn 503 or the worker to exit", 30*time.Second, func() bool {
 		code, body, err := get("http://" + addr + "/readyz")
-		return w.exited() || (err == nil && code == http.StatusServiceUnavailable && strings.Contains(body, "shutting down"))
+		return w.Exited() || (err == nil && code == http.StatusServiceUnavailable && strings.Contains(body, "shutting down"))
 	})
 	if code := w.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("worker exited %d", code)

@@ -218,14 +218,7 @@ func TestLongJobOutlivesLeaseAndAckWait(t *testing.T) {
 			t.Fatalf("%s: %+v", id, r)
 		}
 	}
-	for id, c := range f.runsPerItem() {
-		if c != 1 {
-			t.Fatalf("%s ran %d times", id, c)
-		}
-	}
-	if v := f.file("violations"); v != "" {
-		t.Fatal(v)
-	}
+	f.assertRanOnceSafely()
 	for _, w := range []*proc{w1, w2} {
 		w.signal(syscall.SIGTERM)
 		w.wait(t, 20*time.Second)

@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 )
 
 // ran is one finished run of the producer binary.
@@ -33,29 +33,27 @@ const producerTimeout = 2 * time.Minute
 // waits for it.
 func runProducer(t *testing.T, env []string, stdin []byte, args ...string) ran {
 	t.Helper()
-	cmd := exec.Command(binary(t, "producer"), args...)
-	// The race runtime sleeps 1 s before a clean exit by default.
-	cmd.Env = append(env[:len(env):len(env)], "GORACE=atexit_sleep_ms=0")
+	o := launch.Options{
+		// The race runtime sleeps 1 s before a clean exit by default.
+		Env: append(env[:len(env):len(env)], "GORACE=atexit_sleep_ms=0"),
+	}
 	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
+		o.Stdin = bytes.NewReader(stdin)
 	}
-	var out, errb lockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var out, errb launch.Buffer
+	o.Stdout, o.Stderr = &out, &errb
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start producer: %v", err)
+	p, err := launch.Start("producer", binary(t, "producer"), args, o)
+	if err != nil {
+		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-p.Done():
 	case <-time.After(producerTimeout):
-		_ = cmd.Process.Kill()
-		<-done
+		p.Kill()
 		t.Fatalf("producer %v did not exit within %s\nstdout:\n%s\nstderr:\n%s", args, producerTimeout, out.String(), errb.String())
 	}
-	r := ran{args: args, stdout: out.String(), stderr: errb.String(), code: cmd.ProcessState.ExitCode(), took: time.Since(start)}
+	r := ran{args: args, stdout: out.String(), stderr: errb.String(), code: p.ExitCode(), took: time.Since(start)}
 	if strings.Contains(r.stderr, "panic:") || strings.Contains(r.stderr, "DATA RACE") {
 		t.Fatalf("the producer panicked or raced:\n%s", r)
 	}

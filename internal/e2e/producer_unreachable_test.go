@@ -2,58 +2,14 @@ package e2e
 
 import (
 	"fmt"
-	"net"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/keyfleet/keyfleet/internal/testutil"
 )
-
-// silentListener accepts TCP connections and never says a word: a server
-// that hangs. Closed at the end of the test.
-func silentTCPServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
-
-// closedPort returns a loopback port nothing listens on.
-func unusedPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
-}
 
 // An unreachable NATS or Redis, refusing or silent: exit 3 with one clear
 // line naming the server, no hang, no panic. (producerTimeout guards against
@@ -62,8 +18,8 @@ func TestProducerUnreachableServers(t *testing.T) {
 	f := sleepOnlyFleet(t, "", "")
 	items := f.writeInput("items.jsonl", jsonlItems(3, `{"id":%q}`))
 	for _, srv := range []struct{ name, addr string }{
-		{"refused", unusedPort(t)},
-		{"silent", silentTCPServer(t)},
+		{"refused", testutil.FreeAddr(t)},
+		{"silent", testutil.SilentServer(t)},
 	} {
 		natsURL, redisURL := "nats://"+srv.addr, "redis://"+srv.addr+"/0"
 		for _, tc := range []struct {
@@ -99,7 +55,7 @@ func TestProducerUnreachableServers(t *testing.T) {
 		}
 	}
 	// Environment variables name the servers too, and a flag wins over them.
-	bad := unusedPort(t)
+	bad := testutil.FreeAddr(t)
 	env := append(f.env[:len(f.env):len(f.env)], "KEYFLEET_NATS_URL=nats://"+bad, "KEYFLEET_REDIS_URL=redis://"+bad)
 	if r := runProducer(t, env, nil, "status", "--config", f.cfg); r.code != 3 || !strings.Contains(r.stderr, "nats://"+bad) {
 		t.Fatalf("KEYFLEET_NATS_URL must override the file:\n%s", r)

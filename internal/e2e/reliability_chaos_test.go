@@ -50,10 +50,7 @@ func TestReliabilityChaosKills(t *testing.T) {
 	res := results.wait(t, size(3*time.Minute, 10*time.Minute))
 	took := time.Since(start)
 	stopFleet(t, 30*time.Second, live...)
-	waitFor(t, "the work queue to be empty", time.Minute, func() bool {
-		st := f.queueStats()
-		return st.Stream.Messages == 0 && st.Consumer.AckPending == 0
-	})
+	f.waitQueueEmpty()
 	if kills == 0 {
 		t.Errorf("the batch finished before the first kill: the scenario tested nothing")
 	}

@@ -59,10 +59,7 @@ func TestReliabilityNATSClusterLosesLeader(t *testing.T) {
 	res := results.wait(t, size(3*time.Minute, 10*time.Minute))
 	took := time.Since(start)
 	stopFleet(t, 30*time.Second, ws...)
-	waitFor(t, "the work queue to be empty", time.Minute, func() bool {
-		st := f.queueStats()
-		return st.Stream.Messages == 0 && st.Consumer.AckPending == 0
-	})
+	f.waitQueueEmpty()
 	t.Logf("killed n%d (leader of: %s) at %d/%d results; n%d leads the stream after %s", victim, led, at, n, newLeader,
 		elected.Round(time.Millisecond))
 	f.account("NATS 3-node cluster, R3 streams: leader node killed", ids, res, took, bounds{MaxDuplicates: workers * conc},

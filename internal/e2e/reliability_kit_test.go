@@ -86,9 +86,6 @@ func (f *fleet) startWorkerEnv(name string, env []string, args ...string) *proc 
 	return f.startWorker(name, args...)
 }
 
-// pid is the process ID of a started process.
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
 // jobEvent is one line of holdGuardScript's events log.
 type jobEvent struct {
 	At        time.Time
@@ -126,7 +123,7 @@ func (f *fleet) jobEvents() []jobEvent {
 func (f *fleet) jobsRunning(worker *proc) map[int]jobEvent {
 	running := map[int]jobEvent{}
 	for _, e := range f.jobEvents() {
-		if e.WorkerPID != worker.pid() {
+		if e.WorkerPID != worker.Pid() {
 			continue
 		}
 		switch e.Kind {
@@ -148,7 +145,7 @@ func (f *fleet) jobsRunning(worker *proc) map[int]jobEvent {
 func (f *fleet) jobsStarted(worker *proc, after time.Time) int {
 	n := 0
 	for _, e := range f.jobEvents() {
-		if e.Kind == "start" && e.WorkerPID == worker.pid() && e.At.After(after) {
+		if e.Kind == "start" && e.WorkerPID == worker.Pid() && e.At.After(after) {
 			n++
 		}
 	}
@@ -290,7 +287,7 @@ func viaProxy(t *testing.T, raw string, p *faultproxy.Proxy) string {
 func stopFleet(t *testing.T, timeout time.Duration, workers ...*proc) {
 	t.Helper()
 	for _, w := range workers {
-		if !w.exited() {
+		if !w.Exited() {
 			w.signal(syscall.SIGTERM)
 		}
 	}
@@ -299,6 +296,16 @@ func stopFleet(t *testing.T, timeout time.Duration, workers ...*proc) {
 			t.Errorf("%s exited %d after SIGTERM; log:\n%s", w.name, code, tail(w.log.String(), 20))
 		}
 	}
+}
+
+// waitQueueEmpty waits until the work queue holds no message, delivered or
+// not.
+func (f *fleet) waitQueueEmpty() {
+	f.t.Helper()
+	waitFor(f.t, "the work queue to be empty", time.Minute, func() bool {
+		st := f.queueStats()
+		return st.Stream.Messages == 0 && st.Consumer.AckPending == 0
+	})
 }
 
 // writeFile writes a file into the fleet's directory.

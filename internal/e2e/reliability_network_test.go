@@ -129,7 +129,7 @@ func testPartition(t *testing.T, what string, redisOnly bool) {
 	// From now on w1's jobs run long (30s): the one running at the cut must
 	// be cancelled, it cannot end by itself.
 	longFrom := time.Now()
-	f.writeFile(fmt.Sprintf("sleep-%d", w1.pid()), "30")
+	f.writeFile(fmt.Sprintf("sleep-%d", w1.Pid()), "30")
 	var victim jobEvent
 	waitFor(t, "w1 to start a long job", time.Minute, func() bool {
 		for _, e := range f.jobsRunning(w1) {
@@ -158,10 +158,10 @@ func testPartition(t *testing.T, what string, redisOnly bool) {
 		p.Heal()
 	}
 	healed := time.Now()
-	f.removeFile(fmt.Sprintf("sleep-%d", w1.pid()))
+	f.removeFile(fmt.Sprintf("sleep-%d", w1.Pid()))
 	var reused, rerun time.Time // the key taken, the item started, by another worker
 	for _, e := range f.jobEvents() {
-		if e.Kind != "start" || e.WorkerPID == w1.pid() || e.At.Before(cutAt) {
+		if e.Kind != "start" || e.WorkerPID == w1.Pid() || e.At.Before(cutAt) {
 			continue
 		}
 		if reused.IsZero() && e.Cred == victim.Cred {

@@ -149,7 +149,7 @@ func testPausedWorker(t *testing.T, withJob bool, scenario string, maxWindow fun
 	if r := res[ids[0]]; r.Outcome != queue.OutcomeSucceeded || r.Worker != "w2" {
 		t.Errorf("result %+v, want success on w2", r)
 	}
-	if w1.exited() {
+	if w1.Exited() {
 		t.Fatalf("w1 exited after the resume:\n%s", tail(w1.log.String(), 15))
 	}
 	// The resumed worker hands its (stale) delivery back with a NAK, and

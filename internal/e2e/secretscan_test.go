@@ -1,17 +1,14 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
 )
 
@@ -296,9 +294,7 @@ func (tap *natsTap) reset() {
 // redisMonitor records every command the Redis server runs (MONITOR), by
 // a redis-cli process.
 type redisMonitor struct {
-	cmd  *exec.Cmd
-	out  lockedBuffer
-	done chan struct{}
+	out launch.Buffer
 }
 
 func startRedisMonitor(t *testing.T, srv *redistest.Server) *redisMonitor {
@@ -307,37 +303,20 @@ func startRedisMonitor(t *testing.T, srv *redistest.Server) *redisMonitor {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &redisMonitor{done: make(chan struct{})}
-	m.cmd = exec.Command(cli, "-h", "127.0.0.1", "-p", fmt.Sprint(srv.Port()), "monitor")
-	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdout, err := m.cmd.StdoutPipe()
+	m := &redisMonitor{}
+	p, err := launch.Start("redis-cli monitor", cli, []string{"-h", "127.0.0.1", "-p", fmt.Sprint(srv.Port()), "monitor"},
+		launch.Options{Stdout: &m.out})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		defer close(m.done)
-		r := bufio.NewReaderSize(stdout, 1<<20)
-		_, _ = io.Copy(&m.out, r)
-	}()
-	t.Cleanup(func() {
-		_ = m.cmd.Process.Kill()
-		<-m.done
-		_ = m.cmd.Wait()
-	})
+	t.Cleanup(p.Kill)
 	waitFor(t, "redis-cli monitor to start", 10*time.Second, func() bool { return strings.HasPrefix(m.out.String(), "OK") })
 	return m
 }
 
 func (m *redisMonitor) text() string { return m.out.String() }
 
-func (m *redisMonitor) reset() {
-	m.out.mu.Lock()
-	m.out.b.Reset()
-	m.out.mu.Unlock()
-}
+func (m *redisMonitor) reset() { m.out.Reset() }
 
 // httpGet returns the body of a GET, or the error as text.
 func httpGet(url string) (string, error) {

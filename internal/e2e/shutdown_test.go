@@ -32,14 +32,7 @@ func TestSigtermFinishesInFlightWithinGrace(t *testing.T) {
 			t.Fatalf("%s: %+v", id, r)
 		}
 	}
-	for id, c := range f.runsPerItem() {
-		if c != 1 {
-			t.Fatalf("%s ran %d times", id, c)
-		}
-	}
-	if v := f.file("violations"); v != "" {
-		t.Fatal(v)
-	}
+	f.assertRanOnceSafely()
 	w2.signal(syscall.SIGTERM)
 	w2.wait(t, 15*time.Second)
 	f.account("SIGTERM mid-run (items within the grace)", ids, results, time.Since(start), bounds{},

@@ -61,8 +61,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -70,33 +72,86 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/check"
 	"github.com/keyfleet/keyfleet/internal/secret"
 )
 
 // ExecConfig configures the exec kind (see the contract at the top of
-// exec.go).
+// exec.go). Its yaml keys are the config file's jobs.exec section.
 type ExecConfig struct {
 	// Command is the program and its arguments, run without a shell.
 	// Required. A name without a slash is looked up in PATH; a relative
 	// path is taken from Dir.
-	Command []string
-	// Timeout bounds one run. Zero: no bound other than the run's context.
-	Timeout time.Duration
-	// Dir is the working directory. Empty: the worker's.
-	Dir string
+	Command []string `yaml:"command"`
+	// Timeout bounds one run. Default ExecTimeoutDefault (10m).
+	Timeout time.Duration `yaml:"timeout"`
+	// Dir is the working directory. Default "" (the worker's).
+	Dir string `yaml:"dir"`
 	// Env holds variables added to the job's environment. The per-item
-	// KEYFLEET_* names cannot be set here.
-	Env map[string]string
-	// MaxOutput bounds Output.Body in bytes. Zero: DefaultMaxOutput.
-	MaxOutput int
+	// KEYFLEET_* names (ExecReservedEnv) cannot be set here. Default none.
+	Env map[string]string `yaml:"env"`
+
+	// The fields below are not keys of the config section: the worker sets
+	// them (see Common).
+
+	// MaxOutput bounds Output.Body in bytes. Zero: MaxOutputDefault.
+	MaxOutput int `yaml:"-"`
 	// Scrubber removes secrets from stdout and stderr before they are
 	// bounded, so no fragment of a secret survives a cut (the worker passes
 	// one for every configured secret). Nil: the run's own secret.
-	Scrubber *secret.Scrubber
+	Scrubber *secret.Scrubber `yaml:"-"`
 	// ScrubEnv names variables of the worker's environment the job must not
 	// see. The worker passes the secret_env names of all its credentials.
-	ScrubEnv []string
+	ScrubEnv []string `yaml:"-"`
 }
+
+// ExecTimeoutDefault is the default of ExecConfig.Timeout.
+const ExecTimeoutDefault = 10 * time.Minute
+
+// WithDefaults fills the zero settings with their defaults.
+func (c ExecConfig) WithDefaults() ExecConfig {
+	c.Timeout = cmp.Or(c.Timeout, ExecTimeoutDefault)
+	return c
+}
+
+// Check reports every problem of the settings, keyed by their keys in the
+// section (jobs.exec in the config file). Defaults are not filled in
+// first: a zero Timeout is a problem. Whether the program and Dir exist is
+// NewExec's to check, on the machine that runs them.
+func (c *ExecConfig) Check() check.List {
+	var l check.List
+	switch {
+	case len(c.Command) == 0:
+		l.Add("command", `must name the program to run, e.g. ["./process.sh"]`)
+	case strings.TrimSpace(c.Command[0]) == "":
+		l.Add("command[0]", "must name the program to run")
+	}
+	for i, arg := range c.Command {
+		if strings.IndexByte(arg, 0) >= 0 {
+			l.Add(fmt.Sprintf("command[%d]", i), "holds a NUL byte")
+		}
+	}
+	l.Positive("timeout", c.Timeout)
+	for _, name := range slices.Sorted(maps.Keys(c.Env)) {
+		key := "env." + name
+		switch {
+		case !ValidEnvName(name):
+			l.Add(key, "is not an environment variable name (letters, digits and '_', not starting with a digit)")
+		case slices.Contains(ExecReservedEnv, name):
+			l.Add(key, "is set by the worker for every run; it cannot be set here")
+		}
+		if strings.IndexByte(c.Env[name], 0) >= 0 {
+			l.Add(key, "the value holds a NUL byte")
+		}
+	}
+	return l
+}
+
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// ValidEnvName reports whether name can name an environment variable:
+// letters, digits and '_', not starting with a digit.
+func ValidEnvName(name string) bool { return envNameRE.MatchString(name) }
 
 // The variables exec sets for each run.
 const (
@@ -108,6 +163,10 @@ const (
 	envKind             = "KEYFLEET_KIND"
 	envPrefix           = "KEYFLEET_"
 )
+
+// ExecReservedEnv are the variables exec sets for each run; ExecConfig.Env
+// cannot set them.
+var ExecReservedEnv = []string{envItemID, envBatch, envAttempt, envCredentialID, envCredentialSecret, envKind}
 
 // The exit statuses with a meaning (sysexits.h).
 const (
@@ -130,21 +189,12 @@ type execHandler struct {
 	limit int
 }
 
-// NewExec returns the exec handler. Its errors name the field at fault.
+// NewExec returns the exec handler, after WithDefaults. Its errors name
+// the field at fault.
 func NewExec(cfg ExecConfig) (Handler, error) {
-	if len(cfg.Command) == 0 {
-		return nil, errors.New("exec: command is empty")
-	}
-	if cfg.Command[0] == "" {
-		return nil, errors.New("exec: command[0] (the program) is empty")
-	}
-	for i, arg := range cfg.Command {
-		if strings.IndexByte(arg, 0) >= 0 {
-			return nil, fmt.Errorf("exec: command[%d] contains a NUL byte", i)
-		}
-	}
-	if cfg.Timeout < 0 {
-		return nil, fmt.Errorf("exec: timeout must not be negative, got %s", cfg.Timeout)
+	cfg = cfg.WithDefaults()
+	if err := cfg.Check().AsError("exec"); err != nil {
+		return nil, err
 	}
 	if cfg.MaxOutput < 0 {
 		return nil, fmt.Errorf("exec: max output must not be negative, got %d", cfg.MaxOutput)
@@ -164,19 +214,10 @@ func NewExec(cfg ExecConfig) (Handler, error) {
 	h := &execHandler{
 		cfg:   cfg,
 		drop:  make(map[string]bool, len(cfg.ScrubEnv)+len(cfg.Env)),
-		limit: cmp.Or(cfg.MaxOutput, DefaultMaxOutput),
+		limit: cmp.Or(cfg.MaxOutput, MaxOutputDefault),
 	}
 	h.cfg.Command = slices.Clone(cfg.Command)
-	reserved := []string{envItemID, envBatch, envAttempt, envCredentialID, envCredentialSecret, envKind}
 	for name, value := range cfg.Env {
-		switch {
-		case name == "" || strings.ContainsAny(name, "=\x00"):
-			return nil, fmt.Errorf("exec: env: bad variable name %q", name)
-		case slices.Contains(reserved, name):
-			return nil, fmt.Errorf("exec: env: %s is set by keyfleet for each item", name)
-		case strings.IndexByte(value, 0) >= 0:
-			return nil, fmt.Errorf("exec: env: %s contains a NUL byte", name)
-		}
 		h.env = append(h.env, name+"="+value)
 		h.drop[name] = true
 	}
@@ -212,7 +253,7 @@ func checkProgram(prog, dir string) error {
 	return nil
 }
 
-func (h *execHandler) Kind() string { return "exec" }
+func (h *execHandler) Kind() string { return KindExec }
 
 // environ builds the job's environment for one run.
 func (h *execHandler) environ(item Item, cred Credential) []string {
@@ -232,7 +273,7 @@ func (h *execHandler) environ(item Item, cred Credential) []string {
 		envAttempt+"="+strconv.Itoa(item.Attempt),
 		envCredentialID+"="+cred.ID,
 		envCredentialSecret+"="+cred.Secret.Reveal(),
-		envKind+"="+cmp.Or(item.Kind, "exec"),
+		envKind+"="+cmp.Or(item.Kind, KindExec),
 	)
 }
 

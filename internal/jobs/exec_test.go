@@ -44,13 +44,7 @@ func script(t *testing.T, body string) string {
 func newExec(t *testing.T, cfg jobs.ExecConfig) jobs.Handler {
 	t.Helper()
 	h, err := jobs.NewExec(cfg)
-	if err != nil {
-		t.Fatalf("NewExec: %v", err)
-	}
-	if h.Kind() != "exec" {
-		t.Fatalf("Kind() = %q", h.Kind())
-	}
-	return h
+	return built(t, jobs.KindExec, h, err)
 }
 
 // runScript runs body as the command for testItem.
@@ -231,7 +225,7 @@ func TestExecOutputBound(t *testing.T) {
 		{"over the bound", 1000, `head -c 300000 /dev/zero; echo done >&2`, 1000, true},
 		{"at the bound", 1000, `head -c 1000 /dev/zero`, 1000, false},
 		{"under the bound", 1000, `head -c 10 /dev/zero`, 10, false},
-		{"default bound", 0, `head -c 1000000 /dev/zero`, jobs.DefaultMaxOutput, true},
+		{"default bound", 0, `head -c 1000000 /dev/zero`, jobs.MaxOutputDefault, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -397,7 +391,7 @@ func TestNewExecErrors(t *testing.T) {
 		cfg  jobs.ExecConfig
 		want string
 	}{
-		{"no command", jobs.ExecConfig{}, "exec: command is empty"},
+		{"no command", jobs.ExecConfig{}, "exec: command: must name the program"},
 		{"empty program", jobs.ExecConfig{Command: []string{""}}, "command[0]"},
 		{"not in PATH", jobs.ExecConfig{Command: []string{"keyfleet-no-such-program"}}, "command[0]"},
 		{"missing file", jobs.ExecConfig{Command: []string{"/nonexistent/job.sh"}}, "command[0]"},

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/check"
 	"github.com/keyfleet/keyfleet/internal/secret"
 )
 
@@ -37,30 +38,98 @@ import (
 // Idempotency-Key: <batch>/<item id>.
 type HTTPConfig struct {
 	// URL receives the requests; http or https. Required.
-	URL string
-	// Method is the request method. Default "POST".
-	Method string
+	URL string `yaml:"url"`
+	// Method is the request method. Default HTTPMethodDefault ("POST").
+	Method string `yaml:"method"`
 	// Header names the header that carries the secret. Default
-	// "Authorization".
-	Header string
+	// HTTPHeaderDefault ("Authorization").
+	Header string `yaml:"header"`
 	// Format is the Header's value; {secret} is replaced by the secret and
-	// must occur. Default "Bearer {secret}".
-	Format string
+	// must occur. Default HTTPFormatDefault ("Bearer {secret}").
+	Format string `yaml:"format"`
 	// Headers are added to every request. They may replace Content-Type but
-	// not Header or the X-Keyfleet-* and Idempotency-Key headers.
-	Headers map[string]string
+	// not Header or the X-Keyfleet-* and Idempotency-Key headers. Default
+	// none.
+	Headers map[string]string `yaml:"headers"`
 	// Timeout bounds one request, reading the response included. Default
-	// 60s.
-	Timeout time.Duration
-	// MaxOutput bounds Output.Body in bytes. Default DefaultMaxOutput.
-	MaxOutput int
+	// HTTPTimeoutDefault (60s).
+	Timeout time.Duration `yaml:"timeout"`
+
+	// The fields below are not keys of the config section: the worker sets
+	// them (see Common).
+
+	// MaxOutput bounds Output.Body in bytes. Default MaxOutputDefault.
+	MaxOutput int `yaml:"-"`
 	// Scrubber removes secrets from response bodies before they are
 	// bounded (see ExecConfig.Scrubber). Nil: the run's own secret.
-	Scrubber *secret.Scrubber
+	Scrubber *secret.Scrubber `yaml:"-"`
 	// Client sends the requests. Default: a client on
 	// http.DefaultTransport that does not follow redirects (a redirect
 	// could carry the secret header to another host).
-	Client *http.Client
+	Client *http.Client `yaml:"-"`
+}
+
+// Defaults of HTTPConfig, filled in by WithDefaults.
+const (
+	HTTPMethodDefault  = http.MethodPost
+	HTTPHeaderDefault  = "Authorization"
+	HTTPFormatDefault  = "Bearer " + secretPlaceholder
+	HTTPTimeoutDefault = 60 * time.Second
+)
+
+// WithDefaults fills the zero settings with their defaults (MaxOutput
+// too is left to NewHTTP: it is the worker's, not the section's).
+func (c HTTPConfig) WithDefaults() HTTPConfig {
+	c.Method = cmp.Or(c.Method, HTTPMethodDefault)
+	c.Header = cmp.Or(c.Header, HTTPHeaderDefault)
+	c.Format = cmp.Or(c.Format, HTTPFormatDefault)
+	c.Timeout = cmp.Or(c.Timeout, HTTPTimeoutDefault)
+	return c
+}
+
+// Check reports every problem of the settings, keyed by their keys in the
+// section (jobs.http in the config file). Defaults are not filled in
+// first: a zero Timeout or an empty Method is a problem.
+func (c *HTTPConfig) Check() check.List {
+	var l check.List
+	switch u, err := url.Parse(c.URL); {
+	case c.URL == "":
+		l.Add("url", "must be set, e.g. https://api.example.com/v1/x")
+	case err != nil:
+		l.Add("url", "%s is not a valid URL", check.Quote(secret.RedactURL(c.URL)))
+	case u.Scheme != "http" && u.Scheme != "https":
+		l.Add("url", "scheme %s is not http or https", check.Quote(u.Scheme))
+	case u.Host == "":
+		l.Add("url", "%s names no host", check.Quote(secret.RedactURL(c.URL)))
+	}
+	if !validToken(c.Method) {
+		l.Add("method", "%s is not an HTTP method", check.Quote(c.Method))
+	}
+	if !validToken(c.Header) {
+		l.Add("header", "%s is not a header name", check.Quote(c.Header))
+	}
+	// Not quoted: a format without {secret} may hold a pasted secret.
+	if !strings.Contains(c.Format, secretPlaceholder) {
+		l.Add("format", "must contain %s, where the credential's secret goes (e.g. %q)", secretPlaceholder, HTTPFormatDefault)
+	} else if !validHeaderValue(c.Format) {
+		l.Add("format", "cannot hold a line break, NUL or other control character")
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Headers)) {
+		key := "headers." + name
+		switch {
+		case !validToken(name):
+			l.Add(key, "is not a header name")
+		case strings.EqualFold(name, c.Header):
+			l.Add(key, "clashes with jobs.http.header (%s), which carries the secret", c.Header)
+		case slices.ContainsFunc(httpReservedHeaders, func(r string) bool { return strings.EqualFold(name, r) }):
+			l.Add(key, "is set by the worker on every request; it cannot be set here")
+		}
+		if !validHeaderValue(c.Headers[name]) {
+			l.Add(key, "the value cannot hold a line break, NUL or other control character")
+		}
+	}
+	l.Positive("timeout", c.Timeout)
+	return l
 }
 
 // The headers the http kind sets on every request.
@@ -72,12 +141,15 @@ const (
 	secretPlaceholder = "{secret}"
 )
 
+// httpReservedHeaders are set on every request; HTTPConfig.Headers cannot
+// set them.
+var httpReservedHeaders = []string{headerItem, headerBatch, headerAttempt, headerIdempotency, "Host", "Content-Length"}
+
 const (
-	httpDefaultTimeout = 60 * time.Second
-	httpErrBodyMax     = 16 << 10  // bytes of a non-2xx body read
-	httpSnippetMax     = 300       // bytes of it quoted in an error
-	httpDrainMax       = 256 << 10 // bytes read past the bound to reuse the connection
-	quotaMarker        = "insufficient_quota"
+	httpErrBodyMax = 16 << 10  // bytes of a non-2xx body read
+	httpSnippetMax = 300       // bytes of it quoted in an error
+	httpDrainMax   = 256 << 10 // bytes read past the bound to reuse the connection
+	quotaMarker    = "insufficient_quota"
 )
 
 // errHTTPTimeout is the cause of a request's context when Timeout ran out.
@@ -94,69 +166,28 @@ type httpHandler struct {
 	client  *http.Client
 }
 
-// NewHTTP returns the http handler. Its errors name the field at fault.
+// NewHTTP returns the http handler, after WithDefaults. Its errors name
+// the field at fault.
 func NewHTTP(cfg HTTPConfig) (Handler, error) {
-	if cfg.URL == "" {
-		return nil, errors.New("http: url is empty")
-	}
-	u, err := url.Parse(cfg.URL)
-	if err != nil {
-		return nil, fmt.Errorf("http: url: %w", err)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("http: url %q: scheme must be http or https", cfg.URL)
-	}
-	if u.Host == "" {
-		return nil, fmt.Errorf("http: url %q has no host", cfg.URL)
-	}
-	cfg.Method = cmp.Or(cfg.Method, http.MethodPost)
-	if !validToken(cfg.Method) {
-		return nil, fmt.Errorf("http: method %q is not a valid HTTP method", cfg.Method)
-	}
-	cfg.Header = cmp.Or(cfg.Header, "Authorization")
-	if !validToken(cfg.Header) {
-		return nil, fmt.Errorf("http: header %q is not a valid header name", cfg.Header)
-	}
-	cfg.Format = cmp.Or(cfg.Format, "Bearer "+secretPlaceholder)
-	if !strings.Contains(cfg.Format, secretPlaceholder) {
-		return nil, fmt.Errorf("http: format %q must contain %s", cfg.Format, secretPlaceholder)
-	}
-	if !validHeaderValue(cfg.Format) {
-		return nil, fmt.Errorf("http: format %q contains control characters", cfg.Format)
-	}
-	switch {
-	case cfg.Timeout < 0:
-		return nil, fmt.Errorf("http: timeout must not be negative, got %s", cfg.Timeout)
-	case cfg.Timeout == 0:
-		cfg.Timeout = httpDefaultTimeout
+	cfg = cfg.WithDefaults()
+	if err := cfg.Check().AsError("http"); err != nil {
+		return nil, err
 	}
 	if cfg.MaxOutput < 0 {
 		return nil, fmt.Errorf("http: max output must not be negative, got %d", cfg.MaxOutput)
 	}
-	h := &httpHandler{cfg: cfg, headers: make(http.Header, len(cfg.Headers)), limit: cmp.Or(cfg.MaxOutput, DefaultMaxOutput), client: cfg.Client}
+	h := &httpHandler{cfg: cfg, headers: make(http.Header, len(cfg.Headers)), limit: cmp.Or(cfg.MaxOutput, MaxOutputDefault), client: cfg.Client}
 	if h.client == nil {
 		h.client = noRedirectClient
 	}
 	h.cfg.Headers = maps.Clone(cfg.Headers)
-	reserved := []string{cfg.Header, headerItem, headerBatch, headerAttempt, headerIdempotency, "Host", "Content-Length"}
 	for name, value := range cfg.Headers {
-		if !validToken(name) {
-			return nil, fmt.Errorf("http: headers: %q is not a valid header name", name)
-		}
-		for _, r := range reserved {
-			if strings.EqualFold(name, r) {
-				return nil, fmt.Errorf("http: headers: %s cannot be set here", r)
-			}
-		}
-		if !validHeaderValue(value) {
-			return nil, fmt.Errorf("http: headers: the value of %s contains control characters", name)
-		}
 		h.headers.Set(name, value)
 	}
 	return h, nil
 }
 
-func (h *httpHandler) Kind() string { return "http" }
+func (h *httpHandler) Kind() string { return KindHTTP }
 
 // Run sends one item; see HTTPConfig for the mapping of replies.
 func (h *httpHandler) Run(ctx context.Context, item Item, cred Credential) (Output, error) {

@@ -22,13 +22,7 @@ import (
 func newHTTP(t *testing.T, cfg jobs.HTTPConfig) jobs.Handler {
 	t.Helper()
 	h, err := jobs.NewHTTP(cfg)
-	if err != nil {
-		t.Fatalf("NewHTTP: %v", err)
-	}
-	if h.Kind() != "http" {
-		t.Fatalf("Kind() = %q", h.Kind())
-	}
-	return h
+	return built(t, jobs.KindHTTP, h, err)
 }
 
 // serve starts an httptest server running fn.
@@ -344,7 +338,7 @@ func TestNewHTTPErrors(t *testing.T) {
 		cfg  jobs.HTTPConfig
 		want string
 	}{
-		{"no url", jobs.HTTPConfig{}, "http: url is empty"},
+		{"no url", jobs.HTTPConfig{}, "http: url: must be set"},
 		{"bad scheme", jobs.HTTPConfig{URL: "ftp://x/y"}, "scheme"},
 		{"no host", jobs.HTTPConfig{URL: "http:///x"}, "host"},
 		{"format without secret", jobs.HTTPConfig{URL: "http://x", Format: "Bearer"}, "{secret}"},

@@ -35,5 +35,6 @@ type Output struct {
 	Truncated bool
 }
 
-// DefaultMaxOutput is the default bound on Output.Body (64 KiB).
-const DefaultMaxOutput = 64 << 10
+// MaxOutputDefault is the default bound on Output.Body (64 KiB): the
+// default of jobs.max_output.
+const MaxOutputDefault = 64 << 10

@@ -19,7 +19,7 @@ func NewSleep() Handler { return sleepHandler{} }
 
 type sleepHandler struct{}
 
-func (sleepHandler) Kind() string { return "sleep" }
+func (sleepHandler) Kind() string { return KindSleep }
 
 func (sleepHandler) Run(ctx context.Context, item Item, _ Credential) (Output, error) {
 	ms, err := sleepMillis(item.Payload)

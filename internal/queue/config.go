@@ -2,69 +2,123 @@ package queue
 
 import (
 	"cmp"
+	"errors"
+	"fmt"
+	"strings"
 	"time"
 
-	"github.com/keyfleet/keyfleet/internal/config"
+	"github.com/keyfleet/keyfleet/internal/check"
 )
 
 // Config names the streams and sets the consumer's delivery rules.
 type Config struct {
-	// Stream is the work stream's name (default "KEYFLEET"); the results
-	// and dead-letter streams and the worker bucket are named after it.
+	// Stream is the work stream's name (default StreamDefault); the
+	// results and dead-letter streams and the worker bucket are named
+	// after it.
 	Stream string
 	// SubjectPrefix: items are published on <prefix>.<kind> (default
-	// "keyfleet.items").
+	// SubjectPrefixDefault).
 	SubjectPrefix string
 	// Consumer is the durable pull consumer every worker shares (default
-	// "keyfleet-workers").
+	// ConsumerDefault).
 	Consumer string
 	// AckWait: an unacknowledged delivery comes back after it (default
-	// 30s). Workers keep their messages alive well within it.
+	// AckWaitDefault). Workers keep their messages alive well within it.
 	AckWait time.Duration
-	// MaxDeliver bounds deliveries per message (default -1: unbounded;
-	// attempts are bounded by the worker's max_attempts instead).
+	// MaxDeliver bounds deliveries per message (default MaxDeliverDefault,
+	// -1: unbounded; attempts are bounded by the worker's max_attempts
+	// instead).
 	MaxDeliver int
 	// RedeliveryBackoff optionally spaces redeliveries after ack-wait
 	// expiries (the consumer's BackOff).
 	RedeliveryBackoff []time.Duration
 	// DuplicateWindow: an item enqueued again inside it is dropped as a
-	// duplicate (default 2h).
+	// duplicate (default DuplicateWindowDefault).
 	DuplicateWindow time.Duration
-	// Replicas of each stream (default 1).
+	// Replicas of each stream (default ReplicasDefault).
 	Replicas int
 	// Memory selects memory storage instead of file storage.
 	Memory bool
 	// ResultsMaxAge is how long results and dead letters are kept (default
-	// 7 days).
+	// ResultsMaxAgeDefault).
 	ResultsMaxAge time.Duration
 	// HeartbeatTTL: a worker not heard from for this long leaves the
-	// registry (default 30s).
+	// registry (default HeartbeatTTLDefault).
 	HeartbeatTTL time.Duration
 }
 
+// Defaults of Config, filled in by WithDefaults; config's queue section
+// defaults to the same.
+const (
+	StreamDefault          = "KEYFLEET"
+	SubjectPrefixDefault   = "keyfleet.items"
+	ConsumerDefault        = "keyfleet-workers"
+	AckWaitDefault         = 30 * time.Second
+	MaxDeliverDefault      = -1
+	DuplicateWindowDefault = 2 * time.Hour
+	ReplicasDefault        = 1
+	ResultsMaxAgeDefault   = 7 * 24 * time.Hour
+	HeartbeatTTLDefault    = 30 * time.Second
+)
+
 // WithDefaults fills the zero fields with their defaults.
 func (c Config) WithDefaults() Config {
-	c.Stream = cmp.Or(c.Stream, "KEYFLEET")
-	c.SubjectPrefix = cmp.Or(c.SubjectPrefix, "keyfleet.items")
-	c.Consumer = cmp.Or(c.Consumer, "keyfleet-workers")
-	c.AckWait = cmp.Or(c.AckWait, 30*time.Second)
-	c.MaxDeliver = cmp.Or(c.MaxDeliver, -1)
-	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, 2*time.Hour)
-	c.Replicas = cmp.Or(c.Replicas, 1)
-	c.ResultsMaxAge = cmp.Or(c.ResultsMaxAge, 7*24*time.Hour)
-	c.HeartbeatTTL = cmp.Or(c.HeartbeatTTL, 30*time.Second)
+	c.Stream = cmp.Or(c.Stream, StreamDefault)
+	c.SubjectPrefix = cmp.Or(c.SubjectPrefix, SubjectPrefixDefault)
+	c.Consumer = cmp.Or(c.Consumer, ConsumerDefault)
+	c.AckWait = cmp.Or(c.AckWait, AckWaitDefault)
+	c.MaxDeliver = cmp.Or(c.MaxDeliver, MaxDeliverDefault)
+	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, DuplicateWindowDefault)
+	c.Replicas = cmp.Or(c.Replicas, ReplicasDefault)
+	c.ResultsMaxAge = cmp.Or(c.ResultsMaxAge, ResultsMaxAgeDefault)
+	c.HeartbeatTTL = cmp.Or(c.HeartbeatTTL, HeartbeatTTLDefault)
 	return c
 }
 
-// ConfigFrom maps keyfleet's configuration onto the queue's; workers and
-// the producer share it so that they agree on every stream and consumer
-// setting.
-func ConfigFrom(c *config.Config) Config {
-	q := c.Queue
-	return Config{
-		Stream: q.Stream, SubjectPrefix: q.SubjectPrefix, Consumer: q.Consumer,
-		AckWait: q.AckWait, MaxDeliver: q.MaxDeliver, RedeliveryBackoff: q.RedeliveryBackoff,
-		DuplicateWindow: q.DuplicateWindow, Replicas: q.Replicas, Memory: q.Storage == "memory",
-		ResultsMaxAge: q.ResultsMaxAge, HeartbeatTTL: max(30*time.Second, 3*c.Worker.Heartbeat),
+// ConfigFrom returns the queue settings of keyfleet's configuration
+// (config.Config's QueueConfig), which workers and the producer share so
+// that they agree on every stream and consumer setting. The queue package
+// does not import config: config imports it for its defaults and rules.
+func ConfigFrom(c interface{ QueueConfig() Config }) Config { return c.QueueConfig() }
+
+// CheckName checks a stream or consumer name as JetStream does.
+func CheckName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("must be set")
+	case len(name) > 255:
+		return fmt.Errorf("must be at most 255 bytes, got %d", len(name))
+	case strings.ContainsAny(name, ".*>/\\") || hasSpaceOrControl(name):
+		return fmt.Errorf("%s: a NATS name cannot hold spaces, '.', '*', '>', '/' or '\\'", check.Quote(name))
 	}
+	return nil
+}
+
+// CheckSubjectPrefix checks a subject prefix: dot-separated tokens, no
+// wildcards, not in NATS's reserved $ space.
+func CheckSubjectPrefix(s string) error {
+	if s == "" {
+		return fmt.Errorf("must be set, e.g. %s", SubjectPrefixDefault)
+	}
+	for tok := range strings.SplitSeq(s, ".") {
+		switch {
+		case tok == "":
+			return fmt.Errorf("%s has an empty token (a leading, trailing or doubled '.')", check.Quote(s))
+		case strings.ContainsAny(tok, "*>") || hasSpaceOrControl(tok):
+			return fmt.Errorf("%s: subject tokens cannot hold spaces, '*' or '>'", check.Quote(s))
+		}
+	}
+	if strings.HasPrefix(s, "$") {
+		return fmt.Errorf("%s: subjects starting with '$' are reserved for NATS", check.Quote(s))
+	}
+	return nil
+}
+
+func hasSpaceOrControl(s string) bool {
+	for _, r := range s {
+		if r <= ' ' || r == 0x7f {
+			return true
+		}
+	}
+	return false
 }

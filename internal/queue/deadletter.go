@@ -46,14 +46,7 @@ func (q *Queue) PutDeadLetter(ctx context.Context, d DeadLetter) error {
 		s, _ := json.Marshal(string(d.Payload))
 		d.Payload = s
 	}
-	data, err := json.Marshal(d)
-	if err != nil {
-		return fmt.Errorf("queue: encode dead letter of %q: %w", d.Item, err)
-	}
-	if _, err := q.js.Publish(ctx, q.DeadLetterSubject(d.Batch, d.Item), data); err != nil {
-		return fmt.Errorf("queue: store dead letter of %q: %w", d.Item, err)
-	}
-	return nil
+	return q.putRecord(ctx, "dead letter", d.Item, q.DeadLetterSubject(d.Batch, d.Item), d)
 }
 
 // ListDeadLetters calls fn with every dead-letter record of batch (all

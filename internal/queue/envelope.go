@@ -21,16 +21,36 @@ type Item struct {
 func (q *Queue) message(it Item) *nats.Msg {
 	m := nats.NewMsg(q.itemSubject(it.Kind))
 	m.Data = it.Payload
-	m.Header.Set(HeaderItem, it.ID)
-	m.Header.Set(HeaderBatch, it.Batch)
-	m.Header.Set(HeaderKind, it.Kind)
+	m.Header = header(it)
+	return m
+}
+
+// header is the message header of an item.
+func header(it Item) nats.Header {
+	h := nats.Header{}
+	h.Set(HeaderItem, it.ID)
+	h.Set(HeaderBatch, it.Batch)
+	h.Set(HeaderKind, it.Kind)
 	id := MsgID(it.Batch, it.ID)
 	if it.Replay != "" {
-		m.Header.Set(HeaderReplay, it.Replay)
+		h.Set(HeaderReplay, it.Replay)
 		id += "/replay-" + it.Replay
 	}
-	m.Header.Set(jetstream.MsgIDHeader, id)
-	return m
+	h.Set(jetstream.MsgIDHeader, id)
+	return h
+}
+
+// Fits reports the size an item takes on the wire (payload and message
+// headers) and whether it fits limit, a server's max payload. It needs no
+// server: a dry run checks items against the default max payload with it.
+func Fits(it Item, limit int64) (size int, ok bool) {
+	size = len(it.Payload) + len("NATS/1.0\r\n\r\n")
+	for k, vs := range header(it) {
+		for _, v := range vs {
+			size += len(k) + len(v) + 4 // "k: v\r\n"
+		}
+	}
+	return size, int64(size) <= limit
 }
 
 // DecodeItem reads an item from a delivered work message.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/keyfleet/keyfleet/internal/jobs"
 )
 
 // Message headers of a work item.
@@ -75,15 +77,14 @@ func CheckID(what, id string) error {
 	return nil
 }
 
-// Kinds are the job kinds a worker can run.
-var Kinds = []string{"exec", "http", "sleep"}
+// Kinds are the job kinds a worker can run (jobs.Names): each has its
+// subject, <prefix>.<kind>.
+var Kinds = jobs.Names()
 
 // CheckKind reports whether kind is a known job kind.
 func CheckKind(kind string) error {
-	for _, k := range Kinds {
-		if k == kind {
-			return nil
-		}
+	if _, ok := jobs.Lookup(kind); ok {
+		return nil
 	}
 	return fmt.Errorf("unknown job kind %q (want one of %s)", kind, strings.Join(Kinds, ", "))
 }

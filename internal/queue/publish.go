@@ -57,18 +57,11 @@ func (q *Queue) NewPublisher(window int) (*Publisher, error) {
 }
 
 // Fits reports the size an item takes on the wire (payload and headers)
-// and whether it fits the server's max payload.
+// and whether it fits the connected server's max payload (see Fits).
 func (q *Queue) Fits(it Item) (size int, limit int64, ok bool) {
-	m := q.message(it)
-	size = len(m.Data)
-	for k, vs := range m.Header {
-		for _, v := range vs {
-			size += len(k) + len(v) + 4 // "k: v\r\n"
-		}
-	}
-	size += len("NATS/1.0\r\n\r\n")
 	limit = q.nc.MaxPayload()
-	return size, limit, int64(size) <= limit
+	size, ok = Fits(it, limit)
+	return size, limit, ok
 }
 
 // Add publishes one item, waiting for confirmations when the window is

@@ -58,28 +58,21 @@ func open(ctx context.Context, nc *nats.Conn, cfg Config, update bool) (*Queue, 
 	}); err != nil {
 		return nil, err
 	}
-	if q.results, err = ensureStream(ctx, js, update, jetstream.StreamConfig{
-		Name:              q.resultsStream(),
-		Description:       "keyfleet results: the latest outcome of each item",
-		Subjects:          []string{q.resultsSubjects()},
-		Retention:         jetstream.LimitsPolicy,
-		MaxMsgsPerSubject: 1,
-		MaxAge:            cfg.ResultsMaxAge,
-		Storage:           storage,
-		Replicas:          cfg.Replicas,
-	}); err != nil {
+	// The results and dead-letter streams keep the latest record of each
+	// item, for ResultsMaxAge.
+	records := func(name, description, subjects string) jetstream.StreamConfig {
+		return jetstream.StreamConfig{
+			Name: name, Description: description, Subjects: []string{subjects},
+			Retention: jetstream.LimitsPolicy, MaxMsgsPerSubject: 1, MaxAge: cfg.ResultsMaxAge,
+			Storage: storage, Replicas: cfg.Replicas,
+		}
+	}
+	if q.results, err = ensureStream(ctx, js, update,
+		records(q.resultsStream(), "keyfleet results: the latest outcome of each item", q.resultsSubjects())); err != nil {
 		return nil, err
 	}
-	if q.dlq, err = ensureStream(ctx, js, update, jetstream.StreamConfig{
-		Name:              q.dlqStream(),
-		Description:       "keyfleet dead letters: items that failed for good",
-		Subjects:          []string{q.dlqSubjects()},
-		Retention:         jetstream.LimitsPolicy,
-		MaxMsgsPerSubject: 1,
-		MaxAge:            cfg.ResultsMaxAge,
-		Storage:           storage,
-		Replicas:          cfg.Replicas,
-	}); err != nil {
+	if q.dlq, err = ensureStream(ctx, js, update,
+		records(q.dlqStream(), "keyfleet dead letters: items that failed for good", q.dlqSubjects())); err != nil {
 		return nil, err
 	}
 	if err := ensureConsumer(ctx, js, update, cfg.Stream, jetstream.ConsumerConfig{

@@ -43,12 +43,18 @@ type Result struct {
 
 // PutResult stores an item's outcome (confirmed by the server).
 func (q *Queue) PutResult(ctx context.Context, r Result) error {
-	data, err := json.Marshal(r)
+	return q.putRecord(ctx, "result", r.Item, q.ResultSubject(r.Batch, r.Item), r)
+}
+
+// putRecord stores v, the record (what) of item, on subject, confirmed by
+// the server.
+func (q *Queue) putRecord(ctx context.Context, what, item, subject string, v any) error {
+	data, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("queue: encode result of %q: %w", r.Item, err)
+		return fmt.Errorf("queue: encode %s of %q: %w", what, item, err)
 	}
-	if _, err := q.js.Publish(ctx, q.ResultSubject(r.Batch, r.Item), data); err != nil {
-		return fmt.Errorf("queue: store result of %q: %w", r.Item, err)
+	if _, err := q.js.Publish(ctx, subject, data); err != nil {
+		return fmt.Errorf("queue: store %s of %q: %w", what, item, err)
 	}
 	return nil
 }

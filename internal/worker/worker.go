@@ -165,26 +165,18 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 }
 
 func buildHandlers(cfg *config.Config, scrub *secret.Scrubber) (map[string]jobs.Handler, error) {
-	hs := map[string]jobs.Handler{"sleep": jobs.NewSleep()}
-	if e := cfg.Jobs.Exec; e != nil {
-		h, err := jobs.NewExec(jobs.ExecConfig{
-			Command: e.Command, Timeout: e.Timeout, Dir: e.Dir, Env: e.Env,
-			MaxOutput: cfg.Jobs.MaxOutput, ScrubEnv: cfg.SecretEnvNames(), Scrubber: scrub,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("jobs.exec: %w", err)
+	common := jobs.Common{MaxOutput: cfg.Jobs.MaxOutput, Scrubber: scrub, ScrubEnv: cfg.SecretEnvNames()}
+	hs := map[string]jobs.Handler{}
+	for _, k := range jobs.Kinds() {
+		sec, ok := cfg.Jobs.Section(k.Name)
+		if !ok {
+			continue // a kind with settings runs only where they are configured
 		}
-		hs["exec"] = h
-	}
-	if h := cfg.Jobs.HTTP; h != nil {
-		hh, err := jobs.NewHTTP(jobs.HTTPConfig{
-			URL: h.URL, Method: h.Method, Header: h.Header, Format: h.Format,
-			Headers: h.Headers, Timeout: h.Timeout, MaxOutput: cfg.Jobs.MaxOutput, Scrubber: scrub,
-		})
+		h, err := k.New(sec, common)
 		if err != nil {
-			return nil, fmt.Errorf("jobs.http: %w", err)
+			return nil, fmt.Errorf("jobs.%s: %w", k.Name, err)
 		}
-		hs["http"] = hh
+		hs[k.Name] = h
 	}
 	return hs, nil
 }

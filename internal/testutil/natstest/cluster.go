@@ -3,7 +3,6 @@ package natstest
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/url"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/keyfleet/keyfleet/internal/testutil/faultproxy"
+	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 )
 
 // Account is the account JetStream assets live in when a server runs
@@ -45,7 +45,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	}
 	routePorts := make([]int, n)
 	for i := range routePorts {
-		p, err := freePort()
+		p, err := launch.FreePort()
 		if err != nil {
 			t.Fatalf("natstest: free port: %v", err)
 		}
@@ -61,48 +61,26 @@ func StartCluster(t testing.TB, n int) *Cluster {
 				routes = append(routes, &url.URL{Scheme: "nats-route", Host: c.routes[i][j].Addr()})
 			}
 		}
-		c.nodes = append(c.nodes, &Server{t: t, opts: server.Options{
-			ServerName: fmt.Sprintf("n%d", i),
-			Host:       "127.0.0.1",
-			Port:       -1,
-			JetStream:  true,
-			StoreDir:   t.TempDir(),
-			NoLog:      true,
-			NoSigs:     true,
-			Cluster: server.ClusterOpts{
-				Name: "keyfleet-test",
-				Host: "127.0.0.1",
-				Port: routePorts[i],
-			},
-			Routes: routes,
-		}})
+		o := launch.JetStreamOptions(t.TempDir())
+		o.ServerName = fmt.Sprintf("n%d", i)
+		o.Cluster = server.ClusterOpts{Name: "keyfleet-test", Host: "127.0.0.1", Port: routePorts[i]}
+		o.Routes = routes
+		c.nodes = append(c.nodes, &Server{t: t, NATS: launch.NewNATS(o)})
 	}
 	t.Cleanup(c.shutdownAll)
 	// Start them together: each waits for its routes, not for the others
 	// to be up.
 	errs := make(chan error, n)
 	for _, s := range c.nodes {
-		go func() { errs <- s.start() }()
+		go func() { errs <- s.Start() }()
 	}
 	for range n {
 		if err := <-errs; err != nil {
 			t.Fatalf("natstest: cluster node: %v", err)
 		}
 	}
-	for _, s := range c.nodes {
-		s.opts.Port = s.Server().Addr().(*net.TCPAddr).Port // restarts come back on it
-	}
 	c.WaitMetaLeader(30 * time.Second)
 	return c
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func (c *Cluster) shutdownAll() {
@@ -259,7 +237,7 @@ func (c *Cluster) moveLeader(subject string, to int, timeout time.Duration, lead
 		return fmt.Errorf("natstest: connect: %w", err)
 	}
 	defer nc.Close()
-	req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": c.nodes[to].opts.ServerName}})
+	req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": c.nodes[to].Options().ServerName}})
 	deadline := time.Now().Add(timeout)
 	for {
 		msg, err := nc.Request(subject, req, time.Until(deadline))

@@ -1,25 +1,22 @@
 // Package natstest runs an embedded nats-server with JetStream for a test:
 // a free loopback port, file storage in t.TempDir(), shut down in
 // t.Cleanup. Restart keeps the port and the store, like a real restart.
+// The servers are launch's; this package fails the test instead of
+// returning errors.
 package natstest
 
 import (
-	"fmt"
-	"net"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 )
 
 // Server is one embedded nats-server.
 type Server struct {
-	t    testing.TB
-	opts server.Options
-
-	mu  sync.Mutex
-	srv *server.Server
+	t testing.TB
+	*launch.NATS
 }
 
 // Option changes the server options before start.
@@ -28,72 +25,17 @@ type Option func(*server.Options)
 // Start starts a JetStream-enabled server and registers its shutdown.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
-	o := server.Options{
-		Host:      "127.0.0.1",
-		Port:      -1,
-		JetStream: true,
-		StoreDir:  t.TempDir(),
-		NoLog:     true,
-		NoSigs:    true,
-	}
+	o := launch.JetStreamOptions(t.TempDir())
 	for _, f := range opts {
 		f(&o)
 	}
-	s := &Server{t: t, opts: o}
-	if err := s.start(); err != nil {
+	n, err := launch.StartNATS(o)
+	if err != nil {
 		t.Fatalf("natstest: %v", err)
 	}
-	// Pin the chosen port so that a restart comes back on it.
-	s.opts.Port = s.srv.Addr().(*net.TCPAddr).Port
+	s := &Server{t: t, NATS: n}
 	t.Cleanup(s.Shutdown)
 	return s
-}
-
-func (s *Server) start() error {
-	o := s.opts
-	srv, err := server.NewServer(&o)
-	if err != nil {
-		return fmt.Errorf("new server: %w", err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		srv.Shutdown()
-		return fmt.Errorf("server not ready for connections within 10s")
-	}
-	s.mu.Lock()
-	s.srv = srv
-	s.mu.Unlock()
-	return nil
-}
-
-// URL is the nats:// URL clients use.
-func (s *Server) URL() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return fmt.Sprintf("nats://127.0.0.1:%d", s.opts.Port)
-}
-
-// Port is the client port.
-func (s *Server) Port() int { return s.opts.Port }
-
-// Server returns the running server (nil while stopped).
-func (s *Server) Server() *server.Server {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.srv
-}
-
-// Shutdown stops the server and waits until it is down. Safe to call twice.
-func (s *Server) Shutdown() {
-	s.mu.Lock()
-	srv := s.srv
-	s.srv = nil
-	s.mu.Unlock()
-	if srv == nil {
-		return
-	}
-	srv.Shutdown()
-	srv.WaitForShutdown()
 }
 
 // Restart shuts the server down and starts it again on the same port with
@@ -107,13 +49,7 @@ func (s *Server) Restart() {
 // StartAgain starts a server that was shut down, on its old port and store.
 func (s *Server) StartAgain() {
 	s.t.Helper()
-	var err error
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if err = s.start(); err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond) // the old listener may linger for a moment
+	if err := s.NATS.StartAgain(); err != nil {
+		s.t.Fatalf("natstest: %v", err)
 	}
-	s.t.Fatalf("natstest: restart on port %d: %v", s.opts.Port, err)
 }

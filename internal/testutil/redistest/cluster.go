@@ -2,11 +2,9 @@ package redistest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -14,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 )
 
 // Cluster is a Redis Cluster of three masters and no replicas, each a
@@ -28,19 +28,7 @@ const ClusterNodes = 3
 
 // CLIBinary returns the path of redis-cli (REDIS_CLI_BIN or PATH) or an
 // error that says how to get one.
-func CLIBinary() (string, error) {
-	if b := os.Getenv("REDIS_CLI_BIN"); b != "" {
-		return b, nil
-	}
-	b, err := exec.LookPath("redis-cli")
-	if err != nil {
-		return "", errors.New("redis-cli is not installed (not in PATH, REDIS_CLI_BIN unset): " +
-			"the Redis Cluster tests need it to create the cluster; install it with " +
-			"`apt-get install -y redis-tools` (Debian/Ubuntu) or `brew install redis` (macOS), " +
-			"or run `bash scripts/ensure-redis.sh`")
-	}
-	return b, nil
-}
+func CLIBinary() (string, error) { return launch.RedisCLIBinary() }
 
 // StartCluster starts three redis-server processes in cluster mode, joins
 // them into one cluster covering all 16384 slots, and waits until every
@@ -57,31 +45,26 @@ func StartCluster(t testing.TB, opts ...Option) *Cluster {
 	}
 	c := &Cluster{}
 	for i := range ClusterNodes {
-		s := &Server{t: t, bin: bin, dir: t.TempDir()}
-		s.args = []string{
+		o := launch.RedisOptions{Bin: bin, Dir: t.TempDir(), Args: []string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "5000",
 			"--cluster-announce-ip", "127.0.0.1",
-		}
-		for _, o := range opts {
-			o(s)
+		}}
+		for _, opt := range opts {
+			opt(&o)
 		}
 		var lastErr error
-		started := false
-		for try := 0; try < 10 && !started; try++ {
-			port, err := clusterPort()
-			if err != nil {
-				lastErr = err
-				continue
-			}
-			if lastErr = s.startOn(port); lastErr == nil {
-				started = true
+		var r *launch.Redis
+		for try := 0; try < 10 && r == nil; try++ {
+			if o.Port, lastErr = clusterPort(); lastErr == nil {
+				r, lastErr = launch.StartRedis(context.Background(), o)
 			}
 		}
-		if !started {
+		if r == nil {
 			t.Fatalf("redistest: cluster node %d: %v", i, lastErr)
 		}
+		s := &Server{t: t, r: r}
 		t.Cleanup(s.Stop)
 		c.nodes = append(c.nodes, s)
 	}
@@ -89,7 +72,7 @@ func StartCluster(t testing.TB, opts ...Option) *Cluster {
 	args := []string{"--cluster", "create"}
 	args = append(args, c.Addrs()...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	if pw := c.nodes[0].password(); pw != "" {
+	if pw := c.nodes[0].r.Password(); pw != "" {
 		args = append(args, "-a", pw, "--no-auth-warning")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -132,7 +115,7 @@ func clusterPort() (int, error) {
 // masters, so that a client sees the whole slot map at once.
 func (c *Cluster) waitOK(ctx context.Context) error {
 	for _, s := range c.nodes {
-		n := redis.NewClient(&redis.Options{Addr: s.Addr(), Password: s.password(), PoolSize: 1})
+		n := redis.NewClient(&redis.Options{Addr: s.Addr(), Password: s.r.Password(), PoolSize: 1})
 		var info string
 		var err error
 		for {
@@ -171,7 +154,7 @@ func (c *Cluster) Addrs() []string {
 // (the form config's redis.url takes with redis.cluster: true).
 func (c *Cluster) URL() string {
 	auth := ""
-	if pw := c.nodes[0].password(); pw != "" {
+	if pw := c.nodes[0].r.Password(); pw != "" {
 		auth = ":" + pw + "@"
 	}
 	return "redis://" + auth + strings.Join(c.Addrs(), ",")
@@ -181,7 +164,7 @@ func (c *Cluster) URL() string {
 // t.Cleanup.
 func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 	t.Helper()
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), Password: c.nodes[0].password()})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), Password: c.nodes[0].r.Password()})
 	t.Cleanup(func() { _ = cc.Close() })
 	return cc
 }
@@ -190,7 +173,7 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 func (c *Cluster) Keys(ctx context.Context, pattern string) (map[string][]string, error) {
 	out := map[string][]string{}
 	for _, s := range c.nodes {
-		n := redis.NewClient(&redis.Options{Addr: s.Addr(), Password: s.password(), PoolSize: 1})
+		n := redis.NewClient(&redis.Options{Addr: s.Addr(), Password: s.r.Password(), PoolSize: 1})
 		iter := n.Scan(ctx, 0, pattern, 1000).Iterator()
 		for iter.Next(ctx) {
 			out[s.Addr()] = append(out[s.Addr()], iter.Val())

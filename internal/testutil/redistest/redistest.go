@@ -1,208 +1,82 @@
 // Package redistest starts a real redis-server for a test: on a free
 // loopback port, with a private directory and no persistence, stopped in
 // t.Cleanup. A missing redis-server fails the test with a message that says
-// how to install one; tests never skip for want of Redis.
+// how to install one; tests never skip for want of Redis. The servers are
+// launch's; this package fails the test instead of returning errors.
 package redistest
 
 import (
 	"bufio"
 	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
-	"strconv"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 )
 
 // Server is one redis-server process.
 type Server struct {
-	t    testing.TB
-	bin  string
-	dir  string
-	args []string
-
-	mu   sync.Mutex
-	port int
-	cmd  *exec.Cmd
-	done chan struct{}
+	t testing.TB
+	r *launch.Redis
 }
 
 // Option adds to the redis-server command line.
-type Option func(*Server)
+type Option func(*launch.RedisOptions)
 
 // WithArgs passes extra redis-server arguments, e.g. "--requirepass", "pw".
 func WithArgs(args ...string) Option {
-	return func(s *Server) { s.args = append(s.args, args...) }
+	return func(o *launch.RedisOptions) { o.Args = append(o.Args, args...) }
 }
 
 // Binary returns the path of redis-server (REDIS_SERVER_BIN or PATH) or an
 // error that says how to get one.
-func Binary() (string, error) {
-	if b := os.Getenv("REDIS_SERVER_BIN"); b != "" {
-		return b, nil
-	}
-	b, err := exec.LookPath("redis-server")
-	if err != nil {
-		return "", errors.New("redis-server is not installed (not in PATH, REDIS_SERVER_BIN unset): " +
-			"the tests need a real Redis; install it with `apt-get install -y redis-server` (Debian/Ubuntu) " +
-			"or `brew install redis` (macOS), or run `bash .ci/run`, which installs it")
-	}
-	return b, nil
-}
+func Binary() (string, error) { return launch.RedisBinary() }
 
 // Start starts a redis-server and registers its stop with t.Cleanup.
 func Start(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	return start(t, "redistest: start redis-server", launch.RedisOptions{}, opts)
+}
+
+// start starts a server with o and opts on a free port, failing the test
+// with what when it cannot.
+func start(t testing.TB, what string, o launch.RedisOptions, opts []Option) *Server {
 	t.Helper()
 	bin, err := Binary()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{t: t, bin: bin, dir: t.TempDir()}
-	for _, o := range opts {
-		o(s)
+	o.Bin, o.Dir = bin, t.TempDir()
+	for _, opt := range opts {
+		opt(&o)
 	}
-	s.startOnFreePort("redistest: start redis-server", s.startOn)
+	r, err := launch.StartRedis(context.Background(), o)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	s := &Server{t: t, r: r}
+	t.Cleanup(s.Stop)
 	return s
 }
 
-// startOnFreePort tries start on up to 5 free ports and registers the
-// server's stop with t.Cleanup; it fails the test after the last try.
-func (s *Server) startOnFreePort(what string, start func(port int) error) {
-	s.t.Helper()
-	var lastErr error
-	for try := 0; try < 5; try++ {
-		port, err := FreePort()
-		if err != nil {
-			s.t.Fatalf("redistest: free port: %v", err)
-		}
-		if lastErr = start(port); lastErr == nil {
-			s.t.Cleanup(s.Stop)
-			return
-		}
-	}
-	s.t.Fatalf("%s: %v", what, lastErr)
-}
-
 // FreePort returns a TCP port that was free on 127.0.0.1 a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func (s *Server) startOn(port int) error {
-	return s.launch(port, []string{"--port", strconv.Itoa(port)}, nil, "port", "")
-}
-
-// launch starts redis-server listening as listen says (port flags), with
-// the common flags and the test's extra args, and waits until a client
-// (with tc for TLS) gets an answer on port. what and exitHint shape the
-// error: "redis-server on <what> <port>: exited during start-up<hint>".
-func (s *Server) launch(port int, listen []string, tc *tls.Config, what, exitHint string) error {
-	args := append(append(listen,
-		"--bind", "127.0.0.1",
-		"--save", "",
-		"--appendonly", "no",
-		"--dir", s.dir,
-		"--daemonize", "no",
-		"--protected-mode", "no",
-		"--logfile", filepath.Join(s.dir, "redis.log"),
-	), s.args...)
-	cmd := exec.Command(s.bin, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("%s: %w", s.bin, err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := waitReady(ctx, port, s.password(), tc, done, exitHint); err != nil {
-		_ = cmd.Process.Kill()
-		<-done
-		return fmt.Errorf("redis-server on %s %d: %w (log: %s)", what, port, err, s.logTail())
-	}
-	s.mu.Lock()
-	s.port, s.cmd, s.done = port, cmd, done
-	s.mu.Unlock()
-	return nil
-}
-
-func (s *Server) password() string {
-	for i, a := range s.args {
-		if a == "--requirepass" && i+1 < len(s.args) {
-			return s.args[i+1]
-		}
-	}
-	return ""
-}
-
-// waitReady pings until the server answers, the process exits or ctx ends.
-func waitReady(ctx context.Context, port int, password string, tc *tls.Config, exited <-chan struct{}, exitHint string) error {
-	c := redis.NewClient(&redis.Options{
-		Addr: fmt.Sprintf("127.0.0.1:%d", port), Password: password, TLSConfig: tc,
-		MaxRetries: -1, DialTimeout: time.Second, PoolSize: 1,
-	})
-	defer c.Close()
-	backoff := time.Millisecond
-	for {
-		err := c.Ping(ctx).Err()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			return errors.New("exited during start-up" + exitHint)
-		case <-ctx.Done():
-			return fmt.Errorf("not ready: %w (last ping: %v)", ctx.Err(), err)
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 50*time.Millisecond)
-	}
-}
-
-func (s *Server) logTail() string {
-	b, err := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-	if err != nil {
-		return "no log"
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 5 {
-		lines = lines[len(lines)-5:]
-	}
-	return strings.Join(lines, " | ")
-}
+func FreePort() (int, error) { return launch.FreePort() }
 
 // Port is the server's TCP port.
-func (s *Server) Port() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.port
-}
+func (s *Server) Port() int { return s.r.Port() }
 
 // Addr is host:port.
-func (s *Server) Addr() string { return fmt.Sprintf("127.0.0.1:%d", s.Port()) }
+func (s *Server) Addr() string { return s.r.Addr() }
 
 // URL is a redis:// URL for database 0.
 func (s *Server) URL() string {
-	if pw := s.password(); pw != "" {
+	if pw := s.r.Password(); pw != "" {
 		return fmt.Sprintf("redis://:%s@%s/0", pw, s.Addr())
 	}
 	return fmt.Sprintf("redis://%s/0", s.Addr())
@@ -211,49 +85,29 @@ func (s *Server) URL() string {
 // Client returns a client for the server, closed in t.Cleanup.
 func (s *Server) Client(t testing.TB) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Password: s.password()})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Password: s.r.Password()})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 
 // Stop kills the server and waits for it to exit. Safe to call twice.
-func (s *Server) Stop() {
-	s.mu.Lock()
-	cmd, done := s.cmd, s.done
-	s.cmd = nil
-	s.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	<-done
-}
+func (s *Server) Stop() { s.r.Stop() }
 
 // Restart stops the server and starts a new one on the same port. There is
 // no persistence, so every key is gone: the "Redis restarted, state lost"
 // case.
 func (s *Server) Restart() {
 	s.t.Helper()
-	port := s.Port()
-	s.Stop()
-	var err error
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if err = s.startOn(port); err == nil {
-			return
-		}
-		if !strings.Contains(err.Error(), "in use") && !strings.Contains(s.logTail(), "in use") {
-			break
-		}
+	if err := s.r.Restart(context.Background()); err != nil {
+		s.t.Fatalf("redistest: %v", err)
 	}
-	s.t.Fatalf("redistest: restart on port %d: %v", port, err)
 }
 
-// Start starts a stopped server again on its old port (after Stop).
+// StartAgain starts a stopped server again on its old port (after Stop).
 func (s *Server) StartAgain() {
 	s.t.Helper()
-	if err := s.startOn(s.port); err != nil {
-		s.t.Fatalf("redistest: start again on port %d: %v", s.port, err)
+	if err := s.r.StartOn(context.Background(), s.Port()); err != nil {
+		s.t.Fatalf("redistest: start again on port %d: %v", s.Port(), err)
 	}
 }
 
@@ -272,9 +126,9 @@ func UniqueName(t testing.TB) string {
 	return n + "-" + hex.EncodeToString(b[:])
 }
 
-// ReadLines is a tiny helper for tests that scan a server's log.
+// LogLines returns the lines of the server's log, for tests that scan it.
 func (s *Server) LogLines() []string {
-	f, err := os.Open(filepath.Join(s.dir, "redis.log"))
+	f, err := os.Open(s.r.LogFile())
 	if err != nil {
 		return nil
 	}
