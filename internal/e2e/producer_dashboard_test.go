@@ -27,7 +27,7 @@ func (f *fleet) startDashboard(name string, env []string, args ...string) (*proc
 			base = m[1]
 			return true
 		}
-		if p.exited() {
+		if p.Exited() {
 			f.t.Fatalf("%s exited: %s", name, p.log.String())
 		}
 		return false
