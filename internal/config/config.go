@@ -33,10 +33,14 @@ package config
 import (
 	"cmp"
 	"reflect"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/check"
 	"github.com/keyfleet/keyfleet/internal/jobs"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/pkg/creds"
 	"github.com/keyfleet/keyfleet/pkg/ratelimit"
 )
 
@@ -137,7 +141,27 @@ type Pool struct {
 	Cooldown time.Duration `yaml:"cooldown"`
 	// Credentials are the pool's credentials. Default none.
 	Credentials []Credential `yaml:"credentials"`
+	// Cost says where an item's estimated cost comes from, for the
+	// credentials' cost limits.
+	Cost Cost `yaml:"cost"`
 }
+
+// Cost says how much of a cost limit (tokens, credits, rows) an item
+// takes before it runs; the job's reported cost replaces it afterwards.
+type Cost struct {
+	// Field is the item's top-level field holding its estimated cost (a
+	// number; fractions round up). Default "cost".
+	Field string `yaml:"field"`
+	// Default is the cost of an item without that field. At least 1.
+	// Default 1.
+	Default int64 `yaml:"default"`
+}
+
+// Defaults of pool.cost.
+const (
+	CostFieldDefault = "cost"
+	CostDefault      = 1
+)
 
 // Credential is one API credential. Its secret stays on the worker: it is
 // read from SecretEnv or SecretFile by Config.ResolveSecrets.
@@ -159,14 +183,71 @@ type Credential struct {
 	// Validate sets it from RateText. Not a YAML key.
 	Rate ratelimit.Limit `yaml:"-"`
 	// RateText is the optional rate as written, in ratelimit.ParseLimit
-	// syntax: "60/m" is at most 60 starts in any 60 s window. Default ""
-	// (no limit).
+	// syntax: "60/m" is at most 60 starts in any 60 s window; short for
+	// limits: [{rate: 60/m}]. Default "" (no limit).
 	RateText string `yaml:"rate"`
+	// Limits are more limits of the credential; a start needs room in
+	// every one. Default none.
+	Limits []Limit `yaml:"limits"`
+}
+
+// Limit is one limit of a credential, as the file writes it:
+// {rate: N/P} at most N starts in any window P (exact), {rate: N/P,
+// burst: B} smooth (at most B back to back, then one every P/N), {cost:
+// N/P} at most N cost units in any window P (exact).
+type Limit struct {
+	// Rate is N/PERIOD of starts.
+	Rate string `yaml:"rate"`
+	// Burst makes Rate smooth: at least 1.
+	Burst *int `yaml:"burst"`
+	// Cost is N/PERIOD of cost units.
+	Cost string `yaml:"cost"`
+	// Parsed is the limit Validate read. Not a YAML key.
+	Parsed creds.Limit `yaml:"-"`
+}
+
+// Spec writes the limit as creds.ParseLimit (and producer creds set
+// --limit) reads it.
+func (l Limit) Spec() string {
+	var parts []string
+	if l.Rate != "" {
+		parts = append(parts, "rate="+l.Rate)
+	}
+	if l.Burst != nil {
+		parts = append(parts, "burst="+strconv.Itoa(*l.Burst))
+	}
+	if l.Cost != "" {
+		parts = append(parts, "cost="+l.Cost)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (l *Limit) check(ps *check.List, key string) {
+	p, err := creds.ParseLimit(l.Spec())
+	if err != nil {
+		ps.Add(key, "%s", strings.TrimPrefix(err.Error(), creds.ErrBadLimit.Error()+" "))
+		return
+	}
+	l.Parsed = p
+}
+
+// PoolLimits is every limit of the credential (rate and limits), as the
+// pool takes them.
+func (c Credential) PoolLimits() []creds.Limit {
+	var out []creds.Limit
+	if !c.Rate.IsZero() {
+		out = append(out, creds.RateLimit(c.Rate))
+	}
+	for _, l := range c.Limits {
+		if l.Parsed.N > 0 {
+			out = append(out, l.Parsed)
+		}
+	}
+	return out
 }
 
 // maxConcurrentDefault is the default of a credential's max_concurrent.
-// TODO(creds): use pkg/creds' default once it exports one.
-const maxConcurrentDefault = 1
+const maxConcurrentDefault = creds.MaxConcurrentDefault
 
 // WithDefaults fills the zero settings with their defaults; the decoder
 // starts each credential of a file from it.
@@ -334,8 +415,9 @@ func Default() *Config {
 		Redis: Redis{URL: "redis://127.0.0.1:6379/0"},
 		Pool: Pool{
 			Name:     "default",
-			LeaseTTL: 30 * time.Second,
+			LeaseTTL: creds.LeaseTTLDefault,
 			Cooldown: 60 * time.Second,
+			Cost:     Cost{Field: CostFieldDefault, Default: CostDefault},
 		},
 		Worker: Worker{
 			Concurrency:   3,

@@ -174,6 +174,24 @@ func TestLoadErrors(t *testing.T) {
 			want: []string{`config: FILE: line 5: pool.credentials[0].max_concurrent: must be at least 1, got 0`},
 		},
 		{
+			name: "bad limits",
+			yaml: "pool:\n  credentials:\n    - id: a\n      secret_env: A\n      limits:\n        - {rate: 10/s, burst: 0}\n        - {cost: 5/w}\n        - {rate: 1/s, cost: 5/s}\n        - {cost: 5/s, burst: 2}\n",
+			want: []string{
+				`config: FILE: line 6: pool.credentials[0].limits[0]: "rate=10/s,burst=0": burst "0" must be a whole number of at least 1`,
+				`config: FILE: line 7: pool.credentials[0].limits[1]: "cost=5/w": "5/w": period "w" is neither a unit (s, m, h, d) nor a duration like 30s`,
+				`config: FILE: line 8: pool.credentials[0].limits[2]: "rate=1/s,cost=5/s": a limit is either a rate or a cost, not both: give two limits`,
+				`config: FILE: line 9: pool.credentials[0].limits[3]: "burst=2,cost=5/s": burst applies to rate limits only`,
+			},
+		},
+		{
+			name: "bad cost settings",
+			yaml: "pool:\n  cost: {field: '', default: 0}\n",
+			want: []string{
+				`config: FILE: line 2: pool.cost.field: must name the items' cost field, e.g. cost`,
+				`config: FILE: line 2: pool.cost.default: must be at least 1, got 0`,
+			},
+		},
+		{
 			name: "secret_env not a variable name",
 			yaml: "pool:\n  credentials:\n    - {id: a, secret_env: 'sk-live-0123'}\n",
 			want: []string{`config: FILE: line 3: pool.credentials[0].secret_env: is not an environment variable name (letters, digits and '_', not starting with a digit); it names the variable that holds the secret, not the secret itself`},

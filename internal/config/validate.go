@@ -2,9 +2,9 @@ package config
 
 import (
 	"fmt"
+	"github.com/keyfleet/keyfleet/pkg/creds"
 	"net"
 	"net/url"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -228,19 +228,9 @@ func checkTLS(ps *check.List, key string, t TLS) {
 	}
 }
 
-var (
-	// TODO(creds): use creds.ValidName once pkg/creds exports its rule
-	// (today: non-empty, no braces or spaces; config's is stricter).
-	poolNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
-	// TODO(creds): use creds.ValidID once pkg/creds exports its rule (today
-	// at most 200 printable characters without spaces; config's is
-	// stricter, so every ID it passes, creds takes).
-	credIDRE = regexp.MustCompile(`^[A-Za-z0-9_.:@-]+$`)
-)
-
 func (c *Config) checkPool(ps *check.List) {
 	p := &c.Pool
-	if !poolNameRE.MatchString(p.Name) {
+	if creds.ValidName(p.Name) != nil {
 		ps.Add("pool.name", "%s: want letters, digits, '_', '.' or '-' (at least one)", check.Quote(p.Name))
 	}
 	ps.AtLeast("pool.lease_ttl", p.LeaseTTL, time.Second)
@@ -252,7 +242,7 @@ func (c *Config) checkPool(ps *check.List) {
 		switch {
 		case cr.ID == "":
 			ps.Add(key+".id", "must be set")
-		case len(cr.ID) > 128 || !credIDRE.MatchString(cr.ID):
+		case creds.ValidID(cr.ID) != nil:
 			ps.Add(key+".id", "%s: want at most 128 letters, digits, '_', '.', ':', '@' or '-'", check.Quote(cr.ID))
 		case firstUse[cr.ID] != "":
 			ps.Add(key+".id", "%s is used twice (also %s)", check.Quote(cr.ID), firstUse[cr.ID])
@@ -280,6 +270,15 @@ func (c *Config) checkPool(ps *check.List) {
 				ps.Add(key+".rate", "%v", err)
 			}
 		}
+		for j := range cr.Limits {
+			cr.Limits[j].check(ps, fmt.Sprintf("%s.limits[%d]", key, j))
+		}
+	}
+	if p.Cost.Field == "" {
+		ps.Add("pool.cost.field", "must name the items' cost field, e.g. cost")
+	}
+	if p.Cost.Default < 1 {
+		ps.Add("pool.cost.default", "must be at least 1, got %d", p.Cost.Default)
 	}
 }
 

@@ -54,6 +54,11 @@ type HTTPConfig struct {
 	// Timeout bounds one request, reading the response included. Default
 	// HTTPTimeoutDefault (60s).
 	Timeout time.Duration `yaml:"timeout"`
+	// CostFrom is where a 2xx reply's JSON body says what the item really
+	// cost: a dotted path such as "usage.total_tokens". Its number
+	// replaces the estimate in the credential's cost windows. Default ""
+	// (none).
+	CostFrom string `yaml:"cost_from"`
 
 	// The fields below are not keys of the config section: the worker sets
 	// them (see Common).
@@ -113,6 +118,9 @@ func (c *HTTPConfig) Check() check.List {
 		l.Add("format", "must contain %s, where the credential's secret goes (e.g. %q)", secretPlaceholder, HTTPFormatDefault)
 	} else if !validHeaderValue(c.Format) {
 		l.Add("format", "cannot hold a line break, NUL or other control character")
+	}
+	if c.CostFrom != "" && slices.Contains(strings.Split(c.CostFrom, "."), "") {
+		l.Add("cost_from", "%s is not a dotted path into the reply, e.g. usage.total_tokens", check.Quote(c.CostFrom))
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Headers)) {
 		key := "headers." + name

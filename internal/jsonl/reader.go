@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -51,6 +52,11 @@ type Options struct {
 	// AllowDuplicates turns duplicate detection off (and with it the memory
 	// it takes): for a second pass over an input already checked.
 	AllowDuplicates bool
+	// CostField, when set, is the top-level field holding an item's
+	// estimated cost (see Cost); CostDefault is the cost of an item
+	// without it.
+	CostField   string
+	CostDefault int64
 }
 
 // Item is one valid line.
@@ -62,6 +68,8 @@ type Item struct {
 	// Raw is the JSON object with the surrounding blanks removed. It is
 	// valid only until the next call to Next: copy it to keep it.
 	Raw []byte
+	// Cost is the item's estimated cost, when Options.CostField is set.
+	Cost int64
 }
 
 // Reader reads items; see the package documentation. Not safe for
@@ -176,12 +184,20 @@ func (r *Reader) item(obj []byte) (Item, *LineError) {
 			return fail(ErrBadID, sc.id, err.Error())
 		}
 	}
+	var cost int64
+	if r.opts.CostField != "" {
+		c, err := Cost(obj, r.opts.CostField, r.opts.CostDefault)
+		if err != nil {
+			return fail(ErrBadCost, sc.id, strings.TrimPrefix(err.Error(), ErrBadCost.Error()+": "))
+		}
+		cost = c
+	}
 	if r.ids != nil {
 		if first, dup := r.ids.add(sc.id, r.line); dup {
 			return Item{}, &LineError{Line: r.line, ID: sc.id, Err: ErrDuplicateID, FirstLine: first}
 		}
 	}
-	return Item{Line: r.line, ID: sc.id, Raw: obj}, nil
+	return Item{Line: r.line, ID: sc.id, Raw: obj, Cost: cost}, nil
 }
 
 // tooLong reports a line longer than the buffer and skips the rest of it.

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -15,6 +16,9 @@ type Item struct {
 	// Replay marks an item put back from the dead-letter queue (its message
 	// ID differs so that deduplication does not drop it).
 	Replay string
+	// Cost is the item's estimated cost, for the pool's cost limits (0: not
+	// given; the worker reads it from the payload).
+	Cost int64
 }
 
 // message builds the JetStream message for an item.
@@ -31,6 +35,9 @@ func header(it Item) nats.Header {
 	h.Set(HeaderItem, it.ID)
 	h.Set(HeaderBatch, it.Batch)
 	h.Set(HeaderKind, it.Kind)
+	if it.Cost > 0 {
+		h.Set(HeaderCost, strconv.FormatInt(it.Cost, 10))
+	}
 	id := MsgID(it.Batch, it.ID)
 	if it.Replay != "" {
 		h.Set(HeaderReplay, it.Replay)
@@ -62,6 +69,9 @@ func DecodeItem(msg jetstream.Msg) (Item, error) {
 		Kind:    h.Get(HeaderKind),
 		Payload: msg.Data(),
 		Replay:  h.Get(HeaderReplay),
+	}
+	if c, err := strconv.ParseInt(h.Get(HeaderCost), 10, 64); err == nil && c > 0 {
+		it.Cost = c
 	}
 	if it.Kind == "" {
 		if i := strings.LastIndexByte(msg.Subject(), '.'); i >= 0 {

@@ -14,6 +14,7 @@ const (
 	HeaderBatch  = "Keyfleet-Batch"  // the batch ID
 	HeaderKind   = "Keyfleet-Kind"   // the job kind (also the subject's last token)
 	HeaderReplay = "Keyfleet-Replay" // set on items replayed from the dead-letter queue
+	HeaderCost   = "Keyfleet-Cost"   // the item's estimated cost, when the producer knew it
 )
 
 // MaxIDLen bounds item and batch IDs (they become subject tokens).

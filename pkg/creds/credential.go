@@ -24,8 +24,29 @@ type Credential struct {
 	Limits []Limit
 }
 
-// MaxIDLength bounds a credential ID.
+// MaxIDLength bounds a credential ID and a pool name.
 const MaxIDLength = 128
+
+// MaxConcurrentDefault is the concurrency limit of a credential whose
+// definition gives none (as in the seeds: one job at a time).
+const MaxConcurrentDefault = 1
+
+// ValidName reports whether name can name a pool: 1 to MaxIDLength
+// letters, digits, '_', '.' or '-' (it is the hash tag of every key).
+func ValidName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("is empty")
+	case len(name) > MaxIDLength:
+		return fmt.Errorf("is %d bytes long, at most %d", len(name), MaxIDLength)
+	}
+	if i := strings.IndexFunc(name, func(r rune) bool {
+		return !(r < unicode.MaxASCII && (unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune("_.-", r)))
+	}); i >= 0 {
+		return fmt.Errorf("%q holds %q: use letters, digits, '_', '.' or '-'", name, name[i:i+1])
+	}
+	return nil
+}
 
 // ValidID reports whether id can name a credential: 1 to MaxIDLength
 // characters among letters, digits, '_', '.', '-', ':' and '@' (it appears

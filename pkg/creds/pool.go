@@ -158,8 +158,8 @@ func New(rdb Client, name string, opts ...Option) (*Pool, error) {
 	if rdb == nil {
 		return nil, fmt.Errorf("%w: nil redis client", ErrInvalid)
 	}
-	if name == "" || strings.ContainsAny(name, "{} \t\n") {
-		return nil, fmt.Errorf("%w: pool name %q must be non-empty, without braces or spaces", ErrInvalid, name)
+	if err := ValidName(name); err != nil {
+		return nil, fmt.Errorf("%w: pool name %s", ErrInvalid, err)
 	}
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
