@@ -107,14 +107,16 @@ const (
 )
 
 // stderrCollector reads a job's stderr: it keeps a bounded tail for error
-// texts, the last "Retry-After:" line's value and the last other non-empty
-// line. Lines longer than stderrLineMax are examined by their start only.
+// texts, the last "Retry-After:" and "Cost:" lines' values and the last
+// other non-empty line. Lines longer than stderrLineMax are examined by their start only.
 type stderrCollector struct {
 	tail     tailBuffer
 	line     []byte
-	lastLine string // last non-empty line that is not a Retry-After line
+	lastLine string // last non-empty line that is not a Retry-After or Cost line
 	retry    string // value of the last Retry-After line
 	hasRetry bool
+	cost     string // value of the last Cost line
+	hasCost  bool
 }
 
 func newStderrCollector() *stderrCollector {
@@ -155,9 +157,15 @@ func (c *stderrCollector) endLine() {
 	if s == "" {
 		return
 	}
-	if name, value, ok := strings.Cut(s, ":"); ok && strings.EqualFold(strings.TrimSpace(name), "Retry-After") {
-		c.retry, c.hasRetry = strings.TrimSpace(value), true
-		return
+	if name, value, ok := strings.Cut(s, ":"); ok {
+		switch name = strings.TrimSpace(name); {
+		case strings.EqualFold(name, "Retry-After"):
+			c.retry, c.hasRetry = strings.TrimSpace(value), true
+			return
+		case strings.EqualFold(name, "Cost"):
+			c.cost, c.hasCost = strings.TrimSpace(value), true
+			return
+		}
 	}
 	c.lastLine = headString([]byte(s), reasonMax)
 }

@@ -20,7 +20,9 @@
 //
 // What its exit status means:
 //
-//	 0     done; stdout is the item's output.
+//	 0     done; stdout is the item's output. A "Retry-After:" line on
+//	       stderr (as below) still makes the credential rest that long: the
+//	       API said the key is spent for now.
 //	75     rate limited (EX_TEMPFAIL): the credential cools down and the item
 //	       runs again at once; the run does not use up an attempt. To say how
 //	       long the credential must rest, print a line
@@ -37,6 +39,11 @@
 //	other  any other non-zero status, or death by a signal: a transient
 //	       failure; the item is retried after a backoff and the run uses up
 //	       an attempt.
+//
+// Whatever the status, a line "Cost: <number>" on stderr (the name is
+// case-insensitive, the last such line wins) reports what the run really
+// cost (tokens, credits): it replaces the item's estimate in the
+// credential's cost limits.
 //
 // Limits and clean-up:
 //
@@ -62,6 +69,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"os/exec"
 	"regexp"
@@ -338,6 +346,7 @@ func (h *execHandler) Run(ctx context.Context, item Item, cred Credential) (Outp
 	p.drain(&wg)
 	stderr.finish()
 	out := stdout.output()
+	stderr.report(&out)
 
 	switch {
 	case waitErr == nil || errors.Is(waitErr, exec.ErrWaitDelay):
@@ -363,6 +372,25 @@ func (h *execHandler) Run(ctx context.Context, item Item, cred Credential) (Outp
 		return out, Permanent(fmt.Errorf("exec: %w%s", ee, stderrSuffix(stderr)))
 	default:
 		return out, fmt.Errorf("exec: %w%s", ee, stderrSuffix(stderr))
+	}
+}
+
+// report puts what stderr said about the run into out: its cost, and on
+// exit 0 a Retry-After (the item is done and the key rests). An unreadable
+// Cost line is noted.
+func (c *stderrCollector) report(out *Output) {
+	if c.hasCost {
+		n, err := strconv.ParseFloat(c.cost, 64)
+		if err != nil || n < 0 || n > math.MaxInt64/2 {
+			out.CostNote = fmt.Sprintf("unreadable Cost line %q on stderr (want a number)", headString([]byte(c.cost), 64))
+		} else {
+			out.Cost = max(int64(math.Ceil(n)), 1)
+		}
+	}
+	if c.hasRetry {
+		if d, ok := ParseRetryAfter(c.retry, time.Now()); ok && d > 0 {
+			out.Rest, out.RestFrom = d, "exec stderr Retry-After"
+		}
 	}
 }
 

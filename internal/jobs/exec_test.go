@@ -448,3 +448,27 @@ func TestExecNoSecretFragmentAtACut(t *testing.T) {
 		}
 	}
 }
+
+// A Cost line reports the run's real cost whatever the exit status; a
+// Retry-After line on exit 0 still rests the key.
+func TestExecReportsCostAndRest(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		body    string
+		cost    int64
+		note    string
+		rest    time.Duration
+		outcome jobs.Outcome
+	}{
+		{"echo out; echo 'cost: 12' >&2; echo 'Cost: 1500.2' >&2", 1501, "", 0, jobs.OutcomeOK},
+		{"echo 'Cost: lots' >&2", 0, `unreadable Cost line "lots"`, 0, jobs.OutcomeOK},
+		{"echo 'Retry-After: 7' >&2", 0, "", 7 * time.Second, jobs.OutcomeOK},
+		{"echo 'Cost: 40' >&2; exit 1", 40, "", 0, jobs.OutcomeTransient},
+	} {
+		out, err := runScript(t, c.body)
+		if out.Cost != c.cost || !strings.Contains(out.CostNote, c.note) || out.Rest != c.rest || jobs.Classify(err) != c.outcome {
+			t.Errorf("%s: cost %d (%q), rest %s, %v; want cost %d, note %q, rest %s, %s",
+				c.body, out.Cost, out.CostNote, out.Rest, err, c.cost, c.note, c.rest, c.outcome)
+		}
+	}
+}

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -154,10 +156,11 @@ const (
 var httpReservedHeaders = []string{headerItem, headerBatch, headerAttempt, headerIdempotency, "Host", "Content-Length"}
 
 const (
-	httpErrBodyMax = 16 << 10  // bytes of a non-2xx body read
-	httpSnippetMax = 300       // bytes of it quoted in an error
-	httpDrainMax   = 256 << 10 // bytes read past the bound to reuse the connection
-	quotaMarker    = "insufficient_quota"
+	httpErrBodyMax  = 16 << 10  // bytes of a non-2xx body read
+	httpSnippetMax  = 300       // bytes of it quoted in an error
+	httpDrainMax    = 256 << 10 // bytes read past the bound to reuse the connection
+	quotaMarker     = "insufficient_quota"
+	httpCostBodyMax = 4 << 20 // bytes of a 2xx reply read for cost_from
 )
 
 // errHTTPTimeout is the cause of a request's context when Timeout ran out.
@@ -234,14 +237,28 @@ func (h *httpHandler) Run(ctx context.Context, item Item, cred Credential) (Outp
 	}
 	defer resp.Body.Close()
 
+	rates := ParseRateHeaders(resp.Header, time.Now())
 	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
 		body := &headBuffer{max: h.limit}
-		sw := scrubberFor(h.cfg.Scrubber, cred).Writer(body)
-		if _, err := io.CopyN(sw, resp.Body, int64(h.limit)+httpDrainMax); err != nil && err != io.EOF {
+		var w io.Writer = body
+		var whole *headBuffer // the reply as sent, for cost_from
+		readMax := h.limit
+		if h.cfg.CostFrom != "" {
+			whole = &headBuffer{max: httpCostBodyMax}
+			w = io.MultiWriter(body, whole)
+			readMax = max(readMax, httpCostBodyMax)
+		}
+		sw := scrubberFor(h.cfg.Scrubber, cred).Writer(w)
+		if _, err := io.CopyN(sw, resp.Body, int64(readMax)+httpDrainMax); err != nil && err != io.EOF {
 			return Output{}, h.requestError(ctx, reqCtx, fmt.Errorf("reading the %d response: %w", resp.StatusCode, err))
 		}
 		_ = sw.Close()
-		return body.output(), nil
+		out := body.output()
+		out.Signals = rates.Signals
+		if whole != nil {
+			out.Cost, out.CostNote = costAt(whole, h.cfg.CostFrom)
+		}
+		return out, nil
 	}
 
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, httpErrBodyMax)) // a cut body still serves
@@ -250,28 +267,61 @@ func (h *httpHandler) Run(ctx context.Context, item Item, cred Credential) (Outp
 	if snip := snippet(raw, scrubberFor(h.cfg.Scrubber, cred)); snip != "" {
 		status += ": " + snip
 	}
+	noRetry := strings.EqualFold(strings.TrimSpace(resp.Header.Get("X-Should-Retry")), "false")
 	switch code := resp.StatusCode; {
 	case code == http.StatusTooManyRequests && bytes.Contains(raw, []byte(quotaMarker)):
 		return Output{}, Rejected("insufficient quota (" + status + ")")
-	case code == http.StatusTooManyRequests:
-		ra := resp.Header.Get("Retry-After")
-		if ra == "" {
-			return Output{}, RateLimited(0, "", status)
-		}
-		d, ok := ParseRetryAfter(ra, time.Now())
-		if !ok {
-			return Output{}, RateLimited(0, "", fmt.Sprintf("%s (unreadable Retry-After %q)", status, headString([]byte(ra), 64)))
-		}
-		return Output{}, RateLimited(d, "Retry-After header", status)
 	case code == http.StatusUnauthorized, code == http.StatusForbidden, code == http.StatusPaymentRequired:
 		return Output{}, Rejected(status)
+	case noRetry:
+		return Output{}, Permanent(fmt.Errorf("http: %s (x-should-retry: false)", status))
+	case code == http.StatusTooManyRequests:
+		detail := status
+		if rates.Unreadable != "" {
+			detail += " (unreadable " + rates.Unreadable + ")"
+		}
+		return Output{}, &RateLimitedError{RetryAfter: rates.RetryAfter, Source: rates.RetryAfterFrom, Detail: detail, Signals: rates.Signals}
 	case code >= 300 && code <= 399:
 		return Output{}, Permanent(fmt.Errorf("http: %s (redirects are not followed)", status))
 	case code >= 400 && code <= 499:
 		return Output{}, Permanent(fmt.Errorf("http: %s", status))
-	default: // 5xx, and any status outside the classes
+	default: // 5xx (529 overloaded included: the API's trouble, not the key's), and any status outside the classes
 		return Output{}, fmt.Errorf("http: %s", status)
 	}
+}
+
+// costAt reads the number at a dotted path of a JSON reply: what the item
+// really cost. It returns 0 and a note when the figure is missing or
+// unreadable.
+func costAt(body *headBuffer, path string) (int64, string) {
+	out := body.output()
+	if out.Truncated {
+		return 0, fmt.Sprintf("cost_from %s: the reply is longer than %d bytes; its cost was not read", path, httpCostBodyMax)
+	}
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(out.Body))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return 0, fmt.Sprintf("cost_from %s: the reply is not JSON", path)
+	}
+	for _, key := range strings.Split(path, ".") {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return 0, fmt.Sprintf("cost_from %s: the reply has no %s", path, key)
+		}
+		if v, ok = m[key]; !ok {
+			return 0, fmt.Sprintf("cost_from %s: the reply has no %s", path, key)
+		}
+	}
+	n, ok := v.(json.Number)
+	if !ok {
+		return 0, fmt.Sprintf("cost_from %s: not a number in the reply", path)
+	}
+	f, err := n.Float64()
+	if err != nil || f < 0 || f > math.MaxInt64/2 {
+		return 0, fmt.Sprintf("cost_from %s: %s is not a usable cost", path, n)
+	}
+	return max(int64(math.Ceil(f)), 1), ""
 }
 
 // requestError maps an error from sending or reading: the run's

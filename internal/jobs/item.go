@@ -1,6 +1,10 @@
 package jobs
 
-import "github.com/keyfleet/keyfleet/internal/secret"
+import (
+	"time"
+
+	"github.com/keyfleet/keyfleet/internal/secret"
+)
 
 // Item is one unit of work as a handler sees it.
 type Item struct {
@@ -33,6 +37,19 @@ type Output struct {
 	Body []byte
 	// Truncated reports that the job produced more than Body holds.
 	Truncated bool
+	// Cost is what the run really cost, as the job reported it (exec's
+	// "Cost: <n>" stderr line, http's cost_from); 0 when it did not.
+	// CostNote says why a figure the job was to report is missing.
+	Cost     int64
+	CostNote string
+	// Rest asks the credential to rest this long after a run that
+	// succeeded (exec's "Retry-After:" stderr line on exit 0); RestFrom
+	// names where it came from.
+	Rest     time.Duration
+	RestFrom string
+	// Signals are what the API said about the key's remaining room (http:
+	// its rate-limit headers).
+	Signals []Signal
 }
 
 // MaxOutputDefault is the default bound on Output.Body (64 KiB): the

@@ -78,6 +78,8 @@ type RateLimitedError struct {
 	Source string
 	// Detail describes the rate limit (status, exit code, a message).
 	Detail string
+	// Signals are the rate-limit figures the reply carried besides.
+	Signals []Signal
 }
 
 // RateLimited returns a *RateLimitedError. retryAfter 0 means not given;
