@@ -132,17 +132,26 @@ the pool object of ` + "`producer status --json`" + `.`,
 func (p *producer) credsSetCmd() *cobra.Command {
 	var maxConc int
 	var rate string
+	var limits []string
 	cmd := &cobra.Command{
-		Use:   "set ID [--max-concurrent N] [--rate R]",
-		Short: "Change a credential's concurrency or rate limit for the running fleet",
+		Use:   "set ID [--max-concurrent N] [--rate R] [--limit SPEC]...",
+		Short: "Change a credential's concurrency or limits for the running fleet",
 		Long: `set changes a credential's limits in Redis; every worker applies them at its
-next acquire. --max-concurrent is how many jobs may hold the credential at
-once (at least 1). --rate is N/PERIOD, at most N starts in any sliding
-window of PERIOD (such as 60/m, 10/s, 1000/h, 5/30s); --rate none or
---rate "" removes the rate limit. Flags not given stay as they are.`,
+next decision. --max-concurrent is how many jobs may hold the credential at
+once (at least 1). Each --limit is one limit:
+
+  rate=N/PERIOD          at most N starts in any sliding window of PERIOD (exact)
+  rate=N/PERIOD,burst=B  smooth: at most B starts back to back, then one every PERIOD/N
+  cost=N/PERIOD          at most N cost units (tokens, credits) in any window of PERIOD
+
+PERIOD is s, m, h, d or a duration (60/m, 10/s, 5/30s). --rate R is short for
+--limit rate=R. The limits given replace all of the credential's limits
+(a limit that stays keeps its window's history); --limit none (or --rate
+none) removes them all. Flags not given stay as they are.`,
 		Example: `  producer creds set key-a --max-concurrent 2
+  producer creds set key-a --limit rate=500/m --limit rate=10/s,burst=1 --limit cost=30000/m
   producer creds set key-a --rate 60/m
-  producer creds set key-a --rate none`,
+  producer creds set key-a --limit none`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
@@ -150,15 +159,28 @@ window of PERIOD (such as 60/m, 10/s, 1000/h, 5/30s); --rate none or
 			if cmd.Flags().Changed("max-concurrent") {
 				l.MaxConcurrent = &maxConc
 			}
+			var set []creds.Limit
+			specs := limits
 			if cmd.Flags().Changed("rate") {
-				r := strings.TrimSpace(rate)
-				if strings.EqualFold(r, "none") {
-					r = ""
+				if r := strings.TrimSpace(rate); r != "" && !strings.EqualFold(r, "none") {
+					specs = append([]string{"rate=" + r}, specs...)
 				}
-				l.Rate = &r
 			}
-			if l.MaxConcurrent == nil && l.Rate == nil {
-				return usageErr("creds set %s: nothing to change: give --max-concurrent and/or --rate", id)
+			for _, spec := range specs {
+				if strings.EqualFold(strings.TrimSpace(spec), "none") {
+					continue
+				}
+				lim, err := creds.ParseLimit(spec)
+				if err != nil {
+					return usageErr("creds set %s: --limit: %v", id, strings.TrimPrefix(err.Error(), "creds: "))
+				}
+				set = append(set, lim)
+			}
+			if cmd.Flags().Changed("rate") || cmd.Flags().Changed("limit") {
+				l.Limits = &set
+			}
+			if l.MaxConcurrent == nil && l.Limits == nil {
+				return usageErr("creds set %s: nothing to change: give --max-concurrent, --limit and/or --rate", id)
 			}
 			return p.withPool(cmd, func(ctx context.Context, pool *creds.Pool) error {
 				if err := credErr(ctx, pool, id, pool.SetLimits(ctx, id, l)); err != nil {
@@ -169,7 +191,8 @@ window of PERIOD (such as 60/m, 10/s, 1000/h, 5/30s); --rate none or
 		},
 	}
 	cmd.Flags().IntVar(&maxConc, "max-concurrent", 0, "jobs that may hold the credential at once (at least 1)")
-	cmd.Flags().StringVar(&rate, "rate", "", `at most N starts per sliding PERIOD, as N/PERIOD (60/m); "none" or "" removes it`)
+	cmd.Flags().StringVar(&rate, "rate", "", `short for --limit rate=R; "none" removes every limit`)
+	cmd.Flags().StringArrayVar(&limits, "limit", nil, "a limit: rate=N/P, rate=N/P,burst=B or cost=N/P; repeat for several; none removes every limit")
 	return cmd
 }
 

@@ -35,6 +35,9 @@ type enqueueOptions struct {
 	wait    bool
 	window  int
 	file    string // "-" for stdin
+	// cost says where an item's estimated cost comes from (pool.cost).
+	costField   string
+	costDefault int64
 }
 
 // Limits of the enqueue report.
@@ -233,6 +236,7 @@ func (p *producer) enqueue(cmd *cobra.Command, o enqueueOptions) error {
 	if !cmd.Flags().Changed("kind") {
 		o.kind = defaultKind(cfg)
 	}
+	o.costField, o.costDefault = cfg.Pool.Cost.Field, cfg.Pool.Cost.Default
 	if err := queue.CheckKind(o.kind); err != nil {
 		return usageErr("--kind: %v", err)
 	}
@@ -289,7 +293,7 @@ func (p *producer) enqueue(cmd *cobra.Command, o enqueueOptions) error {
 		return size, maxPayload, ok
 	}
 	check, err := p.validate(ctx, in, o, int(maxPayload), func(it jsonl.Item) *jsonl.LineError {
-		size, limit, ok := fits(queue.Item{ID: it.ID, Batch: strings.Repeat("b", batchLen), Kind: o.kind, Payload: it.Raw})
+		size, limit, ok := fits(queue.Item{ID: it.ID, Batch: strings.Repeat("b", batchLen), Kind: o.kind, Payload: it.Raw, Cost: it.Cost})
 		if ok {
 			return nil
 		}
@@ -349,7 +353,8 @@ func (p *producer) validate(ctx context.Context, in *input, o enqueueOptions, ma
 	h := sha256.New()
 	rd, err := jsonl.NewReader(io.TeeReader(src, h), jsonl.Options{
 		IDField: o.idField, MaxLine: maxLine,
-		CheckID: func(id string) error { return queue.CheckID("item", id) },
+		CheckID:   func(id string) error { return queue.CheckID("item", id) },
+		CostField: o.costField, CostDefault: o.costDefault,
 	})
 	if err != nil {
 		return checked{}, usageErr("%v", err)
@@ -435,7 +440,9 @@ func (p *producer) eachItem(in *input, o enqueueOptions, c checked, fn func(json
 		return exitcode.With(exitcode.Usage, fmt.Errorf("cannot read the items again: %w", err))
 	}
 	h := sha256.New()
-	rd, err := jsonl.NewReader(io.TeeReader(src, h), jsonl.Options{IDField: o.idField, MaxLine: c.maxLine, AllowDuplicates: true})
+	rd, err := jsonl.NewReader(io.TeeReader(src, h), jsonl.Options{
+		IDField: o.idField, MaxLine: c.maxLine, AllowDuplicates: true, CostField: o.costField, CostDefault: o.costDefault,
+	})
 	if err != nil {
 		return usageErr("%v", err)
 	}
@@ -480,7 +487,7 @@ func (p *producer) publish(ctx context.Context, q *queue.Queue, in *input, o enq
 		if ctx.Err() != nil {
 			return errInterrupted
 		}
-		err := pub.Add(pctx, queue.Item{ID: it.ID, Batch: o.batch, Kind: o.kind, Payload: append([]byte(nil), it.Raw...)})
+		err := pub.Add(pctx, queue.Item{ID: it.ID, Batch: o.batch, Kind: o.kind, Payload: append([]byte(nil), it.Raw...), Cost: it.Cost})
 		if err != nil {
 			return err
 		}

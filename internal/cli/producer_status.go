@@ -111,12 +111,8 @@ func printPool(w io.Writer, p status.Pool) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  ID\tSTATE\tIN FLIGHT\tMAX\tRATE\tSTARTS IN WINDOW\tLAST USED\tCOOLING UNTIL / DISABLED")
+	fmt.Fprintln(tw, "  ID\tSTATE\tIN FLIGHT\tMAX\tLIMITS (USED/OF)\tLAST USED\tRESTING UNTIL / DISABLED")
 	for _, c := range p.Credentials {
-		rate, starts := "-", "-"
-		if c.Rate != "" {
-			rate, starts = c.Rate, fmt.Sprint(c.StartsInWindow)
-		}
 		used := "never"
 		if c.LastUsed != nil {
 			used = ago(p.At, *c.LastUsed)
@@ -129,12 +125,31 @@ func printPool(w io.Writer, p status.Pool) {
 				note += " (" + ago(p.At, *c.DisabledAt) + ")"
 			}
 		case c.CoolingUntil != nil:
-			note = fmt.Sprintf("cooling until %s (in %s): %s", c.CoolingUntil.Local().Format("15:04:05"),
-				c.CoolingUntil.Sub(p.At).Round(time.Second), oneLine(c.CoolingReason, 100))
+			note = fmt.Sprintf("resting until %s (in %s)", c.CoolingUntil.Local().Format("15:04:05"), c.CoolingUntil.Sub(p.At).Round(time.Millisecond))
+			if c.RestCause != "" {
+				note += " [" + oneLine(c.RestCause, 60) + "]"
+			}
+			note += ": " + oneLine(c.CoolingReason, 100)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", c.ID, c.State, c.InFlight, c.MaxConcurrent, rate, starts, used, note)
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\n", c.ID, c.State, c.InFlight, c.MaxConcurrent, limitsText(c), used, note)
 	}
 	_ = tw.Flush()
+}
+
+// limitsText is one credential's limits with their use: "rate=10/s,burst=1
+// 1/1; cost=6000/10s 2300/6000; pace 52.3ms".
+func limitsText(c status.Credential) string {
+	var parts []string
+	for _, l := range c.Limits {
+		parts = append(parts, fmt.Sprintf("%s %d/%d", l.Limit, l.Used, l.Of))
+	}
+	if c.PaceMS > 0 {
+		parts = append(parts, fmt.Sprintf("pace %.1fms", c.PaceMS))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, "; ")
 }
 
 func ago(now, t time.Time) string {

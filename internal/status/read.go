@@ -57,7 +57,7 @@ func WorkersReport(ws []queue.WorkerInfo) []Worker {
 func PoolReport(st creds.Stats) Pool {
 	out := Pool{
 		Name: st.Pool, At: st.At, Total: st.Total, Available: st.Available, Leased: st.Leased,
-		Cooling: st.Cooling, Disabled: st.Disabled, InFlight: st.InFlight, Credentials: []Credential{},
+		Cooling: st.Cooling, Disabled: st.Disabled, InFlight: st.InFlight, Waiting: st.Waiting, Credentials: []Credential{},
 	}
 	for _, c := range st.Credentials {
 		out.Credentials = append(out.Credentials, credentialReport(c))
@@ -70,12 +70,17 @@ func credentialReport(c creds.CredentialStats) Credential {
 		ID: c.ID, State: c.State, MaxConcurrent: c.MaxConcurrent, Rate: c.Rate, InFlight: c.InFlight,
 		Holders: []Holder{}, CoolingReason: c.CoolingReason, DisabledReason: c.DisabledReason,
 		DisabledAt: TimePtr(c.DisabledAt), StartsInWindow: c.StartsInWindow, LastUsed: TimePtr(c.LastUsed),
-		Starts: c.Starts, RateLimited: c.RateLimited,
+		Starts: c.Starts, RateLimited: c.RateLimited, Limits: []Limit{},
+		PaceMS: float64(c.Pace.Microseconds()) / 1000, NextStart: TimePtr(c.NextStart),
 	}
 	if c.State == creds.StateCooling {
 		row.CoolingUntil = TimePtr(c.CoolingUntil)
+		row.RestCause = c.RestCause
 	} else {
 		row.CoolingReason = ""
+	}
+	for _, l := range c.Limits {
+		row.Limits = append(row.Limits, Limit{Limit: l.Limit, Kind: string(l.Kind), Used: l.Used, Of: l.Of, NextRoom: TimePtr(l.NextRoom)})
 	}
 	for _, h := range c.Holders {
 		row.Holders = append(row.Holders, Holder{Owner: h.Owner, Expires: h.Expires})

@@ -28,14 +28,21 @@ import "time"
 //	  "pool":     {"name", "at" (Redis's clock),
 //	               "total", "available", "leased", "cooling", "disabled",
 //	               "in_flight"      live leases in the pool
+//	               "waiting"        acquires queued fleet-wide for a credential
 //	               "credentials": [{"id",
 //	                 "state"          available | busy (at its limits) | cooling | disabled
 //	                 "max_concurrent", "rate" ("" when none, else N/period),
 //	                 "in_flight"      leases held now
 //	                 "holders"        [{"owner" (worker/item), "expires"}]
-//	                 "cooling_until", "cooling_reason"  (null and "" unless cooling)
+//	                 "limits"         [{"limit" (rate=10/s,burst=1 | rate=500/m | cost=30000/m),
+//	                                    "kind" (rate | smooth | cost), "used", "of",
+//	                                    "next_room" (null: room now)}]
+//	                 "cooling_until", "cooling_reason", "rest_cause"  why it rests, which
+//	                                  signal told (null and "" unless cooling)
+//	                 "pace_ms"        spacing of starts learnt from bare 429s (0: none)
+//	                 "next_start"     when it can take a start (null: now, or disabled)
 //	                 "disabled_reason", "disabled_at"   ("" and null unless disabled)
-//	                 "starts_in_window"  starts in the current rate window (0 without a rate)
+//	                 "starts_in_window"  starts in the window of "rate" (0 without one)
 //	                 "last_used",
 //	                 "starts"         leases granted so far (cumulative)
 //	                 "rate_limited"}]} rate-limited runs so far (cumulative)
@@ -89,14 +96,16 @@ type Worker struct {
 
 // Pool is the credential pool, read in one atomic script on Redis's clock.
 type Pool struct {
-	Name        string       `json:"name"`
-	At          time.Time    `json:"at"`
-	Total       int          `json:"total"`
-	Available   int          `json:"available"`
-	Leased      int          `json:"leased"`
-	Cooling     int          `json:"cooling"`
-	Disabled    int          `json:"disabled"`
-	InFlight    int          `json:"in_flight"`
+	Name      string    `json:"name"`
+	At        time.Time `json:"at"`
+	Total     int       `json:"total"`
+	Available int       `json:"available"`
+	Leased    int       `json:"leased"`
+	Cooling   int       `json:"cooling"`
+	Disabled  int       `json:"disabled"`
+	InFlight  int       `json:"in_flight"`
+	// Waiting counts the acquires queued fleet-wide for a credential.
+	Waiting     int          `json:"waiting"`
 	Credentials []Credential `json:"credentials"`
 }
 
@@ -117,6 +126,30 @@ type Credential struct {
 	LastUsed       *time.Time `json:"last_used"`
 	Starts         int64      `json:"starts"`
 	RateLimited    int64      `json:"rate_limited"`
+	// Limits are every limit of the credential with its use now.
+	Limits []Limit `json:"limits"`
+	// RestCause names the signal behind a rest (a header, a bare 429, a
+	// Retry-After); "" unless cooling.
+	RestCause string `json:"rest_cause"`
+	// PaceMS is the spacing of starts learnt from bare 429s, in
+	// milliseconds; 0 when none.
+	PaceMS float64 `json:"pace_ms"`
+	// NextStart is when it can take a start; null when now (or disabled).
+	NextStart *time.Time `json:"next_start"`
+}
+
+// Limit is one limit of a credential and its use in its window now.
+type Limit struct {
+	// Limit as `producer creds set --limit` takes it: rate=10/s,burst=1.
+	Limit string `json:"limit"`
+	// Kind: rate (exact window of starts), smooth (GCRA), cost.
+	Kind string `json:"kind"`
+	// Used of Of: starts or cost units in the window; for a smooth rate,
+	// the burst's cells in use.
+	Used int64 `json:"used"`
+	Of   int64 `json:"of"`
+	// NextRoom is when it takes another start; null when now.
+	NextRoom *time.Time `json:"next_room"`
 }
 
 // Holder is one live lease.

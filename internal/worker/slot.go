@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keyfleet/keyfleet/internal/jobs"
+	"github.com/keyfleet/keyfleet/internal/jsonl"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
@@ -55,8 +56,21 @@ func (w *Worker) handle(pullCtx, runCtx context.Context, msg jetstream.Msg) {
 		w.deadLetter(d, queue.ReasonUnknownKind, fmt.Sprintf("worker %s has no jobs.%s configured (it runs %v)", w.id, it.Kind, w.kinds()))
 		return
 	}
+	cost := it.Cost
+	if cost == 0 {
+		c, err := jsonl.Cost(it.Payload, w.cfg.Pool.Cost.Field, w.cfg.Pool.Cost.Default)
+		if err != nil {
+			w.deadLetter(d, queue.ReasonPermanent, err.Error())
+			return
+		}
+		cost = c
+	}
 	for {
-		lease, err := w.acquire(pullCtx, itemCtx, d)
+		lease, err := w.acquire(pullCtx, itemCtx, d, cost)
+		if errors.Is(err, creds.ErrNeverFits) {
+			w.deadLetter(d, queue.ReasonPermanent, fmt.Sprintf("item %s: %v", it.ID, err))
+			return
+		}
 		if err != nil {
 			d.log.Debug("item handed back before it ran (again)", zap.NamedError("why", err))
 			sctx, cancel := w.settleCtx()
@@ -93,8 +107,8 @@ func (w *Worker) handle(pullCtx, runCtx context.Context, msg jetstream.Msg) {
 }
 
 // runOnce runs the job once on the leased credential and settles the
-// outcome. It reports whether the item should run again at once on another
-// credential (it was rate limited or its key rejected).
+// outcome (see judge). It reports whether the item should run again at
+// once on another credential (it was rate limited or its key rejected).
 func (w *Worker) runOnce(pullCtx, itemCtx context.Context, d *delivery, h jobs.Handler, lease *creds.Lease) (again bool) {
 	it := d.it
 	attempt := d.runs.cur.Runs
@@ -113,101 +127,97 @@ func (w *Worker) runOnce(pullCtx, itemCtx context.Context, d *delivery, h jobs.H
 	inFlight.Dec()
 	renewal.Stop()
 	w.metrics.JobDuration.WithLabelValues(it.Kind).Observe(dur.Seconds())
-	interrupted := context.Cause(jobCtx)
-	outcome := jobs.Classify(jobErr)
 	errText := ""
 	if jobErr != nil {
 		errText = w.scrub.String(jobErr.Error())
 	}
+	if out.CostNote != "" {
+		w.noteOnce("cost:"+it.Kind, func() {
+			log.Warn("a job did not report its cost: the estimate stands (said once per kind)", zap.String("why", w.scrub.String(out.CostNote)))
+		})
+	}
+	v := judge(runEnd{err: jobErr, interrupted: context.Cause(jobCtx), out: out},
+		policy{cooldown: w.cfg.Pool.Cooldown, scrub: w.scrub.String})
 	ctx, cancel := w.settleCtx()
 	defer cancel()
+	w.endLease(ctx, lease, v.lease, log)
 	res := runResult{dur: dur, credID: lease.CredentialID, leasedAt: lease.Acquired, out: out, errText: errText}
 
-	switch {
-	case jobErr == nil:
-		w.releaseLease(ctx, lease, log)
+	switch v.label {
+	case labelSucceeded:
 		w.succeed(ctx, d, res)
 		return false
 
-	case interrupted != nil && outcome == jobs.OutcomeTransient:
-		// Shutdown, lost lease or lost message: not the item's fault.
-		w.releaseLease(ctx, lease, log)
+	case labelInterrupted:
 		w.settleRun(ctx, d)
 		w.metrics.Items.WithLabelValues(it.Kind, "interrupted").Inc()
-		log.Info("job interrupted: handed back for immediate redelivery", zap.NamedError("why", interrupted))
+		log.Info("job interrupted: handed back for immediate redelivery", zap.NamedError("why", context.Cause(jobCtx)))
 		w.nak(d, 0)
 		return false
 
-	case outcome == jobs.OutcomeRateLimited:
-		var rl *jobs.RateLimitedError
-		errors.As(jobErr, &rl)
-		cd, source, label := rl.RetryAfter, rl.Source, "retry_after"
-		switch {
-		case source == "":
-			cd, source, label = w.cfg.Pool.Cooldown, "pool.cooldown (no Retry-After given)", "default"
-		case cd <= 0:
-			cd = minCooldown // "retry now": a pause, not a hot loop
-		}
-		reason := w.scrub.String(fmt.Sprintf("cooling %s (from %s) after: %s", cd, source, rl.Detail))
-		if err := w.pool.ReleaseCooldown(ctx, lease, cd, reason); err != nil {
-			if _, merr := w.pool.MarkCooling(ctx, lease.CredentialID, cd, reason); merr != nil {
-				log.Warn("could not record the cooldown", zap.Error(merr))
-			}
-			if !errors.Is(err, creds.ErrLeaseLost) {
-				log.Warn("releasing the lease", zap.Error(err))
-			}
-		}
-		w.metrics.Cooldowns.WithLabelValues(lease.CredentialID, label).Inc()
+	case labelRateLimited:
+		w.metrics.Cooldowns.WithLabelValues(lease.CredentialID, v.restSource).Inc()
 		w.metrics.Items.WithLabelValues(it.Kind, "rate_limited").Inc()
 		w.settleRun(ctx, d)
-		log.Info("credential rate limited: cooling down; the item runs again on another credential",
-			zap.Duration("cooldown", cd), zap.String("retry_after_from", source), zap.String("reason", reason))
+		log.Info("credential rate limited: it rests; the item runs again on another credential",
+			zap.String("rest_from", v.restSource), zap.Duration("rest", v.lease.Rest), zap.String("reason", v.reason))
 		return w.againUnlessDraining(pullCtx, d)
 
-	case outcome == jobs.OutcomeRejected:
-		var rej *jobs.RejectedError
-		errors.As(jobErr, &rej)
-		reason := w.scrub.String(rej.Reason)
-		if err := w.pool.ReleaseDisable(ctx, lease, reason); err != nil {
-			if derr := w.pool.Disable(ctx, lease.CredentialID, reason); derr != nil {
-				log.Warn("could not disable the credential", zap.Error(derr))
-			}
-		}
-		w.metrics.Rejections.WithLabelValues(lease.CredentialID, rejectCause(it.Kind, reason)).Inc()
+	case labelRejected:
+		w.metrics.Rejections.WithLabelValues(lease.CredentialID, rejectCause(it.Kind, v.reason)).Inc()
 		w.metrics.Items.WithLabelValues(it.Kind, "rejected").Inc()
 		w.settleRun(ctx, d)
 		log.Error("credential rejected by the API: disabled until `producer creds enable`; the item runs again on another credential",
-			zap.String("reason", reason))
+			zap.String("reason", v.reason))
 		return w.againUnlessDraining(pullCtx, d)
 
-	case outcome == jobs.OutcomePermanent:
-		w.releaseLease(ctx, lease, log)
+	case labelPermanent:
 		if _, err := d.runs.fail(ctx); err != nil {
 			log.Warn("cannot count the failure in Redis", zap.Error(err))
 		}
-		w.deadLetterRun(ctx, d, queue.ReasonPermanent, res)
+		w.deadLetterRun(ctx, d, v.dead, res)
 		return false
 
 	default: // transient
-		w.releaseLease(ctx, lease, log)
 		st, err := d.runs.fail(ctx)
 		if err != nil {
 			log.Warn("cannot count the failure in Redis", zap.Error(err))
 		}
-		maxDeliver := w.q.Config().MaxDeliver
-		switch {
-		case st.Failures >= w.cfg.Worker.MaxAttempts:
-			w.deadLetterRun(ctx, d, queue.ReasonOutOfAttempts, res)
-		case maxDeliver > 0 && d.delivered >= uint64(maxDeliver):
-			w.deadLetterRun(ctx, d, queue.ReasonMaxDeliveries, res)
-		default:
-			delay := w.cfg.Worker.RetryDelay(st.Failures)
-			w.metrics.Items.WithLabelValues(it.Kind, "retried").Inc()
-			log.Warn("job failed: it runs again after the backoff", zap.String("error", errText),
-				zap.Int("failures", st.Failures), zap.Int("max_attempts", w.cfg.Worker.MaxAttempts), zap.Duration("in", delay))
-			w.nak(d, delay)
+		dead, delay := afterFailure(st.Failures, d.delivered, failurePolicy{
+			maxAttempts: w.cfg.Worker.MaxAttempts, maxDeliver: w.q.Config().MaxDeliver, delay: w.cfg.Worker.RetryDelay,
+		})
+		if dead != "" {
+			w.deadLetterRun(ctx, d, dead, res)
+			return false
 		}
+		w.metrics.Items.WithLabelValues(it.Kind, "retried").Inc()
+		log.Warn("job failed: it runs again after the backoff", zap.String("error", errText),
+			zap.Int("failures", st.Failures), zap.Int("max_attempts", w.cfg.Worker.MaxAttempts), zap.Duration("in", delay))
+		w.nak(d, delay)
 		return false
+	}
+}
+
+// endLease ends a run's lease with its outcome. If the lease was lost
+// meanwhile, what the run said about the key (a rest, a rejection) is
+// recorded on the credential all the same.
+func (w *Worker) endLease(ctx context.Context, l *creds.Lease, o creds.Outcome, log *zap.Logger) {
+	err := w.pool.Settle(ctx, l, o)
+	if err == nil {
+		return
+	}
+	switch {
+	case o.Disable != "":
+		if derr := w.pool.Disable(ctx, l.CredentialID, o.Disable); derr != nil {
+			log.Warn("could not disable the credential", zap.Error(derr))
+		}
+	case o.Rest > 0:
+		if _, rerr := w.pool.Rest(ctx, l.CredentialID, o.Rest, o.RestReason, o.RestCause); rerr != nil {
+			log.Warn("could not record the rest", zap.Error(rerr))
+		}
+	}
+	if !errors.Is(err, creds.ErrLeaseLost) {
+		log.Warn("releasing the lease failed; it expires by itself", zap.Error(err))
 	}
 }
 
@@ -220,9 +230,6 @@ type runResult struct {
 	errText  string
 }
 
-// minCooldown is the cooldown after a rate limit whose Retry-After is 0.
-const minCooldown = 100 * time.Millisecond
-
 func (w *Worker) againUnlessDraining(pullCtx context.Context, d *delivery) bool {
 	if pullCtx.Err() != nil {
 		w.nak(d, 0)
@@ -234,7 +241,7 @@ func (w *Worker) againUnlessDraining(pullCtx context.Context, d *delivery) bool 
 // acquire waits for a credential lease. It fails closed: while Redis cannot
 // be reached it keeps waiting (the message is kept alive meanwhile) and
 // runs nothing. When Redis has lost the pool it registers it again.
-func (w *Worker) acquire(pullCtx, itemCtx context.Context, d *delivery) (*creds.Lease, error) {
+func (w *Worker) acquire(pullCtx, itemCtx context.Context, d *delivery, cost int64) (*creds.Lease, error) {
 	ctx, cancel := context.WithCancelCause(itemCtx)
 	defer cancel(nil)
 	stop := context.AfterFunc(pullCtx, func() { cancel(errDraining) })
@@ -243,7 +250,7 @@ func (w *Worker) acquire(pullCtx, itemCtx context.Context, d *delivery) (*creds.
 	b := newBackoff(100*time.Millisecond, 5*time.Second)
 	start := time.Now()
 	for {
-		l, err := w.pool.Acquire(ctx, owner)
+		l, err := w.pool.AcquireCost(ctx, owner, cost)
 		if err == nil {
 			w.redisOK.Store(true)
 			w.metrics.CredentialWait.Observe(time.Since(start).Seconds())
@@ -251,6 +258,10 @@ func (w *Worker) acquire(pullCtx, itemCtx context.Context, d *delivery) (*creds.
 		}
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
+		}
+		if errors.Is(err, creds.ErrNeverFits) {
+			w.redisOK.Store(true)
+			return nil, err
 		}
 		if errors.Is(err, creds.ErrPoolEmpty) {
 			d.log.Warn("the credential pool is empty in Redis (did Redis lose its state?): registering the credentials again")

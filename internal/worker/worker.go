@@ -59,6 +59,7 @@ type Worker struct {
 	started   time.Time
 
 	registerMu sync.Mutex
+	noted      sync.Map // what noteOnce has said
 	busy       activityCounter
 	done       activityCounter
 	failed     activityCounter
@@ -105,7 +106,7 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 	for _, c := range cfg.Pool.Credentials {
 		all = append(all, secrets[c.ID])
 		ids = append(ids, c.ID)
-		w.defs = append(w.defs, creds.Credential{ID: c.ID, MaxConcurrent: c.MaxConcurrent, Rate: c.RateText})
+		w.defs = append(w.defs, creds.Credential{ID: c.ID, MaxConcurrent: c.MaxConcurrent, Limits: c.PoolLimits()})
 	}
 	w.scrub = secret.NewScrubber(all...)
 	if w.handlers, err = buildHandlers(cfg, w.scrub); err != nil {
@@ -314,4 +315,12 @@ func (w *Worker) kinds() []string {
 		}
 	}
 	return ks
+}
+
+// noteOnce runs say the first time it is called with key, and never again:
+// for a warning that would repeat for every item.
+func (w *Worker) noteOnce(key string, say func()) {
+	if _, done := w.noted.LoadOrStore(key, true); !done {
+		say()
+	}
 }

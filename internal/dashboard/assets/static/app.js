@@ -152,8 +152,8 @@
       max: l.of,
       note: l.next_room ? `room at ${clock(l.next_room)}` : '',
     }));
-    if (c.pace) {
-      out.push({label: 'learnt pace', used: null, max: null, note: `one start every ${(c.pace / 1e6).toFixed(1)} ms (from bare 429s)`});
+    if (c.pace_ms) {
+      out.push({label: 'learnt pace', used: null, max: null, note: `one start every ${c.pace_ms.toFixed(1)} ms (from bare 429s)`});
     }
     return out;
   }

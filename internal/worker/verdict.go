@@ -1,0 +1,152 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/keyfleet/keyfleet/internal/jobs"
+	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/pkg/creds"
+)
+
+// runEnd is how one run of an item ended, as the worker saw it.
+type runEnd struct {
+	// err is the job's error (nil: the item is done).
+	err error
+	// interrupted is why the run's context ended early (shutdown, a lost
+	// lease or message), nil when it did not.
+	interrupted error
+	// out is what the job reported.
+	out jobs.Output
+}
+
+// Labels of a verdict, as metrics and logs name them.
+const (
+	labelSucceeded   = "succeeded"
+	labelInterrupted = "interrupted"
+	labelRateLimited = "rate_limited"
+	labelRejected    = "rejected"
+	labelPermanent   = "permanent"
+	labelTransient   = "transient"
+)
+
+// verdict is what a run comes to: how its lease ends and what becomes of
+// its item. judge decides it from the run alone; a transient failure's
+// fate also needs the item's failure count (afterFailure).
+type verdict struct {
+	label string
+	// lease is how the lease ends: cost, rest, pace, disable.
+	lease creds.Outcome
+	// again: run the item again at once on another credential (rate
+	// limited, rejected key); no attempt is used up.
+	again bool
+	// fail: the run is a failed attempt (transient).
+	fail bool
+	// dead: dead-letter the item with this reason (permanent).
+	dead string
+	// restSource says where a rest after a rate limit came from, for
+	// metrics: retry_after, bare_429.
+	restSource string
+	// reason is the rate limit's or the rejection's text, scrubbed.
+	reason string
+}
+
+// policy is what judging needs of the configuration.
+type policy struct {
+	// cooldown is pool.cooldown: the longest rest after bare 429s.
+	cooldown time.Duration
+	// scrub removes secrets from texts.
+	scrub func(string) string
+}
+
+// minRest is the rest after a rate limit whose Retry-After is 0 ("retry
+// now"): a pause, not a hot loop.
+const minRest = 100 * time.Millisecond
+
+// judge decides what a run comes to.
+func judge(r runEnd, p policy) verdict {
+	lease := creds.Outcome{Cost: r.out.Cost, Signals: poolSignals(r.out.Signals)}
+	outcome := jobs.Classify(r.err)
+	switch {
+	case r.err == nil:
+		if r.out.Rest > 0 {
+			lease.Rest, lease.RestReason, lease.RestCause = r.out.Rest, "the job asked for a rest after a success", r.out.RestFrom
+		}
+		return verdict{label: labelSucceeded, lease: lease}
+
+	case r.interrupted != nil && outcome == jobs.OutcomeTransient:
+		// Shutdown, lost lease or lost message: not the item's fault.
+		return verdict{label: labelInterrupted, lease: lease}
+
+	case outcome == jobs.OutcomeRateLimited:
+		var rl *jobs.RateLimitedError
+		errors.As(r.err, &rl)
+		lease.RateLimited = true
+		lease.Signals = append(lease.Signals, poolSignals(rl.Signals)...)
+		v := verdict{label: labelRateLimited, again: true}
+		if rl.Source == "" {
+			// A bare 429: the key's pace adapts fleet-wide; the rest is
+			// short and grows with 429s in a row, at most the cooldown.
+			lease.MaxRest = p.cooldown
+			v.restSource = "bare_429"
+			v.reason = p.scrub("429 without Retry-After: " + rl.Detail)
+			lease.RestReason = v.reason
+		} else {
+			lease.Rest = max(rl.RetryAfter, minRest)
+			v.restSource = "retry_after"
+			v.reason = p.scrub(fmt.Sprintf("resting %s (from %s) after: %s", lease.Rest, rl.Source, rl.Detail))
+			lease.RestReason, lease.RestCause = v.reason, rl.Source
+		}
+		v.lease = lease
+		return v
+
+	case outcome == jobs.OutcomeRejected:
+		var rej *jobs.RejectedError
+		errors.As(r.err, &rej)
+		reason := p.scrub(rej.Reason)
+		if reason == "" {
+			reason = "rejected by the API"
+		}
+		lease.Disable = reason
+		return verdict{label: labelRejected, lease: lease, again: true, reason: reason}
+
+	case outcome == jobs.OutcomePermanent:
+		return verdict{label: labelPermanent, lease: lease, fail: true, dead: queue.ReasonPermanent}
+
+	default:
+		return verdict{label: labelTransient, lease: lease, fail: true}
+	}
+}
+
+// failurePolicy bounds a failing item's runs.
+type failurePolicy struct {
+	maxAttempts int
+	maxDeliver  int // JetStream's max_deliver; <= 0 unlimited
+	delay       func(failures int) time.Duration
+}
+
+// afterFailure says what becomes of an item whose run failed
+// transiently, with `failures` failed runs counted so far on its
+// `delivered`-th delivery: a dead-letter reason, or the wait before it
+// runs again.
+func afterFailure(failures int, delivered uint64, p failurePolicy) (dead string, retryIn time.Duration) {
+	switch {
+	case failures >= p.maxAttempts:
+		return queue.ReasonOutOfAttempts, 0
+	case p.maxDeliver > 0 && delivered >= uint64(p.maxDeliver):
+		return queue.ReasonMaxDeliveries, 0
+	}
+	return "", p.delay(failures)
+}
+
+func poolSignals(ss []jobs.Signal) []creds.Signal {
+	if len(ss) == 0 {
+		return nil
+	}
+	out := make([]creds.Signal, len(ss))
+	for i, s := range ss {
+		out[i] = creds.Signal{Name: s.Name, Tokens: s.Tokens, Remaining: s.Remaining, Reset: s.Reset}
+	}
+	return out
+}

@@ -1,0 +1,89 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keyfleet/keyfleet/internal/jobs"
+	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/pkg/creds"
+)
+
+// One case per way a run can end: what the lease and the item come to.
+func TestJudge(t *testing.T) {
+	p := policy{cooldown: time.Minute, scrub: func(s string) string { return strings.ReplaceAll(s, "sk-secret", "[REDACTED]") }}
+	sig := []jobs.Signal{{Name: "x-ratelimit-remaining-tokens", Tokens: true, Remaining: 10, Reset: time.Second}}
+	poolSig := []creds.Signal{{Name: "x-ratelimit-remaining-tokens", Tokens: true, Remaining: 10, Reset: time.Second}}
+	for _, c := range []struct {
+		name string
+		run  runEnd
+		want verdict
+	}{
+		{"ok", runEnd{}, verdict{label: labelSucceeded}},
+		{"ok with its cost and the API's figures", runEnd{out: jobs.Output{Cost: 1234, Signals: sig}},
+			verdict{label: labelSucceeded, lease: creds.Outcome{Cost: 1234, Signals: poolSig}}},
+		{"ok, and the job asks the key to rest", runEnd{out: jobs.Output{Rest: 3 * time.Second, RestFrom: "exec stderr Retry-After"}},
+			verdict{label: labelSucceeded, lease: creds.Outcome{Rest: 3 * time.Second, RestReason: "the job asked for a rest after a success", RestCause: "exec stderr Retry-After"}}},
+		{"rate limited with Retry-After", runEnd{err: jobs.RateLimited(5*time.Second, "Retry-After header", "429 Too Many Requests")},
+			verdict{label: labelRateLimited, again: true, restSource: "retry_after",
+				reason: "resting 5s (from Retry-After header) after: 429 Too Many Requests",
+				lease: creds.Outcome{RateLimited: true, Rest: 5 * time.Second, RestCause: "Retry-After header",
+					RestReason: "resting 5s (from Retry-After header) after: 429 Too Many Requests"}}},
+		{"rate limited with Retry-After: 0", runEnd{err: jobs.RateLimited(0, "Retry-After header", "429")},
+			verdict{label: labelRateLimited, again: true, restSource: "retry_after",
+				reason: "resting 100ms (from Retry-After header) after: 429",
+				lease:  creds.Outcome{RateLimited: true, Rest: minRest, RestCause: "Retry-After header", RestReason: "resting 100ms (from Retry-After header) after: 429"}}},
+		{"bare 429", runEnd{err: &jobs.RateLimitedError{Detail: "429 Too Many Requests", Signals: sig}},
+			verdict{label: labelRateLimited, again: true, restSource: "bare_429", reason: "429 without Retry-After: 429 Too Many Requests",
+				lease: creds.Outcome{RateLimited: true, MaxRest: time.Minute, RestReason: "429 without Retry-After: 429 Too Many Requests", Signals: poolSig}}},
+		{"rejected key", runEnd{err: jobs.Rejected("401 Unauthorized: key sk-secret revoked")},
+			verdict{label: labelRejected, again: true, reason: "401 Unauthorized: key [REDACTED] revoked",
+				lease: creds.Outcome{Disable: "401 Unauthorized: key [REDACTED] revoked"}}},
+		{"permanent", runEnd{err: jobs.Permanent(errors.New("400 Bad Request"))},
+			verdict{label: labelPermanent, fail: true, dead: queue.ReasonPermanent}},
+		{"transient", runEnd{err: errors.New("exec: exit status 1")}, verdict{label: labelTransient, fail: true}},
+		{"interrupted by shutdown", runEnd{err: fmt.Errorf("exec: %w", context.Canceled), interrupted: errGraceOver},
+			verdict{label: labelInterrupted}},
+		{"lost lease", runEnd{err: fmt.Errorf("http: %w", context.Canceled), interrupted: errLeaseLost},
+			verdict{label: labelInterrupted}},
+		{"a verdict the job gave before the interruption stands", runEnd{err: jobs.Rejected("403"), interrupted: errLeaseLost},
+			verdict{label: labelRejected, again: true, reason: "403", lease: creds.Outcome{Disable: "403"}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := judge(c.run, p); !reflect.DeepEqual(got, c.want) {
+				t.Fatalf("judge:\n got  %+v\n want %+v", got, c.want)
+			}
+		})
+	}
+}
+
+// A failed run's item runs again after the backoff, until it is out of
+// attempts or of deliveries.
+func TestAfterFailure(t *testing.T) {
+	backoff := []time.Duration{time.Second, 5 * time.Second}
+	p := failurePolicy{maxAttempts: 3, maxDeliver: -1, delay: func(n int) time.Duration { return backoff[min(n, len(backoff))-1] }}
+	for _, c := range []struct {
+		failures  int
+		delivered uint64
+		maxDel    int
+		dead      string
+		retry     time.Duration
+	}{
+		{1, 1, -1, "", time.Second},
+		{2, 2, -1, "", 5 * time.Second},
+		{3, 3, -1, queue.ReasonOutOfAttempts, 0},
+		{1, 10, 10, queue.ReasonMaxDeliveries, 0},
+		{1, 9, 10, "", time.Second},
+	} {
+		p.maxDeliver = c.maxDel
+		dead, retry := afterFailure(c.failures, c.delivered, p)
+		if dead != c.dead || retry != c.retry {
+			t.Errorf("failures %d, delivery %d (max %d): %q, %s; want %q, %s", c.failures, c.delivered, c.maxDel, dead, retry, c.dead, c.retry)
+		}
+	}
+}
