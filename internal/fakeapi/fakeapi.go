@@ -54,6 +54,14 @@ type Key struct {
 	// Concurrency is how many requests of the key may be in progress at
 	// once. Zero: unlimited.
 	Concurrency int
+	// Every, when set, admits a request of the key only if its last
+	// admitted one was at least this long ago: a leaky bucket without
+	// burst, as nginx limit_req enforces "20r/s".
+	Every time.Duration
+	// Tokens limits the tokens the key's admitted requests take in any
+	// sliding window (zero: unlimited). A request takes its body's "cost"
+	// field (1 without it) at admission; the reply reports its usage.
+	Tokens ratelimit.Limit
 }
 
 // Config configures a Server.
@@ -71,6 +79,13 @@ type Config struct {
 	// Format is the Header's value with {secret} for the key; it must
 	// contain {secret} once. Default "Bearer {secret}".
 	Format string
+	// BareRateLimit sends 429s without Retry-After, as many gateways do.
+	BareRateLimit bool
+	// RateHeaders adds the key's figures to every reply, as "openai"
+	// (x-ratelimit-{remaining,reset}-{requests,tokens}, retry-after-ms on
+	// 429s) or "anthropic" (anthropic-ratelimit-*-{remaining,reset}).
+	// Default "" (none).
+	RateHeaders string
 }
 
 // MaxBody is the largest request body the server reads; a larger one gets
@@ -88,6 +103,8 @@ type Server struct {
 	prefix, suffix string // Format around {secret}
 	retryAfter     time.Duration
 	latency        time.Duration
+	bare           bool
+	rateHeaders    string
 	keys           []*keyState
 	unauthorized   atomic.Int64
 	badRequests    atomic.Int64
@@ -100,10 +117,14 @@ type keyState struct {
 	secret []byte
 	rate   ratelimit.Limit
 	conc   int
+	every  time.Duration
+	tokens ratelimit.Limit
 
 	mu       sync.Mutex
 	window   []time.Time // admission times within the rate window, oldest first
 	inflight int         // admitted requests not yet finished
+	last     time.Time   // the last admission (for Every)
+	spent    []spend     // tokens taken within the token window, oldest first
 	// history is a ring of the last rate.N admission times, kept apart from
 	// window for the self-check.
 	history []time.Time
@@ -117,6 +138,7 @@ type keyState struct {
 	quota       atomic.Int64
 	forced      atomic.Int64
 	overLimit   atomic.Int64
+	tokensUsed  atomic.Int64
 }
 
 // New returns a Server for cfg; its errors name the field at fault.
@@ -130,10 +152,17 @@ func New(cfg Config) (*Server, error) {
 	case cfg.RetryAfter < 0:
 		return nil, fmt.Errorf("fakeapi: retry after must not be negative, got %s", cfg.RetryAfter)
 	}
+	switch cfg.RateHeaders {
+	case "", "openai", "anthropic":
+	default:
+		return nil, fmt.Errorf("fakeapi: rate headers %q: want openai, anthropic or none", cfg.RateHeaders)
+	}
 	s := &Server{
-		header:     http.CanonicalHeaderKey(cmp.Or(cfg.Header, "Authorization")),
-		retryAfter: cmp.Or(cfg.RetryAfter, time.Second),
-		latency:    cfg.Latency,
+		header:      http.CanonicalHeaderKey(cmp.Or(cfg.Header, "Authorization")),
+		retryAfter:  cmp.Or(cfg.RetryAfter, time.Second),
+		latency:     cfg.Latency,
+		bare:        cfg.BareRateLimit,
+		rateHeaders: cfg.RateHeaders,
 	}
 	format := cmp.Or(cfg.Format, "Bearer "+placeholder)
 	if strings.Count(format, placeholder) != 1 {
@@ -152,10 +181,15 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("fakeapi: keys[%d]: same secret as keys[%d]", i, j)
 		}
 		seen[k.Secret] = i
-		if !k.Rate.IsZero() {
-			if err := k.Rate.Validate(); err != nil {
-				return nil, fmt.Errorf("fakeapi: keys[%d]: rate: %w", i, err)
+		for name, l := range map[string]ratelimit.Limit{"rate": k.Rate, "tokens": k.Tokens} {
+			if !l.IsZero() {
+				if err := l.Validate(); err != nil {
+					return nil, fmt.Errorf("fakeapi: keys[%d]: %s: %w", i, name, err)
+				}
 			}
+		}
+		if k.Every < 0 {
+			return nil, fmt.Errorf("fakeapi: keys[%d]: every must not be negative, got %s", i, k.Every)
 		}
 		s.keys = append(s.keys, &keyState{
 			index:  i,
@@ -163,6 +197,8 @@ func New(cfg Config) (*Server, error) {
 			secret: []byte(k.Secret),
 			rate:   k.Rate,
 			conc:   k.Concurrency,
+			every:  k.Every,
+			tokens: k.Tokens,
 		})
 	}
 	return s, nil
@@ -190,8 +226,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var ctl struct {
-		ForceStatus       *int `json:"force_status"`
-		InsufficientQuota bool `json:"insufficient_quota"`
+		ForceStatus       *int     `json:"force_status"`
+		InsufficientQuota bool     `json:"insufficient_quota"`
+		Cost              *float64 `json:"cost"`
+		ActualTokens      *int64   `json:"actual_tokens"`
 	}
 	if len(bytes.TrimSpace(body)) > 0 && (!json.Valid(body) || bytes.TrimSpace(body)[0] == '{' && json.Unmarshal(body, &ctl) != nil) {
 		s.badRequests.Add(1)
@@ -217,10 +255,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	ok, wait, limit := k.admit(time.Now(), s.retryAfter)
+	tokens := int64(1)
+	if ctl.Cost != nil && *ctl.Cost >= 1 {
+		tokens = int64(*ctl.Cost + 0.999999)
+	}
+	now := time.Now()
+	ok, wait, limit := k.admit(now, s.retryAfter, tokens)
+	s.setRateHeaders(w, k, now)
 	if !ok {
 		k.rateLimited.Add(1)
-		w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(wait), 10))
+		if !s.bare {
+			w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(wait), 10))
+			if s.rateHeaders == "openai" {
+				w.Header().Set("retry-after-ms", strconv.FormatInt(max(wait.Milliseconds(), 1), 10))
+			}
+		}
 		writeJSON(w, http.StatusTooManyRequests, map[string]any{"error": "rate_limited", "limit": limit})
 		return
 	}
@@ -236,13 +285,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-t.C:
 		}
 	}
+	used := tokens
+	if ctl.ActualTokens != nil && *ctl.ActualTokens >= 0 {
+		used = *ctl.ActualTokens
+		k.reconcile(now, tokens, used)
+	}
+	k.tokensUsed.Add(used)
 	k.ok.Add(1)
 	reply := struct {
 		OK       bool            `json:"ok"`
 		KeyLabel string          `json:"key_label"`
 		Bytes    int             `json:"bytes"`
+		Usage    map[string]any  `json:"usage"`
 		Echo     json.RawMessage `json:"echo,omitempty"`
-	}{OK: true, KeyLabel: k.label, Bytes: len(body)}
+	}{OK: true, KeyLabel: k.label, Bytes: len(body), Usage: map[string]any{"total_tokens": used}}
 	if trimmed := bytes.TrimSpace(body); len(trimmed) > 0 && len(trimmed) <= maxEcho {
 		reply.Echo = trimmed
 	}
@@ -268,31 +324,53 @@ func (s *Server) authenticate(v string) *keyState {
 	return s.keys[found]
 }
 
-// admit decides whether a request of the key may start at now. If not, it
-// returns how long until it might (the exact time until the rate window
-// frees, or concWait for the concurrency limit) and which limit refused it
-// ("rate" or "concurrency").
-func (k *keyState) admit(now time.Time, concWait time.Duration) (bool, time.Duration, string) {
+// admit decides whether a request of the key taking `tokens` may start at
+// now. If not, it returns how long until it might (the exact time until
+// the rate or token window frees or the spacing allows, or concWait for
+// the concurrency limit) and which limit refused it ("rate", "every",
+// "tokens" or "concurrency").
+func (k *keyState) admit(now time.Time, concWait time.Duration, tokens int64) (bool, time.Duration, string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.conc > 0 && k.inflight >= k.conc {
 		return false, concWait, "concurrency"
 	}
+	if k.every > 0 && !k.last.IsZero() && now.Sub(k.last) < k.every {
+		return false, k.last.Add(k.every).Sub(now), "every"
+	}
 	if k.rate.N > 0 {
-		drop := 0
-		for drop < len(k.window) && now.Sub(k.window[drop]) >= k.rate.Period {
-			drop++
-		}
-		k.window = append(k.window[:0], k.window[drop:]...)
+		k.dropOld(now)
 		if len(k.window) >= k.rate.N {
 			// The request fits once the oldest len-N+1 admissions have left.
 			return false, k.window[len(k.window)-k.rate.N].Add(k.rate.Period).Sub(now), "rate"
 		}
+	}
+	if k.tokens.N > 0 {
+		if wait, ok := k.tokenRoom(now, tokens); !ok {
+			return false, wait, "tokens"
+		}
+		k.spent = append(k.spent, spend{at: now, tokens: tokens})
+	}
+	if k.rate.N > 0 {
 		k.window = append(k.window, now)
 		k.checkRate(now)
 	}
+	if k.every > 0 {
+		if !k.last.IsZero() && now.Sub(k.last) < k.every {
+			k.overLimit.Add(1)
+		}
+		k.last = now
+	}
 	k.inflight++
 	return true, 0, ""
+}
+
+func (k *keyState) dropOld(now time.Time) {
+	drop := 0
+	for drop < len(k.window) && now.Sub(k.window[drop]) >= k.rate.Period {
+		drop++
+	}
+	k.window = append(k.window[:0], k.window[drop:]...)
 }
 
 // start counts an admitted request as in progress, apart from admit's own
@@ -373,6 +451,8 @@ type KeyStats struct {
 	// OverLimit counts requests admitted beyond the key's rate or
 	// concurrency. A self-check: it must stay 0.
 	OverLimit int64 `json:"over_limit"`
+	// Tokens counts the tokens the key's answered requests used.
+	Tokens int64 `json:"tokens"`
 }
 
 // Stats returns a snapshot of the figures.
@@ -389,6 +469,7 @@ func (s *Server) Stats() Stats {
 			Forced:        k.forced.Load(),
 			MaxConcurrent: k.maxActive.Load(),
 			OverLimit:     k.overLimit.Load(),
+			Tokens:        k.tokensUsed.Load(),
 		})
 	}
 	return st

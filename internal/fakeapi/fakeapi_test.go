@@ -31,6 +31,7 @@ type reply struct {
 	status     int
 	retryAfter string
 	body       string
+	header     http.Header
 }
 
 func post(ctx context.Context, t *testing.T, url, header, value, body string) reply {
@@ -58,7 +59,7 @@ func post(ctx context.Context, t *testing.T, url, header, value, body string) re
 	if !json.Valid(b) {
 		t.Errorf("reply is not JSON: %q", b)
 	}
-	return reply{resp.StatusCode, resp.Header.Get("Retry-After"), strings.TrimSpace(string(b))}
+	return reply{resp.StatusCode, resp.Header.Get("Retry-After"), strings.TrimSpace(string(b)), resp.Header}
 }
 
 func TestAuth(t *testing.T) {
@@ -104,7 +105,7 @@ func TestReply(t *testing.T) {
 	api, url := start(t, fakeapi.Config{Keys: []fakeapi.Key{{Secret: "s3cret-key"}}})
 	auth := "Bearer s3cret-key"
 	r := post(t.Context(), t, url, "Authorization", auth, `{"id":"a","n":[1,2]}`)
-	if r.status != 200 || r.body != `{"ok":true,"key_label":"key-0","bytes":20,"echo":{"id":"a","n":[1,2]}}` {
+	if r.status != 200 || r.body != `{"ok":true,"key_label":"key-0","bytes":20,"usage":{"total_tokens":1},"echo":{"id":"a","n":[1,2]}}` {
 		t.Errorf("200: %d %s", r.status, r.body)
 	}
 	big := `{"blob":"` + strings.Repeat("x", 5000) + `"}`

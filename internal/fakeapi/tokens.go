@@ -1,0 +1,110 @@
+package fakeapi
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// spend is the tokens one admitted request took at a moment.
+type spend struct {
+	at     time.Time
+	tokens int64
+}
+
+// tokenRoom reports whether `tokens` more fit in the key's token window at
+// now, else how long until they do. The caller holds k.mu.
+func (k *keyState) tokenRoom(now time.Time, tokens int64) (time.Duration, bool) {
+	drop := 0
+	for drop < len(k.spent) && now.Sub(k.spent[drop].at) >= k.tokens.Period {
+		drop++
+	}
+	k.spent = append(k.spent[:0], k.spent[drop:]...)
+	need := k.tokensInWindow() + tokens - int64(k.tokens.N)
+	if need <= 0 {
+		return 0, true
+	}
+	if tokens > int64(k.tokens.N) {
+		return k.tokens.Period, false
+	}
+	var freed int64
+	for _, s := range k.spent {
+		freed += s.tokens
+		if freed >= need {
+			return s.at.Add(k.tokens.Period).Sub(now), false
+		}
+	}
+	return k.tokens.Period, false
+}
+
+func (k *keyState) tokensInWindow() int64 {
+	var n int64
+	for _, s := range k.spent {
+		n += s.tokens
+	}
+	return n
+}
+
+// reconcile replaces the tokens a request admitted at `at` took with what
+// it used.
+func (k *keyState) reconcile(at time.Time, took, used int64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i := range k.spent {
+		if k.spent[i].at.Equal(at) && k.spent[i].tokens == took {
+			k.spent[i].tokens = used
+			return
+		}
+	}
+}
+
+// setRateHeaders adds the key's figures to a reply in the configured
+// provider's format.
+func (s *Server) setRateHeaders(w http.ResponseWriter, k *keyState, now time.Time) {
+	if s.rateHeaders == "" {
+		return
+	}
+	k.mu.Lock()
+	var reqLeft, tokLeft int64 = -1, -1
+	var reqReset, tokReset time.Duration
+	if k.rate.N > 0 {
+		k.dropOld(now)
+		reqLeft = int64(k.rate.N - len(k.window))
+		if len(k.window) > 0 {
+			reqReset = k.window[len(k.window)-1].Add(k.rate.Period).Sub(now)
+		}
+	}
+	if k.tokens.N > 0 {
+		k.tokenRoom(now, 0)
+		tokLeft = max(int64(k.tokens.N)-k.tokensInWindow(), 0)
+		if len(k.spent) > 0 {
+			tokReset = k.spent[len(k.spent)-1].at.Add(k.tokens.Period).Sub(now)
+		}
+	}
+	k.mu.Unlock()
+	h := w.Header()
+	switch s.rateHeaders {
+	case "openai":
+		if reqLeft >= 0 {
+			h.Set("x-ratelimit-limit-requests", strconv.Itoa(k.rate.N))
+			h.Set("x-ratelimit-remaining-requests", strconv.FormatInt(reqLeft, 10))
+			h.Set("x-ratelimit-reset-requests", reqReset.Round(time.Millisecond).String())
+		}
+		if tokLeft >= 0 {
+			h.Set("x-ratelimit-limit-tokens", strconv.Itoa(k.tokens.N))
+			h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(tokLeft, 10))
+			h.Set("x-ratelimit-reset-tokens", tokReset.Round(time.Millisecond).String())
+		}
+	case "anthropic":
+		if reqLeft >= 0 {
+			h.Set("anthropic-ratelimit-requests-limit", strconv.Itoa(k.rate.N))
+			h.Set("anthropic-ratelimit-requests-remaining", strconv.FormatInt(reqLeft, 10))
+			h.Set("anthropic-ratelimit-requests-reset", now.Add(reqReset).UTC().Format(time.RFC3339Nano))
+		}
+		if tokLeft >= 0 {
+			h.Set("anthropic-ratelimit-tokens-limit", strconv.Itoa(k.tokens.N))
+			h.Set("anthropic-ratelimit-tokens-remaining", strconv.FormatInt(tokLeft, 10))
+			h.Set("anthropic-ratelimit-tokens-reset", now.Add(tokReset).UTC().Format(time.RFC3339Nano))
+		}
+	}
+}
