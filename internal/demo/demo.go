@@ -117,19 +117,15 @@ func (d *demo) runSteps(ctx context.Context) error {
 		d.say("  Dashboard: \033[1m%s\033[0m (live: batches, keys, workers, dead letters; open it now)", dashURL)
 	}
 
-	d.step(1, "The pool: five keys, each with its own limits (the API is stricter than the pool knows for some)")
+	d.step(1, "The pool: five keys, each limited its own way (the pool knows some limits; the API's own signals tell the rest)")
 	tw := tabwriter.NewWriter(d.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  KEY\tPOOL LIMITS\tTHE API REALLY ALLOWS\t")
 	for _, k := range demoKeys {
 		pool := fmt.Sprintf("%d at once", k.poolConcurrency)
-		if k.poolRate != "" {
-			pool += ", " + k.poolRate
+		if k.poolLimits != "" {
+			pool += ", " + k.poolLimits
 		}
-		api := "nothing (revoked key)"
-		if k.apiRate.N > 0 {
-			api = fmt.Sprintf("%d at once, %s", k.apiConcurrency, k.apiRate)
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t(%s)\n", k.id, pool, api, k.note)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t(%s)\n", k.id, pool, k.apiSays, k.note)
 	}
 	tw.Flush()
 
@@ -138,7 +134,7 @@ func (d *demo) runSteps(ctx context.Context) error {
 		return err
 	}
 
-	d.step(3, "Mid-run: the fleet and the pool (keys leased, cooling after a 429, disabled after a 401)")
+	d.step(3, "Mid-run: the fleet and the pool (limits in use, keys resting and why, a learnt pace, a disabled key)")
 	if err := sleepCtx(ctx, 3*time.Second); err != nil {
 		return err
 	}
@@ -195,18 +191,18 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 func (d *demo) writeConfig(natsURL, redisURL, apiURL string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "nats: {url: %q}\nredis: {url: %q}\n", natsURL, redisURL)
-	b.WriteString("pool:\n  name: keyfleet-demo\n  lease_ttl: 10s\n  cooldown: 5s\n  credentials:\n")
+	b.WriteString("pool:\n  name: keyfleet-demo\n  lease_ttl: 10s\n  cooldown: 5s\n  cost: {field: cost, default: 1}\n  credentials:\n")
 	for _, k := range demoKeys {
 		fmt.Fprintf(&b, "    - {id: %s, secret_env: %s, max_concurrent: %d", k.id, k.env, k.poolConcurrency)
-		if k.poolRate != "" {
-			fmt.Fprintf(&b, ", rate: %q", k.poolRate)
+		if k.poolLimits != "" {
+			fmt.Fprintf(&b, ", limits: %s", k.poolLimits)
 		}
 		b.WriteString("}\n")
 		d.env = append(d.env, k.env+"="+k.secret)
 	}
 	b.WriteString("worker:\n  concurrency: 4\n  shutdown_grace: 5s\n  max_attempts: 3\n  retry_backoff: [500ms, 1s]\n")
 	b.WriteString("queue:\n  stream: KEYFLEET_DEMO\n  subject_prefix: keyfleet.demo\n  consumer: demo-workers\n  storage: memory\n")
-	fmt.Fprintf(&b, "jobs:\n  http: {url: %q, timeout: 10s}\nlog: {level: info, format: json}\n", apiURL+"/v1/enrich")
+	fmt.Fprintf(&b, "jobs:\n  http: {url: %q, timeout: 10s, cost_from: usage.total_tokens}\nlog: {level: info, format: json}\n", apiURL+"/v1/enrich")
 	d.cfg = filepath.Join(d.dir, "keyfleet.yaml")
 	return os.WriteFile(d.cfg, []byte(b.String()), 0o600)
 }
@@ -215,7 +211,10 @@ func (d *demo) writeItems() (string, error) {
 	p := filepath.Join(d.dir, "items.jsonl")
 	var b strings.Builder
 	for i := 1; i <= d.items; i++ {
-		fmt.Fprintf(&b, `{"id":"doc-%04d","text":"enrich document %d"}`+"\n", i, i)
+		// An estimated cost in tokens, and (for the stand-in API) what the
+		// request really uses: the reply's usage.total_tokens.
+		cost := 40 + (i*37)%80
+		fmt.Fprintf(&b, `{"id":"doc-%04d","text":"enrich document %d","cost":%d,"actual_tokens":%d}`+"\n", i, i, cost, cost*3/4)
 	}
 	return p, os.WriteFile(p, []byte(b.String()), 0o600)
 }
@@ -285,15 +284,15 @@ func (d *demo) showResults(ctx context.Context, itemsFile string) error {
 
 func (d *demo) apiTable(st fakeapi.Stats) {
 	tw := tabwriter.NewWriter(d.out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  KEY\tREQUESTS\t200 OK\t429 RATE LIMITED\tMOST AT ONCE\tADMITTED OVER ITS LIMITS\t")
+	fmt.Fprintln(tw, "  KEY\tREQUESTS\t200 OK\t429 RATE LIMITED\tTOKENS USED\tADMITTED OVER ITS LIMITS\t")
 	i := 0
 	for _, k := range demoKeys {
-		if k.apiRate.N == 0 {
+		if k.revoked {
 			continue
 		}
 		s := st.Keys[i]
 		i++
-		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%d\t\n", k.id, s.Requests, s.OK, s.RateLimited, s.MaxConcurrent, s.OverLimit)
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%d\t\n", k.id, s.Requests, s.OK, s.RateLimited, s.Tokens, s.OverLimit)
 	}
 	fmt.Fprintf(tw, "  (unknown keys)\t%d\t\t\t\t\t\n", st.Unauthorized)
 	tw.Flush()

@@ -48,9 +48,10 @@ func (d *demo) startRedis(ctx context.Context) (string, error) {
 // startAPI serves the stand-in API on a free loopback port.
 func (d *demo) startAPI() (string, *fakeapi.Server, error) {
 	keys := make([]fakeapi.Key, 0, len(demoKeys))
-	for _, k := range demoKeys {
-		if k.apiRate.N > 0 {
-			keys = append(keys, fakeapi.Key{Secret: k.secret, Rate: k.apiRate, Concurrency: k.apiConcurrency})
+	for i := range demoKeys {
+		if !demoKeys[i].revoked {
+			demoKeys[i].api.Secret = demoKeys[i].secret
+			keys = append(keys, demoKeys[i].api)
 		}
 	}
 	api, err := fakeapi.New(fakeapi.Config{Keys: keys, Latency: 60 * time.Millisecond})

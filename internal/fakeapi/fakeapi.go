@@ -62,6 +62,9 @@ type Key struct {
 	// sliding window (zero: unlimited). A request takes its body's "cost"
 	// field (1 without it) at admission; the reply reports its usage.
 	Tokens ratelimit.Limit
+	// BareRateLimit and RateHeaders override the Config's for this key.
+	BareRateLimit bool
+	RateHeaders   string
 }
 
 // Config configures a Server.
@@ -103,8 +106,6 @@ type Server struct {
 	prefix, suffix string // Format around {secret}
 	retryAfter     time.Duration
 	latency        time.Duration
-	bare           bool
-	rateHeaders    string
 	keys           []*keyState
 	unauthorized   atomic.Int64
 	badRequests    atomic.Int64
@@ -119,6 +120,8 @@ type keyState struct {
 	conc   int
 	every  time.Duration
 	tokens ratelimit.Limit
+	bare   bool
+	hdrs   string // rate headers: "", openai, anthropic
 
 	mu       sync.Mutex
 	window   []time.Time // admission times within the rate window, oldest first
@@ -152,17 +155,13 @@ func New(cfg Config) (*Server, error) {
 	case cfg.RetryAfter < 0:
 		return nil, fmt.Errorf("fakeapi: retry after must not be negative, got %s", cfg.RetryAfter)
 	}
-	switch cfg.RateHeaders {
-	case "", "openai", "anthropic":
-	default:
-		return nil, fmt.Errorf("fakeapi: rate headers %q: want openai, anthropic or none", cfg.RateHeaders)
+	if err := checkRateHeaders(cfg.RateHeaders); err != nil {
+		return nil, err
 	}
 	s := &Server{
-		header:      http.CanonicalHeaderKey(cmp.Or(cfg.Header, "Authorization")),
-		retryAfter:  cmp.Or(cfg.RetryAfter, time.Second),
-		latency:     cfg.Latency,
-		bare:        cfg.BareRateLimit,
-		rateHeaders: cfg.RateHeaders,
+		header:     http.CanonicalHeaderKey(cmp.Or(cfg.Header, "Authorization")),
+		retryAfter: cmp.Or(cfg.RetryAfter, time.Second),
+		latency:    cfg.Latency,
 	}
 	format := cmp.Or(cfg.Format, "Bearer "+placeholder)
 	if strings.Count(format, placeholder) != 1 {
@@ -191,6 +190,9 @@ func New(cfg Config) (*Server, error) {
 		if k.Every < 0 {
 			return nil, fmt.Errorf("fakeapi: keys[%d]: every must not be negative, got %s", i, k.Every)
 		}
+		if err := checkRateHeaders(k.RateHeaders); err != nil {
+			return nil, fmt.Errorf("fakeapi: keys[%d]: %w", i, err)
+		}
 		s.keys = append(s.keys, &keyState{
 			index:  i,
 			label:  "key-" + strconv.Itoa(i),
@@ -199,6 +201,8 @@ func New(cfg Config) (*Server, error) {
 			conc:   k.Concurrency,
 			every:  k.Every,
 			tokens: k.Tokens,
+			bare:   k.BareRateLimit || cfg.BareRateLimit,
+			hdrs:   cmp.Or(k.RateHeaders, cfg.RateHeaders),
 		})
 	}
 	return s, nil
@@ -264,9 +268,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.setRateHeaders(w, k, now)
 	if !ok {
 		k.rateLimited.Add(1)
-		if !s.bare {
+		if !k.bare {
 			w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(wait), 10))
-			if s.rateHeaders == "openai" {
+			if k.hdrs == "openai" {
 				w.Header().Set("retry-after-ms", strconv.FormatInt(max(wait.Milliseconds(), 1), 10))
 			}
 		}

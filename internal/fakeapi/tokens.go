@@ -1,6 +1,7 @@
 package fakeapi
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -60,8 +61,16 @@ func (k *keyState) reconcile(at time.Time, took, used int64) {
 
 // setRateHeaders adds the key's figures to a reply in the configured
 // provider's format.
+func checkRateHeaders(v string) error {
+	switch v {
+	case "", "openai", "anthropic":
+		return nil
+	}
+	return fmt.Errorf("fakeapi: rate headers %q: want openai, anthropic or none", v)
+}
+
 func (s *Server) setRateHeaders(w http.ResponseWriter, k *keyState, now time.Time) {
-	if s.rateHeaders == "" {
+	if k.hdrs == "" {
 		return
 	}
 	k.mu.Lock()
@@ -83,7 +92,7 @@ func (s *Server) setRateHeaders(w http.ResponseWriter, k *keyState, now time.Tim
 	}
 	k.mu.Unlock()
 	h := w.Header()
-	switch s.rateHeaders {
+	switch k.hdrs {
 	case "openai":
 		if reqLeft >= 0 {
 			h.Set("x-ratelimit-limit-requests", strconv.Itoa(k.rate.N))

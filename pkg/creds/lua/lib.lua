@@ -350,8 +350,15 @@ local function bare_429(id, c, now, granted, max_rest_us, reason)
     -- New information: the start was made at the current pace.
     if pace <= 0 then
       -- First estimate: the spacing this key's starts had, from this
-      -- run's length and the runs in flight with it.
+      -- run's length and the runs in flight with it; at least the
+      -- spacing its configured rates allow, which the API just said is
+      -- too fast.
       pace = math.max((now - granted) / (held(id, c, now) + 1), PACE_FIRST_MIN_US)
+      for _, l in ipairs(c.limits) do
+        if l.kind ~= 'c' and l.p / l.n * PACE_WIDEN > pace then
+          pace = l.p / l.n * PACE_WIDEN
+        end
+      end
     elseif streak > 0 then
       pace = pace * PACE_WIDEN_STREAK
     else
