@@ -61,6 +61,23 @@ const (
 	HeartbeatTTLDefault    = 30 * time.Second
 )
 
+// Limits of the workers' consumer, sized for fleets of 1,000 workers: each
+// worker has at most MaxFetchesPerWorker pull requests waiting, and at
+// most its slots' messages unacknowledged.
+const (
+	// MaxFetchesPerWorker bounds the pull requests one worker has in flight.
+	MaxFetchesPerWorker = 4
+	// ConsumerMaxWaiting is the consumer's max_waiting: the pull requests it
+	// holds at once (JetStream's default, 512, refuses the 129th worker's
+	// fourth pull with "Exceeded MaxWaiting"). JetStream cannot change it
+	// on an existing consumer: one made with less keeps it, and workers
+	// warn at start.
+	ConsumerMaxWaiting = 8192
+	// ConsumerMaxAckPending bounds the messages delivered and not yet
+	// acknowledged across the fleet (its slots, plus hand-backs in flight).
+	ConsumerMaxAckPending = 100_000
+)
+
 // WithDefaults fills the zero fields with their defaults.
 func (c Config) WithDefaults() Config {
 	c.Stream = cmp.Or(c.Stream, StreamDefault)

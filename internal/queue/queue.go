@@ -83,7 +83,8 @@ func open(ctx context.Context, nc *nats.Conn, cfg Config, update bool) (*Queue, 
 		MaxDeliver:    cfg.MaxDeliver,
 		BackOff:       cfg.RedeliveryBackoff,
 		FilterSubject: q.workSubjects(),
-		MaxAckPending: 100_000,
+		MaxAckPending: ConsumerMaxAckPending,
+		MaxWaiting:    ConsumerMaxWaiting,
 		Replicas:      cfg.Replicas,
 	}); err != nil {
 		return nil, err
@@ -131,6 +132,12 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, update bool, cfg 
 func ensureConsumer(ctx context.Context, js jetstream.JetStream, update bool, stream string, cfg jetstream.ConsumerConfig) error {
 	var err error
 	if update {
+		if c, cerr := js.Consumer(ctx, stream, cfg.Durable); cerr == nil && c.CachedInfo().Config.MaxWaiting != cfg.MaxWaiting {
+			// JetStream cannot change max_waiting on an existing consumer
+			// (one made by an older keyfleet): keep it; the worker says
+			// what it means for a large fleet.
+			cfg.MaxWaiting = c.CachedInfo().Config.MaxWaiting
+		}
 		_, err = js.CreateOrUpdateConsumer(ctx, stream, cfg)
 	} else if _, err = js.Consumer(ctx, stream, cfg.Durable); errors.Is(err, jetstream.ErrConsumerNotFound) {
 		if _, err = js.CreateConsumer(ctx, stream, cfg); errors.Is(err, jetstream.ErrConsumerExists) {

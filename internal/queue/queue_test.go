@@ -300,3 +300,36 @@ func TestReplayKeepsANewerRecord(t *testing.T) {
 		t.Fatalf("records left: %v, want the newer one", left)
 	}
 }
+
+// The consumer holds the pull requests of a fleet of 1,000 workers; one
+// made by an older keyfleet with JetStream's default keeps its limit
+// (JetStream cannot change it) and opening still works.
+func TestConsumerSizedForLargeFleets(t *testing.T) {
+	q, nc := open(t)
+	c, err := q.Consumer(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.CachedInfo().Config.MaxWaiting; got != queue.ConsumerMaxWaiting {
+		t.Fatalf("max_waiting %d, want %d", got, queue.ConsumerMaxWaiting)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := q.Config()
+	if err := js.DeleteConsumer(ctx(t), cfg.Stream, cfg.Consumer); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateConsumer(ctx(t), cfg.Stream, jetstream.ConsumerConfig{
+		Durable: cfg.Consumer, AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: cfg.SubjectPrefix + ".>",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.Open(ctx(t), nc, cfg); err != nil {
+		t.Fatalf("open over a consumer with the default max_waiting: %v", err)
+	}
+	if c, err = q.Consumer(ctx(t)); err != nil || c.CachedInfo().Config.MaxWaiting != 512 {
+		t.Fatalf("the older consumer: %v, %+v", err, c.CachedInfo().Config.MaxWaiting)
+	}
+}

@@ -126,8 +126,9 @@ func (w *Worker) pull(pullCtx, runCtx context.Context, slots *sync.WaitGroup) {
 	}
 }
 
-// maxFetches bounds the fetches a worker has in flight at once.
-const maxFetches = 4
+// maxFetches bounds the fetches a worker has in flight at once; the
+// consumer's max_waiting is sized for it.
+const maxFetches = queue.MaxFetchesPerWorker
 
 func (w *Worker) pullFailed(ctx context.Context, err error, b *backoff) {
 	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {

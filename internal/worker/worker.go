@@ -133,6 +133,11 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 	if w.cons, err = w.q.Consumer(qctx); err != nil {
 		return nil, exitcode.With(exitcode.Unreachable, err)
 	}
+	if mw := w.cons.CachedInfo().Config.MaxWaiting; mw < queue.ConsumerMaxWaiting {
+		w.log.Warn("the consumer holds few waiting pulls (it was made by an older keyfleet and JetStream cannot raise it): "+
+			"a fleet of more workers than a quarter of this sees 'Exceeded MaxWaiting'; delete the consumer while no worker runs to recreate it",
+			zap.String("consumer", w.q.Config().Consumer), zap.Int("max_waiting", mw), zap.Int("want", queue.ConsumerMaxWaiting))
+	}
 	w.rdb, err = connect.Redis(ctx, cfg.Redis, cfg.Worker.Concurrency+16, 5*time.Second)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,104 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keyfleet/keyfleet/internal/queue"
+)
+
+// A large fleet on one consumer: every worker keeps its pulls waiting and
+// none is refused ("Exceeded MaxWaiting" past JetStream's default of 512
+// waiting pulls), and every item is done once. 200 worker processes in the
+// full profile (up to 800 pulls waiting: the test checks that more than 512
+// did at once), 40 in the short one.
+func TestLargeFleetOnOneConsumer(t *testing.T) {
+	workers, items := 40, 400
+	if fullProfile() {
+		workers, items = 200, 1600
+	}
+	// Keys for every slot, so that slots free one at a time as items of
+	// different lengths end, and each worker keeps up to 4 pulls waiting.
+	var credsYAML strings.Builder
+	var env []string
+	for i := range 16 {
+		fmt.Fprintf(&credsYAML, "- {id: k%d, secret_env: K%d, max_concurrent: 40}\n", i, i)
+		env = append(env, fmt.Sprintf("K%d=sk-%d", i, i))
+	}
+	f := newFleet(t, fleetOptions{Credentials: credsYAML.String(), Worker: "concurrency: 4", Env: env})
+	launched := time.Now()
+	var procs []*proc
+	for i := range workers {
+		procs = append(procs, f.startWorker(fmt.Sprintf("w%03d", i)))
+	}
+	// Every worker is up and pulling before the items come.
+	announced := 0
+	waitFor(t, "every worker to announce itself", 5*time.Minute, func() bool {
+		ws, err := f.q.Workers(t.Context())
+		if err == nil {
+			announced = len(ws)
+		}
+		return announced == workers
+	})
+	t.Logf("%d workers announced %s after their launch", announced, time.Since(launched).Round(time.Second))
+	c, err := f.q.Consumer(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The most pull requests the consumer held at once.
+	peak := make(chan int, 1)
+	stop := make(chan struct{})
+	go func() {
+		most := 0
+		for {
+			if info, err := c.Info(t.Context()); err == nil {
+				most = max(most, info.NumWaiting)
+			}
+			select {
+			case <-stop:
+				peak <- most
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	start := time.Now()
+	n := 0
+	ids := f.publish("big", "sleep", items, func(id string) string {
+		n++
+		return fmt.Sprintf(`{"id":%q,"ms":%d}`, id, 100+(n*397)%2500)
+	})
+	results := f.waitResults("big", items, 3*time.Minute)
+	took := time.Since(start)
+	time.Sleep(2500 * time.Millisecond) // the pulls of the slots freed last are waiting now (a pull waits 3s)
+	close(stop)
+	mostWaiting := <-peak
+	for _, id := range ids {
+		r, ok := results[id]
+		if !ok || r.Outcome != queue.OutcomeSucceeded || r.Attempts != 1 {
+			t.Fatalf("result of %s: %+v (found %v)", id, r, ok)
+		}
+	}
+	stopFleet(t, time.Minute, procs...)
+	logs := f.logs()
+	if n := strings.Count(logs, "MaxWaiting"); n > 0 {
+		t.Fatalf("%d pulls refused for MaxWaiting", n)
+	}
+	if n := strings.Count(logs, "pulling messages failed"); n > 0 {
+		t.Fatalf("%d failed pulls", n)
+	}
+	info, err := c.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumRedelivered != 0 || info.NumAckPending != 0 || info.NumPending != 0 {
+		t.Fatalf("consumer after the run: %d redelivered, %d ack pending, %d pending", info.NumRedelivered, info.NumAckPending, info.NumPending)
+	}
+	t.Logf("%d workers x 4 slots on one consumer: %d items done once each in %s; at most %d pulls waiting at once (JetStream's default limit is 512), none refused",
+		workers, items, took.Round(time.Millisecond), mostWaiting)
+	if fullProfile() && mostWaiting <= 512 {
+		t.Fatalf("at most %d pulls waited at once: the run did not reach the limit it is meant to test", mostWaiting)
+	}
+}
