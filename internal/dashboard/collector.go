@@ -95,6 +95,7 @@ func (s *Server) collectOnce(ctx context.Context) {
 	} else {
 		s.last, s.haveLast = rep, true
 		s.hist.add(rep.At, rep.Pool)
+		s.mets.observe(rep)
 		s.readDeadLetters(rctx, rep.DeadLetters)
 	}
 	s.tally.mu.Lock()

@@ -68,6 +68,7 @@ type Server struct {
 	board *board
 	tally *tally
 	hist  *history
+	mets  *poolMetrics
 	poke  chan struct{} // asks the collector for a reading now
 	done  chan struct{} // closed when Serve stops: event streams end
 
@@ -118,6 +119,7 @@ func New(o Options) (*Server, error) {
 		static: http.StripPrefix("/static/", http.FileServerFS(static)),
 		board:  newBoard(), tally: newTally(),
 		hist: newHistory(int(o.History/o.Interval) + 1),
+		mets: newPoolMetrics(),
 		poke: make(chan struct{}, 1), done: make(chan struct{}),
 		logErr: rate.Sometimes{Interval: 30 * time.Second},
 	}, nil
@@ -170,6 +172,7 @@ func (s *Server) Handler(loopbackOnly bool) http.Handler {
 	mux.HandleFunc("GET /api/status", s.serveStatus)
 	mux.HandleFunc("GET /api/events", s.serveEvents)
 	mux.HandleFunc("GET /api/chart", s.serveChart)
+	mux.Handle("GET /metrics", s.mets.handler())
 	mux.Handle("POST /api/creds/enable", s.write(s.enableCredential))
 	mux.Handle("POST /api/creds/disable", s.write(s.disableCredential))
 	mux.Handle("POST /api/dlq/replay", s.write(s.replayDeadLetters))

@@ -118,6 +118,14 @@ func TestReadOnlyDashboard(t *testing.T) {
 	if code, _ := rec.get(t, base+"/api/chart?key=nope"); code != http.StatusNotFound {
 		t.Errorf("chart of an unknown key: want 404, got %d", code)
 	}
+	// The pool's figures for Prometheus: per key, per limit, and the time
+	// each key could not start, by cause.
+	waitFor(t, "pool metrics with the starts of the batch", 30*time.Second, func() bool {
+		_, body := rec.get(t, base+"/metrics")
+		return strings.Contains(body, `keyfleet_pool_starts_total{credential="key-a"}`) &&
+			strings.Contains(body, `keyfleet_pool_credential_state{credential="key-a",state="available"}`) &&
+			strings.Contains(body, "keyfleet_pool_waiting ") && strings.Contains(body, "keyfleet_queue_backlog ")
+	})
 
 	// The event stream sends snapshots.
 	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
