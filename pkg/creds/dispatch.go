@@ -26,6 +26,7 @@ type dispatcher struct {
 	seq     uint64
 	timerAt time.Time // the handle's timer duty (zero: none)
 	join    bool      // record the handle's group before the next step
+	claim   bool      // grants may wait for this handle in Redis
 	closed  bool
 	started bool
 
@@ -75,6 +76,16 @@ func (d *dispatcher) kick() {
 	}
 }
 
+// recheck asks the next step to collect whatever waits for this handle in
+// Redis (after a grant message, or a re-subscription that may have missed
+// some).
+func (d *dispatcher) recheck() {
+	d.mu.Lock()
+	d.claim = true
+	d.mu.Unlock()
+	d.kick()
+}
+
 func (d *dispatcher) isClosed() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -94,8 +105,10 @@ func (d *dispatcher) message(payload string) {
 			}
 			d.mu.Unlock()
 		}
+		d.kick()
+		return
 	}
-	d.kick()
+	d.recheck()
 }
 
 func cutPrefix(s, prefix string) (string, bool) {
@@ -272,9 +285,26 @@ func (d *dispatcher) step() {
 			hasE = true
 		}
 	}
-	alive := int64(0)
-	if hasE || len(d.waiters) > 0 {
+	flags := ""
+	queued := false
+	for _, w := range d.waiters {
+		if w.queued {
+			queued = true
+			break
+		}
+	}
+	alive := int64(0) // a waiter this step queues keeps the handle alive itself
+	if queued {
 		alive = p.waiterTTL.Microseconds()
+	}
+	if d.claim || queued {
+		// A grant message came, or waiters wait (a message may be lost):
+		// collect the grants waiting in Redis.
+		flags += "c"
+		d.claim = false
+	}
+	if queued {
+		flags += "q"
 	}
 	d.mu.Unlock()
 
@@ -295,8 +325,8 @@ func (d *dispatcher) step() {
 		d.join = false
 		d.mu.Unlock()
 	}
-	args := make([]any, 0, 5+8*len(ops))
-	args = append(args, p.instance, p.ttl.Microseconds(), p.waiterTTL.Microseconds(), alive, p.group)
+	args := make([]any, 0, 6+10*len(ops))
+	args = append(args, p.instance, p.ttl.Microseconds(), p.waiterTTL.Microseconds(), alive, p.group, flags)
 	for _, o := range ops {
 		args = append(args, o.args...)
 	}
@@ -413,7 +443,7 @@ func (d *dispatcher) apply(ops []*op, r stepReply, sent time.Time) {
 			queued++
 		}
 	}
-	if r.queued < queued {
+	if r.queued >= 0 && r.queued < queued {
 		// Some of this handle's waiters left the fleet's queue without a
 		// grant (they went unrefreshed too long, or Redis lost its state):
 		// queue them again, at the back.
@@ -452,7 +482,7 @@ type stepReply struct {
 	results []opResult
 	grants  []grant
 	timer   time.Duration // -1: none
-	queued  int           // this handle's waiters in the fleet's queue
+	queued  int           // this handle's waiters in the fleet's queue (-1: not counted)
 }
 
 type opResult struct {

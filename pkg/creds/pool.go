@@ -253,7 +253,7 @@ func (p *Pool) subscribe(ctx context.Context) error {
 			if !ok {
 				// A re-subscription after a reconnect: messages may have
 				// been missed meanwhile; a step collects what waits.
-				p.d.kick()
+				p.d.recheck()
 				continue
 			}
 			p.d.message(msg.Payload)

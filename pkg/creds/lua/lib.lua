@@ -6,13 +6,13 @@
 -- Each script gets the pool's registry in KEYS[1] ("<prefix>creds") and
 -- derives the other keys from its prefix:
 --
---   creds            zset   id -> last start (us): every credential, LRU order
+--   creds            zset   every credential (score 0): the registry
 --   ready            zset   id -> last start (us): usable now (room for a
 --                           start of cost 1), least recently used first
 --   sched            zset   id -> the moment it may be usable again: the end
 --                           of its rest, of a lease (when full) or of a limit
 --   cred:<id>        hash   max, limits, disabled(_reason,_at), cfg_max,
---                           cfg_limits, starts, rate_limited, rests,
+--                           cfg_limits, last (start, us), starts, rate_limited, rests,
 --                           pace_us, pace_tat, pace_streak, pace_widened,
 --                           rest_until, rest_reason, rest_cause, rest_at
 --   leases:<id>      zset   "<token>|<owner>" -> lease expiry (us)
@@ -158,7 +158,8 @@ end
 ---------------------------------------------------------------------------
 
 local function load(id)
-  local c = redis.call('HMGET', k_cred(id), 'max', 'limits', 'disabled', 'pace_us', 'pace_tat', 'rest_until')
+  local c = redis.call('HMGET', k_cred(id), 'max', 'limits', 'disabled', 'pace_us', 'pace_tat', 'rest_until', 'last',
+    'starts')
   if not c[1] then
     return nil
   end
@@ -169,16 +170,17 @@ local function load(id)
     pace_us = tonumber(c[4] or '0') or 0,
     pace_tat = tonumber(c[5] or '0') or 0,
     rest_until = tonumber(c[6] or '0') or 0,
+    last = c[7] or '0',
+    starts = tonumber(c[8] or '0') or 0,
   }
 end
 
--- held returns the live leases of credential id (state c), dropping the
--- expired ones once per script.
+-- held returns the live leases of credential id (state c), counted once
+-- per script. Expired entries (a crashed holder's) stay until stats or a
+-- renewal drops them.
 local function held(id, c, now)
   if c.held == nil then
-    local lk = k_leases(id)
-    redis.call('ZREMRANGEBYSCORE', lk, '-inf', n2s(now))
-    c.held = redis.call('ZCARD', lk)
+    c.held = redis.call('ZCOUNT', k_leases(id), '(' .. n2s(now), '+inf')
   end
   return c.held
 end
@@ -197,8 +199,8 @@ local function fit_at(id, c, now, cost)
   end
   local n = held(id, c, now)
   if n >= c.max then
-    -- room comes back when n-max+1 leases have ended
-    local e = redis.call('ZRANGE', k_leases(id), n - c.max, n - c.max, 'WITHSCORES')
+    -- room comes back when n-max+1 live leases have ended
+    local e = redis.call('ZRANGEBYSCORE', k_leases(id), '(' .. n2s(now), '+inf', 'WITHSCORES', 'LIMIT', n - c.max, 1)
     if #e > 0 and tonumber(e[2]) > t then
       t = tonumber(e[2])
     end
@@ -220,7 +222,7 @@ end
 
 -- reindex puts credential id where its state says: ready (usable now, in
 -- LRU order), sched (usable at a known moment) or neither (disabled).
-local function reindex(id, now, c, last)
+local function reindex(id, now, c)
   c = c or load(id)
   if not c then
     redis.call('ZREM', K_READY, id)
@@ -229,7 +231,7 @@ local function reindex(id, now, c, last)
   end
   local t = fit_at(id, c, now, 1)
   if t == now then
-    redis.call('ZADD', K_READY, last or redis.call('ZSCORE', K_CREDS, id) or 0, id)
+    redis.call('ZADD', K_READY, c.last, id)
     redis.call('ZREM', K_SCHED, id)
   elseif t > now then
     redis.call('ZADD', K_SCHED, n2s(t), id)
@@ -275,11 +277,17 @@ local function set_rest(id, now, dur_us, reason, cause, c)
   return until_us
 end
 
+-- FENCE_FLOOR: a counter below it (about 2001 in microseconds) was lost
+-- with Redis's state or never set.
+local FENCE_FLOOR = 1e15
+
 local function next_token(now)
   local fence = redis.call('INCR', K_FENCE)
-  if fence <= now then
-    -- Tokens follow the clock when the counter is behind it (first use, or
-    -- after Redis lost its state), so they keep increasing.
+  if fence < FENCE_FLOOR then
+    -- The counter started from nothing (Redis lost its state): it follows
+    -- the clock from here, so tokens keep increasing. Registration sets it
+    -- to the clock too; between, tokens grow by one per grant, far slower
+    -- than the clock's microseconds.
     fence = now
     redis.call('SET', K_FENCE, n2s(fence))
   end
@@ -305,9 +313,10 @@ local function grant(id, c, now, owner, cost, ttl_us)
     c.pace_tat = tat + c.pace_us
     redis.call('HSET', k_cred(id), 'pace_tat', n2s(c.pace_tat))
   end
-  redis.call('ZADD', K_CREDS, n2s(now), id)
-  redis.call('HINCRBY', k_cred(id), 'starts', 1)
-  reindex(id, now, c, n2s(now))
+  c.last = n2s(now)
+  c.starts = c.starts + 1
+  redis.call('HSET', k_cred(id), 'last', c.last, 'starts', c.starts)
+  reindex(id, now, c)
   return token, exp
 end
 
@@ -530,16 +539,17 @@ end
 -- queue (first come, first served), unless it may use none of the ready
 -- credentials (WithOnly), which lets the next one try. Dead instances'
 -- waiters are dropped on the way.
--- Returns the grants of the caller and hol (see pick).
-local function serve(now, caller, lease_ttl, claim_ttl, max_grants)
+-- queue_empty: the caller knows nobody waits. Returns the grants of the
+-- caller, hol (see pick) and whether anybody was waiting.
+local function serve(now, caller, lease_ttl, claim_ttl, max_grants, queue_empty)
   local mine = {}
   local notify = {}
   local served, scanned, idx = 0, 0, 0
   local hol = -1
+  if queue_empty or redis.call('ZCARD', K_WAITQ) == 0 then
+    return mine, hol, false
+  end
   while served < max_grants and scanned < max_grants + SCAN_MAX do
-    if redis.call('ZCARD', K_READY) == 0 then
-      break
-    end
     local w = redis.call('ZRANGE', K_WAITQ, idx, idx)
     if #w == 0 then
       break
@@ -577,14 +587,19 @@ local function serve(now, caller, lease_ttl, claim_ttl, max_grants)
   for inst in pairs(notify) do
     redis.call('PUBLISH', ch_of(inst), 'g')
   end
-  return mine, hol
+  return mine, hol, true
 end
 
 -- arm_timer makes sure one live instance runs a step when the next timed
 -- event comes (a rest, lease or window ending, or the head waiter's cost
--- fitting). It returns the microseconds until then when the caller is
+-- fitting); waited says whether serve found anybody waiting. It returns the microseconds until then when the caller is
 -- that instance, else -1.
-local function arm_timer(now, caller, hol)
+local function arm_timer(now, caller, hol, waited)
+  if not waited then
+    -- Nobody waited when this step served: no timer is needed. One left
+    -- from before only makes its owner run one step more.
+    return -1
+  end
   local head = redis.call('ZRANGE', K_WAITQ, 0, 0)
   if #head == 0 then
     redis.call('DEL', K_TIMER)

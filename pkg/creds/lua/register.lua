@@ -26,6 +26,6 @@ for i = 2, #ARGV, 3 do
   reindex(id, now)
 end
 recompute_maxcost()
-local _, hol = serve(now, '', claim_ttl, claim_ttl, 64)
-arm_timer(now, '', hol)
+local _, hol, waited = serve(now, '', claim_ttl, claim_ttl, 64)
+arm_timer(now, '', hol, waited)
 return written

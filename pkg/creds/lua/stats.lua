@@ -10,11 +10,11 @@
 -- the way.
 local now = now_us()
 local out = {n2s(now), redis.call('ZCARD', K_WAITQ)}
-local ids = redis.call('ZRANGE', K_CREDS, 0, -1, 'WITHSCORES')
-for i = 1, #ids, 2 do
-  local id, last = ids[i], ids[i + 1]
+local ids = redis.call('ZRANGE', K_CREDS, 0, -1)
+for _, id in ipairs(ids) do
   local f = redis.call('HMGET', k_cred(id), 'max', 'limits', 'disabled', 'disabled_reason', 'disabled_at',
-    'starts', 'rate_limited', 'pace_us')
+    'starts', 'rate_limited', 'pace_us', 'last')
+  local last = f[9] or '0'
   local r = redis.call('HMGET', k_cred(id), 'rest_until', 'rest_reason', 'rest_cause')
   local ru = tonumber(r[1] or '0') or 0
   if ru <= now then
@@ -32,6 +32,7 @@ for i = 1, #ids, 2 do
       uses[#uses + 1] = n2s(u[3])
     end
   end
+  redis.call('ZREMRANGEBYSCORE', k_leases(id), '-inf', n2s(now)) -- crashed holders' leases
   local leases = redis.call('ZRANGE', k_leases(id), 0, -1, 'WITHSCORES')
   out[#out + 1] = {id, f[1] or '1', f[2] or '', f[3] or '0', f[4] or '', f[5] or '0',
     n2s(ru), r[2] or '', r[3] or '', last, f[6] or '0', f[7] or '0', f[8] or '0', n2s(nxt), leases, uses}

@@ -8,9 +8,13 @@
 -- ARGV[3]  claim TTL (us): how long a grant to another instance lives
 --          unclaimed
 -- ARGV[4]  alive TTL (us): how long the handle's waiters stay queued
---          without another step; 0 when it has none
+--          without another step; 0 when it has none queued (a waiter
+--          queued by this step keeps it alive for the claim TTL)
 -- ARGV[5]  group ('' for any credential)
--- ARGV[6..] operations, each an opcode and its arguments:
+-- ARGV[6]  flags: 'c' claim the grants waiting for this handle (a grant
+--          message came, or its waiters wait); 'q' count its queued
+--          waiters (it has some)
+-- ARGV[7..] operations, each an opcode and its arguments:
 --   E wid cost owner try      enqueue a waiter (try=1: only if served now)
 --   X wid member              cancel a waiter: leave the queue, or hand
 --                             back a grant it did not claim
@@ -36,9 +40,10 @@
 --          'lost'} for a grant whose claim TTL ran out
 --   timer_us: run a step again in this many us (-1: not this handle's job)
 --   queued: how many of this handle's waiters are in the fleet's queue
+--          (-1: not counted, flag 'q' not given)
 local now = now_us()
-local inst, lease_ttl, claim_ttl, alive_ttl, group =
-  ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local inst, lease_ttl, claim_ttl, alive_ttl, group, flags =
+  ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local results = {}
 local tries = {}
 local fast = {} -- grants made without queueing
@@ -47,35 +52,43 @@ if alive_ttl > 0 then
   redis.call('ZADD', K_PROCS, n2s(now + alive_ttl), inst)
 end
 
-local i = 6
+local i = 7
+local queue_empty = nil -- known emptiness of the fleet's queue, this step
 while i <= #ARGV do
   local op = ARGV[i]
   if op == 'E' then
     local wid, cost, owner, try = ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3], ARGV[i + 4]
     i = i + 5
-    local mc = max_cost(group)
-    if mc < 0 then
-      results[#results + 1] = {-1}
-    elseif cost > mc then
-      results[#results + 1] = {-2, n2s(mc), redis.call('HGET', K_MAXCOST, group .. ':by') or ''}
-    else
-      local granted = false
-      if redis.call('ZCARD', K_WAITQ) == 0 then
-        -- Nobody waits: take a credential at once, without queueing.
-        local id, c = pick(now, cost, group)
-        if id then
-          local token, exp = grant(id, c, now, owner, cost, lease_ttl)
-          fast[#fast + 1] = {wid, id, token, n2s(exp), n2s(cost), owner, n2s(now)}
-          results[#results + 1] = {1}
-          granted = true
-        end
+    local granted = false
+    if queue_empty == nil then
+      queue_empty = redis.call('ZCARD', K_WAITQ) == 0
+    end
+    if queue_empty then
+      -- Nobody waits: take a credential at once, without queueing.
+      local id, c = pick(now, cost, group)
+      if id then
+        local token, exp = grant(id, c, now, owner, cost, lease_ttl)
+        fast[#fast + 1] = {wid, id, token, n2s(exp), n2s(cost), owner, n2s(now)}
+        results[#results + 1] = {1}
+        granted = true
       end
-      if not granted then
+    end
+    if not granted then
+      -- It waits, unless no credential of its handle exists or its cost
+      -- never fits one.
+      local mc = max_cost(group)
+      if mc < 0 then
+        results[#results + 1] = {-1}
+      elseif cost > mc then
+        results[#results + 1] = {-2, n2s(mc), redis.call('HGET', K_MAXCOST, group .. ':by') or ''}
+      else
         local m = wid .. '|' .. n2s(cost) .. '|' .. group .. '|' .. owner
+        queue_empty = false
         redis.call('ZADD', K_WAITQ, redis.call('INCR', K_WSEQ), m)
         redis.call('SADD', k_pw(inst), m)
         if alive_ttl <= 0 then
-          redis.call('ZADD', K_PROCS, n2s(now + claim_ttl), inst)
+          alive_ttl = claim_ttl
+          redis.call('ZADD', K_PROCS, n2s(now + alive_ttl), inst)
         end
         if try == '1' then
           tries[#tries + 1] = {#results + 1, wid, m}
@@ -156,7 +169,10 @@ end
 -- Claim the grants other handles made to this one: each becomes a full
 -- lease, unless its claim TTL ran out.
 local grants = fast
-local pending = redis.call('HGETALL', k_gr(inst))
+local pending = {}
+if string.find(flags, 'c', 1, true) then
+  pending = redis.call('HGETALL', k_gr(inst))
+end
 if #pending > 0 then
   redis.call('DEL', k_gr(inst))
   for j = 1, #pending, 2 do
@@ -176,7 +192,7 @@ if #pending > 0 then
 end
 
 promote(now)
-local mine, hol = serve(now, inst, lease_ttl, claim_ttl, #ARGV - 5 + 8)
+local mine, hol, waited = serve(now, inst, lease_ttl, claim_ttl, #ARGV - 6 + 8, queue_empty)
 for _, g in ipairs(mine) do
   grants[#grants + 1] = g
 end
@@ -195,8 +211,11 @@ for _, t in ipairs(tries) do
   end
 end
 
-local queued = 0
-if alive_ttl > 0 then
-  queued = redis.call('SCARD', k_pw(inst))
+local queued = -1
+if string.find(flags, 'q', 1, true) then
+  queued = 0
+  if waited then
+    queued = redis.call('SCARD', k_pw(inst))
+  end
 end
-return {n2s(now), results, grants, n2s(arm_timer(now, inst, hol)), queued}
+return {n2s(now), results, grants, n2s(arm_timer(now, inst, hol, waited)), queued}
