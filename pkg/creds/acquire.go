@@ -38,7 +38,12 @@ func (p *Pool) AcquireCost(ctx context.Context, owner string, cost int64) (*Leas
 	if ctx.Err() != nil {
 		return nil, canceled(ctx, start)
 	}
-	w, err := p.d.newWaiter(owner, cost, false)
+	return p.wait(ctx, owner, cost, false, start)
+}
+
+// wait queues a waiter and waits for its result or ctx's end.
+func (p *Pool) wait(ctx context.Context, owner string, cost int64, try bool, start time.Time) (*Lease, error) {
+	w, err := p.d.newWaiter(owner, cost, try)
 	if err != nil {
 		return nil, err
 	}
@@ -66,23 +71,7 @@ func (p *Pool) TryAcquire(ctx context.Context, owner string) (*Lease, error) {
 	if err := checkRequest(owner, 1); err != nil {
 		return nil, err
 	}
-	w, err := p.d.newWaiter(owner, 1, true)
-	if err != nil {
-		return nil, err
-	}
-	select {
-	case r := <-w.res:
-		return r.lease, r.err
-	case <-ctx.Done():
-		if !p.d.cancel(w) {
-			if r := <-w.res; r.lease != nil {
-				rctx, cancel := p.opCtx(ctx)
-				_ = p.Release(rctx, r.lease)
-				cancel()
-			}
-		}
-		return nil, canceled(ctx, time.Now())
-	}
+	return p.wait(ctx, owner, 1, true, time.Now())
 }
 
 func checkRequest(owner string, cost int64) error {

@@ -33,35 +33,26 @@ const MaxConcurrentDefault = 1
 
 // ValidName reports whether name can name a pool: 1 to MaxIDLength
 // letters, digits, '_', '.' or '-' (it is the hash tag of every key).
-func ValidName(name string) error {
-	switch {
-	case name == "":
-		return errors.New("is empty")
-	case len(name) > MaxIDLength:
-		return fmt.Errorf("is %d bytes long, at most %d", len(name), MaxIDLength)
-	}
-	if i := strings.IndexFunc(name, func(r rune) bool {
-		return !(r < unicode.MaxASCII && (unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune("_.-", r)))
-	}); i >= 0 {
-		return fmt.Errorf("%q holds %q: use letters, digits, '_', '.' or '-'", name, name[i:i+1])
-	}
-	return nil
-}
+func ValidName(name string) error { return validToken(name, "_.-") }
 
 // ValidID reports whether id can name a credential: 1 to MaxIDLength
 // characters among letters, digits, '_', '.', '-', ':' and '@' (it appears
 // in Redis keys, NATS headers, metrics labels and file names).
-func ValidID(id string) error {
+func ValidID(id string) error { return validToken(id, "_.-:@") }
+
+// validToken checks s is 1 to MaxIDLength ASCII letters, digits or
+// characters of extra.
+func validToken(s, extra string) error {
 	switch {
-	case id == "":
+	case s == "":
 		return errors.New("is empty")
-	case len(id) > MaxIDLength:
-		return fmt.Errorf("is %d bytes long, at most %d", len(id), MaxIDLength)
+	case len(s) > MaxIDLength:
+		return fmt.Errorf("is %d bytes long, at most %d", len(s), MaxIDLength)
 	}
-	if i := strings.IndexFunc(id, func(r rune) bool {
-		return !(r < unicode.MaxASCII && (unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune("_.-:@", r)))
+	if i := strings.IndexFunc(s, func(r rune) bool {
+		return !(r < unicode.MaxASCII && (unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune(extra, r)))
 	}); i >= 0 {
-		return fmt.Errorf("%q holds %q: use letters, digits, '_', '.', '-', ':' or '@'", id, id[i:i+1])
+		return fmt.Errorf("%q holds %q: use letters, digits or one of %q", s, s[i:i+1], extra)
 	}
 	return nil
 }
