@@ -9,9 +9,114 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/keyfleet/keyfleet/internal/jobs"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
+
+// settle carries out a run's verdict: the lease ends with the run's
+// outcome, then the item is acknowledged, handed back, retried later or
+// dead-lettered. It reports whether the item runs again at once on another
+// credential.
+func (w *Worker) settle(pullCtx context.Context, d *delivery, lease *creds.Lease, v verdict, res runResult, log *zap.Logger, why error) (again bool) {
+	it := d.it
+	ctx, cancel := w.settleCtx()
+	defer cancel()
+	w.endLease(ctx, lease, v.lease, log)
+	switch v.label {
+	case labelSucceeded:
+		w.succeed(ctx, d, res)
+		return false
+
+	case labelInterrupted:
+		w.settleRun(ctx, d)
+		w.metrics.Items.WithLabelValues(it.Kind, "interrupted").Inc()
+		log.Info("job interrupted: handed back for immediate redelivery", zap.NamedError("why", why))
+		w.nak(d, 0)
+		return false
+
+	case labelRateLimited:
+		w.metrics.Cooldowns.WithLabelValues(lease.CredentialID, v.restSource).Inc()
+		w.metrics.Items.WithLabelValues(it.Kind, "rate_limited").Inc()
+		w.settleRun(ctx, d)
+		log.Info("credential rate limited: it rests; the item runs again on another credential",
+			zap.String("rest_from", v.restSource), zap.Duration("rest", v.lease.Rest), zap.String("reason", v.reason))
+		return w.againUnlessDraining(pullCtx, d)
+
+	case labelRejected:
+		w.metrics.Rejections.WithLabelValues(lease.CredentialID, rejectCause(it.Kind, v.reason)).Inc()
+		w.metrics.Items.WithLabelValues(it.Kind, "rejected").Inc()
+		w.settleRun(ctx, d)
+		log.Error("credential rejected by the API: disabled until `producer creds enable`; the item runs again on another credential",
+			zap.String("reason", v.reason))
+		return w.againUnlessDraining(pullCtx, d)
+
+	case labelPermanent:
+		if _, err := d.runs.fail(ctx); err != nil {
+			log.Warn("cannot count the failure in Redis", zap.Error(err))
+		}
+		w.deadLetterRun(ctx, d, v.dead, res)
+		return false
+
+	default: // transient
+		st, err := d.runs.fail(ctx)
+		if err != nil {
+			log.Warn("cannot count the failure in Redis", zap.Error(err))
+		}
+		dead, delay := afterFailure(st.Failures, d.delivered, failurePolicy{
+			maxAttempts: w.cfg.Worker.MaxAttempts, maxDeliver: w.q.Config().MaxDeliver, delay: w.cfg.Worker.RetryDelay,
+		})
+		if dead != "" {
+			w.deadLetterRun(ctx, d, dead, res)
+			return false
+		}
+		w.metrics.Items.WithLabelValues(it.Kind, "retried").Inc()
+		log.Warn("job failed: it runs again after the backoff", zap.String("error", res.errText),
+			zap.Int("failures", st.Failures), zap.Int("max_attempts", w.cfg.Worker.MaxAttempts), zap.Duration("in", delay))
+		w.nak(d, delay)
+		return false
+	}
+}
+
+// endLease ends a run's lease with its outcome. If the lease was lost
+// meanwhile, what the run said about the key (a rest, a rejection) is
+// recorded on the credential all the same.
+func (w *Worker) endLease(ctx context.Context, l *creds.Lease, o creds.Outcome, log *zap.Logger) {
+	err := w.pool.Settle(ctx, l, o)
+	if err == nil {
+		return
+	}
+	switch {
+	case o.Disable != "":
+		if derr := w.pool.Disable(ctx, l.CredentialID, o.Disable); derr != nil {
+			log.Warn("could not disable the credential", zap.Error(derr))
+		}
+	case o.Rest > 0:
+		if _, rerr := w.pool.Rest(ctx, l.CredentialID, o.Rest, o.RestReason, o.RestCause); rerr != nil {
+			log.Warn("could not record the rest", zap.Error(rerr))
+		}
+	}
+	if !errors.Is(err, creds.ErrLeaseLost) {
+		log.Warn("releasing the lease failed; it expires by itself", zap.Error(err))
+	}
+}
+
+// runResult is what one run produced, for the result record.
+type runResult struct {
+	dur      time.Duration
+	credID   string
+	leasedAt time.Time
+	out      jobs.Output
+	errText  string
+}
+
+func (w *Worker) againUnlessDraining(pullCtx context.Context, d *delivery) bool {
+	if pullCtx.Err() != nil {
+		w.nak(d, 0)
+		return false
+	}
+	return true
+}
 
 // succeed stores the result, then acks: a crash in between reruns the item
 // and overwrites the same result, so nothing is counted twice.
