@@ -1,0 +1,17 @@
+package bench
+
+import "context"
+
+func stub(name string) *scenario {
+	return &scenario{name: name, title: name, run: func(context.Context, *env, runInfo) (*sample, error) { return newSample(), nil }}
+}
+
+var (
+	shardScenario   = stub("shard")
+	limitsScenario  = stub("limits")
+	gatewayScenario = stub("gateway")
+	llmScenario     = stub("llm")
+	peersScenario   = stub("peers")
+)
+
+func derive(*Results) {}
