@@ -154,9 +154,12 @@ func runScale(ctx context.Context, e *env, r runInfo) (*sample, error) {
 
 // scaleWindow is what one steady-state window measured.
 type scaleWindow struct {
-	util    float64 // busy key-time ÷ (keys × wall)
-	items   int     // jobs finished in the window
-	redisUS float64 // Redis CPU µs per item
+	util     float64       // busy key-time ÷ (keys × wall)
+	items    int           // jobs finished in the window
+	redisUS  float64       // Redis CPU µs per item
+	redisCPU float64       // Redis CPU seconds in the window
+	selfCPU  float64       // this process's CPU seconds in the window (the handles)
+	wall     time.Duration // the window
 }
 
 // interval is one job on some key, in ns since the run's base time.
@@ -197,6 +200,7 @@ func scaleRun(ctx context.Context, e *env, smp *sample, keys, p, slots int, jobs
 	type win struct {
 		from, to time.Duration
 		cpu      float64
+		self     float64
 		use      *CPUUse
 	}
 	wins := make([]win, len(jobs))
@@ -219,11 +223,13 @@ func scaleRun(ctx context.Context, e *env, smp *sample, keys, p, slots int, jobs
 		if err != nil {
 			return nil, err
 		}
+		self0 := selfCPU()
 		wins[i].from = time.Since(base)
 		if err := sleepCtx(ctx, window); err != nil {
 			return nil, err
 		}
 		wins[i].to = time.Since(base)
+		wins[i].self = selfCPU() - self0
 		c1, err := e.redisCPU(ctx)
 		if err != nil {
 			return nil, err
@@ -250,7 +256,8 @@ func scaleRun(ctx context.Context, e *env, smp *sample, keys, p, slots int, jobs
 		busy, items := clipBusy(logs, int64(w.from), int64(w.to))
 		wall := w.to - w.from
 		out[i].util = float64(busy) / (float64(keys) * float64(wall))
-		out[i].items = items
+		out[i].items, out[i].wall = items, wall
+		out[i].redisCPU, out[i].selfCPU = w.cpu, w.self
 		if items > 0 {
 			out[i].redisUS = w.cpu * 1e6 / float64(items)
 		}

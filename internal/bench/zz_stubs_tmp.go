@@ -7,8 +7,6 @@ func stub(name string) *scenario {
 }
 
 var (
-	shardScenario   = stub("shard")
-	limitsScenario  = stub("limits")
 	gatewayScenario = stub("gateway")
 	llmScenario     = stub("llm")
 	peersScenario   = stub("peers")
