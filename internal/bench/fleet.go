@@ -137,10 +137,14 @@ func secretEnv(id string) string {
 	return "KFBENCH_SECRET_" + strings.ToUpper(strings.ReplaceAll(id, "-", "_"))
 }
 
+// secretOf is the secret a fleet's workers get for credential id (the
+// stand-in API of scenarios 12 and 13 accepts the same).
+func secretOf(id string) string { return "secret-of-" + id }
+
 func (f *fleet) secretsEnv() []string {
 	var env []string
 	for _, c := range f.spec.creds {
-		env = append(env, secretEnv(c.id)+"=secret-of-"+c.id)
+		env = append(env, secretEnv(c.id)+"="+secretOf(c.id))
 	}
 	return env
 }

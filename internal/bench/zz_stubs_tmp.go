@@ -7,9 +7,8 @@ func stub(name string) *scenario {
 }
 
 var (
-	gatewayScenario = stub("gateway")
-	llmScenario     = stub("llm")
-	peersScenario   = stub("peers")
+	llmScenario   = stub("llm")
+	peersScenario = stub("peers")
 )
 
 func derive(*Results) {}
