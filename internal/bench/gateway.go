@@ -104,18 +104,19 @@ func gatewayRun(ctx context.Context, e *env, limits string, n int, variant strin
 	}
 	use, rs, err := e.runHTTPFleet(ctx, "gw", spec, n, 2, variant, func(id string) []byte {
 		return fmt.Appendf(nil, `{"id":%q}`, id)
-	})
+	}, nil)
 	if err != nil {
 		return fakeapi.Stats{}, nil, nil, CPUUse{}, err
 	}
 	return api.api.Stats(), api.events(), rs, use, nil
 }
 
-// runHTTPFleet enqueues n http items, runs `workers` worker processes until
-// every item has a result, checks that all succeeded and returns the
-// phase's CPU (its wall: the workers' start to the last result) and the
-// results.
-func (e *env) runHTTPFleet(ctx context.Context, tag string, spec fleetSpec, n, workers int, variant string, payload func(id string) []byte) (CPUUse, []queue.Result, error) {
+// runHTTPFleet enqueues n http items and runs `workers` worker processes
+// until every item has a result and all succeeded, or, when stop is set,
+// until stop returns (then the items done so far must have succeeded). It
+// returns the phase's CPU (its wall: the workers' start to the end) and
+// the results.
+func (e *env) runHTTPFleet(ctx context.Context, tag string, spec fleetSpec, n, workers int, variant string, payload func(id string) []byte, stop func(context.Context) error) (CPUUse, []queue.Result, error) {
 	f, err := e.newFleet(ctx, tag, spec)
 	if err != nil {
 		return CPUUse{}, nil, err
@@ -134,17 +135,30 @@ func (e *env) runHTTPFleet(ctx context.Context, tag string, spec fleetSpec, n, w
 			return CPUUse{}, nil, err
 		}
 	}
-	end, err := f.waitResults(ctx, n, 5*time.Minute, 20*time.Millisecond)
-	if err != nil {
+	var end time.Time
+	if stop != nil {
+		if err := stop(ctx); err != nil {
+			return CPUUse{}, nil, fmt.Errorf("%w\n%s", err, f.workerLogs())
+		}
+		end = time.Now()
+	} else if end, err = f.waitResults(ctx, n, 5*time.Minute, 20*time.Millisecond); err != nil {
 		return CPUUse{}, nil, err
 	}
 	use, rs, err := f.finish(ctx, m, variant, n)
 	if err != nil {
 		return CPUUse{}, nil, err
 	}
-	if err := checkSucceeded(rs, n); err != nil {
+	if stop == nil {
+		err = checkSucceeded(rs, n)
+	} else {
+		err = checkSucceeded(rs, len(rs))
+	}
+	if err != nil {
 		return CPUUse{}, nil, err
 	}
 	use.Wall = end.Sub(start).Seconds()
+	if stop != nil {
+		use.Items = len(rs)
+	}
 	return use, rs, nil
 }

@@ -7,7 +7,6 @@ func stub(name string) *scenario {
 }
 
 var (
-	llmScenario   = stub("llm")
 	peersScenario = stub("peers")
 )
 
