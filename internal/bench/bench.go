@@ -29,6 +29,9 @@ type Options struct {
 	ProfileDir string
 	// KeepTemp keeps the temporary directory (server and worker logs).
 	KeepTemp bool
+	// PeersDir holds the peer harnesses and their run.sh (scenario peers;
+	// default PeersDirDefault).
+	PeersDir string
 	// QuietWait: before each run, wait up to this long for the rest of the
 	// machine to use less than a quarter of a core (0: do not wait). The
 	// load seen during each run is reported either way.
