@@ -23,8 +23,10 @@ import (
 //     and the loop waits until the queue is empty again (2 steps).
 //
 // Redis µs per operation: INFO commandstats, the server time of EVALSHA
-// and EVAL (usec) over the phase ÷ operations; it is the script's own
-// time on Redis's thread, without network and parsing. The limit rows
+// and EVAL (usec) ÷ operations, in 10 batches, the median batch (the
+// machine is shared: a batch in which Redis lost its CPU does not move
+// the figure); it is the scripts' own time on Redis's thread, without
+// network and parsing. The limit rows
 // repeat "with room" on 64 credentials that each carry 1, 3 or 6 limits
 // (exact windows, smooth rates and cost windows, none of them binding):
 // the cost each limit adds to a start and its settlement.
@@ -150,30 +152,48 @@ func acquireRoom(ctx context.Context, e *env, n int, limits []creds.Limit, pairs
 	if err := acquireRelease(ctx, p); err != nil {
 		return 0, CPUUse{}, err
 	}
+	return e.batchedEvalCost(ctx, pairs, variant, func() error { return acquireRelease(ctx, p) })
+}
+
+// acquireBatches is how many batches an operation count is cut into:
+// the figure is the median batch, so that a moment in which Redis lost
+// its CPU to another process (the machine is shared) does not move it.
+const acquireBatches = 10
+
+// batchedEvalCost runs op n times in acquireBatches batches and returns
+// the median batch's Redis script µs (EVALSHA and EVAL, INFO
+// commandstats) per op, and the CPU of the whole phase.
+func (e *env) batchedEvalCost(ctx context.Context, n int, variant string, op func() error) (float64, CPUUse, error) {
 	m, err := e.meter(ctx)
 	if err != nil {
 		return 0, CPUUse{}, err
 	}
-	s0, err := e.evalStats(ctx)
-	if err != nil {
-		return 0, CPUUse{}, err
-	}
+	per := make([]float64, 0, acquireBatches)
 	start := time.Now()
-	for range pairs {
-		if err := acquireRelease(ctx, p); err != nil {
+	for b := range acquireBatches {
+		k := n/acquireBatches + min(1, max(0, n%acquireBatches-b))
+		s0, err := e.evalStats(ctx)
+		if err != nil {
 			return 0, CPUUse{}, err
 		}
+		for range k {
+			if err := op(); err != nil {
+				return 0, CPUUse{}, err
+			}
+		}
+		s1, err := e.evalStats(ctx)
+		if err != nil {
+			return 0, CPUUse{}, err
+		}
+		if k > 0 {
+			per = append(per, float64(s1.usec-s0.usec)/float64(k))
+		}
 	}
-	wall := time.Since(start)
-	s1, err := e.evalStats(ctx)
+	use, err := m.done(ctx, variant, n, time.Since(start), nil)
 	if err != nil {
 		return 0, CPUUse{}, err
 	}
-	use, err := m.done(ctx, variant, pairs, wall, nil)
-	if err != nil {
-		return 0, CPUUse{}, err
-	}
-	return float64(s1.usec-s0.usec) / float64(pairs), use, nil
+	return median(per), use, nil
 }
 
 func acquireRelease(ctx context.Context, p *creds.Pool) error {
@@ -215,30 +235,7 @@ func acquireSaturated(ctx context.Context, e *env, n, ops int, variant string) (
 	if err := queueAndCancel(ctx, e, p, waitq); err != nil {
 		return 0, CPUUse{}, err
 	}
-	m, err := e.meter(ctx)
-	if err != nil {
-		return 0, CPUUse{}, err
-	}
-	s0, err := e.evalStats(ctx)
-	if err != nil {
-		return 0, CPUUse{}, err
-	}
-	start := time.Now()
-	for range ops {
-		if err := queueAndCancel(ctx, e, p, waitq); err != nil {
-			return 0, CPUUse{}, err
-		}
-	}
-	wall := time.Since(start)
-	s1, err := e.evalStats(ctx)
-	if err != nil {
-		return 0, CPUUse{}, err
-	}
-	use, err := m.done(ctx, variant, ops, wall, nil)
-	if err != nil {
-		return 0, CPUUse{}, err
-	}
-	return float64(s1.usec-s0.usec) / float64(ops), use, nil
+	return e.batchedEvalCost(ctx, ops, variant, func() error { return queueAndCancel(ctx, e, p, waitq) })
 }
 
 // holdAll acquires n leases on p (64 at a time) and keeps them.

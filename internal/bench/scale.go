@@ -107,6 +107,9 @@ func scaleFigures() []figSpec {
 		figSpec{id: "u_1000", name: fmt.Sprintf("utilization: %d handles × 1 slot, %d keys, %d ms jobs", scaleBigP, scaleBigKeys, scaleBigJob.Milliseconds()),
 			unit: "fraction", goal: atLeast(0.97), note: "1,000 processes of one slot each, simulated: 1,000 pool handles, each with its own Redis client and subscription"},
 		figSpec{id: "rcpu_1000", name: fmt.Sprintf("Redis CPU per item, %d handles × 1 slot", scaleBigP), unit: "µs"},
+		figSpec{id: "evalsha_1000", name: "… script calls (EVALSHA) per item", unit: "calls",
+			note: "an item needs 2: the release that grants the key to the next waiter, and that waiter's claim; the rest are the handles' keep-alive steps (each handle with a waiter steps every WaiterTTL/4) and steps woken by timer messages"},
+		figSpec{id: "publish_1000", name: "… PUBLISH per item", unit: "calls", note: "an item needs 1: the grant message to the waiter's handle; the rest are timer messages"},
 	)
 	return fs
 }
@@ -149,6 +152,10 @@ func runScale(ctx context.Context, e *env, r runInfo) (*sample, error) {
 		return nil, fmt.Errorf("%d handles × 1 slot: %w", scaleBigP, err)
 	}
 	smp.values["u_1000"], smp.values["rcpu_1000"] = ws[0].util, ws[0].redisUS
+	if u := smp.cpu[len(smp.cpu)-1]; u.Items > 0 {
+		smp.values["evalsha_1000"] = (u.RedisCalls["evalsha"] + u.RedisCalls["eval"]) / float64(u.Items)
+		smp.values["publish_1000"] = u.RedisCalls["publish"] / float64(u.Items)
+	}
 	return smp, nil
 }
 
