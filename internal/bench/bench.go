@@ -29,6 +29,9 @@ type Options struct {
 	ProfileDir string
 	// KeepTemp keeps the temporary directory (server and worker logs).
 	KeepTemp bool
+	// PeersDir holds the peer harnesses and their run.sh (scenario peers;
+	// default PeersDirDefault).
+	PeersDir string
 	// QuietWait: before each run, wait up to this long for the rest of the
 	// machine to use less than a quarter of a core (0: do not wait). The
 	// load seen during each run is reported either way.
@@ -80,6 +83,13 @@ var scenarios = []*scenario{
 	handoffScenario,
 	shutdownScenario,
 	footprintScenario,
+	scaleScenario,
+	acquireCostScenario,
+	shardScenario,
+	limitsScenario,
+	gatewayScenario,
+	llmScenario,
+	peersScenario,
 }
 
 // scenario is one numbered item of the benchmark.
@@ -90,6 +100,10 @@ type scenario struct {
 	figures []figSpec
 	// run does one run and returns a value for (some of) the figures.
 	run func(ctx context.Context, e *env, r runInfo) (*sample, error)
+	// runAll, when set, replaces the Options.Runs calls of run: one call
+	// returns every run's sample (for a scenario that repeats itself, such
+	// as an outside harness with its own repetitions).
+	runAll func(ctx context.Context, e *env, o Options) ([]*sample, error)
 }
 
 // runInfo says which run this is.
@@ -161,9 +175,11 @@ func (g *goal) met(f Figure) bool {
 type sample struct {
 	values map[string]float64
 	cpu    []CPUUse
+	// missing says, by figure ID, why a figure was not measured.
+	missing map[string]string
 }
 
-func newSample() *sample { return &sample{values: map[string]float64{}} }
+func newSample() *sample { return &sample{values: map[string]float64{}, missing: map[string]string{}} }
 
 // Figure is one row of the results.
 type Figure struct {
@@ -184,6 +200,8 @@ type Figure struct {
 	CeilingID string   `json:"ceiling_id,omitempty"`
 	Ratio     *float64 `json:"ratio,omitempty"`
 	Note      string   `json:"note,omitempty"`
+	// Missing says why the figure has no value, when a run said so.
+	Missing string `json:"missing,omitempty"`
 }
 
 // Results is everything one program run measured.
@@ -246,6 +264,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			break
 		}
 	}
+	derive(res)
 	res.Duration = time.Since(res.Started).Seconds()
 	printTable(o.Out, res)
 	if o.JSONFile != "" {
@@ -260,6 +279,15 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 }
 
 func runScenario(ctx context.Context, e *env, s *scenario, o Options) ([]Figure, []CPURow, error) {
+	if s.runAll != nil {
+		start := time.Now()
+		samples, err := s.runAll(ctx, e, o)
+		for i, smp := range samples {
+			e.progress("%s run %d/%d: %s", s.name, i+1, len(samples), s.summary(smp))
+		}
+		e.progress("%s: %d runs in %.1fs", s.name, len(samples), time.Since(start).Seconds())
+		return aggregate(s, samples), aggregateCPU(s.name, samples), err
+	}
 	var samples []*sample
 	var runErr error
 	for i := range o.Runs {
@@ -316,6 +344,15 @@ func aggregate(s *scenario, samples []*sample) []Figure {
 			}
 		}
 		f := Figure{Scenario: s.name, Title: s.title, ID: spec.id, Name: spec.name, Unit: spec.unit, Runs: vals, Note: spec.note}
+		if len(vals) == 0 {
+			var why []string
+			for _, smp := range samples {
+				if w := smp.missing[spec.id]; w != "" && !slices.Contains(why, w) {
+					why = append(why, w)
+				}
+			}
+			f.Missing = strings.Join(why, "; ")
+		}
 		if len(vals) > 0 {
 			f.Median, f.Min, f.Max = median(vals), slices.Min(vals), slices.Max(vals)
 		}

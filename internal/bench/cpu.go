@@ -359,3 +359,40 @@ func serverVersion(ctx context.Context, bin string, arg string) string {
 	}
 	return strings.TrimSpace(string(out))
 }
+
+// redisCPU is redis-server's CPU time in seconds (INFO cpu:
+// used_cpu_sys + used_cpu_user, the server's getrusage in µs; finer than
+// /proc's 10 ms ticks, so short phases can be measured).
+func (e *env) redisCPU(ctx context.Context) (float64, error) {
+	info, err := e.rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, fmt.Errorf("bench: redis INFO cpu: %w", err)
+	}
+	total, seen := 0.0, 0
+	for line := range strings.SplitSeq(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (k != "used_cpu_sys" && k != "used_cpu_user") {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, fmt.Errorf("bench: redis INFO cpu: %s %q: %w", k, v, err)
+		}
+		total += f
+		seen++
+	}
+	if seen != 2 {
+		return 0, fmt.Errorf("bench: redis INFO cpu: used_cpu_sys or used_cpu_user missing")
+	}
+	return total, nil
+}
+
+// evalStats is the calls and server µs of EVALSHA and EVAL together, from
+// INFO commandstats.
+func (e *env) evalStats(ctx context.Context) (cmdStat, error) {
+	cs, err := e.commandStats(ctx)
+	if err != nil {
+		return cmdStat{}, err
+	}
+	return cmdStat{calls: cs["evalsha"].calls + cs["eval"].calls, usec: cs["evalsha"].usec + cs["eval"].usec}, nil
+}

@@ -26,6 +26,9 @@ type credSpec struct {
 	id   string
 	max  int
 	rate string // "" none
+	// limits is the credential's limits as a YAML flow sequence, such as
+	// "[{rate: 20/s, burst: 1}, {cost: 6000/10s}]"; "" none.
+	limits string
 }
 
 // fleetSpec shapes a fleet's configuration.
@@ -34,6 +37,12 @@ type fleetSpec struct {
 	concurrency int
 	grace       time.Duration // worker.shutdown_grace (default 5s)
 	ackWait     time.Duration // queue.ack_wait (default 30s)
+	cooldown    time.Duration // pool.cooldown (0: the default, 60s)
+	// cost adds pool.cost: {field: cost, default: 1}.
+	cost bool
+	// httpURL configures the http job kind to send items there ("" none);
+	// costFrom is its cost_from.
+	httpURL, costFrom string
 }
 
 // fleet is one run's stream, pool and worker processes.
@@ -85,7 +94,16 @@ func (f *fleet) writeConfig(name string, listenPort int) (string, error) {
 		if c.rate != "" {
 			fmt.Fprintf(&b, ", rate: %q", c.rate)
 		}
+		if c.limits != "" {
+			fmt.Fprintf(&b, ", limits: %s", c.limits)
+		}
 		b.WriteString("}\n")
+	}
+	if f.spec.cooldown > 0 {
+		fmt.Fprintf(&b, "  cooldown: %s\n", f.spec.cooldown)
+	}
+	if f.spec.cost {
+		b.WriteString("  cost: {field: cost, default: 1}\n")
 	}
 	grace := f.spec.grace
 	if grace == 0 {
@@ -100,6 +118,13 @@ func (f *fleet) writeConfig(name string, listenPort int) (string, error) {
 		ackWait = 30 * time.Second
 	}
 	fmt.Fprintf(&b, "queue:\n  stream: %s\n  subject_prefix: %s\n  consumer: workers\n  ack_wait: %s\n", f.stream, f.prefix, ackWait)
+	if f.spec.httpURL != "" {
+		fmt.Fprintf(&b, "jobs:\n  http: {url: %q, timeout: 10s", f.spec.httpURL)
+		if f.spec.costFrom != "" {
+			fmt.Fprintf(&b, ", cost_from: %s", f.spec.costFrom)
+		}
+		b.WriteString("}\n")
+	}
 	b.WriteString("log: {level: warn, format: json}\n")
 	path := filepath.Join(f.e.dir, "cfg", f.tag+"-"+name+".yaml")
 	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
@@ -112,10 +137,14 @@ func secretEnv(id string) string {
 	return "KFBENCH_SECRET_" + strings.ToUpper(strings.ReplaceAll(id, "-", "_"))
 }
 
+// secretOf is the secret a fleet's workers get for credential id (the
+// stand-in API of scenarios 12 and 13 accepts the same).
+func secretOf(id string) string { return "secret-of-" + id }
+
 func (f *fleet) secretsEnv() []string {
 	var env []string
 	for _, c := range f.spec.creds {
-		env = append(env, secretEnv(c.id)+"=secret-of-"+c.id)
+		env = append(env, secretEnv(c.id)+"="+secretOf(c.id))
 	}
 	return env
 }
@@ -263,14 +292,21 @@ func (f *fleet) close(ctx context.Context) error {
 
 // enqueue publishes n sleep items of ms milliseconds (confirmed).
 func (f *fleet) enqueue(ctx context.Context, n int, ms float64) error {
+	return f.enqueueKind(ctx, "sleep", n, func(id string) []byte {
+		return fmt.Appendf(nil, `{"id":%q,"ms":%s}`, id, strconv.FormatFloat(ms, 'f', -1, 64))
+	})
+}
+
+// enqueueKind publishes n items of a kind (confirmed); payload makes the
+// JSON of the item with the given ID.
+func (f *fleet) enqueueKind(ctx context.Context, kind string, n int, payload func(id string) []byte) error {
 	pub, err := f.q.NewPublisher(0)
 	if err != nil {
 		return err
 	}
 	for i := range n {
 		id := fmt.Sprintf("item-%06d", i)
-		it := queue.Item{ID: id, Batch: f.batch, Kind: "sleep",
-			Payload: fmt.Appendf(nil, `{"id":%q,"ms":%s}`, id, strconv.FormatFloat(ms, 'f', -1, 64))}
+		it := queue.Item{ID: id, Batch: f.batch, Kind: kind, Payload: payload(id)}
 		if err := pub.Add(ctx, it); err != nil {
 			return err
 		}
@@ -280,7 +316,7 @@ func (f *fleet) enqueue(ctx context.Context, n int, ms float64) error {
 		return err
 	}
 	if rep.Published != n {
-		return fmt.Errorf("bench: enqueued %d of %d items (%d duplicates)", rep.Published, n, rep.Duplicates)
+		return fmt.Errorf("bench: enqueued %d of %d %s items (%d duplicates)", rep.Published, n, kind, rep.Duplicates)
 	}
 	return nil
 }

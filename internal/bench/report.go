@@ -43,6 +43,16 @@ func printTable(w io.Writer, res *Results) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sc, f.Name, f.Unit, med, lo, hi, f.Target, met, ceil, ratio)
 	}
 	_ = tw.Flush()
+	first := true
+	for _, f := range res.Figures {
+		if len(f.Runs) == 0 && f.Missing != "" {
+			if first {
+				fmt.Fprintf(w, "\nnot measured:\n")
+				first = false
+			}
+			fmt.Fprintf(w, "  %s / %s: %s\n", f.Title, f.Name, f.Missing)
+		}
+	}
 
 	if len(res.CPU) > 0 {
 		fmt.Fprintf(w, "\nCPU per item, µs (median of runs; nats-server and redis-server from /proc in 10 ms ticks, workers and producer from rusage;\nothers: cores used by everything else on the machine meanwhile, from /proc/stat — the benchmark shares the machine)\n\n")
@@ -92,6 +102,8 @@ func formatValue(v float64, unit string) string {
 		return fmt.Sprintf("%.1f", v)
 	case "s":
 		return fmt.Sprintf("%.3f", v)
+	case "µs":
+		return fmt.Sprintf("%.1f", v)
 	case "MB":
 		return fmt.Sprintf("%.1f", v)
 	case "count", "items":

@@ -25,6 +25,7 @@ func main() {
 	flag.StringVar(&o.BinDir, "bin", "", "directory holding worker, producer and nats-server built without -race (default: build them)")
 	flag.StringVar(&o.ProfileDir, "profile", "", "save CPU profiles of the workers and nats-server during the last throughput run here")
 	flag.BoolVar(&o.KeepTemp, "keep", false, "keep the temporary directory (server and worker logs)")
+	flag.StringVar(&o.PeersDir, "peers", bench.PeersDirDefault, "directory of the peer harnesses (BullMQ, asynq, the seed) and their run.sh, for scenario peers")
 	flag.DurationVar(&o.QuietWait, "quiet-wait", time.Minute, "before each run, wait up to this long for other processes to leave the CPUs (0: never wait)")
 	flag.Parse()
 	if flag.NArg() > 0 {
