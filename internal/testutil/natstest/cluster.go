@@ -36,12 +36,28 @@ type Cluster struct {
 }
 
 // StartCluster starts an n-node JetStream cluster (n ≥ 1; 3 for
-// replicated streams), waits until it has elected a meta leader, and shuts
-// it down in t.Cleanup.
+// replicated streams) and shuts it down in t.Cleanup. It returns once the
+// cluster is ready for anything a test does (see WaitReady): a meta
+// leader, every node a current peer of the meta group with JetStream
+// enabled, and every node a placement peer of the leader, so that an R3
+// stream can be created at once.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
-	if n < 1 {
-		t.Fatalf("natstest: a cluster of %d nodes", n)
+	c := StartClusterPartial(t, n, n)
+	c.WaitReady(readyTimeout)
+	return c
+}
+
+// StartClusterPartial builds an n-node cluster but starts only its first
+// started nodes (0 ≤ started ≤ n), together, each up and with JetStream
+// enabled; StartNode starts the others. It does not wait for a meta leader:
+// fewer than a majority of the nodes cannot elect one, and more than that
+// may still be electing one when it returns. URLs lists every node, started
+// or not.
+func StartClusterPartial(t testing.TB, n, started int) *Cluster {
+	t.Helper()
+	if n < 1 || started < 0 || started > n {
+		t.Fatalf("natstest: a cluster of %d nodes, %d started", n, started)
 	}
 	routePorts := make([]int, n)
 	for i := range routePorts {
@@ -61,10 +77,19 @@ func StartCluster(t testing.TB, n int) *Cluster {
 				routes = append(routes, &url.URL{Scheme: "nats-route", Host: c.routes[i][j].Addr()})
 			}
 		}
+		port := -1 // the started nodes pick a free port as they start
+		if i >= started {
+			// A node started later needs its client port now, for URLs.
+			p, err := freePort()
+			if err != nil {
+				t.Fatalf("natstest: free port: %v", err)
+			}
+			port = p
+		}
 		c.nodes = append(c.nodes, &Server{t: t, opts: server.Options{
 			ServerName: fmt.Sprintf("n%d", i),
 			Host:       "127.0.0.1",
-			Port:       -1,
+			Port:       port,
 			JetStream:  true,
 			StoreDir:   t.TempDir(),
 			NoLog:      true,
@@ -80,21 +105,23 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	t.Cleanup(c.shutdownAll)
 	// Start them together: each waits for its routes, not for the others
 	// to be up.
-	errs := make(chan error, n)
-	for _, s := range c.nodes {
+	errs := make(chan error, started)
+	for _, s := range c.nodes[:started] {
 		go func() { errs <- s.start() }()
 	}
-	for range n {
+	for range started {
 		if err := <-errs; err != nil {
 			t.Fatalf("natstest: cluster node: %v", err)
 		}
 	}
-	for _, s := range c.nodes {
+	for _, s := range c.nodes[:started] {
 		s.opts.Port = s.Server().Addr().(*net.TCPAddr).Port // restarts come back on it
 	}
-	c.WaitMetaLeader(30 * time.Second)
 	return c
 }
+
+// readyTimeout bounds the helpers' waits for a ready server or cluster.
+const readyTimeout = 30 * time.Second
 
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -148,13 +175,37 @@ func (c *Cluster) Kill(i int) {
 }
 
 // Restart starts node i again (after Shutdown or Kill) on its ports and
-// store; it rejoins the cluster and catches up by itself.
+// store, and waits until it has rejoined (see StartNode).
 func (c *Cluster) Restart(i int) {
 	c.t.Helper()
 	for _, p := range c.routesOf(i) {
 		p.Heal()
 	}
+	c.StartNode(i)
+}
+
+// StartNode starts node i: for the first time (a node StartClusterPartial
+// left out), or again after Shutdown. When a majority of the nodes run
+// then, it waits until the running nodes are ready (WaitReady), the new one
+// a current member of the meta group; a minority cannot elect a leader, so
+// then it waits only for the node to be up with JetStream enabled.
+func (c *Cluster) StartNode(i int) {
+	c.t.Helper()
 	c.nodes[i].StartAgain()
+	if 2*c.running() > len(c.nodes) {
+		c.WaitReady(readyTimeout)
+	}
+}
+
+// running is the number of running nodes.
+func (c *Cluster) running() int {
+	n := 0
+	for _, s := range c.nodes {
+		if s.Server() != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // routesOf is every route proxy to or from node i.

@@ -25,7 +25,8 @@ type Server struct {
 // Option changes the server options before start.
 type Option func(*server.Options)
 
-// Start starts a JetStream-enabled server and registers its shutdown.
+// Start starts a JetStream-enabled server and registers its shutdown. It
+// returns once the server accepts clients with JetStream enabled.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	o := server.Options{
@@ -55,10 +56,19 @@ func (s *Server) start() error {
 	if err != nil {
 		return fmt.Errorf("new server: %w", err)
 	}
+	errs := &errLog{}
+	srv.SetLogger(errs, false, false)
 	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
+	if !srv.ReadyForConnections(readyTimeout) {
 		srv.Shutdown()
-		return fmt.Errorf("server not ready for connections within 10s")
+		return fmt.Errorf("server %s not ready for connections within %s: %s", o.ServerName, readyTimeout, errs)
+	}
+	// JetStream is enabled before the client listener opens; say so if a
+	// server ever returns without it. (A cluster node has more to do
+	// before JetStream takes requests: Cluster waits for that.)
+	if o.JetStream && !srv.JetStreamEnabled() {
+		srv.Shutdown()
+		return fmt.Errorf("server %s ready for connections without JetStream enabled", o.ServerName)
 	}
 	s.mu.Lock()
 	s.srv = srv
