@@ -36,6 +36,11 @@ func Attach(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
 }
 
 func open(ctx context.Context, nc *nats.Conn, cfg Config, update bool) (*Queue, error) {
+	q, err := ensure(ctx, nc, cfg, update)
+	return q, refused(nc, err)
+}
+
+func ensure(ctx context.Context, nc *nats.Conn, cfg Config, update bool) (*Queue, error) {
 	cfg = cfg.WithDefaults()
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second))
 	if err != nil {
@@ -167,7 +172,7 @@ func (q *Queue) Conn() *nats.Conn { return q.nc }
 func (q *Queue) Consumer(ctx context.Context) (jetstream.Consumer, error) {
 	c, err := q.js.Consumer(ctx, q.cfg.Stream, q.cfg.Consumer)
 	if err != nil {
-		return nil, fmt.Errorf("queue: consumer %s: %w", q.cfg.Consumer, err)
+		return nil, refused(q.nc, fmt.Errorf("queue: consumer %s: %w", q.cfg.Consumer, err))
 	}
 	return c, nil
 }
