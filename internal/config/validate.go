@@ -57,6 +57,7 @@ func (c *Config) checkNATS(ps *problems) {
 	}
 	checkTLS(ps, "nats.tls", n.TLS)
 	positive(ps, "nats.connect_timeout", n.ConnectTimeout)
+	notNegative(ps, "nats.startup_timeout", n.StartupTimeout)
 }
 
 func (c *Config) checkRedis(ps *problems) {
