@@ -40,6 +40,12 @@ type Config struct {
 	// HeartbeatTTL: a worker not heard from for this long leaves the
 	// registry (default 30s).
 	HeartbeatTTL time.Duration
+	// RequestTimeout bounds each step of Open and Attach (creating,
+	// updating or looking up one stream, the consumer, the bucket) and
+	// Consumer (default 5s, the JetStream client's own default): a cluster
+	// without a meta leader leaves requests unanswered, and a step that
+	// gets no answer fails soon, to be tried again (see Startup).
+	RequestTimeout time.Duration
 }
 
 // WithDefaults fills the zero fields with their defaults.
@@ -53,6 +59,7 @@ func (c Config) WithDefaults() Config {
 	c.Replicas = cmp.Or(c.Replicas, 1)
 	c.ResultsMaxAge = cmp.Or(c.ResultsMaxAge, 7*24*time.Hour)
 	c.HeartbeatTTL = cmp.Or(c.HeartbeatTTL, 30*time.Second)
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, 5*time.Second)
 	return c
 }
 

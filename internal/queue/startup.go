@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -14,13 +13,9 @@ import (
 const (
 	// AttemptTimeoutDefault bounds one attempt of Startup (Open or Attach
 	// and whatever the caller does with it) when Startup.Attempt is 0.
-	AttemptTimeoutDefault = 10 * time.Second
-	// firstAttempt bounds the first attempt when Startup retries; each
-	// retry doubles it, up to Startup.Attempt. A cluster that has no meta
-	// leader yet leaves requests unanswered (for a few seconds it cannot
-	// tell that it has none), so a short first bound retries them soon; a
-	// slow cluster still gets the full bound on later attempts.
-	firstAttempt = 2 * time.Second
+	// Each step of an attempt has its own shorter bound,
+	// Config.RequestTimeout.
+	AttemptTimeoutDefault = 30 * time.Second
 	// firstWait is the wait before the first retry; each retry doubles it,
 	// up to maxWait.
 	firstWait = 100 * time.Millisecond
@@ -37,9 +32,7 @@ type Startup struct {
 	// Timeout bounds the retries: no attempt starts later than Timeout
 	// after the first. 0: one attempt.
 	Timeout time.Duration
-	// Attempt bounds each attempt. Default AttemptTimeoutDefault. When
-	// Timeout is set, the first attempt is bounded by 2s (or Attempt if
-	// less) and each retry doubles that, up to Attempt.
+	// Attempt bounds each attempt. Default AttemptTimeoutDefault.
 	Attempt time.Duration
 	// Waiting, when set, is called before each retry with the transient
 	// error and the wait before the next attempt.
@@ -66,29 +59,22 @@ func (s Startup) Attach(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue,
 	return q, err
 }
 
-// Do runs attempt, each time with a context bounded as s.Attempt says,
+// Do runs attempt, each time with a context bounded by s.Attempt,
 // until it returns nil or an error that is not Transient, or until
 // s.Timeout has passed or ctx ends; then it returns the last error. After a
 // Transient error past the bound the error says how long it waited.
 func (s Startup) Do(ctx context.Context, attempt func(context.Context) error) error {
-	most := s.Attempt
-	if most <= 0 {
-		most = AttemptTimeoutDefault
-	}
-	each := most
-	if s.Timeout > 0 {
-		each = min(firstAttempt, most)
+	each := s.Attempt
+	if each <= 0 {
+		each = AttemptTimeoutDefault
 	}
 	start := time.Now()
 	deadline := start.Add(s.Timeout)
 	wait := firstWait
-	for n := 1; ; n, each = n+1, min(2*each, most) {
+	for n := 1; ; n++ {
 		actx, cancel := context.WithTimeout(ctx, each)
 		err := attempt(actx)
 		cancel()
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			err = fmt.Errorf("%w (no answer within %s)", err, each)
-		}
 		switch {
 		case err == nil:
 			return nil

@@ -16,8 +16,10 @@ import (
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
 )
 
-// r3 is a queue whose streams need all three nodes of a cluster.
-var r3 = queue.Config{Replicas: 3, AckWait: 5 * time.Second}
+// r3 is a queue whose streams need all three nodes of a cluster. A
+// request a cluster without a meta leader leaves unanswered is given up
+// after a second, to be tried again.
+var r3 = queue.Config{Replicas: 3, AckWait: 5 * time.Second, RequestTimeout: time.Second}
 
 // connectCluster connects to every node of c (started or not).
 func connectCluster(t *testing.T, c *natstest.Cluster) *nats.Conn {
