@@ -59,37 +59,31 @@ func StartClusterPartial(t testing.TB, n, started int) *Cluster {
 	if n < 1 || started < 0 || started > n {
 		t.Fatalf("natstest: a cluster of %d nodes, %d started", n, started)
 	}
-	routePorts := make([]int, n)
-	for i := range routePorts {
-		p, err := freePort()
-		if err != nil {
-			t.Fatalf("natstest: free port: %v", err)
-		}
-		routePorts[i] = p
-	}
+	// Each node binds its own free ports as it starts (a port chosen
+	// for it beforehand may be taken by then, by another node among
+	// others), and the route proxies to it learn its route port then,
+	// holding the connections that come earlier.
 	c := &Cluster{t: t, routes: make([][]*faultproxy.Proxy, n)}
 	for i := range n {
 		c.routes[i] = make([]*faultproxy.Proxy, n)
-		var routes []*url.URL
-		for j, p := range routePorts {
+		for j := range n {
 			if j != i {
-				c.routes[i][j] = faultproxy.Start(t, fmt.Sprintf("127.0.0.1:%d", p))
+				c.routes[i][j] = faultproxy.StartPending(t)
+			}
+		}
+	}
+	t.Cleanup(c.shutdownAll)
+	for i := range n {
+		var routes []*url.URL
+		for j := range n {
+			if j != i {
 				routes = append(routes, &url.URL{Scheme: "nats-route", Host: c.routes[i][j].Addr()})
 			}
 		}
-		port := -1 // the started nodes pick a free port as they start
-		if i >= started {
-			// A node started later needs its client port now, for URLs.
-			p, err := freePort()
-			if err != nil {
-				t.Fatalf("natstest: free port: %v", err)
-			}
-			port = p
-		}
-		c.nodes = append(c.nodes, &Server{t: t, opts: server.Options{
+		s := &Server{t: t, opts: server.Options{
 			ServerName: fmt.Sprintf("n%d", i),
 			Host:       "127.0.0.1",
-			Port:       port,
+			Port:       -1,
 			JetStream:  true,
 			StoreDir:   t.TempDir(),
 			NoLog:      true,
@@ -97,12 +91,19 @@ func StartClusterPartial(t testing.TB, n, started int) *Cluster {
 			Cluster: server.ClusterOpts{
 				Name: "keyfleet-test",
 				Host: "127.0.0.1",
-				Port: routePorts[i],
+				Port: -1,
 			},
 			Routes: routes,
-		}})
+		}}
+		if i >= started {
+			// A node started later needs its client port now, for URLs:
+			// it is held until the node starts.
+			if err := s.reservePort(); err != nil {
+				t.Fatalf("natstest: %v", err)
+			}
+		}
+		c.nodes = append(c.nodes, s)
 	}
-	t.Cleanup(c.shutdownAll)
 	// Start them together: each waits for its routes, not for the others
 	// to be up.
 	errs := make(chan error, started)
@@ -114,23 +115,33 @@ func StartClusterPartial(t testing.TB, n, started int) *Cluster {
 			t.Fatalf("natstest: cluster node: %v", err)
 		}
 	}
-	for _, s := range c.nodes[:started] {
-		s.opts.Port = s.Server().Addr().(*net.TCPAddr).Port // restarts come back on it
+	for i := range started {
+		c.pinPorts(i)
 	}
 	return c
 }
 
+// pinPorts keeps the ports node i bound at its first start, for its
+// restarts, and points the route proxies to it at its route port.
+func (c *Cluster) pinPorts(i int) {
+	c.t.Helper()
+	s := c.nodes[i]
+	s.mu.Lock()
+	s.opts.Port = s.srv.Addr().(*net.TCPAddr).Port
+	s.opts.Cluster.Port = s.srv.ClusterAddr().Port
+	addr := fmt.Sprintf("127.0.0.1:%d", s.opts.Cluster.Port)
+	s.mu.Unlock()
+	for j := range c.nodes {
+		if p := c.routes[j][i]; p != nil && p.Target() == "" {
+			if err := p.SetTarget(addr); err != nil {
+				c.t.Fatalf("natstest: %v", err)
+			}
+		}
+	}
+}
+
 // readyTimeout bounds the helpers' waits for a ready server or cluster.
 const readyTimeout = 30 * time.Second
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
 
 func (c *Cluster) shutdownAll() {
 	for _, s := range c.nodes {
@@ -192,6 +203,7 @@ func (c *Cluster) Restart(i int) {
 func (c *Cluster) StartNode(i int) {
 	c.t.Helper()
 	c.nodes[i].StartAgain()
+	c.pinPorts(i)
 	if 2*c.running() > len(c.nodes) {
 		c.WaitReady(readyTimeout)
 	}

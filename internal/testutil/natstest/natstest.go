@@ -20,6 +20,9 @@ type Server struct {
 
 	mu  sync.Mutex
 	srv *server.Server
+	// hold keeps the client port of a server not started yet bound, so
+	// that nothing else takes it; start lets it go.
+	hold net.Listener
 }
 
 // Option changes the server options before start.
@@ -50,12 +53,25 @@ func Start(t testing.TB, opts ...Option) *Server {
 	return s
 }
 
+// reservePort picks the client port of a server that starts later and
+// keeps it bound until then.
+func (s *Server) reservePort() error {
+	l, err := net.Listen("tcp", fmt.Sprintf("%s:0", s.opts.Host))
+	if err != nil {
+		return fmt.Errorf("reserve a client port: %w", err)
+	}
+	s.hold = l
+	s.opts.Port = l.Addr().(*net.TCPAddr).Port
+	return nil
+}
+
 func (s *Server) start() error {
 	o := s.opts
 	srv, err := server.NewServer(&o)
 	if err != nil {
 		return fmt.Errorf("new server: %w", err)
 	}
+	s.release()
 	errs := &errLog{}
 	srv.SetLogger(errs, false, false)
 	go srv.Start()
@@ -93,8 +109,19 @@ func (s *Server) Server() *server.Server {
 	return s.srv
 }
 
+// release lets a reserved client port go.
+func (s *Server) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.hold != nil {
+		_ = s.hold.Close()
+		s.hold = nil
+	}
+}
+
 // Shutdown stops the server and waits until it is down. Safe to call twice.
 func (s *Server) Shutdown() {
+	s.release()
 	s.mu.Lock()
 	srv := s.srv
 	s.srv = nil
