@@ -72,7 +72,6 @@ func StartClusterPartial(t testing.TB, n, started int) *Cluster {
 			}
 		}
 	}
-	t.Cleanup(c.shutdownAll)
 	for i := range n {
 		var routes []*url.URL
 		for j := range n {
@@ -104,6 +103,10 @@ func StartClusterPartial(t testing.TB, n, started int) *Cluster {
 		}
 		c.nodes = append(c.nodes, s)
 	}
+	// Registered after the store directories (t.TempDir) and the proxies,
+	// so that it runs before their cleanups: no node writes to a store
+	// being removed.
+	t.Cleanup(c.shutdownAll)
 	// Start them together: each waits for its routes, not for the others
 	// to be up.
 	errs := make(chan error, started)
