@@ -25,13 +25,14 @@ const Account = server.DEFAULT_GLOBAL_ACCOUNT
 // restarted on the same ports and store, like a real node going down and
 // coming back.
 //
-// Every route goes through a fault proxy (one per ordered pair of nodes),
-// so that Kill can cut a node off before it stops: an embedded server
-// cannot crash, and a graceful shutdown hands its leaderships over first.
+// Every route goes through a fault proxy (one per pair of nodes), so that
+// Kill can cut a node off before it stops: an embedded server cannot
+// crash, and a graceful shutdown hands its leaderships over first.
 type Cluster struct {
 	t     testing.TB
 	nodes []*Server
-	// routes[i][j] carries the route connections node i opens to node j.
+	// routes[i][j] carries the route connections between node i and node
+	// j when i opens them (see solicits), else it is nil.
 	routes [][]*faultproxy.Proxy
 }
 
@@ -67,16 +68,16 @@ func StartClusterPartial(t testing.TB, n, started int) *Cluster {
 	for i := range n {
 		c.routes[i] = make([]*faultproxy.Proxy, n)
 		for j := range n {
-			if j != i {
+			if solicits(i, j, n) {
 				c.routes[i][j] = faultproxy.StartPending(t)
 			}
 		}
 	}
 	for i := range n {
 		var routes []*url.URL
-		for j := range n {
-			if j != i {
-				routes = append(routes, &url.URL{Scheme: "nats-route", Host: c.routes[i][j].Addr()})
+		for _, p := range c.routes[i] {
+			if p != nil {
+				routes = append(routes, &url.URL{Scheme: "nats-route", Host: p.Addr()})
 			}
 		}
 		s := &Server{t: t, opts: server.Options{
@@ -91,6 +92,15 @@ func StartClusterPartial(t testing.TB, n, started int) *Cluster {
 				Name: "keyfleet-test",
 				Host: "127.0.0.1",
 				Port: -1,
+				// A server tells the others the route address of every
+				// server it meets, and they connect to an address they have
+				// not configured (the real one, not their proxy to it):
+				// routes that bypass the proxies, found at random moments
+				// and then closed as duplicates, losing what they carried
+				// (a reply now and then, seen as a JetStream request never
+				// answered). An address that refuses connections stops it:
+				// nothing listens on 127.0.0.2.
+				Advertise: noRouteHere,
 			},
 			Routes: routes,
 		}}
@@ -142,6 +152,29 @@ func (c *Cluster) pinPorts(i int) {
 		}
 	}
 }
+
+// solicits reports whether node i of n configures the route to node j.
+// One side of each pair does: configured on both, both connect at once,
+// one connection is closed as a duplicate and its side connects again a
+// second later, which is then how long a cluster takes to form. Every node
+// configures one at least (JetStream requires it): its ring neighbour
+// i+1; the other pairs are the lower-numbered node's.
+func solicits(i, j, n int) bool {
+	switch {
+	case i == j:
+		return false
+	case j == (i+1)%n:
+		return true
+	case i == (j+1)%n:
+		return false
+	default:
+		return i < j
+	}
+}
+
+// noRouteHere is the route address the nodes advertise: one that refuses
+// connections, so that all routes go through the proxies.
+const noRouteHere = "127.0.0.2:1"
 
 // readyTimeout bounds the helpers' waits for a ready server or cluster.
 const readyTimeout = 30 * time.Second
@@ -227,8 +260,10 @@ func (c *Cluster) running() int {
 func (c *Cluster) routesOf(i int) []*faultproxy.Proxy {
 	var ps []*faultproxy.Proxy
 	for j := range c.nodes {
-		if j != i {
-			ps = append(ps, c.routes[i][j], c.routes[j][i])
+		for _, p := range []*faultproxy.Proxy{c.routes[i][j], c.routes[j][i]} {
+			if p != nil {
+				ps = append(ps, p)
+			}
 		}
 	}
 	return ps
