@@ -38,7 +38,7 @@ func (quietRedisLog) Printf(context.Context, string, ...any) {}
 // server is reported within seconds.
 const (
 	connectTimeout = 3 * time.Second  // NATS connect, Redis ping
-	setupTimeout   = 10 * time.Second // creating or updating the streams
+	setupTimeout   = 10 * time.Second // one attempt at creating or opening the streams
 	callTimeout    = 15 * time.Second // one admin or status call
 )
 
@@ -129,9 +129,16 @@ func openQueue(ctx context.Context, cfg *config.Config, log *zap.Logger) (*queue
 	if err != nil {
 		return nil, nil, err
 	}
-	octx, cancel := context.WithTimeout(ctx, setupTimeout)
-	defer cancel()
-	q, err := queue.Attach(octx, nc, queue.ConfigFrom(cfg))
+	// While JetStream is not ready (a cluster still forming or electing
+	// leaders) try again for nats.startup_timeout, saying why.
+	startup := queue.Startup{
+		Timeout: cfg.NATS.StartupTimeout,
+		Attempt: setupTimeout,
+		Waiting: func(err error, next time.Duration) {
+			log.Warn("JetStream not ready yet: trying again", zap.Error(err), zap.Duration("next_in", next))
+		},
+	}
+	q, err := startup.Attach(ctx, nc, queue.ConfigFrom(cfg))
 	if err != nil {
 		nc.Close()
 		return nil, nil, exitcode.With(exitcode.Unreachable,

@@ -89,10 +89,13 @@ func runWorker(cfg *config.Config, id string, log *zap.Logger) error {
 		os.Exit(exitcode.Internal)
 	}()
 
-	w, err := worker.New(ctx, worker.Options{Config: cfg, ID: id, Logger: log})
+	w, err := worker.New(worker.Options{Config: cfg, ID: id, Logger: log})
 	if err != nil {
 		return err
 	}
+	// The health server is up before the connections, so that /healthz
+	// answers and /readyz says what start-up waits for (a NATS cluster
+	// still forming, for one).
 	if cfg.Worker.Listen != "" {
 		serveCtx, stopServe := context.WithCancel(context.Background())
 		defer stopServe()
@@ -106,6 +109,14 @@ func runWorker(cfg *config.Config, id string, log *zap.Logger) error {
 		} else {
 			log.Info("serving /metrics /healthz /readyz", zap.String("addr", addr))
 		}
+	}
+	if err := w.Start(ctx); err != nil {
+		if ctx.Err() != nil {
+			// A signal while starting: nothing runs yet, nothing to hand back.
+			log.Info("stopped while starting", zap.NamedError("while", err))
+			return nil
+		}
+		return err
 	}
 	if err := w.Run(ctx); err != nil {
 		return exitcode.With(exitcode.Internal, fmt.Errorf("worker: %w", err))

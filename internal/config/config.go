@@ -94,6 +94,13 @@ type NATS struct {
 	TLS TLS `yaml:"tls"`
 	// ConnectTimeout bounds each connection attempt. Default 5s.
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	// StartupTimeout is how long the worker and the producer keep trying
+	// to set up the queue while JetStream is not ready yet (a cluster
+	// forming or electing leaders, no suitable peers, JetStream still
+	// starting, requests unanswered), with exponential backoff; then they
+	// exit with the last error (exit code 3). Other errors end them at once.
+	// 0: one attempt. Default 60s.
+	StartupTimeout time.Duration `yaml:"startup_timeout"`
 }
 
 // TLS holds TLS client settings. The zero value means the defaults of the
@@ -411,6 +418,7 @@ func Default() *Config {
 		NATS: NATS{
 			URL:            "nats://127.0.0.1:4222",
 			ConnectTimeout: 5 * time.Second,
+			StartupTimeout: 60 * time.Second,
 		},
 		Redis: Redis{URL: "redis://127.0.0.1:6379/0"},
 		Pool: Pool{

@@ -23,6 +23,7 @@ func TestDefault(t *testing.T) {
 	}{
 		{"nats.url", c.NATS.URL, "nats://127.0.0.1:4222"},
 		{"nats.connect_timeout", c.NATS.ConnectTimeout, 5 * time.Second},
+		{"nats.startup_timeout", c.NATS.StartupTimeout, 60 * time.Second},
 		{"redis.url", c.Redis.URL, "redis://127.0.0.1:6379/0"},
 		{"redis.cluster", c.Redis.Cluster, false},
 		{"pool.name", c.Pool.Name, "default"},
@@ -250,6 +251,8 @@ func TestLoadValues(t *testing.T) {
 		{"redelivery backoff", "queue: {ack_wait: 30s, redelivery_backoff: [30s, 1m, 5m]}",
 			func(c *config.Config) any { return c.Queue.RedeliveryBackoff }, []time.Duration{30 * time.Second, time.Minute, 5 * time.Minute}},
 		{"listen port 0", "worker: {listen: '127.0.0.1:0'}", func(c *config.Config) any { return c.Worker.Listen }, "127.0.0.1:0"},
+		{"startup_timeout 0: one attempt", "nats: {startup_timeout: 0s}", func(c *config.Config) any { return c.NATS.StartupTimeout }, time.Duration(0)},
+		{"startup_timeout", "nats: {startup_timeout: 5m}", func(c *config.Config) any { return c.NATS.StartupTimeout }, 5 * time.Minute},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -198,11 +198,12 @@ func TestLoadErrors(t *testing.T) {
 		},
 		{
 			name: "negative durations",
-			yaml: "pool:\n  cooldown: -5s\nworker:\n  shutdown_grace: -1s\n  retry_backoff: [1s, -2s]\n",
+			yaml: "nats:\n  startup_timeout: -1s\npool:\n  cooldown: -5s\nworker:\n  shutdown_grace: -1s\n  retry_backoff: [1s, -2s]\n",
 			want: []string{
-				`config: FILE: line 2: pool.cooldown: must not be negative, got -5s`,
-				`config: FILE: line 4: worker.shutdown_grace: must not be negative, got -1s`,
-				`config: FILE: line 5: worker.retry_backoff[1]: must not be negative, got -2s`,
+				`config: FILE: line 2: nats.startup_timeout: must not be negative, got -1s`,
+				`config: FILE: line 4: pool.cooldown: must not be negative, got -5s`,
+				`config: FILE: line 6: worker.shutdown_grace: must not be negative, got -1s`,
+				`config: FILE: line 7: worker.retry_backoff[1]: must not be negative, got -2s`,
 			},
 		},
 		{

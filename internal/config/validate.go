@@ -60,6 +60,7 @@ func (c *Config) checkNATS(ps *check.List) {
 	}
 	checkTLS(ps, "nats.tls", n.TLS)
 	ps.Positive("nats.connect_timeout", n.ConnectTimeout)
+	ps.NotNegative("nats.startup_timeout", n.StartupTimeout)
 }
 
 func (c *Config) checkRedis(ps *check.List) {

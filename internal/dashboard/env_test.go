@@ -105,7 +105,10 @@ log: {level: warn}
 // startWorker runs a worker in process until the test ends.
 func (e *env) startWorker(id string) {
 	e.t.Helper()
-	w, err := worker.New(e.ctx, worker.Options{Config: e.cfg, ID: id, Getenv: func(k string) string { return e.secrets[k] }})
+	w, err := worker.New(worker.Options{Config: e.cfg, ID: id, Getenv: func(k string) string { return e.secrets[k] }})
+	if err == nil {
+		err = w.Start(e.ctx)
+	}
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -72,6 +72,16 @@ func TestReliabilityNATSClusterLosesLeader(t *testing.T) {
 // the two test keys.
 func newClusterFleet(t *testing.T, c *natstest.Cluster, poolYAML, workerYAML string, ackWait time.Duration, env ...string) *fleet {
 	t.Helper()
+	f := newClusterFleetConfig(t, c, poolYAML, workerYAML, ackWait, env...)
+	f.openClusterQueue(c, ackWait)
+	return f
+}
+
+// newClusterFleetConfig is newClusterFleet without the test's own
+// connection and queue handle (openClusterQueue), for a cluster that cannot
+// take the queue's streams yet.
+func newClusterFleetConfig(t *testing.T, c *natstest.Cluster, poolYAML, workerYAML string, ackWait time.Duration, env ...string) *fleet {
+	t.Helper()
 	f := &fleet{t: t, redis: redistest.Start(t), dir: t.TempDir()}
 	f.env = append(os.Environ(), append([]string{"KEY_A=" + testSecrets["key-a"], "KEY_B=" + testSecrets["key-b"]}, env...)...)
 	cfg := fmt.Sprintf(`nats:
@@ -102,6 +112,15 @@ jobs:
 	for id, s := range testSecrets {
 		f.writeFile("secret-"+id, s)
 	}
+	t.Cleanup(f.stopAll)
+	return f
+}
+
+// openClusterQueue connects the test to the cluster and opens the queue
+// (R3 streams) as the workers do.
+func (f *fleet) openClusterQueue(c *natstest.Cluster, ackWait time.Duration) {
+	t := f.t
+	t.Helper()
 	nc, err := nats.Connect(c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -113,6 +132,4 @@ jobs:
 	if f.q, err = queue.Open(ctx, nc, queue.Config{Stream: "KF", Replicas: 3, AckWait: ackWait}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(f.stopAll)
-	return f
 }

@@ -45,6 +45,12 @@ type Config struct {
 	// HeartbeatTTL: a worker not heard from for this long leaves the
 	// registry (default HeartbeatTTLDefault).
 	HeartbeatTTL time.Duration
+	// RequestTimeout bounds each step of Open and Attach (creating,
+	// updating or looking up one stream, the consumer, the bucket) and
+	// Consumer (default 5s, the JetStream client's own default): a cluster
+	// without a meta leader leaves requests unanswered, and a step that
+	// gets no answer fails soon, to be tried again (see Startup).
+	RequestTimeout time.Duration
 }
 
 // Defaults of Config, filled in by WithDefaults; config's queue section
@@ -59,6 +65,7 @@ const (
 	ReplicasDefault        = 1
 	ResultsMaxAgeDefault   = 7 * 24 * time.Hour
 	HeartbeatTTLDefault    = 30 * time.Second
+	RequestTimeoutDefault  = 5 * time.Second
 )
 
 // Limits of the workers' consumer, sized for fleets of 1,000 workers: each
@@ -89,6 +96,7 @@ func (c Config) WithDefaults() Config {
 	c.Replicas = cmp.Or(c.Replicas, ReplicasDefault)
 	c.ResultsMaxAge = cmp.Or(c.ResultsMaxAge, ResultsMaxAgeDefault)
 	c.HeartbeatTTL = cmp.Or(c.HeartbeatTTL, HeartbeatTTLDefault)
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, RequestTimeoutDefault)
 	return c
 }
 

@@ -36,6 +36,11 @@ func Attach(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
 }
 
 func open(ctx context.Context, nc *nats.Conn, cfg Config, update bool) (*Queue, error) {
+	q, err := ensure(ctx, nc, cfg, update)
+	return q, refused(nc, err)
+}
+
+func ensure(ctx context.Context, nc *nats.Conn, cfg Config, update bool) (*Queue, error) {
 	cfg = cfg.WithDefaults()
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second))
 	if err != nil {
@@ -46,7 +51,7 @@ func open(ctx context.Context, nc *nats.Conn, cfg Config, update bool) (*Queue, 
 	if cfg.Memory {
 		storage = jetstream.MemoryStorage
 	}
-	if q.work, err = ensureStream(ctx, js, update, jetstream.StreamConfig{
+	if q.work, err = ensureStream(ctx, cfg.RequestTimeout, js, update, jetstream.StreamConfig{
 		Name:        cfg.Stream,
 		Description: "keyfleet work items",
 		Subjects:    []string{q.workSubjects()},
@@ -67,15 +72,15 @@ func open(ctx context.Context, nc *nats.Conn, cfg Config, update bool) (*Queue, 
 			Storage: storage, Replicas: cfg.Replicas,
 		}
 	}
-	if q.results, err = ensureStream(ctx, js, update,
+	if q.results, err = ensureStream(ctx, cfg.RequestTimeout, js, update,
 		records(q.resultsStream(), "keyfleet results: the latest outcome of each item", q.resultsSubjects())); err != nil {
 		return nil, err
 	}
-	if q.dlq, err = ensureStream(ctx, js, update,
+	if q.dlq, err = ensureStream(ctx, cfg.RequestTimeout, js, update,
 		records(q.dlqStream(), "keyfleet dead letters: items that failed for good", q.dlqSubjects())); err != nil {
 		return nil, err
 	}
-	if err := ensureConsumer(ctx, js, update, cfg.Stream, jetstream.ConsumerConfig{
+	if err := ensureConsumer(ctx, cfg.RequestTimeout, js, update, cfg.Stream, jetstream.ConsumerConfig{
 		Durable:       cfg.Consumer,
 		Description:   "keyfleet workers",
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -89,7 +94,7 @@ func open(ctx context.Context, nc *nats.Conn, cfg Config, update bool) (*Queue, 
 	}); err != nil {
 		return nil, err
 	}
-	if q.workers, err = ensureBucket(ctx, js, update, jetstream.KeyValueConfig{
+	if q.workers, err = ensureBucket(ctx, cfg.RequestTimeout, js, update, jetstream.KeyValueConfig{
 		Bucket:      q.workersBucket(),
 		Description: "keyfleet workers seen recently",
 		TTL:         cfg.HeartbeatTTL,
@@ -98,7 +103,7 @@ func open(ctx context.Context, nc *nats.Conn, cfg Config, update bool) (*Queue, 
 	}); err != nil {
 		return nil, fmt.Errorf("queue: worker bucket %s: %w", q.workersBucket(), err)
 	}
-	if q.batches, err = ensureBucket(ctx, js, update, jetstream.KeyValueConfig{
+	if q.batches, err = ensureBucket(ctx, cfg.RequestTimeout, js, update, jetstream.KeyValueConfig{
 		Bucket:      q.batchesBucket(),
 		Description: "keyfleet batches: items enqueued per batch",
 		TTL:         cfg.ResultsMaxAge,
@@ -110,57 +115,72 @@ func open(ctx context.Context, nc *nats.Conn, cfg Config, update bool) (*Queue, 
 	return q, nil
 }
 
-func ensureStream(ctx context.Context, js jetstream.JetStream, update bool, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+func ensureStream(ctx context.Context, timeout time.Duration, js jetstream.JetStream, update bool, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	var s jetstream.Stream
 	var err error
 	if update {
-		s, err = js.CreateOrUpdateStream(ctx, cfg)
+		s, err = js.CreateOrUpdateStream(sctx, cfg)
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			s, err = js.CreateOrUpdateStream(ctx, cfg) // lost a creation race: update
+			s, err = js.CreateOrUpdateStream(sctx, cfg) // lost a creation race: update
 		}
-	} else if s, err = js.Stream(ctx, cfg.Name); errors.Is(err, jetstream.ErrStreamNotFound) {
-		if s, err = js.CreateStream(ctx, cfg); errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			s, err = js.Stream(ctx, cfg.Name)
+	} else if s, err = js.Stream(sctx, cfg.Name); errors.Is(err, jetstream.ErrStreamNotFound) {
+		if s, err = js.CreateStream(sctx, cfg); errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			s, err = js.Stream(sctx, cfg.Name)
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("queue: stream %s (subjects %v): %w", cfg.Name, cfg.Subjects, err)
+		return nil, fmt.Errorf("queue: stream %s (subjects %v): %w", cfg.Name, cfg.Subjects, noAnswer(ctx, timeout, err))
 	}
 	return s, nil
 }
 
-func ensureConsumer(ctx context.Context, js jetstream.JetStream, update bool, stream string, cfg jetstream.ConsumerConfig) error {
+func ensureConsumer(ctx context.Context, timeout time.Duration, js jetstream.JetStream, update bool, stream string, cfg jetstream.ConsumerConfig) error {
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	var err error
 	if update {
-		if c, cerr := js.Consumer(ctx, stream, cfg.Durable); cerr == nil && c.CachedInfo().Config.MaxWaiting != cfg.MaxWaiting {
+		if c, cerr := js.Consumer(sctx, stream, cfg.Durable); cerr == nil && c.CachedInfo().Config.MaxWaiting != cfg.MaxWaiting {
 			// JetStream cannot change max_waiting on an existing consumer
 			// (one made by an older keyfleet): keep it; the worker says
 			// what it means for a large fleet.
 			cfg.MaxWaiting = c.CachedInfo().Config.MaxWaiting
 		}
-		_, err = js.CreateOrUpdateConsumer(ctx, stream, cfg)
-	} else if _, err = js.Consumer(ctx, stream, cfg.Durable); errors.Is(err, jetstream.ErrConsumerNotFound) {
-		if _, err = js.CreateConsumer(ctx, stream, cfg); errors.Is(err, jetstream.ErrConsumerExists) {
+		_, err = js.CreateOrUpdateConsumer(sctx, stream, cfg)
+	} else if _, err = js.Consumer(sctx, stream, cfg.Durable); errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if _, err = js.CreateConsumer(sctx, stream, cfg); errors.Is(err, jetstream.ErrConsumerExists) {
 			err = nil
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("queue: consumer %s on stream %s: %w", cfg.Durable, stream, err)
+		return fmt.Errorf("queue: consumer %s on stream %s: %w", cfg.Durable, stream, noAnswer(ctx, timeout, err))
 	}
 	return nil
 }
 
-func ensureBucket(ctx context.Context, js jetstream.JetStream, update bool, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+func ensureBucket(ctx context.Context, timeout time.Duration, js jetstream.JetStream, update bool, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	if update {
-		return js.CreateOrUpdateKeyValue(ctx, cfg)
+		kv, err := js.CreateOrUpdateKeyValue(sctx, cfg)
+		return kv, noAnswer(ctx, timeout, err)
 	}
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	kv, err := js.KeyValue(sctx, cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		if kv, err = js.CreateKeyValue(ctx, cfg); errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, cfg.Bucket)
+		if kv, err = js.CreateKeyValue(sctx, cfg); errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(sctx, cfg.Bucket)
 		}
 	}
-	return kv, err
+	return kv, noAnswer(ctx, timeout, err)
+}
+
+// noAnswer says so when err is a step's own timeout (not its caller's).
+func noAnswer(ctx context.Context, timeout time.Duration, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return fmt.Errorf("%w (no answer within %s)", err, timeout)
+	}
+	return err
 }
 
 // Config is the queue's configuration with defaults filled in.
@@ -174,9 +194,12 @@ func (q *Queue) Conn() *nats.Conn { return q.nc }
 
 // Consumer returns the workers' durable pull consumer.
 func (q *Queue) Consumer(ctx context.Context) (jetstream.Consumer, error) {
-	c, err := q.js.Consumer(ctx, q.cfg.Stream, q.cfg.Consumer)
+	sctx, cancel := context.WithTimeout(ctx, q.cfg.RequestTimeout)
+	defer cancel()
+	c, err := q.js.Consumer(sctx, q.cfg.Stream, q.cfg.Consumer)
 	if err != nil {
-		return nil, fmt.Errorf("queue: consumer %s: %w", q.cfg.Consumer, err)
+		err = noAnswer(ctx, q.cfg.RequestTimeout, err)
+		return nil, refused(q.nc, fmt.Errorf("queue: consumer %s: %w", q.cfg.Consumer, err))
 	}
 	return c, nil
 }

@@ -42,7 +42,10 @@ queue: {stream: HB}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	w, err := worker.New(ctx, worker.Options{Config: cfg, ID: "hb-1", Getenv: func(string) string { return "sk-heartbeat" }})
+	w, err := worker.New(worker.Options{Config: cfg, ID: "hb-1", Getenv: func(string) string { return "sk-heartbeat" }})
+	if err == nil {
+		err = w.Start(ctx)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,12 +67,16 @@ type Worker struct {
 	draining   atomic.Bool
 	redisOK    atomic.Bool
 	synced     atomic.Bool
+	// up is set once Start has finished; until then starting says what it
+	// is doing (or waiting for), and the connections are not to be read.
+	up       atomic.Bool
+	starting atomic.Pointer[string]
 }
 
-// New resolves secrets, builds the job handlers, connects to NATS and
-// Redis, sets up the queue and registers the configured credentials.
-// Errors carry exit codes: 2 for configuration, 3 for unreachable servers.
-func New(ctx context.Context, o Options) (*Worker, error) {
+// New resolves secrets and builds the job handlers and metrics; it does no
+// I/O, so that the health server (Serve) can answer while Start connects.
+// Errors carry exit code 2 (configuration).
+func New(o Options) (*Worker, error) {
 	cfg := o.Config
 	if o.Getenv == nil {
 		o.Getenv = os.Getenv
@@ -101,11 +105,10 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 	}
 	w.activity = make(chan struct{}, 1)
 	w.busy.changed, w.done.changed, w.failed.changed = w.activity, w.activity, w.activity
+	w.setStarting("starting")
 	all := make([]secret.Secret, 0, len(secrets))
-	ids := make([]string, 0, len(secrets))
 	for _, c := range cfg.Pool.Credentials {
 		all = append(all, secrets[c.ID])
-		ids = append(ids, c.ID)
 		w.defs = append(w.defs, creds.Credential{ID: c.ID, MaxConcurrent: c.MaxConcurrent, Limits: c.PoolLimits()})
 	}
 	w.scrub = secret.NewScrubber(all...)
@@ -113,10 +116,29 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 		return nil, exitcode.With(exitcode.Usage, fmt.Errorf("%s: %w", cfg.Source, err))
 	}
 	w.metrics.Slots.Set(float64(cfg.Worker.Concurrency))
+	return w, nil
+}
 
+// setupAttemptTimeout bounds one attempt at setting up the queue.
+const setupAttemptTimeout = 30 * time.Second
+
+// Start connects to NATS and Redis, sets up the queue and registers the
+// configured credentials; Run may follow. While JetStream is not ready
+// (see queue.Transient) it retries for nats.startup_timeout, logging why,
+// and Ready says "waiting for JetStream: <why>". Errors carry exit codes: 2
+// for configuration, 3 for unreachable servers (or a JetStream not ready
+// within the bound). If ctx ends first, the error wraps its cause.
+func (w *Worker) Start(ctx context.Context) error {
+	cfg := w.cfg
+	ids := make([]string, 0, len(w.defs))
+	for _, d := range w.defs {
+		ids = append(ids, d.ID)
+	}
+	w.setStarting("connecting to NATS")
+	var err error
 	w.nc, err = connect.NATS(cfg.NATS, "keyfleet-worker "+w.id, w.log, connect.NATSHooks{})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	ok := false
 	defer func() {
@@ -124,23 +146,40 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 			w.closeConns()
 		}
 	}()
+	w.setStarting("setting up the queue")
 	qcfg := queue.ConfigFrom(cfg)
-	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if w.q, err = queue.Open(qctx, w.nc, qcfg); err != nil {
-		return nil, exitcode.With(exitcode.Unreachable, err)
+	startup := queue.Startup{
+		Timeout: cfg.NATS.StartupTimeout,
+		Attempt: setupAttemptTimeout,
+		Waiting: func(err error, next time.Duration) {
+			w.setStarting("waiting for JetStream: " + err.Error())
+			w.log.Warn("JetStream not ready yet: setting up the queue again",
+				zap.Error(err), zap.Duration("next_in", next), zap.Duration("startup_timeout", cfg.NATS.StartupTimeout))
+		},
 	}
-	if w.cons, err = w.q.Consumer(qctx); err != nil {
-		return nil, exitcode.With(exitcode.Unreachable, err)
+	if err := startup.Do(ctx, func(ctx context.Context) error {
+		q, err := queue.Open(ctx, w.nc, qcfg)
+		if err != nil {
+			return err
+		}
+		cons, err := q.Consumer(ctx)
+		if err != nil {
+			return err
+		}
+		w.q, w.cons = q, cons
+		return nil
+	}); err != nil {
+		return exitcode.With(exitcode.Unreachable, err)
 	}
 	if mw := w.cons.CachedInfo().Config.MaxWaiting; mw < queue.ConsumerMaxWaiting {
 		w.log.Warn("the consumer holds few waiting pulls (it was made by an older keyfleet and JetStream cannot raise it): "+
 			"a fleet of more workers than a quarter of this sees 'Exceeded MaxWaiting'; delete the consumer while no worker runs to recreate it",
 			zap.String("consumer", w.q.Config().Consumer), zap.Int("max_waiting", mw), zap.Int("want", queue.ConsumerMaxWaiting))
 	}
+	w.setStarting("connecting to Redis")
 	w.rdb, err = connect.Redis(ctx, cfg.Redis, cfg.Worker.Concurrency+16, 5*time.Second)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// Scripts of concurrent slots share round trips and system calls
 	// through go-redis' auto-pipeliner (where the client has one). Several
@@ -153,22 +192,29 @@ func New(ctx context.Context, o Options) (*Worker, error) {
 	w.pool, err = creds.New(w.rdb, cfg.Pool.Name, creds.WithLeaseTTL(cfg.Pool.LeaseTTL), creds.WithOnly(ids...),
 		creds.WithScripter(scripts))
 	if err != nil {
-		return nil, exitcode.With(exitcode.Usage, err)
+		return exitcode.With(exitcode.Usage, err)
 	}
 	// The counters use the plain client: they are written rarely (never on
 	// an item's first successful run) and must end by their deadline.
 	w.runs = &runCounter{rdb: w.rdb, prefix: "keyfleet:runs:" + qcfg.WithDefaults().Stream + ":", ttl: 7 * 24 * time.Hour}
-	if err := w.register(qctx); err != nil {
+	w.setStarting("registering the credentials")
+	rctx, cancel := context.WithTimeout(ctx, setupAttemptTimeout)
+	defer cancel()
+	if err := w.register(rctx); err != nil {
 		if errors.Is(err, creds.ErrInvalid) {
-			return nil, exitcode.With(exitcode.Usage, err)
+			return exitcode.With(exitcode.Usage, err)
 		}
-		return nil, exitcode.With(exitcode.Unreachable, err)
+		return exitcode.With(exitcode.Unreachable, err)
 	}
 	w.redisOK.Store(true)
 	w.keeper = newKeeper()
 	ok = true
-	return w, nil
+	w.up.Store(true)
+	return nil
 }
+
+// setStarting sets what Ready says until Start has finished.
+func (w *Worker) setStarting(why string) { w.starting.Store(&why) }
 
 func buildHandlers(cfg *config.Config, scrub *secret.Scrubber) (map[string]jobs.Handler, error) {
 	common := jobs.Common{MaxOutput: cfg.Jobs.MaxOutput, Scrubber: scrub, ScrubEnv: cfg.SecretEnvNames()}
@@ -205,10 +251,12 @@ func (w *Worker) ID() string { return w.id }
 // Metrics are the worker's Prometheus metrics.
 func (w *Worker) Metrics() *metrics.Metrics { return w.metrics }
 
-// Ready reports whether the worker can take work: connected to NATS and
-// Redis, pool synced, not shutting down; else why not.
+// Ready reports whether the worker can take work: started, connected to
+// NATS and Redis, pool synced, not shutting down; else why not.
 func (w *Worker) Ready() (bool, string) {
 	switch {
+	case !w.up.Load():
+		return false, *w.starting.Load()
 	case w.draining.Load():
 		return false, "shutting down"
 	case !w.nc.IsConnected():

@@ -37,14 +37,17 @@ const (
 
 // Proxy forwards TCP connections from a loopback port to a target.
 type Proxy struct {
-	target string
-	ln     net.Listener
-	wg     sync.WaitGroup
+	ln net.Listener
+	wg sync.WaitGroup
+	// targeted is closed once the target is known (at once, but for a
+	// proxy made with NewPending).
+	targeted chan struct{}
 
 	accepted atomic.Int64
 	resets   atomic.Int64
 
 	mu          sync.Mutex
+	target      string
 	latency     time.Duration
 	jitter      time.Duration
 	partitioned bool
@@ -55,19 +58,48 @@ type Proxy struct {
 
 // New starts a proxy to target ("host:port") on a free loopback port.
 func New(target string) (*Proxy, error) {
-	if _, _, err := net.SplitHostPort(target); err != nil {
-		return nil, fmt.Errorf("faultproxy: target %q: %w", target, err)
+	p, err := NewPending()
+	if err != nil {
+		return nil, err
 	}
+	if err := p.SetTarget(target); err != nil {
+		_ = p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// NewPending starts a proxy on a free loopback port whose target is not
+// known yet: it accepts connections and holds them, unanswered, until
+// SetTarget. A server that picks its own free port can be proxied this
+// way: a port chosen for it beforehand might be taken before it binds it.
+func NewPending() (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("faultproxy: listen: %w", err)
 	}
 	healed := make(chan struct{})
 	close(healed)
-	p := &Proxy{target: target, ln: ln, healed: healed, links: map[*link]struct{}{}}
+	p := &Proxy{ln: ln, targeted: make(chan struct{}), healed: healed, links: map[*link]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
+}
+
+// SetTarget sets the target ("host:port") of a proxy made with NewPending;
+// the connections it holds go through. A target is set once.
+func (p *Proxy) SetTarget(target string) error {
+	if _, _, err := net.SplitHostPort(target); err != nil {
+		return fmt.Errorf("faultproxy: target %q: %w", target, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.target != "" {
+		return fmt.Errorf("faultproxy: target %s already set (to %s)", target, p.target)
+	}
+	p.target = target
+	close(p.targeted)
+	return nil
 }
 
 // Start starts a proxy to target for a test and closes it in t.Cleanup.
@@ -81,12 +113,28 @@ func Start(t testing.TB, target string) *Proxy {
 	return p
 }
 
+// StartPending starts a proxy with NewPending for a test and closes it in
+// t.Cleanup.
+func StartPending(t testing.TB) *Proxy {
+	t.Helper()
+	p, err := NewPending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
 // Addr is the proxy's "127.0.0.1:port"; clients dial it instead of the
 // target.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// Target is the address the proxy forwards to.
-func (p *Proxy) Target() string { return p.target }
+// Target is the address the proxy forwards to ("" while pending).
+func (p *Proxy) Target() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.target
+}
 
 // SetLatency delays every chunk forwarded from now on, in each direction,
 // by base plus a random duration in [0, jitter]. Zero for both: none (the
@@ -205,12 +253,17 @@ func (p *Proxy) serve(l *link) {
 		delete(p.links, l)
 		p.mu.Unlock()
 	}()
-	// A partition leaves a new connection unanswered: the target is dialled
-	// only once it heals.
+	// A pending target or a partition leaves a new connection unanswered:
+	// the target is dialled only once it is known and reachable.
+	select {
+	case <-p.targeted:
+	case <-l.done:
+		return
+	}
 	if !p.waitHealed(l.done) {
 		return
 	}
-	s, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	s, err := net.DialTimeout("tcp", p.Target(), 5*time.Second)
 	if err != nil {
 		l.close(true) // the target is down: the client sees a reset, as with no proxy
 		return

@@ -287,3 +287,39 @@ func waitOpen(t *testing.T, p *faultproxy.Proxy, n int) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A pending proxy holds connections, unanswered, until its target is set;
+// then they go through.
+func TestPendingHoldsUntilTargetSet(t *testing.T) {
+	target := echoServer(t) // first: its cleanup waits for the connections
+	p := faultproxy.StartPending(t)
+	if p.Target() != "" {
+		t.Fatalf("Target() = %q before SetTarget", p.Target())
+	}
+	c := dial(t, p)
+	if _, err := c.Write([]byte("early")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if n, err := c.Read(make([]byte, 5)); !isTimeout(err) {
+		t.Fatalf("read through a pending proxy: %d bytes, %v; want nothing", n, err)
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	if err := p.SetTarget(target); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 5)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != "early" {
+		t.Fatalf("held data after SetTarget: %q %v", got, err)
+	}
+	if err := roundTrip(dial(t, p), []byte("later"), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetTarget(target); err == nil {
+		t.Fatal("SetTarget accepted a second target")
+	}
+	if p.Target() != target {
+		t.Fatalf("Target() = %q, want %q", p.Target(), target)
+	}
+}

@@ -3,6 +3,7 @@ package natstest
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"testing"
@@ -12,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/keyfleet/keyfleet/internal/testutil/faultproxy"
-	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 )
 
 // Account is the account JetStream assets live in when a server runs
@@ -25,63 +25,159 @@ const Account = server.DEFAULT_GLOBAL_ACCOUNT
 // restarted on the same ports and store, like a real node going down and
 // coming back.
 //
-// Every route goes through a fault proxy (one per ordered pair of nodes),
-// so that Kill can cut a node off before it stops: an embedded server
-// cannot crash, and a graceful shutdown hands its leaderships over first.
+// Every route goes through a fault proxy (one per pair of nodes), so that
+// Kill can cut a node off before it stops: an embedded server cannot
+// crash, and a graceful shutdown hands its leaderships over first.
 type Cluster struct {
 	t     testing.TB
 	nodes []*Server
-	// routes[i][j] carries the route connections node i opens to node j.
+	// routes[i][j] carries the route connections between node i and node
+	// j when i opens them (see solicits), else it is nil.
 	routes [][]*faultproxy.Proxy
 }
 
 // StartCluster starts an n-node JetStream cluster (n ≥ 1; 3 for
-// replicated streams), waits until it has elected a meta leader, and shuts
-// it down in t.Cleanup.
+// replicated streams) and shuts it down in t.Cleanup. It returns once the
+// cluster is ready for anything a test does (see WaitReady): a meta
+// leader, every node a current peer of the meta group with JetStream
+// enabled, and every node a placement peer of the leader, so that an R3
+// stream can be created at once.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
-	if n < 1 {
-		t.Fatalf("natstest: a cluster of %d nodes", n)
+	c := StartClusterPartial(t, n, n)
+	c.WaitReady(readyTimeout)
+	return c
+}
+
+// StartClusterPartial builds an n-node cluster but starts only its first
+// started nodes (0 ≤ started ≤ n), together, each up and with JetStream
+// enabled; StartNode starts the others. It does not wait for a meta leader:
+// fewer than a majority of the nodes cannot elect one, and more than that
+// may still be electing one when it returns. URLs lists every node, started
+// or not.
+func StartClusterPartial(t testing.TB, n, started int) *Cluster {
+	t.Helper()
+	if n < 1 || started < 0 || started > n {
+		t.Fatalf("natstest: a cluster of %d nodes, %d started", n, started)
 	}
-	routePorts := make([]int, n)
-	for i := range routePorts {
-		p, err := launch.FreePort()
-		if err != nil {
-			t.Fatalf("natstest: free port: %v", err)
-		}
-		routePorts[i] = p
-	}
+	// Each node binds its own free ports as it starts (a port chosen
+	// for it beforehand may be taken by then, by another node among
+	// others), and the route proxies to it learn its route port then,
+	// holding the connections that come earlier.
 	c := &Cluster{t: t, routes: make([][]*faultproxy.Proxy, n)}
 	for i := range n {
 		c.routes[i] = make([]*faultproxy.Proxy, n)
-		var routes []*url.URL
-		for j, p := range routePorts {
-			if j != i {
-				c.routes[i][j] = faultproxy.Start(t, fmt.Sprintf("127.0.0.1:%d", p))
-				routes = append(routes, &url.URL{Scheme: "nats-route", Host: c.routes[i][j].Addr()})
+		for j := range n {
+			if solicits(i, j, n) {
+				c.routes[i][j] = faultproxy.StartPending(t)
 			}
 		}
-		o := launch.JetStreamOptions(t.TempDir())
-		o.ServerName = fmt.Sprintf("n%d", i)
-		o.Cluster = server.ClusterOpts{Name: "keyfleet-test", Host: "127.0.0.1", Port: routePorts[i]}
-		o.Routes = routes
-		c.nodes = append(c.nodes, &Server{t: t, NATS: launch.NewNATS(o)})
 	}
+	for i := range n {
+		var routes []*url.URL
+		for _, p := range c.routes[i] {
+			if p != nil {
+				routes = append(routes, &url.URL{Scheme: "nats-route", Host: p.Addr()})
+			}
+		}
+		s := &Server{t: t, opts: server.Options{
+			ServerName: fmt.Sprintf("n%d", i),
+			Host:       "127.0.0.1",
+			Port:       -1,
+			JetStream:  true,
+			StoreDir:   t.TempDir(),
+			NoLog:      true,
+			NoSigs:     true,
+			Cluster: server.ClusterOpts{
+				Name: "keyfleet-test",
+				Host: "127.0.0.1",
+				Port: -1,
+				// A server tells the others the route address of every
+				// server it meets, and they connect to an address they have
+				// not configured (the real one, not their proxy to it):
+				// routes that bypass the proxies, found at random moments
+				// and then closed as duplicates, losing what they carried
+				// (a reply now and then, seen as a JetStream request never
+				// answered). An address that refuses connections stops it:
+				// nothing listens on 127.0.0.2.
+				Advertise: noRouteHere,
+			},
+			Routes: routes,
+		}}
+		if i >= started {
+			// A node started later needs its client port now, for URLs:
+			// it is held until the node starts.
+			if err := s.reservePort(); err != nil {
+				t.Fatalf("natstest: %v", err)
+			}
+		}
+		c.nodes = append(c.nodes, s)
+	}
+	// Registered after the store directories (t.TempDir) and the proxies,
+	// so that it runs before their cleanups: no node writes to a store
+	// being removed.
 	t.Cleanup(c.shutdownAll)
 	// Start them together: each waits for its routes, not for the others
 	// to be up.
-	errs := make(chan error, n)
-	for _, s := range c.nodes {
-		go func() { errs <- s.Start() }()
+	errs := make(chan error, started)
+	for _, s := range c.nodes[:started] {
+		go func() { errs <- s.start() }()
 	}
-	for range n {
+	for range started {
 		if err := <-errs; err != nil {
 			t.Fatalf("natstest: cluster node: %v", err)
 		}
 	}
-	c.WaitMetaLeader(30 * time.Second)
+	for i := range started {
+		c.pinPorts(i)
+	}
 	return c
 }
+
+// pinPorts keeps the ports node i bound at its first start, for its
+// restarts, and points the route proxies to it at its route port.
+func (c *Cluster) pinPorts(i int) {
+	c.t.Helper()
+	s := c.nodes[i]
+	s.mu.Lock()
+	s.opts.Port = s.srv.Addr().(*net.TCPAddr).Port
+	s.opts.Cluster.Port = s.srv.ClusterAddr().Port
+	addr := fmt.Sprintf("127.0.0.1:%d", s.opts.Cluster.Port)
+	s.mu.Unlock()
+	for j := range c.nodes {
+		if p := c.routes[j][i]; p != nil && p.Target() == "" {
+			if err := p.SetTarget(addr); err != nil {
+				c.t.Fatalf("natstest: %v", err)
+			}
+		}
+	}
+}
+
+// solicits reports whether node i of n configures the route to node j.
+// One side of each pair does: configured on both, both connect at once,
+// one connection is closed as a duplicate and its side connects again a
+// second later, which is then how long a cluster takes to form. Every node
+// configures one at least (JetStream requires it): its ring neighbour
+// i+1; the other pairs are the lower-numbered node's.
+func solicits(i, j, n int) bool {
+	switch {
+	case i == j:
+		return false
+	case j == (i+1)%n:
+		return true
+	case i == (j+1)%n:
+		return false
+	default:
+		return i < j
+	}
+}
+
+// noRouteHere is the route address the nodes advertise: one that refuses
+// connections, so that all routes go through the proxies.
+const noRouteHere = "127.0.0.2:1"
+
+// readyTimeout bounds the helpers' waits for a ready server or cluster.
+const readyTimeout = 30 * time.Second
 
 func (c *Cluster) shutdownAll() {
 	for _, s := range c.nodes {
@@ -126,21 +222,48 @@ func (c *Cluster) Kill(i int) {
 }
 
 // Restart starts node i again (after Shutdown or Kill) on its ports and
-// store; it rejoins the cluster and catches up by itself.
+// store, and waits until it has rejoined (see StartNode).
 func (c *Cluster) Restart(i int) {
 	c.t.Helper()
 	for _, p := range c.routesOf(i) {
 		p.Heal()
 	}
+	c.StartNode(i)
+}
+
+// StartNode starts node i: for the first time (a node StartClusterPartial
+// left out), or again after Shutdown. When a majority of the nodes run
+// then, it waits until the running nodes are ready (WaitReady), the new one
+// a current member of the meta group; a minority cannot elect a leader, so
+// then it waits only for the node to be up with JetStream enabled.
+func (c *Cluster) StartNode(i int) {
+	c.t.Helper()
 	c.nodes[i].StartAgain()
+	c.pinPorts(i)
+	if 2*c.running() > len(c.nodes) {
+		c.WaitReady(readyTimeout)
+	}
+}
+
+// running is the number of running nodes.
+func (c *Cluster) running() int {
+	n := 0
+	for _, s := range c.nodes {
+		if s.Server() != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // routesOf is every route proxy to or from node i.
 func (c *Cluster) routesOf(i int) []*faultproxy.Proxy {
 	var ps []*faultproxy.Proxy
 	for j := range c.nodes {
-		if j != i {
-			ps = append(ps, c.routes[i][j], c.routes[j][i])
+		for _, p := range []*faultproxy.Proxy{c.routes[i][j], c.routes[j][i]} {
+			if p != nil {
+				ps = append(ps, p)
+			}
 		}
 	}
 	return ps
@@ -237,7 +360,7 @@ func (c *Cluster) moveLeader(subject string, to int, timeout time.Duration, lead
 		return fmt.Errorf("natstest: connect: %w", err)
 	}
 	defer nc.Close()
-	req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": c.nodes[to].Options().ServerName}})
+	req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": c.nodes[to].opts.ServerName}})
 	deadline := time.Now().Add(timeout)
 	for {
 		msg, err := nc.Request(subject, req, time.Until(deadline))

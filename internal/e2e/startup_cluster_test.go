@@ -1,0 +1,90 @@
+package e2e
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil"
+	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
+)
+
+// A worker started while its NATS cluster cannot take the queue's R3
+// streams yet (two of three nodes up: first no meta leader, then "no
+// suitable peers for placement") waits: /healthz answers, /readyz says
+// "waiting for JetStream: <why>", the log says why at each retry. When the
+// third node starts the worker proceeds and runs items. A worker whose
+// nats.startup_timeout runs out first exits 3 with one clear line.
+func TestWorkerWaitsForAFormingNATSCluster(t *testing.T) {
+	c := natstest.StartClusterPartial(t, 3, 2)
+	addr := testutil.FreeAddr(t)
+	f := newClusterFleetConfig(t, c, "lease_ttl: 3s", "concurrency: 2\nshutdown_grace: 5s\nlisten: "+addr,
+		3*time.Second, "SLEEP=0.01")
+	w := f.startWorker("w1")
+
+	// The same fleet with a short bound gives up.
+	short := filepath.Join(f.dir, "short.yaml")
+	bounded := strings.Replace(f.readConfig(), "nats:\n", "nats:\n  startup_timeout: 2s\n", 1)
+	bounded = strings.Replace(bounded, "listen: "+addr, `listen: ""`, 1)
+	if err := os.WriteFile(short, []byte(bounded), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	quitter := f.start("quitter", binary(t, "worker"), "--config", short, "--id", "quitter")
+
+	var why string
+	waitFor(t, "/readyz to say the worker waits for JetStream", time.Minute, func() bool {
+		code, body, err := get("http://" + addr + "/readyz")
+		why = strings.TrimSpace(body)
+		return err == nil && code == http.StatusServiceUnavailable && strings.HasPrefix(why, "waiting for JetStream: ")
+	})
+	if code, body, err := get("http://" + addr + "/healthz"); err != nil || code != http.StatusOK {
+		t.Fatalf("/healthz while waiting: %d %q %v", code, body, err)
+	}
+	if code := quitter.wait(t, time.Minute); code != 3 {
+		t.Fatalf("worker with startup_timeout 2s: want exit 3, got %d:\n%s", code, tail(quitter.log.String(), 10))
+	}
+	last := lastLine(quitter.log.String())
+	if !strings.HasPrefix(last, "worker: JetStream not ready after ") {
+		t.Fatalf("want one line \"worker: JetStream not ready after ...\", got:\n%s", tail(quitter.log.String(), 10))
+	}
+	if w.Exited() {
+		t.Fatalf("the worker with the default bound exited while waiting:\n%s", tail(w.log.String(), 20))
+	}
+
+	started := time.Now()
+	c.StartNode(2)
+	waitFor(t, "/readyz to answer 200 after the third node started", time.Minute, func() bool {
+		code, _, err := get("http://" + addr + "/readyz")
+		return err == nil && code == http.StatusOK
+	})
+	ready := time.Since(started)
+	log := w.log.String()
+	retries := strings.Count(log, "JetStream not ready yet")
+	if retries == 0 || !strings.Contains(log, "next_in") {
+		t.Fatalf("no retry logged with its wait:\n%s", tail(log, 20))
+	}
+
+	f.openClusterQueue(c, 3*time.Second)
+	const n = 20
+	f.publish("forming", "exec", n, itemJSON)
+	res := f.waitResults("forming", n, time.Minute)
+	for id, r := range res {
+		if r.Outcome != queue.OutcomeSucceeded {
+			t.Errorf("%s: %s (%s)", id, r.Outcome, r.Error)
+		}
+	}
+	info, err := f.q.JetStream().Stream(t.Context(), "KF")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(info.CachedInfo().Cluster.Replicas) + 1; got != 3 {
+		t.Errorf("the worker made the work stream on %d nodes, want 3", got)
+	}
+	stopFleet(t, 30*time.Second, w)
+	t.Logf("waited with %d retries (last: %s); ready %s after the third node; quitter: %s",
+		retries, why, ready.Round(time.Millisecond), last)
+}
