@@ -22,7 +22,7 @@ func (w *Worker) settle(pullCtx context.Context, d *delivery, lease *creds.Lease
 	it := d.it
 	ctx, cancel := w.settleCtx()
 	defer cancel()
-	w.endLease(ctx, lease, v.lease, log)
+	w.endLease(lease, v.lease, log)
 	switch v.label {
 	case labelSucceeded:
 		w.succeed(ctx, d, res)
@@ -78,26 +78,34 @@ func (w *Worker) settle(pullCtx context.Context, d *delivery, lease *creds.Lease
 	}
 }
 
-// endLease ends a run's lease with its outcome. If the lease was lost
-// meanwhile, what the run said about the key (a rest, a rejection) is
-// recorded on the credential all the same.
-func (w *Worker) endLease(ctx context.Context, l *creds.Lease, o creds.Outcome, log *zap.Logger) {
-	err := w.pool.Settle(ctx, l, o)
-	if err == nil {
-		return
-	}
-	switch {
-	case o.Disable != "":
-		if derr := w.pool.Disable(ctx, l.CredentialID, o.Disable); derr != nil {
-			log.Warn("could not disable the credential", zap.Error(derr))
+// endLease ends a run's lease with its outcome, without waiting: the
+// lease's end goes to Redis with the process's next pool step (with the
+// next item's acquire, often). If the lease was lost meanwhile, what the
+// run said about the key (a rest, a rejection) is recorded on the
+// credential all the same.
+func (w *Worker) endLease(l *creds.Lease, o creds.Outcome, log *zap.Logger) {
+	err := w.pool.SettleAsync(l, o, func(err error) {
+		if err == nil {
+			return
 		}
-	case o.Rest > 0:
-		if _, rerr := w.pool.Rest(ctx, l.CredentialID, o.Rest, o.RestReason, o.RestCause); rerr != nil {
-			log.Warn("could not record the rest", zap.Error(rerr))
+		ctx, cancel := w.settleCtx()
+		defer cancel()
+		switch {
+		case o.Disable != "":
+			if derr := w.pool.Disable(ctx, l.CredentialID, o.Disable); derr != nil {
+				log.Warn("could not disable the credential", zap.Error(derr))
+			}
+		case o.Rest > 0:
+			if _, rerr := w.pool.Rest(ctx, l.CredentialID, o.Rest, o.RestReason, o.RestCause); rerr != nil {
+				log.Warn("could not record the rest", zap.Error(rerr))
+			}
 		}
-	}
-	if !errors.Is(err, creds.ErrLeaseLost) {
-		log.Warn("releasing the lease failed; it expires by itself", zap.Error(err))
+		if !errors.Is(err, creds.ErrLeaseLost) {
+			log.Warn("releasing the lease failed; it expires by itself", zap.Error(err))
+		}
+	})
+	if err != nil {
+		log.Error("the run's outcome is not valid for the pool; the lease expires by itself", zap.Error(err))
 	}
 }
 

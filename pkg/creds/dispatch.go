@@ -105,7 +105,7 @@ func (d *dispatcher) message(payload string) {
 			}
 			d.mu.Unlock()
 		}
-		d.kick()
+		d.kick() // the loop sets its timer; it steps only when the time comes
 		return
 	}
 	d.recheck()
@@ -173,7 +173,7 @@ func (d *dispatcher) dropE(w *waiter) {
 }
 
 // release queues an R op; the returned channel gets its outcome.
-func (d *dispatcher) release(l *Lease, real int64, mode string, dur time.Duration, text, sig string) (chan error, error) {
+func (d *dispatcher) release(l *Lease, real int64, mode string, dur time.Duration, text, sig string) chan error {
 	res := make(chan error, 1)
 	d.mu.Lock()
 	d.ops = append(d.ops, &op{args: releaseArgs(l, real, mode, dur, text, sig), res: res})
@@ -181,12 +181,12 @@ func (d *dispatcher) release(l *Lease, real int64, mode string, dur time.Duratio
 		// No loop runs any more: send it now.
 		d.mu.Unlock()
 		d.step()
-		return res, nil
+		return res
 	}
 	d.startLocked()
 	d.kick()
 	d.mu.Unlock()
-	return res, nil
+	return res
 }
 
 func releaseArgs(l *Lease, real int64, mode string, dur time.Duration, text, sig string) []any {
@@ -229,7 +229,7 @@ func (d *dispatcher) loop() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	keepEvery := d.p.waiterTTL / 4
-	var lastStep time.Time
+	lastAlive := time.Now()
 	for {
 		d.mu.Lock()
 		wake := time.Hour
@@ -237,7 +237,7 @@ func (d *dispatcher) loop() {
 			wake = min(wake, time.Until(d.timerAt))
 		}
 		if len(d.waiters) > 0 {
-			wake = min(wake, time.Until(lastStep.Add(keepEvery)))
+			wake = min(wake, time.Until(lastAlive.Add(keepEvery)))
 		}
 		d.mu.Unlock()
 		timer.Reset(max(wake, 0))
@@ -250,13 +250,55 @@ func (d *dispatcher) loop() {
 		}
 		timer.Stop()
 		d.mu.Lock()
-		if !d.timerAt.IsZero() && !time.Now().Before(d.timerAt) {
+		due := !d.timerAt.IsZero() && !time.Now().Before(d.timerAt)
+		if due {
 			d.timerAt = time.Time{}
 		}
+		work := len(d.ops) > 0 || d.claim || d.join || due
+		keep := len(d.waiters) > 0 && time.Since(lastAlive) >= keepEvery
 		d.mu.Unlock()
-		// Every wake steps: ops to send, a grant message (a kick with
-		// nothing to send), the timer duty, or the waiters' keep-alive.
-		lastStep = time.Now()
+		switch {
+		case work:
+			// Ops to send, grants to claim, or the timer duty: a step. It
+			// keeps the handle's waiters alive too.
+			lastAlive = time.Now()
+			d.step()
+		case keep:
+			lastAlive = time.Now()
+			d.keepAlive()
+		}
+	}
+}
+
+// keepAlive refreshes this handle's waiters in the fleet's queue with the
+// small alive script, and steps if some were lost or grants wait.
+func (d *dispatcher) keepAlive() {
+	p := d.p
+	ctx, cancel := p.opCtx(context.Background())
+	defer cancel()
+	reply, err := aliveScript.Run(ctx, p.scripts, []string{p.keys.creds}, p.instance, p.waiterTTL.Microseconds()).Result()
+	if err != nil {
+		return // the next keep-alive or step tries again
+	}
+	v, err := ratelimit.Int64s(reply, 3)
+	if err != nil {
+		return
+	}
+	d.mu.Lock()
+	queued := 0
+	for _, w := range d.waiters {
+		if w.queued {
+			queued++
+		}
+	}
+	lost := int(v[0]) < queued
+	if v[1] > 0 {
+		d.claim = true
+	}
+	d.mu.Unlock()
+	if lost || v[1] > 0 || v[2] == 1 {
+		// A step re-queues lost waiters, claims the grants, and runs the
+		// pool's timed step when its owner missed it.
 		d.step()
 	}
 }

@@ -126,14 +126,55 @@ func (p *Pool) ReleaseDisable(ctx context.Context, l *Lease, reason string) erro
 // with ErrLeaseLost when the lease was not live any more (the cost is
 // reconciled anyway).
 func (p *Pool) Settle(ctx context.Context, l *Lease, o Outcome) error {
+	res, err := p.settleOp(l, o)
+	if err != nil {
+		return err
+	}
+	select {
+	case err := <-res:
+		return settleErr(l, err)
+	case <-ctx.Done():
+		return fmt.Errorf("creds: release lease %d on %q: %w", l.Token, l.CredentialID, context.Cause(ctx))
+	}
+}
+
+// SettleAsync ends the lease like Settle without waiting: the lease's end
+// goes out with the handle's next step, together with whatever the process
+// asks for meanwhile (its next Acquire, say), and done, when not nil, gets
+// the outcome later from another goroutine. An invalid outcome is reported
+// at once.
+func (p *Pool) SettleAsync(l *Lease, o Outcome, done func(error)) error {
+	res, err := p.settleOp(l, o)
+	if err != nil {
+		return err
+	}
+	go func() {
+		err := settleErr(l, <-res)
+		if done != nil {
+			done(err)
+		}
+	}()
+	return nil
+}
+
+func settleErr(l *Lease, err error) error {
+	if err != nil {
+		return fmt.Errorf("creds: release lease %d on %q: %w", l.Token, l.CredentialID, err)
+	}
+	return nil
+}
+
+// settleOp checks an outcome and queues the lease's end; the channel gets
+// its result.
+func (p *Pool) settleOp(l *Lease, o Outcome) (chan error, error) {
 	if l == nil {
-		return fmt.Errorf("%w: nil lease", ErrInvalid)
+		return nil, fmt.Errorf("%w: nil lease", ErrInvalid)
 	}
 	mode, dur, text := "ok", time.Duration(0), ""
 	clean := func(s string) string { return strings.NewReplacer("\t", " ", ";", ",").Replace(s) }
 	switch {
 	case o.Rest < 0 || o.MaxRest < 0:
-		return fmt.Errorf("%w: rest must not be negative, got %s (max %s)", ErrInvalid, o.Rest, o.MaxRest)
+		return nil, fmt.Errorf("%w: rest must not be negative, got %s (max %s)", ErrInvalid, o.Rest, o.MaxRest)
 	case o.Disable != "":
 		mode, text = "disable", o.Disable
 	case o.RateLimited && o.Rest == 0:
@@ -157,17 +198,5 @@ func (p *Pool) Settle(ctx context.Context, l *Lease, o Outcome) error {
 	if o.Cost > 0 {
 		real = o.Cost
 	}
-	res, err := p.d.release(l, real, mode, dur, text, sig.String())
-	if err != nil {
-		return err
-	}
-	select {
-	case err := <-res:
-		if err != nil {
-			return fmt.Errorf("creds: release lease %d on %q: %w", l.Token, l.CredentialID, err)
-		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("creds: release lease %d on %q: %w", l.Token, l.CredentialID, context.Cause(ctx))
-	}
+	return p.d.release(l, real, mode, dur, text, sig.String()), nil
 }

@@ -23,6 +23,8 @@ var (
 	adminLua string
 	//go:embed lua/stats.lua
 	statsLua string
+	//go:embed lua/alive.lua
+	aliveLua string
 )
 
 // script prepends the shared libraries: pkg/ratelimit's limiters (so the
@@ -39,4 +41,6 @@ var (
 	joinScript     = script(joinLua)
 	adminScript    = script(adminLua)
 	statsScript    = script(statsLua)
+	// aliveScript stands alone: the keep-alive of a waiting handle.
+	aliveScript = redis.NewScript(aliveLua)
 )

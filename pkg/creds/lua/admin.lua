@@ -29,7 +29,7 @@ if op == 'limits' then
 elseif op == 'disable' then
   redis.call('HSET', k_cred(id), 'disabled', '1', 'disabled_reason', ARGV[4], 'disabled_at', n2s(now))
 elseif op == 'enable' then
-  redis.call('HDEL', k_cred(id), 'disabled', 'disabled_reason', 'disabled_at', 'pace_us', 'pace_tat', 'pace_streak',
+  redis.call('HDEL', k_cred(id), 'disabled', 'disabled_reason', 'disabled_at', 'pace_us', 'pace_tat', 'pace_floor', 'pace_streak',
     'pace_widened', 'rest_until', 'rest_reason', 'rest_cause', 'rest_at')
 elseif op == 'rest' then
   ret = set_rest(id, now, tonumber(ARGV[4]), ARGV[5], ARGV[6])

@@ -159,7 +159,7 @@ end
 
 local function load(id)
   local c = redis.call('HMGET', k_cred(id), 'max', 'limits', 'disabled', 'pace_us', 'pace_tat', 'rest_until', 'last',
-    'starts')
+    'starts', 'pace_floor')
   if not c[1] then
     return nil
   end
@@ -172,6 +172,7 @@ local function load(id)
     rest_until = tonumber(c[6] or '0') or 0,
     last = c[7] or '0',
     starts = tonumber(c[8] or '0') or 0,
+    pace_floor = tonumber(c[9] or '0') or 0,
   }
 end
 
@@ -335,18 +336,23 @@ end
 -- What the API says: header signals and bare 429s
 ---------------------------------------------------------------------------
 
--- Pacing from bare 429s (no Retry-After), fleet-wide: each such 429 on a
--- start made after the last widening widens the key's spacing (x1.25, or
--- x2 while 429s follow each other with no success between), and rests the
--- key for one spacing, doubling with each 429 in a row, at most the pool's
--- cooldown. Each success narrows the spacing by PACE_NARROW; below
--- PACE_OFF_US the pace is dropped.
-local PACE_WIDEN = 1.25
+-- Pacing from bare 429s (no Retry-After), fleet-wide. The key keeps a
+-- floor: the spacing of starts at which the API last refused one (too
+-- fast). A bare 429 on a start made after the last widening raises the
+-- floor to the spacing in use and sets the pace PACE_MARGIN above it (x2
+-- while 429s follow each other with no success between), and rests the
+-- key one spacing, doubling with each 429 in a row, at most the pool's
+-- cooldown. Each success narrows the pace by PACE_NARROW, never below the
+-- floor plus PACE_NEAR, and lowers the floor by PACE_FORGET, so that the
+-- key probes again slowly after a long calm. Below PACE_OFF_US the pace is
+-- dropped.
+local PACE_MARGIN = 1.1
 local PACE_WIDEN_STREAK = 2
-local PACE_NARROW = 0.005
+local PACE_NARROW = 0.0025
+local PACE_NEAR = 1.01
+local PACE_FORGET = 0.0002
 local PACE_OFF_US = 100
 local PACE_FIRST_MIN_US = 1000
-
 
 -- bare_429 widens the pace of credential id after a 429 that said nothing
 -- more, on a start granted at `granted`; max_rest_us bounds the rest.
@@ -356,26 +362,28 @@ local function bare_429(id, c, now, granted, max_rest_us, reason)
   local widened = tonumber(f[2] or '0') or 0
   local pace = c.pace_us
   if granted >= widened then
-    -- New information: the start was made at the current pace.
-    if pace <= 0 then
-      -- First estimate: the spacing this key's starts had, from this
-      -- run's length and the runs in flight with it; at least the
-      -- spacing its configured rates allow, which the API just said is
-      -- too fast.
-      pace = math.max((now - granted) / (held(id, c, now) + 1), PACE_FIRST_MIN_US)
+    -- New information: the start was made at the current spacing: the
+    -- pace, else at least what the configured rates allow, else what
+    -- this run's length and the runs in flight with it say.
+    local spacing = pace
+    if spacing <= 0 then
+      spacing = math.max((now - granted) / (held(id, c, now) + 1), PACE_FIRST_MIN_US)
       for _, l in ipairs(c.limits) do
-        if l.kind ~= 'c' and l.p / l.n * PACE_WIDEN > pace then
-          pace = l.p / l.n * PACE_WIDEN
+        if l.kind ~= 'c' and l.p / l.n > spacing then
+          spacing = l.p / l.n
         end
       end
-    elseif streak > 0 then
-      pace = pace * PACE_WIDEN_STREAK
+    end
+    c.pace_floor = math.max(c.pace_floor, spacing)
+    if streak > 0 and pace > 0 then
+      pace = math.max(pace * PACE_WIDEN_STREAK, c.pace_floor * PACE_MARGIN)
     else
-      pace = pace * PACE_WIDEN
+      pace = c.pace_floor * PACE_MARGIN
     end
     streak = streak + 1
     c.pace_us = pace
-    redis.call('HSET', k_cred(id), 'pace_us', n2s(pace), 'pace_streak', streak, 'pace_widened', n2s(now))
+    redis.call('HSET', k_cred(id), 'pace_us', n2s(pace), 'pace_floor', n2s(c.pace_floor), 'pace_streak', streak,
+      'pace_widened', n2s(now))
   end
   local rest = math.min(math.max(pace, 10000) * 2 ^ (math.max(streak, 1) - 1), max_rest_us)
   if rest > 0 then
@@ -388,12 +396,13 @@ local function paced_success(id, c)
   if c.pace_us <= 0 then
     return
   end
-  local pace = c.pace_us * (1 - PACE_NARROW)
-  if pace < PACE_OFF_US then
-    redis.call('HDEL', k_cred(id), 'pace_us', 'pace_tat', 'pace_streak', 'pace_widened')
+  local floor = c.pace_floor * (1 - PACE_FORGET)
+  local pace = math.max(c.pace_us * (1 - PACE_NARROW), floor * PACE_NEAR)
+  if floor < PACE_OFF_US then
+    redis.call('HDEL', k_cred(id), 'pace_us', 'pace_tat', 'pace_floor', 'pace_streak', 'pace_widened')
     c.pace_us = 0
   else
-    redis.call('HSET', k_cred(id), 'pace_us', n2s(pace), 'pace_streak', 0)
+    redis.call('HSET', k_cred(id), 'pace_us', n2s(pace), 'pace_floor', n2s(floor), 'pace_streak', 0)
     c.pace_us = pace
   end
 end
@@ -622,11 +631,16 @@ local function arm_timer(now, caller, hol, waited)
   if not owner or (owner ~= caller and (not alive(owner, now) or redis.call('EXISTS', k_pw(owner)) == 0)) then
     local _, hinst = parse_waiter(head[1])
     owner = hinst
+    if owner ~= caller and caller ~= '' and not alive(owner, now) then
+      owner = caller -- the head's process is gone: the caller is alive
+    end
   end
   local at = n2s(nxt)
   if cur[1] ~= at or cur[2] ~= owner then
     redis.call('HSET', K_TIMER, 'at', at, 'inst', owner)
-    if owner ~= caller then
+    -- The owner hears of a new owner or an earlier time; a later time it
+    -- learns when its timer fires early (its step's reply re-arms it).
+    if owner ~= caller and (cur[2] ~= owner or nxt < (tonumber(cur[1] or '') or math.huge)) then
       redis.call('PUBLISH', ch_of(owner), 't' .. n2s(math.max(nxt - now, 0)))
     end
   end
