@@ -339,17 +339,19 @@ end
 -- Pacing from bare 429s (no Retry-After), fleet-wide. The key keeps a
 -- floor: the spacing of starts at which the API last refused one (too
 -- fast). A bare 429 on a start made after the last widening raises the
--- floor to the spacing in use and sets the pace PACE_MARGIN above it (x2
+-- floor to the spacing in use and sets the pace PACE_MARGIN above it
+-- (PACE_MARGIN_CONFIGURED when that spacing was a configured rate's; x2
 -- while 429s follow each other with no success between), and rests the
 -- key one spacing, doubling with each 429 in a row, at most the pool's
 -- cooldown. Each success narrows the pace by PACE_NARROW, never below the
 -- floor plus PACE_NEAR, and lowers the floor by PACE_FORGET, so that the
 -- key probes again slowly after a long calm. Below PACE_OFF_US the pace is
 -- dropped.
-local PACE_MARGIN = 1.1
+local PACE_MARGIN = 1.25
+local PACE_MARGIN_CONFIGURED = 1.05
 local PACE_WIDEN_STREAK = 2
 local PACE_NARROW = 0.0025
-local PACE_NEAR = 1.01
+local PACE_NEAR = 1.03
 local PACE_FORGET = 0.0002
 local PACE_OFF_US = 100
 local PACE_FIRST_MIN_US = 1000
@@ -365,20 +367,23 @@ local function bare_429(id, c, now, granted, max_rest_us, reason)
     -- New information: the start was made at the current spacing: the
     -- pace, else at least what the configured rates allow, else what
     -- this run's length and the runs in flight with it say.
-    local spacing = pace
+    local spacing, margin = pace, PACE_MARGIN
     if spacing <= 0 then
       spacing = math.max((now - granted) / (held(id, c, now) + 1), PACE_FIRST_MIN_US)
       for _, l in ipairs(c.limits) do
         if l.kind ~= 'c' and l.p / l.n > spacing then
-          spacing = l.p / l.n
+          -- A configured rate refused: the requests arrived closer than
+          -- their starts were (network jitter), or the limit is a little
+          -- off. A small margin first.
+          spacing, margin = l.p / l.n, PACE_MARGIN_CONFIGURED
         end
       end
     end
     c.pace_floor = math.max(c.pace_floor, spacing)
     if streak > 0 and pace > 0 then
-      pace = math.max(pace * PACE_WIDEN_STREAK, c.pace_floor * PACE_MARGIN)
+      pace = math.max(pace * PACE_WIDEN_STREAK, c.pace_floor * margin)
     else
-      pace = c.pace_floor * PACE_MARGIN
+      pace = c.pace_floor * margin
     end
     streak = streak + 1
     c.pace_us = pace
