@@ -222,7 +222,12 @@ func poolUtilization(ctx context.Context, e *env, smp *sample, n int, pipelined 
 					t0 := time.Now()
 					time.Sleep(contendedSleep)
 					d := time.Since(t0)
-					if err := p.Release(ctx, l); err != nil {
+					// As the worker ends a lease: without waiting.
+					if err := p.SettleAsync(l, creds.Outcome{}, func(err error) {
+						if err != nil {
+							firstErr.CompareAndSwap(nil, err)
+						}
+					}); err != nil {
 						firstErr.CompareAndSwap(nil, err)
 						return
 					}

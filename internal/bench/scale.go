@@ -277,7 +277,7 @@ func scaleRun(ctx context.Context, e *env, smp *sample, keys, p, slots int, jobs
 }
 
 // scaleSlot is one slot's loop until ctx ends: acquire, sleep the current
-// job length, release. It returns its jobs' intervals.
+// job length, release (asynchronously, as the worker does). It returns its jobs' intervals.
 func scaleSlot(ctx context.Context, p *creds.Pool, owner string, job *atomic.Int64, base time.Time, firstErr *atomic.Value) []interval {
 	var log []interval
 	for ctx.Err() == nil {
@@ -293,7 +293,13 @@ func scaleSlot(ctx context.Context, p *creds.Pool, owner string, job *atomic.Int
 		time.Sleep(d)
 		t1 := time.Since(base)
 		log = append(log, interval{int64(t0), int64(t1)})
-		if err := p.Release(context.WithoutCancel(ctx), l); err != nil {
+		// As the worker ends a lease: without waiting, so that the
+		// release and the next acquire share a step.
+		if err := p.SettleAsync(l, creds.Outcome{}, func(err error) {
+			if err != nil {
+				firstErr.CompareAndSwap(nil, fmt.Errorf("bench: release (%s): %w", owner, err))
+			}
+		}); err != nil {
 			firstErr.CompareAndSwap(nil, fmt.Errorf("bench: release (%s): %w", owner, err))
 			return log
 		}

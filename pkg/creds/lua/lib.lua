@@ -563,6 +563,9 @@ local function serve(now, caller, lease_ttl, claim_ttl, max_grants, queue_empty)
   if queue_empty or redis.call('ZCARD', K_WAITQ) == 0 then
     return mine, hol, false
   end
+  if redis.call('ZCARD', K_READY) == 0 then
+    return mine, hol, true -- a saturated pool: nothing to hand out
+  end
   while served < max_grants and scanned < max_grants + SCAN_MAX do
     local w = redis.call('ZRANGE', K_WAITQ, idx, idx)
     if #w == 0 then
@@ -633,7 +636,7 @@ local function arm_timer(now, caller, hol, waited)
   end
   local cur = redis.call('HMGET', K_TIMER, 'at', 'inst')
   local owner = cur[2]
-  if not owner or (owner ~= caller and (not alive(owner, now) or redis.call('EXISTS', k_pw(owner)) == 0)) then
+  if not owner or (owner ~= caller and not alive(owner, now)) then
     local _, hinst = parse_waiter(head[1])
     owner = hinst
     if owner ~= caller and caller ~= '' and not alive(owner, now) then
