@@ -111,7 +111,8 @@ func (f *fleet) writeConfig(name string, listenPort int) (string, error) {
 	}
 	fmt.Fprintf(&b, "worker:\n  concurrency: %d\n  shutdown_grace: %s\n", f.spec.concurrency, grace)
 	if listenPort > 0 {
-		fmt.Fprintf(&b, "  listen: 127.0.0.1:%d\n", listenPort)
+		// Loopback only; the profiler serves the -profile option.
+		fmt.Fprintf(&b, "  listen: 127.0.0.1:%d\n  pprof: true\n", listenPort)
 	}
 	ackWait := f.spec.ackWait
 	if ackWait == 0 {
