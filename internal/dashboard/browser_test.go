@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
@@ -88,7 +89,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	token := "admin-" + hex.EncodeToString(b[:])
 	e.startWorker("worker-1")
 	base := e.startDashboard(token)
-	waitFor(t, "the worker's keys in the pool", 30*time.Second, func() bool {
+	testutil.WaitFor(t, "the worker's keys in the pool", 30*time.Second, func() bool {
 		st, err := e.pool.Stats(e.ctx)
 		return err == nil && st.Total == 4
 	})

@@ -262,18 +262,6 @@ func (f *fleet) queueStats() queue.Stats {
 	return st
 }
 
-// waitFor polls cond until it holds.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // writeScript writes an executable shell script into the fleet's dir.
 func (f *fleet) writeScript(name, body string) string {
 	f.t.Helper()

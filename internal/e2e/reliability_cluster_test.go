@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
 	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
 )
@@ -48,7 +49,7 @@ func TestReliabilityNATSClusterLosesLeader(t *testing.T) {
 	for i := range workers {
 		ws = append(ws, f.startWorker(fmt.Sprintf("w%d", i+1)))
 	}
-	waitFor(t, "a third of the items to finish", 2*time.Minute, func() bool { return results.count() >= n/3 })
+	testutil.WaitFor(t, "a third of the items to finish", 2*time.Minute, func() bool { return results.count() >= n/3 })
 	led := fmt.Sprintf("meta %v, stream %v, consumer %v", c.MetaLeader() == victim, c.StreamLeader("KF") == victim,
 		c.ConsumerLeader("KF", "keyfleet-workers") == victim)
 	at := results.count()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
@@ -43,16 +44,11 @@ func (e *env) register(p *creds.Pool, defs ...creds.Credential) {
 	}
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor is testutil.WaitFor polling every 2 ms: the pool's handoffs
+// take a few milliseconds.
 func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testutil.WaitForEvery(t, what, timeout, 2*time.Millisecond, cond)
 }
 
 // waitQueued waits until n acquires wait in the pool's fleet-wide queue.
