@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -87,11 +86,7 @@ log: {level: warn}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	e.ctx = ctx
-	nc, err := nats.Connect(ns.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := natstest.Connect(t, ns.URL())
 	if e.q, err = queue.Open(ctx, nc, queue.ConfigFrom(cfg)); err != nil {
 		t.Fatal(err)
 	}

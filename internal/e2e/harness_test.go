@@ -115,15 +115,11 @@ jobs:
 	if err := os.WriteFile(f.cfg, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(f.nats.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	f.nc = nc
+	f.nc = natstest.Connect(t, f.nats.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if f.q, err = queue.Attach(ctx, nc, queue.Config{Stream: "KF"}); err != nil {
+	var err error
+	if f.q, err = queue.Attach(ctx, f.nc, queue.Config{Stream: "KF"}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.stopAll)

@@ -122,15 +122,11 @@ jobs:
 func (f *fleet) openClusterQueue(c *natstest.Cluster, ackWait time.Duration) {
 	t := f.t
 	t.Helper()
-	nc, err := nats.Connect(c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	f.nc = nc
+	f.nc = natstest.Connect(t, c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if f.q, err = queue.Open(ctx, nc, queue.Config{Stream: "KF", Replicas: 3, AckWait: ackWait}); err != nil {
+	var err error
+	if f.q, err = queue.Open(ctx, f.nc, queue.Config{Stream: "KF", Replicas: 3, AckWait: ackWait}); err != nil {
 		t.Fatal(err)
 	}
 }

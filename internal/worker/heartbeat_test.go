@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil"
@@ -60,11 +58,7 @@ queue: {stream: HB}
 		}
 	})
 
-	nc, err := nats.Connect(ns.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := natstest.Connect(t, ns.URL())
 	q, err := queue.Attach(ctx, nc, queue.Config{Stream: "HB"})
 	if err != nil {
 		t.Fatal(err)

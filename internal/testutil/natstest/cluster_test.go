@@ -33,11 +33,7 @@ func testLoseLeader(t *testing.T, lose func(c *natstest.Cluster, i int)) {
 	if got := strings.Count(c.URLs(), ","); got != 2 {
 		t.Fatalf("URLs() = %q, want 3 comma-separated URLs", c.URLs())
 	}
-	nc, err := nats.Connect(c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := natstest.Connect(t, c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
