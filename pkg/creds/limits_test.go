@@ -79,30 +79,23 @@ func TestSeveralLimitsAreAllOrNothing(t *testing.T) {
 	var mu sync.Mutex
 	var starts []start
 	stop := time.Now().Add(1500 * time.Millisecond)
-	var wg sync.WaitGroup
-	for g := range 12 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p := pools[g%len(pools)]
-			for time.Now().Before(stop) {
-				cost := 1 + rand.Int64N(40)
-				l, err := p.AcquireCost(ctxT(t, 20*time.Second), fmt.Sprintf("g%d", g), cost)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				mu.Lock()
-				starts = append(starts, start{l.Acquired, l.Cost})
-				mu.Unlock()
-				if err := p.Release(context.Background(), l); err != nil {
-					t.Error(err)
-					return
-				}
+	inGoroutines(12, pools, func(g int, p *creds.Pool) {
+		for time.Now().Before(stop) {
+			cost := 1 + rand.Int64N(40)
+			l, err := p.AcquireCost(ctxT(t, 20*time.Second), fmt.Sprintf("g%d", g), cost)
+			if err != nil {
+				t.Error(err)
+				return
 			}
-		}()
-	}
-	wg.Wait()
+			mu.Lock()
+			starts = append(starts, start{l.Acquired, l.Cost})
+			mu.Unlock()
+			if err := p.Release(context.Background(), l); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
 	sort.Slice(starts, func(i, j int) bool { return starts[i].at.Before(starts[j].at) })
 	if len(starts) < 10 {
 		t.Fatalf("only %d starts", len(starts))
@@ -195,23 +188,9 @@ func TestCostWindowWaitsForRoom(t *testing.T) {
 	if err := p.Release(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	big := make(chan *creds.Lease, 1)
-	go func() {
-		l, err := p.AcquireCost(ctxT(t, 10*time.Second), "big", 6)
-		if err != nil {
-			t.Error(err)
-		}
-		big <- l
-	}()
+	big := acquireAsync(t, p, "big", 6, 10*time.Second)
 	e.waitQueued(p, 1)
-	small := make(chan *creds.Lease, 1)
-	go func() {
-		l, err := p.AcquireCost(ctxT(t, 10*time.Second), "small", 2)
-		if err != nil {
-			t.Error(err)
-		}
-		small <- l
-	}()
+	small := acquireAsync(t, p, "small", 2, 10*time.Second)
 	b := <-big
 	s := <-small
 	if b == nil || s == nil {

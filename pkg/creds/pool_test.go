@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,53 +35,14 @@ func TestHammerNeverExceedsLimits(t *testing.T) {
 	}
 	e.register(pools[0], defs...)
 
-	var holders sync.Map // id -> *atomic.Int64
-	for _, d := range defs {
-		holders.Store(d.ID, new(atomic.Int64))
-	}
-	var violations atomic.Int64
-	served := make([]atomic.Int64, 64)
-	stop := time.Now().Add(3 * time.Second)
-	var wg sync.WaitGroup
-	errs := make(chan error, 64)
-	for g := range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p := pools[g%len(pools)]
-			owner := fmt.Sprintf("g%d", g)
-			for time.Now().Before(stop) {
-				l, err := p.Acquire(ctxT(t, 20*time.Second), owner)
-				if err != nil {
-					errs <- fmt.Errorf("%s: %w", owner, err)
-					return
-				}
-				h, _ := holders.Load(l.CredentialID)
-				n := h.(*atomic.Int64).Add(1)
-				if n > limit[l.CredentialID] {
-					violations.Add(1)
-				}
-				time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
-				h.(*atomic.Int64).Add(-1)
-				if err := p.Release(context.Background(), l); err != nil {
-					errs <- fmt.Errorf("%s release: %w", owner, err)
-					return
-				}
-				served[g].Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	if v := violations.Load(); v != 0 {
-		t.Fatalf("%d times a credential had more holders than its limit", v)
+	served, violations := hammer(t, pools, 64, limit, time.Now().Add(3*time.Second), func() time.Duration {
+		return time.Duration(rand.IntN(500)) * time.Microsecond
+	})
+	if violations != 0 {
+		t.Fatalf("%d times a credential had more holders than its limit", violations)
 	}
 	var total int64
-	for g := range served {
-		n := served[g].Load()
+	for g, n := range served {
 		if n == 0 {
 			t.Errorf("goroutine %d was never served", g)
 		}
@@ -98,22 +58,10 @@ func TestReleaseWakesWaiter(t *testing.T) {
 	for _, sameHandle := range []bool{true, false} {
 		t.Run(fmt.Sprintf("same_handle=%v", sameHandle), func(t *testing.T) {
 			e := newEnv(t)
-			holderPool := e.pool()
-			waiterPool := holderPool
-			if !sameHandle {
-				waiterPool = e.pool()
-			}
-			e.register(holderPool, creds.Credential{ID: "only", MaxConcurrent: 1})
+			holderPool, waiterPool := e.holderAndWaiter("only", sameHandle)
 			held := mustAcquire(t, holderPool, "holder")
 
-			got := make(chan *creds.Lease, 1)
-			go func() {
-				l, err := waiterPool.Acquire(ctxT(t, 20*time.Second), "waiter")
-				if err != nil {
-					t.Error(err)
-				}
-				got <- l
-			}()
+			got := acquireAsync(t, waiterPool, "waiter", 1, 20*time.Second)
 			e.waitQueued(waiterPool, 1)
 			select {
 			case <-got:
@@ -164,21 +112,9 @@ func TestTimedEventsWakeWaiterAtTheirEnd(t *testing.T) {
 	for _, mode := range []string{"cooldown", "cooldown in another process"} {
 		t.Run("release with "+mode, func(t *testing.T) {
 			e := newEnv(t)
-			holderPool := e.pool()
-			waiterPool := holderPool
-			if mode != "cooldown" {
-				waiterPool = e.pool()
-			}
-			e.register(holderPool, creds.Credential{ID: "k", MaxConcurrent: 1})
+			holderPool, waiterPool := e.holderAndWaiter("k", mode == "cooldown")
 			held := mustAcquire(t, holderPool, "holder") // expires in 30s
-			got := make(chan *creds.Lease, 1)
-			go func() {
-				l, err := waiterPool.Acquire(ctxT(t, 20*time.Second), "waiter")
-				if err != nil {
-					t.Error(err)
-				}
-				got <- l
-			}()
+			got := acquireAsync(t, waiterPool, "waiter", 1, 20*time.Second)
 			e.waitQueued(waiterPool, 1)
 			if err := holderPool.ReleaseCooldown(context.Background(), held, 200*time.Millisecond, "429"); err != nil {
 				t.Fatal(err)
@@ -349,14 +285,7 @@ func TestDisabledNeverHandedOut(t *testing.T) {
 	}
 	// With the only usable credential held, a waiter is served by Enable.
 	held1, held2 := mustAcquire(t, p, "h1"), mustAcquire(t, p, "h2")
-	got := make(chan *creds.Lease, 1)
-	go func() {
-		l, err := p.Acquire(ctxT(t, 20*time.Second), "waiter")
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
+	got := acquireAsync(t, p, "waiter", 1, 20*time.Second)
 	e.waitQueued(p, 1)
 	if err := p.Enable(ctx, "bad"); err != nil {
 		t.Fatal(err)
