@@ -2,8 +2,6 @@ package dashboard_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -84,9 +82,7 @@ func awaitPromise(p *runtime.EvaluateParams) *runtime.EvaluateParams { return p.
 // A screenshot is left for a person to look at.
 func TestDashboardInBrowser(t *testing.T) {
 	e := newEnv(t)
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	token := "admin-" + hex.EncodeToString(b[:])
+	token := randomSecret("admin-", 16)
 	e.startWorker("worker-1")
 	base := e.startDashboard(token)
 	testutil.WaitFor(t, "the worker's keys in the pool", 30*time.Second, func() bool {

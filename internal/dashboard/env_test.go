@@ -58,9 +58,7 @@ func newEnv(t *testing.T) *env {
 	ns, rs := natstest.Start(t), redistest.Start(t)
 	e := &env{t: t, secrets: map[string]string{}}
 	for _, k := range []string{"DASH_KEY_A", "DASH_KEY_B", "DASH_KEY_C", "DASH_KEY_D"} {
-		var b [12]byte
-		_, _ = rand.Read(b[:])
-		e.secrets[k] = "sk-live-" + hex.EncodeToString(b[:])
+		e.secrets[k] = randomSecret("sk-live-", 12)
 	}
 	file := filepath.Join(t.TempDir(), "kf.yaml")
 	yaml := fmt.Sprintf(`nats: {url: %q}
@@ -95,6 +93,14 @@ log: {level: warn}
 	}
 	t.Cleanup(func() { _ = e.pool.Close() })
 	return e
+}
+
+// randomSecret is prefix and n random bytes in hex: a key's secret or an
+// admin token no other test uses.
+func randomSecret(prefix string, n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
 }
 
 // startWorker runs a worker in process until the test ends.

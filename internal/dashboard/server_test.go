@@ -3,8 +3,6 @@ package dashboard_test
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -191,9 +189,7 @@ func TestReadOnlyDashboard(t *testing.T) {
 // or a key's secret.
 func TestAdminWrites(t *testing.T) {
 	e := newEnv(t)
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	token := "admin-" + hex.EncodeToString(b[:])
+	token := randomSecret("admin-", 16)
 	e.startWorker("w1")
 	base := e.startDashboard(token)
 	rec := &recorder{}
