@@ -91,7 +91,25 @@ type fleetOptions struct {
 
 func newFleet(t *testing.T, o fleetOptions) *fleet {
 	t.Helper()
-	f := &fleet{t: t, nats: natstest.Start(t), redis: redistest.Start(t), dir: t.TempDir()}
+	ns := natstest.Start(t)
+	f := newFleetConfig(t, ns.URL(), o)
+	f.nats = ns
+	f.nc = natstest.Connect(t, ns.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var err error
+	if f.q, err = queue.Attach(ctx, f.nc, queue.Config{Stream: "KF"}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// newFleetConfig is a fleet of the NATS server(s) at natsURL, with its own
+// Redis and a config file, without the test's own connection and queue
+// handle.
+func newFleetConfig(t *testing.T, natsURL string, o fleetOptions) *fleet {
+	t.Helper()
+	f := &fleet{t: t, redis: redistest.Start(t), dir: t.TempDir()}
 	f.env = append(os.Environ(), o.Env...)
 	cfg := fmt.Sprintf(`nats:
   url: %s
@@ -108,18 +126,11 @@ queue:
 %s
 jobs:
 %s
-`, f.nats.URL(), f.redis.URL(), redistest.UniqueName(t), indent(o.Pool, 2), indent(o.Credentials, 4),
+`, natsURL, f.redis.URL(), redistest.UniqueName(t), indent(o.Pool, 2), indent(o.Credentials, 4),
 		indent(o.Worker, 2), "KF", indent(o.Queue, 2), indent(o.Jobs, 2))
 	cfg = strings.ReplaceAll(cfg, "{{dir}}", f.dir)
 	f.cfg = filepath.Join(f.dir, "keyfleet.yaml")
 	if err := os.WriteFile(f.cfg, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f.nc = natstest.Connect(t, f.nats.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var err error
-	if f.q, err = queue.Attach(ctx, f.nc, queue.Config{Stream: "KF"}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.stopAll)

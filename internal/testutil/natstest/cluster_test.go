@@ -47,15 +47,7 @@ func testLoseLeader(t *testing.T, lose func(c *natstest.Cluster, i int)) {
 		publish(ctx, t, js, i)
 	}
 	// Put the stream and consumer leaders on the meta leader, then lose it.
-	victim := c.WaitMetaLeader(30 * time.Second)
-	c.WaitStreamLeader("T", 30*time.Second)
-	c.WaitConsumerLeader("T", "C", 30*time.Second)
-	if err := c.MoveStreamLeader("T", victim, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.MoveConsumerLeader("T", "C", victim, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	victim := c.GatherLeaders("T", "C", 30*time.Second)
 	if c.StreamLeader("T") != victim || c.ConsumerLeader("T", "C") != victim {
 		t.Fatalf("leaders: stream %d consumer %d, want %d", c.StreamLeader("T"), c.ConsumerLeader("T", "C"), victim)
 	}
