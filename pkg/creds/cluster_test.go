@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -109,7 +108,7 @@ func TestPoolOnRedisCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		assertOneSlot(t, cl, cc, p, []string{"creds", "fence", "cred:a", "cred:b", "lw:b:1000000",
+		assertOneSlot(t, cl, p, []string{"creds", "fence", "cred:a", "cred:b", "lw:b:1000000",
 			"ready", "sched", "maxcost"})
 
 		if err := p.Remove(ctx(t), "a"); err != nil {
@@ -215,36 +214,13 @@ func TestPoolOnRedisCluster(t *testing.T) {
 
 // assertOneSlot checks that every key of the pool, found by scanning every
 // node, hashes (CLUSTER KEYSLOT) to the slot of the pool's hash tag and
-// lives on one node; and that the keys named by suffix exist.
-func assertOneSlot(t *testing.T, cl *redistest.Cluster, cc *redis.ClusterClient, p *creds.Pool, suffixes []string) {
+// lives on one node (redistest's OneSlotKeys); and that the keys named by
+// suffix exist.
+func assertOneSlot(t *testing.T, cl *redistest.Cluster, p *creds.Pool, suffixes []string) {
 	t.Helper()
 	c := ctxT(t, 20*time.Second)
 	prefix := p.KeyPrefix()
-	want, err := cc.ClusterKeySlot(c, prefix).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	byNode, err := cl.Keys(c, prefix+"*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(byNode) != 1 {
-		t.Fatalf("the pool's keys are on %d nodes, want 1: %v", len(byNode), byNode)
-	}
-	var all []string
-	for _, ks := range byNode {
-		all = append(all, ks...)
-	}
-	sort.Strings(all)
-	for _, k := range all {
-		slot, err := cc.ClusterKeySlot(c, k).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if slot != want {
-			t.Errorf("key %s in slot %d, want %d (the slot of %s)", k, slot, want, prefix)
-		}
-	}
+	all, slot := cl.OneSlotKeys(t, c, prefix)
 	for _, s := range suffixes {
 		found := false
 		for _, k := range all {
@@ -254,7 +230,7 @@ func assertOneSlot(t *testing.T, cl *redistest.Cluster, cc *redis.ClusterClient,
 			t.Errorf("key %s not found; the pool's keys: %s", prefix+s, strings.Join(all, " "))
 		}
 	}
-	t.Logf("%d keys of pool %s, all in slot %d: %s", len(all), p.Name(), want, strings.Join(all, " "))
+	t.Logf("%d keys of pool %s, all in slot %d: %s", len(all), p.Name(), slot, strings.Join(all, " "))
 }
 
 // numSub sums PUBSUB NUMSUB of a channel over the cluster's nodes (each
