@@ -13,12 +13,7 @@ import (
 
 func newGCRA(t testing.TB) (*ratelimit.GCRA, *redis.Client, string) {
 	t.Helper()
-	rdb, prefix := newRedis(t)
-	g, err := ratelimit.NewGCRA(rdb, ratelimit.WithPrefix(prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g, rdb, prefix
+	return newLimiter(t, ratelimit.NewGCRA)
 }
 
 func TestGCRALimit(t *testing.T) {

@@ -20,6 +20,19 @@ func newRedis(t testing.TB) (*redis.Client, string) {
 	return s.Client(t), "{" + redistest.UniqueName(t) + "}:"
 }
 
+// newLimiter makes a limiter with newL (NewGCRA, NewSlidingWindow) on a
+// private redis-server, under a key prefix unique to the test, and returns
+// it with its client and prefix.
+func newLimiter[L any](t testing.TB, newL func(redis.Scripter, ...ratelimit.Option) (L, error)) (L, *redis.Client, string) {
+	t.Helper()
+	rdb, prefix := newRedis(t)
+	l, err := newL(rdb, ratelimit.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, rdb, prefix
+}
+
 // unreachableRedis returns a client of a port where nothing listens.
 func unreachableRedis(t testing.TB) *redis.Client {
 	t.Helper()

@@ -17,12 +17,7 @@ import (
 
 func newSlidingWindow(t testing.TB) (*ratelimit.SlidingWindow, *redis.Client, string) {
 	t.Helper()
-	rdb, prefix := newRedis(t)
-	sw, err := ratelimit.NewSlidingWindow(rdb, ratelimit.WithPrefix(prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sw, rdb, prefix
+	return newLimiter(t, ratelimit.NewSlidingWindow)
 }
 
 func TestSlidingWindowDeniesTheExtraStartUntilTheOldestLeaves(t *testing.T) {
