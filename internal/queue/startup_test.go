@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
 )
 
@@ -178,12 +179,8 @@ func TestStartupStopsWithItsContext(t *testing.T) {
 	}()
 	<-r.first
 	cancel()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("want context.Canceled, got %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Open still waiting 10s after its context was cancelled")
+	err := testutil.Receive(t, done, 10*time.Second, "Open still waiting 10s after its context was cancelled")
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("want context.Canceled, got %v", err)
 	}
 }

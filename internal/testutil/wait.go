@@ -27,3 +27,17 @@ func WaitForEvery(t testing.TB, what string, timeout, every time.Duration, cond 
 		time.Sleep(every)
 	}
 }
+
+// Receive returns the next value from ch, or fails the test with failure
+// (t.Fatal) when none comes within timeout.
+func Receive[T any](t testing.TB, ch <-chan T, timeout time.Duration, failure string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(timeout):
+		t.Fatal(failure)
+		var zero T
+		return zero
+	}
+}
