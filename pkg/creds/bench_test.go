@@ -36,8 +36,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			e := newEnv(b)
-			p := e.pool()
-			e.register(p, tc.defs...)
+			p := e.registered(tc.defs...)
 			b.ResetTimer()
 			benchPairs(b, p, tc.goroutines)
 		})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
@@ -157,15 +158,10 @@ func TestPoolOnRedisCluster(t *testing.T) {
 		if err := holder.Release(ctx(t), l); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case err := <-got:
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("woken %s after the release", time.Since(released).Round(time.Millisecond))
-		case <-time.After(10 * time.Second):
-			t.Fatal("the waiter was not woken by the release")
+		if err := testutil.Receive(t, got, 10*time.Second, "the waiter was not woken by the release"); err != nil {
+			t.Fatal(err)
 		}
+		t.Logf("woken %s after the release", time.Since(released).Round(time.Millisecond))
 	})
 
 	t.Run("an expired lease frees the credential at its expiry", func(t *testing.T) {

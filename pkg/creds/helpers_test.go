@@ -39,6 +39,15 @@ func (e *env) pool(opts ...creds.Option) *creds.Pool {
 	return p
 }
 
+// registered is a new handle on the test's pool (pool) after registering
+// defs through it.
+func (e *env) registered(defs ...creds.Credential) *creds.Pool {
+	e.t.Helper()
+	p := e.pool()
+	e.register(p, defs...)
+	return p
+}
+
 func (e *env) register(p *creds.Pool, defs ...creds.Credential) {
 	e.t.Helper()
 	if err := p.Register(context.Background(), defs); err != nil {

@@ -152,8 +152,7 @@ func TestSeveralLimitsAreAllOrNothing(t *testing.T) {
 // A smooth limit spaces starts evenly after its burst.
 func TestSmoothLimitSpacesStarts(t *testing.T) {
 	e := newEnv(t)
-	p := e.pool()
-	e.register(p, creds.Credential{ID: "k", MaxConcurrent: 10, Limits: []creds.Limit{mustLimit(t, "rate=20/s,burst=2")}})
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 10, Limits: []creds.Limit{mustLimit(t, "rate=20/s,burst=2")}})
 	var at []time.Time
 	for range 8 {
 		l := mustAcquire(t, p, "w")
@@ -178,8 +177,7 @@ func TestSmoothLimitSpacesStarts(t *testing.T) {
 // costs to leave it; the waiter at the head holds smaller ones behind it.
 func TestCostWindowWaitsForRoom(t *testing.T) {
 	e := newEnv(t)
-	p := e.pool()
-	e.register(p, creds.Credential{ID: "k", MaxConcurrent: 10, Limits: []creds.Limit{mustLimit(t, "cost=10/500ms")}})
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 10, Limits: []creds.Limit{mustLimit(t, "cost=10/500ms")}})
 	ctx := context.Background()
 	first, err := p.AcquireCost(ctx, "a", 6)
 	if err != nil {
@@ -212,8 +210,7 @@ func TestCostWindowWaitsForRoom(t *testing.T) {
 // concurrency; the window then holds exactly the real costs.
 func TestReconciliation(t *testing.T) {
 	e := newEnv(t)
-	p := e.pool()
-	e.register(p, creds.Credential{ID: "k", MaxConcurrent: 50, Limits: []creds.Limit{mustLimit(t, "cost=100000/m")}})
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 50, Limits: []creds.Limit{mustLimit(t, "cost=100000/m")}})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var real int64
@@ -266,8 +263,7 @@ func TestReconciliation(t *testing.T) {
 // largest cost that fits; a credential without a cost limit takes any.
 func TestCostThatNeverFits(t *testing.T) {
 	e := newEnv(t)
-	p := e.pool()
-	e.register(p,
+	p := e.registered(
 		creds.Credential{ID: "a", MaxConcurrent: 1, Limits: []creds.Limit{mustLimit(t, "cost=6000/10s")}},
 		creds.Credential{ID: "b", MaxConcurrent: 1, Limits: []creds.Limit{mustLimit(t, "cost=3000/10s"), mustLimit(t, "rate=5/s")}},
 	)
@@ -301,8 +297,7 @@ func TestCostThatNeverFits(t *testing.T) {
 // Replacing a credential's limits keeps the history of a limit that stays.
 func TestLimitChangeKeepsHistory(t *testing.T) {
 	e := newEnv(t)
-	p := e.pool()
-	e.register(p, creds.Credential{ID: "k", MaxConcurrent: 5, Rate: "3/1s"})
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 5, Rate: "3/1s"})
 	ctx := context.Background()
 	for range 3 {
 		l := mustAcquire(t, p, "w")

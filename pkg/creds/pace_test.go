@@ -16,8 +16,7 @@ import (
 // pace; more bare 429s widen it, and successes narrow it again.
 func TestBare429PacesTheKey(t *testing.T) {
 	e := newEnv(t)
-	p := e.pool()
-	e.register(p, creds.Credential{ID: "k", MaxConcurrent: 1})
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 1})
 	ctx := context.Background()
 	cooldown := time.Minute
 
@@ -74,8 +73,7 @@ func TestBare429PacesTheKey(t *testing.T) {
 // flight plus the next would not fit, before any 429.
 func TestSignalsRestTheKeyUntilTheReset(t *testing.T) {
 	e := newEnv(t)
-	p := e.pool()
-	e.register(p, creds.Credential{ID: "k", MaxConcurrent: 3})
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 3})
 	ctx := context.Background()
 	a := mustAcquire(t, p, "a")
 	b, err := p.AcquireCost(ctx, "b", 400)

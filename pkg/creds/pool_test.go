@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
@@ -72,15 +73,11 @@ func TestReleaseWakesWaiter(t *testing.T) {
 			if err := holderPool.Release(context.Background(), held); err != nil {
 				t.Fatal(err)
 			}
-			select {
-			case l := <-got:
-				if l == nil || l.CredentialID != "only" || l.Token <= held.Token {
-					t.Fatalf("waiter got %+v after release of token %d", l, held.Token)
-				}
-				t.Logf("handoff took %s", time.Since(released))
-			case <-time.After(5 * time.Second):
-				t.Fatal("waiter not woken within 5s of the release")
+			l := testutil.Receive(t, got, 5*time.Second, "waiter not woken within 5s of the release")
+			if l == nil || l.CredentialID != "only" || l.Token <= held.Token {
+				t.Fatalf("waiter got %+v after release of token %d", l, held.Token)
 			}
+			t.Logf("handoff took %s", time.Since(released))
 		})
 	}
 }
@@ -92,8 +89,7 @@ func TestTimedEventsWakeWaiterAtTheirEnd(t *testing.T) {
 
 	t.Run("cooldown", func(t *testing.T) {
 		e := newEnv(t)
-		p := e.pool()
-		e.register(p, creds.Credential{ID: "k", MaxConcurrent: 1})
+		p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 1})
 		until, err := p.MarkCooling(context.Background(), "k", 300*time.Millisecond, "429 from test")
 		if err != nil {
 			t.Fatal(err)
@@ -120,16 +116,12 @@ func TestTimedEventsWakeWaiterAtTheirEnd(t *testing.T) {
 				t.Fatal(err)
 			}
 			released := time.Now()
-			select {
-			case l := <-got:
-				if l == nil {
-					t.Fatal("no lease")
-				}
-				if took := time.Since(released); took > 5*time.Second {
-					t.Fatalf("waiter got the key %s after a 200ms cooldown", took)
-				}
-			case <-time.After(15 * time.Second):
-				t.Fatal("waiter still asleep 15s after a 200ms cooldown (it waits for the released lease's expiry)")
+			l := testutil.Receive(t, got, 15*time.Second, "waiter still asleep 15s after a 200ms cooldown (it waits for the released lease's expiry)")
+			if l == nil {
+				t.Fatal("no lease")
+			}
+			if took := time.Since(released); took > 5*time.Second {
+				t.Fatalf("waiter got the key %s after a 200ms cooldown", took)
 			}
 		})
 	}
@@ -148,8 +140,7 @@ func TestTimedEventsWakeWaiterAtTheirEnd(t *testing.T) {
 	})
 	t.Run("rate window", func(t *testing.T) {
 		e := newEnv(t)
-		p := e.pool()
-		e.register(p, creds.Credential{ID: "k", MaxConcurrent: 10, Rate: "3/400ms"})
+		p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 10, Rate: "3/400ms"})
 		var first *creds.Lease
 		for i := range 3 {
 			l := mustAcquire(t, p, "w")
@@ -181,8 +172,7 @@ func TestTimedEventsWakeWaiterAtTheirEnd(t *testing.T) {
 
 func TestStaleLeaseFailsAndChangesNothing(t *testing.T) {
 	e := newEnv(t)
-	p := e.pool()
-	e.register(p, creds.Credential{ID: "k", MaxConcurrent: 1})
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 1})
 	ctx := context.Background()
 
 	old := mustAcquire(t, p, "w1")
@@ -237,8 +227,7 @@ func TestAbandonedLeaseExpires(t *testing.T) {
 
 func TestLeastRecentlyUsedSpreadsWork(t *testing.T) {
 	e := newEnv(t)
-	p := e.pool()
-	e.register(p,
+	p := e.registered(
 		creds.Credential{ID: "a", MaxConcurrent: 1},
 		creds.Credential{ID: "b", MaxConcurrent: 4},
 		creds.Credential{ID: "c", MaxConcurrent: 1},
@@ -343,8 +332,7 @@ func TestRuntimeLimitChangeTakesEffect(t *testing.T) {
 
 func TestCancelReturnsPromptlyAndLeavesNothingLeased(t *testing.T) {
 	e := newEnv(t)
-	p := e.pool()
-	e.register(p, creds.Credential{ID: "k", MaxConcurrent: 1})
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 1})
 	held := mustAcquire(t, p, "holder")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -543,8 +531,7 @@ func TestOnlyRestrictsCredentials(t *testing.T) {
 
 func TestCloseEndsWaiters(t *testing.T) {
 	e := newEnv(t)
-	p := e.pool()
-	e.register(p, creds.Credential{ID: "k", MaxConcurrent: 1})
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 1})
 	mustAcquire(t, p, "holder")
 	got := make(chan error, 1)
 	go func() { _, err := p.Acquire(context.Background(), "w"); got <- err }()
