@@ -9,20 +9,8 @@ fi
 if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then
   exit 0
 fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-    SUDO="sudo"
-  else
-    SUDO="none"
-  fi
-fi
-if [ "$SUDO" != "none" ] && command -v apt-get >/dev/null 2>&1; then
-  echo "redis-server is missing: installing it with apt-get (redis-server, redis-tools)" >&2
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server redis-tools >/dev/null
-  exit 0
-fi
+. "$(dirname "$0")/apt-install.sh"
+apt_install "redis-server is missing: installing it with apt-get (redis-server, redis-tools)" redis-server redis-tools
 cat >&2 <<'MSG'
 keyfleet needs redis-server and it is not installed.
   Debian/Ubuntu: sudo apt-get install -y redis-server

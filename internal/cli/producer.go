@@ -171,6 +171,21 @@ func openPool(ctx context.Context, cfg *config.Config) (*creds.Pool, func(), err
 	return pool, func() { _ = pool.Close(); _ = rdb.Close() }, nil
 }
 
+// openQueueAndPool opens the queue, then the pool (openQueue, openPool);
+// the func it returns closes the pool, then the queue.
+func openQueueAndPool(ctx context.Context, cfg *config.Config, log *zap.Logger) (*queue.Queue, *creds.Pool, func(), error) {
+	q, closeQ, err := openQueue(ctx, cfg, log)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	pool, closePool, err := openPool(ctx, cfg)
+	if err != nil {
+		closeQ()
+		return nil, nil, nil, err
+	}
+	return q, pool, func() { closePool(); closeQ() }, nil
+}
+
 // unreachable marks an error of a call to a server that was reachable a
 // moment ago (a timeout, a lost connection) with exit code 3.
 func unreachable(what string, err error) error {

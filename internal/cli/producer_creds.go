@@ -54,6 +54,17 @@ func (p *producer) withPool(cmd *cobra.Command, fn func(ctx context.Context, poo
 	return fn(ctx, pool)
 }
 
+// changeCredential makes a change to credential id through withPool (its
+// error mapped by credErr), then shows the credential as done ("enabled").
+func (p *producer) changeCredential(cmd *cobra.Command, id, done string, change func(ctx context.Context, pool *creds.Pool) error) error {
+	return p.withPool(cmd, func(ctx context.Context, pool *creds.Pool) error {
+		if err := credErr(ctx, pool, id, change(ctx, pool)); err != nil {
+			return err
+		}
+		return p.showCredential(ctx, pool, id, done)
+	})
+}
+
 // credErr maps the pool's errors to exit codes: an unknown ID or an invalid
 // value is a usage error, anything else a server error.
 func credErr(ctx context.Context, pool *creds.Pool, id string, err error) error {
@@ -182,11 +193,8 @@ none) removes them all. Flags not given stay as they are.`,
 			if l.MaxConcurrent == nil && l.Limits == nil {
 				return usageErr("creds set %s: nothing to change: give --max-concurrent, --limit and/or --rate", id)
 			}
-			return p.withPool(cmd, func(ctx context.Context, pool *creds.Pool) error {
-				if err := credErr(ctx, pool, id, pool.SetLimits(ctx, id, l)); err != nil {
-					return err
-				}
-				return p.showCredential(ctx, pool, id, "updated")
+			return p.changeCredential(cmd, id, "updated", func(ctx context.Context, pool *creds.Pool) error {
+				return pool.SetLimits(ctx, id, l)
 			})
 		},
 	}
@@ -206,11 +214,8 @@ workers waiting for a credential.`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
-			return p.withPool(cmd, func(ctx context.Context, pool *creds.Pool) error {
-				if err := credErr(ctx, pool, id, pool.Enable(ctx, id)); err != nil {
-					return err
-				}
-				return p.showCredential(ctx, pool, id, "enabled")
+			return p.changeCredential(cmd, id, "enabled", func(ctx context.Context, pool *creds.Pool) error {
+				return pool.Enable(ctx, id)
 			})
 		},
 	}
@@ -228,11 +233,8 @@ restarts) until ` + "`producer creds enable`" + `.`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
-			return p.withPool(cmd, func(ctx context.Context, pool *creds.Pool) error {
-				if err := credErr(ctx, pool, id, pool.Disable(ctx, id, reason)); err != nil {
-					return err
-				}
-				return p.showCredential(ctx, pool, id, "disabled")
+			return p.changeCredential(cmd, id, "disabled", func(ctx context.Context, pool *creds.Pool) error {
+				return pool.Disable(ctx, id, reason)
 			})
 		},
 	}

@@ -94,16 +94,11 @@ func (p *producer) dashboard(cmd *cobra.Command, o dashboardOptions) error {
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	q, closeQ, err := openQueue(ctx, cfg, log)
+	q, pool, closeBoth, err := openQueueAndPool(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	defer closeQ()
-	pool, closePool, err := openPool(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer closePool()
+	defer closeBoth()
 	srv, err := dashboard.New(dashboard.Options{
 		Queue: q, Pool: pool, AdminToken: token, Interval: o.interval,
 		Sensitive: append(urlSecrets(cfg.NATS.URL), urlSecrets(cfg.Redis.URL)...),

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strings"
 	"text/tabwriter"
 
@@ -145,33 +144,11 @@ of --batch, or every record of every batch. It prints how many it replayed.`,
 }
 
 func (p *producer) replay(ctx context.Context, q *queue.Queue, batch string, ids []string) error {
-	want := map[string]bool{}
-	for _, id := range ids {
-		want[id] = false
-	}
-	var todo []queue.DeadLetter
-	err := q.ListDeadLetters(ctx, batch, func(d queue.DeadLetter) error {
-		if len(ids) == 0 {
-			todo = append(todo, d)
-			return nil
-		}
-		if _, ok := want[d.Item]; ok {
-			want[d.Item] = true
-			todo = append(todo, d)
-		}
-		return nil
-	})
+	todo, missing, err := q.DeadLettersToReplay(ctx, batch, ids)
 	if err != nil {
 		return unreachable("reading the dead letters", err)
 	}
-	var missing []string
-	for id, found := range want {
-		if !found {
-			missing = append(missing, id)
-		}
-	}
 	if len(missing) > 0 {
-		sort.Strings(missing)
 		return exitcode.With(exitcode.Usage, fmt.Errorf("no dead letter for %s%s: nothing replayed",
 			strings.Join(quoteAll(missing), ", "), batchNote(batch)))
 	}

@@ -50,16 +50,11 @@ It needs NATS and Redis (exit 3 naming the one that cannot be reached).`,
 			defer func() { _ = log.Sync() }()
 			ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout+setupTimeout)
 			defer cancel()
-			q, closeQ, err := openQueue(ctx, cfg, log)
+			q, pool, closeBoth, err := openQueueAndPool(ctx, cfg, log)
 			if err != nil {
 				return err
 			}
-			defer closeQ()
-			pool, closePool, err := openPool(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			defer closePool()
+			defer closeBoth()
 			rep, err := status.Read(ctx, q, pool)
 			if err != nil {
 				return exitcode.With(exitcode.Unreachable, err)

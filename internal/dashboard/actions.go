@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
-	"sort"
 	"strings"
 
 	"go.uber.org/zap"
@@ -151,29 +150,11 @@ func (s *Server) replayDeadLetters(r *http.Request) (any, int, error) {
 			return nil, http.StatusBadRequest, err
 		}
 	}
-	want := map[string]bool{}
-	for _, id := range req.Items {
-		want[id] = false
-	}
-	var todo []queue.DeadLetter
-	err := s.q.ListDeadLetters(r.Context(), req.Batch, func(d queue.DeadLetter) error {
-		if _, ok := want[d.Item]; ok || len(req.Items) == 0 {
-			want[d.Item] = true
-			todo = append(todo, d)
-		}
-		return nil
-	})
+	todo, missing, err := s.q.DeadLettersToReplay(r.Context(), req.Batch, req.Items)
 	if err != nil {
 		return nil, http.StatusBadGateway, fmt.Errorf("reading the dead letters: %w", err)
 	}
-	var missing []string
-	for id, found := range want {
-		if !found {
-			missing = append(missing, id)
-		}
-	}
 	if len(missing) > 0 {
-		sort.Strings(missing)
 		return nil, http.StatusNotFound, fmt.Errorf("no dead letter for %q: nothing replayed", missing)
 	}
 	for i, d := range todo {

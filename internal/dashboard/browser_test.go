@@ -2,8 +2,6 @@ package dashboard_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +12,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
@@ -83,12 +82,10 @@ func awaitPromise(p *runtime.EvaluateParams) *runtime.EvaluateParams { return p.
 // A screenshot is left for a person to look at.
 func TestDashboardInBrowser(t *testing.T) {
 	e := newEnv(t)
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	token := "admin-" + hex.EncodeToString(b[:])
+	token := randomSecret("admin-", 16)
 	e.startWorker("worker-1")
 	base := e.startDashboard(token)
-	waitFor(t, "the worker's keys in the pool", 30*time.Second, func() bool {
+	testutil.WaitFor(t, "the worker's keys in the pool", 30*time.Second, func() bool {
 		st, err := e.pool.Stats(e.ctx)
 		return err == nil && st.Total == 4
 	})

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
@@ -59,9 +58,7 @@ func newEnv(t *testing.T) *env {
 	ns, rs := natstest.Start(t), redistest.Start(t)
 	e := &env{t: t, secrets: map[string]string{}}
 	for _, k := range []string{"DASH_KEY_A", "DASH_KEY_B", "DASH_KEY_C", "DASH_KEY_D"} {
-		var b [12]byte
-		_, _ = rand.Read(b[:])
-		e.secrets[k] = "sk-live-" + hex.EncodeToString(b[:])
+		e.secrets[k] = randomSecret("sk-live-", 12)
 	}
 	file := filepath.Join(t.TempDir(), "kf.yaml")
 	yaml := fmt.Sprintf(`nats: {url: %q}
@@ -87,11 +84,7 @@ log: {level: warn}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	e.ctx = ctx
-	nc, err := nats.Connect(ns.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := natstest.Connect(t, ns.URL())
 	if e.q, err = queue.Open(ctx, nc, queue.ConfigFrom(cfg)); err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +93,14 @@ log: {level: warn}
 	}
 	t.Cleanup(func() { _ = e.pool.Close() })
 	return e
+}
+
+// randomSecret is prefix and n random bytes in hex: a key's secret or an
+// admin token no other test uses.
+func randomSecret(prefix string, n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
 }
 
 // startWorker runs a worker in process until the test ends.
@@ -231,17 +232,5 @@ func (r *recorder) scan(t *testing.T, sensitive []string) {
 				t.Errorf("a response holds a secret (%.12s…):\n%.600s", s, resp)
 			}
 		}
-	}
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(25 * time.Millisecond)
 	}
 }

@@ -3,8 +3,6 @@ package dashboard_test
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -12,6 +10,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/dashboard"
+	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
@@ -61,7 +60,7 @@ func TestReadOnlyDashboard(t *testing.T) {
 		"doc-bad": `{"id":"doc-bad"}`,
 	})
 	var s dashboard.Snapshot
-	waitFor(t, "batch nightly done with 1 failed, its dead letter listed and w1's counts", 60*time.Second, func() bool {
+	testutil.WaitFor(t, "batch nightly done with 1 failed, its dead letter listed and w1's counts", 60*time.Second, func() bool {
 		s = snapshot(t, rec, base)
 		return len(s.Batches) == 1 && s.Batches[0].Done == 4 && len(s.DeadLetterList) == 1 &&
 			len(s.Workers) == 1 && s.Workers[0].Done == 3 && s.Workers[0].Failed == 1
@@ -120,7 +119,7 @@ func TestReadOnlyDashboard(t *testing.T) {
 	}
 	// The pool's figures for Prometheus: per key, per limit, and the time
 	// each key could not start, by cause.
-	waitFor(t, "pool metrics with the starts of the batch", 30*time.Second, func() bool {
+	testutil.WaitFor(t, "pool metrics with the starts of the batch", 30*time.Second, func() bool {
 		_, body := rec.get(t, base+"/metrics")
 		return strings.Contains(body, `keyfleet_pool_starts_total{credential="key-a"}`) &&
 			strings.Contains(body, `keyfleet_pool_credential_state{credential="key-a",state="available"}`) &&
@@ -190,14 +189,12 @@ func TestReadOnlyDashboard(t *testing.T) {
 // or a key's secret.
 func TestAdminWrites(t *testing.T) {
 	e := newEnv(t)
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	token := "admin-" + hex.EncodeToString(b[:])
+	token := randomSecret("admin-", 16)
 	e.startWorker("w1")
 	base := e.startDashboard(token)
 	rec := &recorder{}
 	e.enqueue("retry-me", "exec", map[string]string{"x-bad": `{"id":"x-bad"}`})
-	waitFor(t, "the dead letter of x-bad", 60*time.Second, func() bool {
+	testutil.WaitFor(t, "the dead letter of x-bad", 60*time.Second, func() bool {
 		s := snapshot(t, rec, base)
 		return s.DeadLetters == 1 && len(s.DeadLetterList) == 1
 	})
@@ -271,7 +268,7 @@ func TestAdminWrites(t *testing.T) {
 		t.Fatalf("replay: %d %s", code, resp)
 	}
 	// It fails again (the script refuses it): a new record, a new result.
-	waitFor(t, "x-bad to run again and come back as a dead letter", 60*time.Second, func() bool {
+	testutil.WaitFor(t, "x-bad to run again and come back as a dead letter", 60*time.Second, func() bool {
 		s := snapshot(t, rec, base)
 		return len(s.Workers) == 1 && s.Workers[0].Failed == 2 && len(s.DeadLetterList) == 1
 	})

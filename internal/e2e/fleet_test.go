@@ -39,7 +39,15 @@ func guardedFleet(t *testing.T, workerYAML, queueYAML string, extraEnv ...string
 
 func guardedFleetPool(t *testing.T, poolYAML, workerYAML, queueYAML string, extraEnv ...string) *fleet {
 	t.Helper()
-	f := newFleet(t, fleetOptions{
+	f := newFleet(t, guardedOptions(poolYAML, workerYAML, queueYAML, extraEnv...))
+	f.writeGuard(guardScript)
+	return f
+}
+
+// guardedOptions: the two test keys (max_concurrent 1 each) and an exec
+// job running guard.sh in the fleet's directory (writeGuard).
+func guardedOptions(poolYAML, workerYAML, queueYAML string, extraEnv ...string) fleetOptions {
+	return fleetOptions{
 		Pool: poolYAML,
 		Credentials: `- {id: key-a, secret_env: KEY_A, max_concurrent: 1}
 - {id: key-b, secret_env: KEY_B, max_concurrent: 1}`,
@@ -49,14 +57,19 @@ func guardedFleetPool(t *testing.T, poolYAML, workerYAML, queueYAML string, extr
   command: ["{{dir}}/guard.sh"]
   timeout: 1m`,
 		Env: append([]string{"KEY_A=" + testSecrets["key-a"], "KEY_B=" + testSecrets["key-b"]}, extraEnv...),
-	})
-	f.writeScript("guard.sh", strings.ReplaceAll(guardScript, "{{dir}}", f.dir))
+	}
+}
+
+// writeGuard writes script (guardScript or holdGuardScript) as guard.sh
+// and the test keys' secrets, for it to check, into the fleet's directory.
+func (f *fleet) writeGuard(script string) {
+	f.t.Helper()
+	f.writeScript("guard.sh", strings.ReplaceAll(script, "{{dir}}", f.dir))
 	for id, s := range testSecrets {
 		if err := os.WriteFile(filepath.Join(f.dir, "secret-"+id), []byte(s), 0o600); err != nil {
-			t.Fatal(err)
+			f.t.Fatal(err)
 		}
 	}
-	return f
 }
 
 func (f *fleet) file(name string) string {

@@ -91,7 +91,25 @@ type fleetOptions struct {
 
 func newFleet(t *testing.T, o fleetOptions) *fleet {
 	t.Helper()
-	f := &fleet{t: t, nats: natstest.Start(t), redis: redistest.Start(t), dir: t.TempDir()}
+	ns := natstest.Start(t)
+	f := newFleetConfig(t, ns.URL(), o)
+	f.nats = ns
+	f.nc = natstest.Connect(t, ns.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var err error
+	if f.q, err = queue.Attach(ctx, f.nc, queue.Config{Stream: "KF"}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// newFleetConfig is a fleet of the NATS server(s) at natsURL, with its own
+// Redis and a config file, without the test's own connection and queue
+// handle.
+func newFleetConfig(t *testing.T, natsURL string, o fleetOptions) *fleet {
+	t.Helper()
+	f := &fleet{t: t, redis: redistest.Start(t), dir: t.TempDir()}
 	f.env = append(os.Environ(), o.Env...)
 	cfg := fmt.Sprintf(`nats:
   url: %s
@@ -108,22 +126,11 @@ queue:
 %s
 jobs:
 %s
-`, f.nats.URL(), f.redis.URL(), redistest.UniqueName(t), indent(o.Pool, 2), indent(o.Credentials, 4),
+`, natsURL, f.redis.URL(), redistest.UniqueName(t), indent(o.Pool, 2), indent(o.Credentials, 4),
 		indent(o.Worker, 2), "KF", indent(o.Queue, 2), indent(o.Jobs, 2))
 	cfg = strings.ReplaceAll(cfg, "{{dir}}", f.dir)
 	f.cfg = filepath.Join(f.dir, "keyfleet.yaml")
 	if err := os.WriteFile(f.cfg, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	nc, err := nats.Connect(f.nats.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	f.nc = nc
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if f.q, err = queue.Attach(ctx, nc, queue.Config{Stream: "KF"}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.stopAll)
@@ -260,18 +267,6 @@ func (f *fleet) queueStats() queue.Stats {
 		f.t.Fatal(err)
 	}
 	return st
-}
-
-// waitFor polls cond until it holds.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // writeScript writes an executable shell script into the fleet's dir.

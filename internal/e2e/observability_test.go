@@ -52,7 +52,7 @@ func TestWorkerServesMetricsAndHealth(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := f.startWorker("obs-worker", "--log-level", "debug")
-	waitFor(t, "/readyz to answer 200", time.Minute, func() bool {
+	testutil.WaitFor(t, "/readyz to answer 200", time.Minute, func() bool {
 		code, _, err := get("http://" + addr + "/readyz")
 		return err == nil && code == http.StatusOK
 	})
@@ -109,7 +109,7 @@ func TestWorkerServesMetricsAndHealth(t *testing.T) {
 
 	// Draining: /readyz answers 503 until the worker is gone.
 	w.signal(syscall.SIGTERM)
-	waitFor(t, "/readyz to turn 503 or the worker to exit", 30*time.Second, func() bool {
+	testutil.WaitFor(t, "/readyz to turn 503 or the worker to exit", 30*time.Second, func() bool {
 		code, body, err := get("http://" + addr + "/readyz")
 		return w.Exited() || (err == nil && code == http.StatusServiceUnavailable && strings.Contains(body, "shutting down"))
 	})

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
 func (f *fleet) credsList() poolJSON {
@@ -46,7 +48,7 @@ func (f *fleet) credsUsed(name string, n int) map[string]int {
 func TestProducerCredsReachRunningWorker(t *testing.T) {
 	f := guardedFleet(t, "concurrency: 2", "")
 	f.startWorker("w1")
-	waitFor(t, "the worker's credentials in the pool", time.Minute, func() bool { return f.credsList().Total == 2 })
+	testutil.WaitFor(t, "the worker's credentials in the pool", time.Minute, func() bool { return f.credsList().Total == 2 })
 
 	if r := f.producer(nil, "creds", "disable", "key-a", "--reason", "test: off"); r.code != 0 || !strings.Contains(r.stdout, "key-a disabled") {
 		t.Fatalf("disable:\n%s", r)

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
 var dashboardURL = regexp.MustCompile(`on (http://127\.0\.0\.1:\d+)/`)
@@ -22,7 +24,7 @@ func (f *fleet) startDashboard(name string, env []string, args ...string) (*proc
 	p := f.start(name, binary(f.t, "producer"), append([]string{"dashboard", "--config", f.cfg, "--listen", "127.0.0.1:0"}, args...)...)
 	f.env = saved
 	var base string
-	waitFor(f.t, name+" to say where it listens", 30*time.Second, func() bool {
+	testutil.WaitFor(f.t, name+" to say where it listens", 30*time.Second, func() bool {
 		if m := dashboardURL.FindStringSubmatch(p.log.String()); m != nil {
 			base = m[1]
 			return true
@@ -76,7 +78,7 @@ func TestProducerDashboard(t *testing.T) {
 		t.Fatalf("/healthz: %d %q", code, body)
 	}
 	var raw string
-	waitFor(t, "batch e2e-batch done on /api/status", 60*time.Second, func() bool {
+	testutil.WaitFor(t, "batch e2e-batch done on /api/status", 60*time.Second, func() bool {
 		_, raw = httpDo(t, http.MethodGet, base+"/api/status", "")
 		var s struct {
 			Batches []struct {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
 // fixableScript fails permanently (exit 65) for the items listed in the
@@ -97,7 +98,7 @@ func TestProducerDLQListAndReplay(t *testing.T) {
 	if r := f.producer(nil, "dlq", "replay"); r.code != 0 || !strings.Contains(r.stdout, "Replayed 2 dead letters (all batches)") {
 		t.Fatalf("replay all:\n%s", r)
 	}
-	waitFor(t, "the replayed items to succeed", time.Minute, func() bool {
+	testutil.WaitFor(t, "the replayed items to succeed", time.Minute, func() bool {
 		res := f.waitResults("b1", n, time.Minute)
 		for _, id := range broken {
 			if res[id].Outcome != queue.OutcomeSucceeded {

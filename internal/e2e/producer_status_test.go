@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
 // statusJSON is the part of `producer status --json` the tests read; the
@@ -114,7 +116,7 @@ func TestProducerStatus(t *testing.T) {
 		Env:    []string{"KEY_A=sk-a", "KEY_B=sk-b"},
 	})
 	w1 := f.startWorker("w1")
-	waitFor(t, "w1 in the registry and its credentials in the pool", time.Minute, func() bool {
+	testutil.WaitFor(t, "w1 in the registry and its credentials in the pool", time.Minute, func() bool {
 		st, _ := f.statusJSON()
 		return len(st.Workers) == 1 && st.Workers[0].ID == "w1" && st.Pool.Total == 2
 	})

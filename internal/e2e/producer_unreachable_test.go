@@ -76,7 +76,7 @@ func TestProducerServerGoneMidPublish(t *testing.T) {
 	const n = 100_000
 	path := f.writeInput("items.jsonl", jsonlItems(n, `{"id":%q,"ms":0}`))
 	p := f.start("producer", binary(t, "producer"), "enqueue", "--kind", "sleep", "--config", f.cfg, path)
-	waitFor(t, "publishing to start", time.Minute, func() bool { return f.queueStats().Stream.Messages > 0 })
+	testutil.WaitFor(t, "publishing to start", time.Minute, func() bool { return f.queueStats().Stream.Messages > 0 })
 	f.nats.Shutdown()
 	if code := p.wait(t, time.Minute); code != 3 {
 		if code == 0 {
@@ -96,7 +96,7 @@ func TestProducerServerGoneMidPublish(t *testing.T) {
 	}
 
 	f.nats.StartAgain()
-	waitFor(t, "the test's connection to come back", time.Minute, func() bool { return f.nc.IsConnected() })
+	testutil.WaitFor(t, "the test's connection to come back", time.Minute, func() bool { return f.nc.IsConnected() })
 	stored := f.queueStats().Stream.Messages
 	// Every confirmed publish is stored; an unconfirmed one may be.
 	if stored < uint64(confirmed) || stored > uint64(confirmed+unconfirmed) {

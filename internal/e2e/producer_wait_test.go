@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
 // enqueue --wait against a running fleet of two workers, with some items
@@ -40,7 +41,7 @@ func TestProducerWaitReportsExactCounts(t *testing.T) {
 
 	// Kill w1 while it holds a credential: its items come back after the
 	// ack wait and run again on w2 (or w3).
-	waitFor(t, "w1 to hold a lease", time.Minute, func() bool {
+	testutil.WaitFor(t, "w1 to hold a lease", time.Minute, func() bool {
 		r := f.producer(nil, "status", "--json")
 		return r.code == 0 && strings.Contains(r.stdout, `"owner": "w1/`)
 	})
@@ -98,7 +99,7 @@ func TestProducerWaitInterrupted(t *testing.T) {
 	const n = 5
 	path := f.writeInput("items.jsonl", jsonlItems(n, `{"id":%q,"ms":1}`))
 	p := f.start("producer", binary(t, "producer"), "enqueue", "--wait", "--kind", "sleep", "--config", f.cfg, path)
-	waitFor(t, "the items to be enqueued", time.Minute, func() bool { return strings.Contains(p.log.String(), "Enqueued batch") })
+	testutil.WaitFor(t, "the items to be enqueued", time.Minute, func() bool { return strings.Contains(p.log.String(), "Enqueued batch") })
 	p.signal(syscall.SIGINT)
 	if code := p.wait(t, 30*time.Second); code != 130 {
 		t.Fatalf("want exit 130, got %d:\n%s", code, p.log.String())

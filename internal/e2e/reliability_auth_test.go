@@ -294,11 +294,7 @@ func replaceSection(t *testing.T, cfg, section, yaml string) string {
 func (f *fleet) switchNATS(yaml, url string, opts ...nats.Option) {
 	f.t.Helper()
 	f.writeConfig(replaceSection(f.t, f.readConfig(), "nats", yaml))
-	nc, err := nats.Connect(url, append(opts, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))...)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	f.t.Cleanup(nc.Close)
+	nc := natstest.Connect(f.t, url, append(opts, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	q, err := queue.Open(ctx, nc, queue.Config{Stream: "KF"})

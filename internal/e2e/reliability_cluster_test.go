@@ -3,17 +3,14 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
-	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
 )
 
 // A 3-node NATS cluster with the queue's streams replicated on all three
@@ -33,22 +30,14 @@ func TestReliabilityNATSClusterLosesLeader(t *testing.T) {
 	ids := f.publish("cl", "exec", n, itemJSON)
 
 	// One node leads everything the workers use; that is the one to lose.
-	victim := c.WaitMetaLeader(30 * time.Second)
-	c.WaitStreamLeader("KF", 30*time.Second)
-	c.WaitConsumerLeader("KF", "keyfleet-workers", 30*time.Second)
-	if err := c.MoveStreamLeader("KF", victim, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.MoveConsumerLeader("KF", "keyfleet-workers", victim, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	victim := c.GatherLeaders("KF", "keyfleet-workers", 30*time.Second)
 	results := f.watchResults("cl", n)
 	start := time.Now()
 	var ws []*proc
 	for i := range workers {
 		ws = append(ws, f.startWorker(fmt.Sprintf("w%d", i+1)))
 	}
-	waitFor(t, "a third of the items to finish", 2*time.Minute, func() bool { return results.count() >= n/3 })
+	testutil.WaitFor(t, "a third of the items to finish", 2*time.Minute, func() bool { return results.count() >= n/3 })
 	led := fmt.Sprintf("meta %v, stream %v, consumer %v", c.MetaLeader() == victim, c.StreamLeader("KF") == victim,
 		c.ConsumerLeader("KF", "keyfleet-workers") == victim)
 	at := results.count()
@@ -82,37 +71,8 @@ func newClusterFleet(t *testing.T, c *natstest.Cluster, poolYAML, workerYAML str
 // take the queue's streams yet.
 func newClusterFleetConfig(t *testing.T, c *natstest.Cluster, poolYAML, workerYAML string, ackWait time.Duration, env ...string) *fleet {
 	t.Helper()
-	f := &fleet{t: t, redis: redistest.Start(t), dir: t.TempDir()}
-	f.env = append(os.Environ(), append([]string{"KEY_A=" + testSecrets["key-a"], "KEY_B=" + testSecrets["key-b"]}, env...)...)
-	cfg := fmt.Sprintf(`nats:
-  url: %s
-redis:
-  url: %s
-pool:
-  name: %s
-%s  credentials:
-    - {id: key-a, secret_env: KEY_A, max_concurrent: 1}
-    - {id: key-b, secret_env: KEY_B, max_concurrent: 1}
-worker:
-%s
-queue:
-  stream: KF
-  replicas: 3
-  ack_wait: %s
-jobs:
-  exec:
-    command: ["%s/guard.sh"]
-    timeout: 1m
-`, c.URLs(), f.redis.URL(), redistest.UniqueName(t), indent(poolYAML, 2), indent(workerYAML, 2), ackWait, f.dir)
-	f.cfg = filepath.Join(f.dir, "keyfleet.yaml")
-	if err := os.WriteFile(f.cfg, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f.writeScript("guard.sh", strings.ReplaceAll(holdGuardScript, "{{dir}}", f.dir))
-	for id, s := range testSecrets {
-		f.writeFile("secret-"+id, s)
-	}
-	t.Cleanup(f.stopAll)
+	f := newFleetConfig(t, c.URLs(), guardedOptions(poolYAML, workerYAML, fmt.Sprintf("replicas: 3\nack_wait: %s", ackWait), env...))
+	f.writeGuard(holdGuardScript)
 	return f
 }
 
@@ -121,15 +81,11 @@ jobs:
 func (f *fleet) openClusterQueue(c *natstest.Cluster, ackWait time.Duration) {
 	t := f.t
 	t.Helper()
-	nc, err := nats.Connect(c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	f.nc = nc
+	f.nc = natstest.Connect(t, c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if f.q, err = queue.Open(ctx, nc, queue.Config{Stream: "KF", Replicas: 3, AckWait: ackWait}); err != nil {
+	var err error
+	if f.q, err = queue.Open(ctx, f.nc, queue.Config{Stream: "KF", Replicas: 3, AckWait: ackWait}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/internal/testutil/faultproxy"
 )
 
@@ -302,7 +303,7 @@ func stopFleet(t *testing.T, timeout time.Duration, workers ...*proc) {
 // not.
 func (f *fleet) waitQueueEmpty() {
 	f.t.Helper()
-	waitFor(f.t, "the work queue to be empty", time.Minute, func() bool {
+	testutil.WaitFor(f.t, "the work queue to be empty", time.Minute, func() bool {
 		st := f.queueStats()
 		return st.Stream.Messages == 0 && st.Consumer.AckPending == 0
 	})

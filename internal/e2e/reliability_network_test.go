@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/internal/testutil/faultproxy"
 )
 
@@ -124,14 +125,14 @@ func testPartition(t *testing.T, what string, redisOnly bool) {
 	if redisOnly {
 		cut = []*faultproxy.Proxy{ps[0].redis}
 	}
-	waitFor(t, "w1 to run a few items", time.Minute, func() bool { return f.jobsStarted(w1, start) >= 3 })
+	testutil.WaitFor(t, "w1 to run a few items", time.Minute, func() bool { return f.jobsStarted(w1, start) >= 3 })
 
 	// From now on w1's jobs run long (30s): the one running at the cut must
 	// be cancelled, it cannot end by itself.
 	longFrom := time.Now()
 	f.writeFile(fmt.Sprintf("sleep-%d", w1.Pid()), "30")
 	var victim jobEvent
-	waitFor(t, "w1 to start a long job", time.Minute, func() bool {
+	testutil.WaitFor(t, "w1 to start a long job", time.Minute, func() bool {
 		for _, e := range f.jobsRunning(w1) {
 			if e.At.After(longFrom) {
 				victim = e
@@ -180,7 +181,7 @@ func testPartition(t *testing.T, what string, redisOnly bool) {
 	if left := n - results.count(); left < 10 {
 		t.Errorf("only %d items left at the heal: too few to see w1 recover; make the batch bigger", left)
 	} else {
-		waitFor(t, "w1 to run items again after the heal", time.Minute, func() bool { return f.jobsStarted(w1, healed) >= 1 })
+		testutil.WaitFor(t, "w1 to run items again after the heal", time.Minute, func() bool { return f.jobsStarted(w1, healed) >= 1 })
 	}
 	recovered := time.Since(healed)
 	res := results.wait(t, size(3*time.Minute, 10*time.Minute))

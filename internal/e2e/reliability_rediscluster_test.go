@@ -46,29 +46,9 @@ func TestReliabilityRedisCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	prefix := "keyfleet:{" + cfg.Pool.Name + "}:"
-	cc := cl.Client(t)
-	slot, err := cc.ClusterKeySlot(ctx, prefix).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	byNode, err := cl.Keys(ctx, prefix+"*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(byNode) != 1 {
-		t.Fatalf("the pool's keys are on %d nodes, want 1: %v", len(byNode), byNode)
-	}
-	keys := 0
-	for _, ks := range byNode {
-		for _, k := range ks {
-			keys++
-			if s, err := cc.ClusterKeySlot(ctx, k).Result(); err != nil || s != slot {
-				t.Fatalf("key %s in slot %d (%v), want %d", k, s, err, slot)
-			}
-		}
-	}
-	if keys < 4 { // creds, fence, cred:key-a, cred:key-b at least
-		t.Fatalf("only %d keys of the pool in the cluster: %v", keys, byNode)
+	keys, slot := cl.OneSlotKeys(t, ctx, prefix)
+	if len(keys) < 4 { // creds, fence, cred:key-a, cred:key-b at least
+		t.Fatalf("only %d keys of the pool in the cluster: %v", len(keys), keys)
 	}
 	// And nowhere else: the fleet's stand-alone Redis stays empty.
 	if left, err := f.redis.Client(t).Keys(ctx, "*").Result(); err != nil || len(left) != 0 {
@@ -79,7 +59,7 @@ func TestReliabilityRedisCluster(t *testing.T) {
 		t.Fatalf("queue not empty after the batch: %+v", st)
 	}
 	f.account("Redis Cluster, 3 masters, 3 workers", ids, results, took, bounds{},
-		fmt.Sprintf("pool in slot %d, %d keys on one node", slot, keys))
+		fmt.Sprintf("pool in slot %d, %d keys on one node", slot, len(keys)))
 }
 
 // useRedis replaces the redis: section of the fleet's config file with the

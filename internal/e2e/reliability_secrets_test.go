@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
 // secretsScript behaves by item ID and prints its own secret in most
@@ -289,7 +290,7 @@ var listenAddrRE = regexp.MustCompile(`serving /metrics.*"addr":"([^"]+)"`)
 func metricsAddr(t *testing.T, w *proc) string {
 	t.Helper()
 	var addr string
-	waitFor(t, w.name+" to log its listen address", 30*time.Second, func() bool {
+	testutil.WaitFor(t, w.name+" to log its listen address", 30*time.Second, func() bool {
 		m := listenAddrRE.FindStringSubmatch(w.log.String())
 		if m != nil {
 			addr = m[1]
@@ -340,7 +341,7 @@ func proveLeakScanners(ctx context.Context, t *testing.T, js jetstream.JetStream
 		t.Fatal(err)
 	}
 	expect("the KV buckets", kvText, 1)
-	waitFor(t, "the NATS tap to see the planted messages", 10*time.Second, func() bool {
+	testutil.WaitFor(t, "the NATS tap to see the planted messages", 10*time.Second, func() bool {
 		text, _ := tap.text()
 		n, _, _ := probe.count(text)
 		return n >= 3
@@ -369,7 +370,7 @@ func proveLeakScanners(ctx context.Context, t *testing.T, js jetstream.JetStream
 		t.Fatal(err)
 	}
 	expect("Redis keys", dump, len(planted))
-	waitFor(t, "MONITOR to see the planted values", 10*time.Second, func() bool {
+	testutil.WaitFor(t, "MONITOR to see the planted values", 10*time.Second, func() bool {
 		n, _, _ := probe.count(mon.text())
 		return n >= len(planted)
 	})
@@ -406,11 +407,11 @@ func proveLeakScanners(ctx context.Context, t *testing.T, js jetstream.JetStream
 	if err := rdb.Set(ctx, marker, "1", time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "MONITOR to catch up", 10*time.Second, func() bool { return strings.Contains(mon.text(), marker) })
+	testutil.WaitFor(t, "MONITOR to catch up", 10*time.Second, func() bool { return strings.Contains(mon.text(), marker) })
 	if err := nc.Publish("leakcanary.done", []byte(marker)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the tap to catch up", 10*time.Second, func() bool { text, _ := tap.text(); return strings.Contains(text, marker) })
+	testutil.WaitFor(t, "the tap to catch up", 10*time.Second, func() bool { text, _ := tap.text(); return strings.Contains(text, marker) })
 	tap.reset()
 	mon.reset()
 	t.Logf("scanners proven: streams, KV, NATS tap, Redis dump (every type and key names), MONITOR, fragments")

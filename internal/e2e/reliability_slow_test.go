@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
 // Slow jobs, each longer than the lease TTL and the ack wait: the worker
@@ -81,7 +82,7 @@ func testPausedWorker(t *testing.T, withJob bool, scenario string, maxWindow fun
 	f := holdGuardedFleet(t, fmt.Sprintf("lease_ttl: %s", ttl), "concurrency: 1\nshutdown_grace: 1s\nmax_attempts: 20",
 		fmt.Sprintf("ack_wait: %s", ackWait), fmt.Sprintf("TICK=%g", tick.Seconds()))
 	w1 := f.startWorkerEnv("w1", []string{fmt.Sprintf("TICKS=%d", time.Minute/tick)})
-	waitFor(t, "w1 to start", time.Minute, func() bool { return strings.Contains(w1.log.String(), "worker started") })
+	testutil.WaitFor(t, "w1 to start", time.Minute, func() bool { return strings.Contains(w1.log.String(), "worker started") })
 	// One key in play, so that the other worker must take the same one.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -92,7 +93,7 @@ func testPausedWorker(t *testing.T, withJob bool, scenario string, maxWindow fun
 	results := f.watchResults("pause", 1)
 	start := time.Now()
 	var old jobEvent
-	waitFor(t, "w1 to start the job", time.Minute, func() bool {
+	testutil.WaitFor(t, "w1 to start the job", time.Minute, func() bool {
 		for _, e := range f.jobsRunning(w1) {
 			old = e
 			return true
@@ -100,8 +101,8 @@ func testPausedWorker(t *testing.T, withJob bool, scenario string, maxWindow fun
 		return false
 	})
 	w2 := f.startWorkerEnv("w2", []string{fmt.Sprintf("TICKS=%d", (pause+2*time.Second)/tick)})
-	waitFor(t, "w2 to start", time.Minute, func() bool { return strings.Contains(w2.log.String(), "worker started") })
-	waitFor(t, "the job to use its key for a second", time.Minute, func() bool {
+	testutil.WaitFor(t, "w2 to start", time.Minute, func() bool { return strings.Contains(w2.log.String(), "worker started") })
+	testutil.WaitFor(t, "the job to use its key for a second", time.Minute, func() bool {
 		return f.ticks(old.JobPID) >= int(time.Second/tick)
 	})
 
@@ -113,7 +114,7 @@ func testPausedWorker(t *testing.T, withJob bool, scenario string, maxWindow fun
 	// The pause is the scenario; it lasts at least `pause` and until w2
 	// has taken the item and the key.
 	var taken jobEvent
-	waitFor(t, "w2 to take the item while w1 is paused", time.Minute, func() bool {
+	testutil.WaitFor(t, "w2 to take the item while w1 is paused", time.Minute, func() bool {
 		for _, e := range f.jobsRunning(w2) {
 			taken = e
 			return time.Since(pausedAt) >= pause
@@ -125,7 +126,7 @@ func testPausedWorker(t *testing.T, withJob bool, scenario string, maxWindow fun
 	if withJob {
 		_ = syscall.Kill(-old.JobPID, syscall.SIGCONT)
 	}
-	waitFor(t, "w1 to cancel its job after the resume", 30*time.Second, func() bool {
+	testutil.WaitFor(t, "w1 to cancel its job after the resume", 30*time.Second, func() bool {
 		return syscall.Kill(old.JobPID, 0) != nil
 	})
 	cancelledAfter := time.Since(resumedAt)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
 // restartMidRun runs 150 guarded items through two workers, calls restart
@@ -21,7 +22,7 @@ func restartMidRun(t *testing.T, poolYAML, queueYAML, sleep string, restart, che
 	ids = f.publish("b", "exec", n, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
 	start = time.Now()
 	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
-	waitFor(t, "a third of the items to run", 2*time.Minute, func() bool { return len(f.runsPerItem()) >= n/3 })
+	testutil.WaitFor(t, "a third of the items to run", 2*time.Minute, func() bool { return len(f.runsPerItem()) >= n/3 })
 	restart(f)
 	restarted = time.Now()
 	res = f.waitResults("b", n, 3*time.Minute)
@@ -51,7 +52,7 @@ func TestNATSRestartMidRun(t *testing.T) {
 			if v := f.file("violations"); v != "" {
 				t.Fatal(v)
 			}
-			waitFor(t, "the work stream to drain", time.Minute, func() bool { return f.queueStats().Stream.Messages == 0 })
+			testutil.WaitFor(t, "the work stream to drain", time.Minute, func() bool { return f.queueStats().Stream.Messages == 0 })
 		})
 	f.account("NATS restart mid-run (file storage)", ids, res, time.Since(start), bounds{MaxDuplicates: 4},
 		fmt.Sprintf("done %s after the restart", time.Since(restarted).Round(100*time.Millisecond)))
@@ -77,7 +78,7 @@ func TestRedisDownFailsClosed(t *testing.T) {
 	ids := f.publish("b", "exec", n, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
 	start := time.Now()
 	w1 := f.startWorker("w1")
-	waitFor(t, "some items to run", 2*time.Minute, func() bool { return len(f.runsPerItem()) >= 10 })
+	testutil.WaitFor(t, "some items to run", 2*time.Minute, func() bool { return len(f.runsPerItem()) >= 10 })
 	f.redis.Stop()
 	// Jobs already running may finish; after that nothing may start.
 	time.Sleep(time.Second) // let running jobs (50ms) end

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
 // A large fleet on one consumer: every worker keeps its pulls waiting and
@@ -35,7 +36,7 @@ func TestLargeFleetOnOneConsumer(t *testing.T) {
 	}
 	// Every worker is up and pulling before the items come.
 	announced := 0
-	waitFor(t, "every worker to announce itself", 5*time.Minute, func() bool {
+	testutil.WaitFor(t, "every worker to announce itself", 5*time.Minute, func() bool {
 		ws, err := f.q.Workers(t.Context())
 		if err == nil {
 			announced = len(ws)

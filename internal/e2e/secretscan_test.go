@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
 )
@@ -310,7 +311,7 @@ func startRedisMonitor(t *testing.T, srv *redistest.Server) *redisMonitor {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Kill)
-	waitFor(t, "redis-cli monitor to start", 10*time.Second, func() bool { return strings.HasPrefix(m.out.String(), "OK") })
+	testutil.WaitFor(t, "redis-cli monitor to start", 10*time.Second, func() bool { return strings.HasPrefix(m.out.String(), "OK") })
 	return m
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
 // SIGTERM mid-run with items that finish within the grace: the worker
@@ -18,7 +19,7 @@ func TestSigtermFinishesInFlightWithinGrace(t *testing.T) {
 	ids := f.publish("b", "exec", n, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
 	start := time.Now()
 	w1 := f.startWorker("w1")
-	waitFor(t, "w1 to run a few items", time.Minute, func() bool { return len(f.runsPerItem()) >= 3 })
+	testutil.WaitFor(t, "w1 to run a few items", time.Minute, func() bool { return len(f.runsPerItem()) >= 3 })
 	w2 := f.startWorker("w2")
 	stopAt := time.Now()
 	w1.signal(syscall.SIGTERM)
@@ -45,15 +46,15 @@ func TestSigtermHandsLongItemToAnotherWorkerAtOnce(t *testing.T) {
 	f := guardedFleet(t, "concurrency: 1\nshutdown_grace: 1s", "ack_wait: 30s", "SLEEP=4")
 	f.publish("b", "exec", 1, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
 	w1 := f.startWorker("w1")
-	waitFor(t, "w1 to start the item", time.Minute, func() bool { return len(f.runsPerItem()) == 1 })
+	testutil.WaitFor(t, "w1 to start the item", time.Minute, func() bool { return len(f.runsPerItem()) == 1 })
 	w2 := f.startWorker("w2")
-	waitFor(t, "w2 to be registered", time.Minute, func() bool { return strings.Contains(w2.log.String(), "worker started") })
+	testutil.WaitFor(t, "w2 to be registered", time.Minute, func() bool { return strings.Contains(w2.log.String(), "worker started") })
 	stopAt := time.Now()
 	w1.signal(syscall.SIGTERM)
 	if code := w1.wait(t, 20*time.Second); code != 0 {
 		t.Fatalf("w1 exited %d", code)
 	}
-	waitFor(t, "the item to start again", 20*time.Second, func() bool { return f.runsPerItem()["item-0000"] == 2 })
+	testutil.WaitFor(t, "the item to start again", 20*time.Second, func() bool { return f.runsPerItem()["item-0000"] == 2 })
 	handover := time.Since(stopAt)
 	if handover > 15*time.Second {
 		t.Fatalf("the item started again %s after SIGTERM: it waited for the ack wait instead of a nak", handover)
@@ -79,7 +80,7 @@ func TestSigkillLosesNothing(t *testing.T) {
 	ids := f.publish("b", "exec", n, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
 	start := time.Now()
 	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
-	waitFor(t, "a few items to run", time.Minute, func() bool { return len(f.runsPerItem()) >= 6 })
+	testutil.WaitFor(t, "a few items to run", time.Minute, func() bool { return len(f.runsPerItem()) >= 6 })
 	killAt := time.Now()
 	w1.signal(syscall.SIGKILL)
 	w1.wait(t, 10*time.Second)

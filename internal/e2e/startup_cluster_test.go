@@ -36,7 +36,7 @@ func TestWorkerWaitsForAFormingNATSCluster(t *testing.T) {
 	quitter := f.start("quitter", binary(t, "worker"), "--config", short, "--id", "quitter")
 
 	var why string
-	waitFor(t, "/readyz to say the worker waits for JetStream", time.Minute, func() bool {
+	testutil.WaitFor(t, "/readyz to say the worker waits for JetStream", time.Minute, func() bool {
 		code, body, err := get("http://" + addr + "/readyz")
 		why = strings.TrimSpace(body)
 		return err == nil && code == http.StatusServiceUnavailable && strings.HasPrefix(why, "waiting for JetStream: ")
@@ -57,7 +57,7 @@ func TestWorkerWaitsForAFormingNATSCluster(t *testing.T) {
 
 	started := time.Now()
 	c.StartNode(2)
-	waitFor(t, "/readyz to answer 200 after the third node started", time.Minute, func() bool {
+	testutil.WaitFor(t, "/readyz to answer 200 after the third node started", time.Minute, func() bool {
 		code, _, err := get("http://" + addr + "/readyz")
 		return err == nil && code == http.StatusOK
 	})

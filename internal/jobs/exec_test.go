@@ -17,6 +17,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/jobs"
 	"github.com/keyfleet/keyfleet/internal/secret"
+	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
 // The exec tests run one after another (no t.Parallel): a script written by
@@ -322,12 +323,7 @@ func TestExecCancelKillsGroup(t *testing.T) {
 		t.Fatalf("grandchild %d is not running before the cancel", pid)
 	}
 	cancel(cause)
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(15 * time.Second):
-		t.Fatal("Run did not return 15s after the cancel")
-	}
+	err := testutil.Receive(t, done, 15*time.Second, "Run did not return 15s after the cancel")
 	if !errors.Is(err, cause) || !errors.Is(err, context.Canceled) || jobs.Classify(err) != jobs.OutcomeTransient {
 		t.Errorf("err %v: want transient, wrapping the cause and context.Canceled", err)
 	}

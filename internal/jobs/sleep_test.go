@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/jobs"
+	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
 func TestSleep(t *testing.T) {
@@ -56,12 +57,8 @@ func TestSleepHonoursContext(t *testing.T) {
 		done <- err
 	}()
 	cancel(cause)
-	select {
-	case err := <-done:
-		if !errors.Is(err, cause) || !errors.Is(err, context.Canceled) || jobs.Classify(err) != jobs.OutcomeTransient {
-			t.Errorf("err %v: want transient, wrapping the cause", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("sleep ignored the cancellation")
+	err := testutil.Receive(t, done, 10*time.Second, "sleep ignored the cancellation")
+	if !errors.Is(err, cause) || !errors.Is(err, context.Canceled) || jobs.Classify(err) != jobs.OutcomeTransient {
+		t.Errorf("err %v: want transient, wrapping the cause", err)
 	}
 }

@@ -37,10 +37,8 @@ func New() *Metrics {
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := &Metrics{
 		Registry: r,
-		Items: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "keyfleet_items_total",
-			Help: "Job runs by kind and outcome (succeeded, failed, rate_limited, rejected, retried, interrupted).",
-		}, []string{"kind", "outcome"}),
+		Items: counterVec("keyfleet_items_total",
+			"Job runs by kind and outcome (succeeded, failed, rate_limited, rejected, retried, interrupted).", "kind", "outcome"),
 		JobDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "keyfleet_job_duration_seconds",
 			Help:    "Duration of job runs.",
@@ -56,58 +54,52 @@ func New() *Metrics {
 			Help:    "Runs an item took until its final outcome.",
 			Buckets: []float64{1, 2, 3, 4, 5, 7, 10, 15, 20, 50},
 		}, []string{"kind", "outcome"}),
-		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "keyfleet_credential_in_flight",
-			Help: "Jobs this worker runs now, per credential.",
-		}, []string{"credential"}),
-		Cooldowns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "keyfleet_credential_cooldowns_total",
-			Help: "Rate limits that put a credential into cooldown, by where the wait came from (retry_after or default).",
-		}, []string{"credential", "source"}),
-		Rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "keyfleet_credential_rejections_total",
-			Help: "Credentials disabled because the API rejected them, by cause.",
-		}, []string{"credential", "cause"}),
-		SlotsBusy: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "keyfleet_slots_busy",
-			Help: "Slots holding an item (waiting for a credential or running).",
-		}),
-		Slots: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "keyfleet_slots",
-			Help: "Slots of this worker (its concurrency).",
-		}),
-		Redeliveries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "keyfleet_redeliveries_total",
-			Help: "Messages received that had been delivered before.",
-		}),
-		LeaseRenewFails: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "keyfleet_lease_renew_failures_total",
-			Help: "Lease renewals that failed (lost lease or Redis error).",
-		}),
-		LeasesLost: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "keyfleet_leases_lost_total",
-			Help: "Jobs cancelled because their credential lease was lost.",
-		}),
-		MessagesLost: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "keyfleet_messages_lost_total",
-			Help: "Jobs cancelled because their message could not be kept alive.",
-		}),
-		DeadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "keyfleet_dead_letters_total",
-			Help: "Items dead-lettered, by kind and reason.",
-		}, []string{"kind", "reason"}),
+		InFlight: gaugeVec("keyfleet_credential_in_flight",
+			"Jobs this worker runs now, per credential.", "credential"),
+		Cooldowns: counterVec("keyfleet_credential_cooldowns_total",
+			"Rate limits that put a credential into cooldown, by where the wait came from (retry_after or default).", "credential", "source"),
+		Rejections: counterVec("keyfleet_credential_rejections_total",
+			"Credentials disabled because the API rejected them, by cause.", "credential", "cause"),
+		SlotsBusy: gauge("keyfleet_slots_busy",
+			"Slots holding an item (waiting for a credential or running)."),
+		Slots: gauge("keyfleet_slots",
+			"Slots of this worker (its concurrency)."),
+		Redeliveries: counter("keyfleet_redeliveries_total",
+			"Messages received that had been delivered before."),
+		LeaseRenewFails: counter("keyfleet_lease_renew_failures_total",
+			"Lease renewals that failed (lost lease or Redis error)."),
+		LeasesLost: counter("keyfleet_leases_lost_total",
+			"Jobs cancelled because their credential lease was lost."),
+		MessagesLost: counter("keyfleet_messages_lost_total",
+			"Jobs cancelled because their message could not be kept alive."),
+		DeadLetters: counterVec("keyfleet_dead_letters_total",
+			"Items dead-lettered, by kind and reason.", "kind", "reason"),
 		FetchBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "keyfleet_fetch_messages",
 			Help:    "Messages received per pull request (each asks for as many as there are free slots).",
 			Buckets: []float64{0, 1, 2, 4, 8, 16, 32, 64, 128, 256},
 		}),
-		RedisUnavailable: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "keyfleet_redis_unavailable_total",
-			Help: "Credential acquisitions that failed because Redis could not be reached (no job runs then).",
-		}),
+		RedisUnavailable: counter("keyfleet_redis_unavailable_total",
+			"Credential acquisitions that failed because Redis could not be reached (no job runs then)."),
 	}
 	r.MustRegister(m.Items, m.JobDuration, m.CredentialWait, m.Attempts, m.InFlight, m.Cooldowns,
 		m.Rejections, m.SlotsBusy, m.Slots, m.Redeliveries, m.LeaseRenewFails, m.LeasesLost,
 		m.MessagesLost, m.DeadLetters, m.RedisUnavailable, m.FetchBatch)
 	return m
+}
+
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
 }

@@ -100,24 +100,9 @@ func addKind(kinds, kind string) string {
 
 // Batches lists the batch records, newest first.
 func (q *Queue) Batches(ctx context.Context) ([]BatchInfo, error) {
-	keys, err := q.batches.ListKeys(ctx)
+	out, err := listKV[BatchInfo](ctx, q.batches, "batches", "batch record")
 	if err != nil {
-		return nil, fmt.Errorf("queue: list batches: %w", err)
-	}
-	var out []BatchInfo
-	for k := range keys.Keys() {
-		e, err := q.batches.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("queue: batch record %s: %w", k, err)
-		}
-		var b BatchInfo
-		if err := json.Unmarshal(e.Value(), &b); err != nil {
-			continue // not ours
-		}
-		out = append(out, b)
+		return nil, err
 	}
 	sortBatches(out)
 	return out, nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
 // Concurrent enqueues of one batch add up; kinds are kept; the list and the
@@ -83,11 +84,7 @@ func TestFollowResults(t *testing.T) {
 	c1, stop1 := context.WithCancel(ctx(t))
 	caught := make(chan struct{})
 	done := follow(c1, make(chan queue.Result, 10), caught)
-	select {
-	case <-caught:
-	case <-time.After(10 * time.Second):
-		t.Fatal("not caught up on an empty stream")
-	}
+	testutil.Receive(t, caught, 10*time.Second, "not caught up on an empty stream")
 	stop1()
 	<-done
 
@@ -113,24 +110,16 @@ func TestFollowResults(t *testing.T) {
 			t.Fatalf("saw %v", seen)
 		}
 	}
-	select {
-	case <-caught:
-	case <-time.After(10 * time.Second):
-		t.Fatal("not caught up after the existing results")
-	}
+	testutil.Receive(t, caught, 10*time.Second, "not caught up after the existing results")
 	if seen["b1/a"] != queue.OutcomeSucceeded || len(got) != 0 {
 		t.Fatalf("want the latest outcome of each item once, got %v (+%d)", seen, len(got))
 	}
 	if err := q.PutResult(ctx(t), queue.Result{Item: "c", Batch: "b1", Outcome: queue.OutcomeFailed}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case r := <-got:
-		if r.Item != "c" {
-			t.Fatalf("want the new result c, got %+v", r)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a new result was not followed")
+	r := testutil.Receive(t, got, 10*time.Second, "a new result was not followed")
+	if r.Item != "c" {
+		t.Fatalf("want the new result c, got %+v", r)
 	}
 	stop2()
 	if err := <-done; !errors.Is(err, context.Canceled) {

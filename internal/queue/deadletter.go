@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strconv"
 	"time"
 
@@ -60,6 +61,34 @@ func (q *Queue) ListDeadLetters(ctx context.Context, batch string, fn func(DeadL
 		d.seq = seq
 		return fn(d)
 	})
+}
+
+// DeadLettersToReplay picks the dead-letter records of batch ("" for all
+// batches) that a replay of items takes: those of the given items, or every
+// record when items is empty. missing lists, sorted, the items that have no
+// record.
+func (q *Queue) DeadLettersToReplay(ctx context.Context, batch string, items []string) (todo []DeadLetter, missing []string, err error) {
+	want := map[string]bool{}
+	for _, id := range items {
+		want[id] = false
+	}
+	err = q.ListDeadLetters(ctx, batch, func(d DeadLetter) error {
+		if _, ok := want[d.Item]; ok || len(items) == 0 {
+			want[d.Item] = true
+			todo = append(todo, d)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	for id, found := range want {
+		if !found {
+			missing = append(missing, id)
+		}
+	}
+	sort.Strings(missing)
+	return todo, missing, nil
 }
 
 // Replay puts a dead-lettered item back on the work queue with fresh

@@ -17,11 +17,7 @@ import (
 func open(t *testing.T) (*queue.Queue, *nats.Conn) {
 	t.Helper()
 	s := natstest.Start(t)
-	nc, err := nats.Connect(s.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := natstest.Connect(t, s.URL())
 	q, err := queue.Open(ctx(t), nc, queue.Config{AckWait: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -263,11 +259,7 @@ func TestAttachDoesNotRewriteTheFleet(t *testing.T) {
 	}
 	// On an empty server Attach creates everything.
 	s2 := natstest.Start(t)
-	nc2, err := nats.Connect(s2.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc2.Close()
+	nc2 := natstest.Connect(t, s2.URL())
 	if _, err := queue.Attach(ctx(t), nc2, queue.Config{}); err != nil {
 		t.Fatal(err)
 	}

@@ -41,19 +41,19 @@ type Startup struct {
 
 // Open is Open, retried while JetStream is not ready.
 func (s Startup) Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
-	var q *Queue
-	err := s.Do(ctx, func(ctx context.Context) (err error) {
-		q, err = Open(ctx, nc, cfg)
-		return err
-	})
-	return q, err
+	return s.open(ctx, nc, cfg, Open)
 }
 
 // Attach is Attach, retried while JetStream is not ready.
 func (s Startup) Attach(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
+	return s.open(ctx, nc, cfg, Attach)
+}
+
+// open runs open (Open or Attach) under Do.
+func (s Startup) open(ctx context.Context, nc *nats.Conn, cfg Config, open func(context.Context, *nats.Conn, Config) (*Queue, error)) (*Queue, error) {
 	var q *Queue
 	err := s.Do(ctx, func(ctx context.Context) (err error) {
-		q, err = Attach(ctx, nc, cfg)
+		q, err = open(ctx, nc, cfg)
 		return err
 	})
 	return q, err

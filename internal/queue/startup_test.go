@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
 )
 
@@ -24,11 +25,7 @@ var r3 = queue.Config{Replicas: 3, AckWait: 5 * time.Second, RequestTimeout: tim
 // connectCluster connects to every node of c (started or not).
 func connectCluster(t *testing.T, c *natstest.Cluster) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := natstest.Connect(t, c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
 	return nc
 }
 
@@ -158,13 +155,9 @@ func TestStartupOpenPermissionDenied(t *testing.T) {
 			Publish: &server.SubjectPermission{Deny: []string{"$JS.API.>"}},
 		}}}
 	})
-	nc, err := nats.Connect(s.URL(), nats.UserInfo("u", "p"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := natstest.Connect(t, s.URL(), nats.UserInfo("u", "p"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	r := newRetries()
-	_, err = queue.Startup{Timeout: time.Minute, Attempt: 500 * time.Millisecond, Waiting: r.waiting}.Open(context.Background(), nc, queue.Config{})
+	_, err := queue.Startup{Timeout: time.Minute, Attempt: 500 * time.Millisecond, Waiting: r.waiting}.Open(context.Background(), nc, queue.Config{})
 	if !errors.Is(err, nats.ErrPermissionViolation) || queue.Transient(err) {
 		t.Fatalf("want a permissions violation, not transient; got %v", err)
 	}
@@ -186,12 +179,8 @@ func TestStartupStopsWithItsContext(t *testing.T) {
 	}()
 	<-r.first
 	cancel()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("want context.Canceled, got %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Open still waiting 10s after its context was cancelled")
+	err := testutil.Receive(t, done, 10*time.Second, "Open still waiting 10s after its context was cancelled")
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("want context.Canceled, got %v", err)
 	}
 }

@@ -67,11 +67,7 @@ func TestTransient(t *testing.T) {
 // Open reports them at once, whatever the start-up bound.
 func TestOpenFailsAtOnceOnRealRefusals(t *testing.T) {
 	s := natstest.Start(t)
-	nc, err := nats.Connect(s.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := natstest.Connect(t, s.URL())
 	js, _ := jetstream.New(nc)
 	if _, err := js.CreateStream(ctx(t), jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"keyfleet.items.>"}}); err != nil {
 		t.Fatal(err)

@@ -51,25 +51,36 @@ func (q *Queue) Withdraw(ctx context.Context, id string) error {
 
 // Workers lists the workers heard from within HeartbeatTTL, by ID.
 func (q *Queue) Workers(ctx context.Context) ([]WorkerInfo, error) {
-	keys, err := q.workers.ListKeys(ctx)
+	out, err := listKV[WorkerInfo](ctx, q.workers, "workers", "worker")
 	if err != nil {
-		return nil, fmt.Errorf("queue: list workers: %w", err)
+		return nil, err
 	}
-	var out []WorkerInfo
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// listKV decodes the JSON value of every key of kv into a T, skipping keys
+// deleted meanwhile and values that are not a T. Its errors name the
+// records: "queue: list <plural>: ...", "queue: <one> <key>: ...".
+func listKV[T any](ctx context.Context, kv jetstream.KeyValue, plural, one string) ([]T, error) {
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("queue: list %s: %w", plural, err)
+	}
+	var out []T
 	for k := range keys.Keys() {
-		e, err := q.workers.Get(ctx, k)
+		e, err := kv.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("queue: worker %s: %w", k, err)
+			return nil, fmt.Errorf("queue: %s %s: %w", one, k, err)
 		}
-		var w WorkerInfo
-		if err := json.Unmarshal(e.Value(), &w); err != nil {
+		var v T
+		if err := json.Unmarshal(e.Value(), &v); err != nil {
 			continue // not ours
 		}
-		out = append(out, w)
+		out = append(out, v)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
 }

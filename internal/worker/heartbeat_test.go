@@ -8,10 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
 	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
 	"github.com/keyfleet/keyfleet/internal/worker"
@@ -59,11 +58,7 @@ queue: {stream: HB}
 		}
 	})
 
-	nc, err := nats.Connect(ns.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := natstest.Connect(t, ns.URL())
 	q, err := queue.Attach(ctx, nc, queue.Config{Stream: "HB"})
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +73,7 @@ queue: {stream: HB}
 		}
 		return ws[0]
 	}
-	waitFor(t, "hb-1 in the registry", 10*time.Second, func() bool { return registry().ID == "hb-1" })
+	testutil.WaitFor(t, "hb-1 in the registry", 10*time.Second, func() bool { return registry().ID == "hb-1" })
 
 	const runFor = 2 * time.Second
 	var items []queue.Item
@@ -90,24 +85,12 @@ queue: {stream: HB}
 	if _, err := q.Publish(ctx, items...); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the registry to show both slots busy", 10*time.Second, func() bool { return registry().Busy == 2 })
+	testutil.WaitFor(t, "the registry to show both slots busy", 10*time.Second, func() bool { return registry().Busy == 2 })
 	if took := time.Since(published); took >= runFor {
 		t.Fatalf("busy 2/2 showed only %s after the items were enqueued, when they were over", took)
 	}
-	waitFor(t, "the registry to show 2 done and 0 busy", 10*time.Second, func() bool {
+	testutil.WaitFor(t, "the registry to show 2 done and 0 busy", 10*time.Second, func() bool {
 		r := registry()
 		return r.Done == 2 && r.Busy == 0 && r.Failed == 0
 	})
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

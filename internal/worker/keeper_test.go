@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
 func TestKeeperRunsDueTasksAndReportsLoss(t *testing.T) {
@@ -24,11 +26,7 @@ func TestKeeperRunsDueTasksAndReportsLoss(t *testing.T) {
 		},
 		lost: func() { t.Error("a task that keeps succeeding must not be lost") },
 	})
-	select {
-	case <-kept:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the task was not attempted three times")
-	}
+	testutil.Receive(t, kept, 10*time.Second, "the task was not attempted three times")
 	removeOK.Stop()
 
 	lost := make(chan struct{})
@@ -37,11 +35,7 @@ func TestKeeperRunsDueTasksAndReportsLoss(t *testing.T) {
 		do:   func(context.Context) error { return errors.New("down") },
 		lost: func() { close(lost) },
 	})
-	select {
-	case <-lost:
-	case <-time.After(10 * time.Second):
-		t.Fatal("a task failing past its limit was not reported lost")
-	}
+	testutil.Receive(t, lost, 10*time.Second, "a task failing past its limit was not reported lost")
 
 	fatal := make(chan struct{})
 	errGone := errors.New("gone")
@@ -51,11 +45,7 @@ func TestKeeperRunsDueTasksAndReportsLoss(t *testing.T) {
 		fatal: func(err error) bool { return errors.Is(err, errGone) },
 		lost:  func() { close(fatal) },
 	})
-	select {
-	case <-fatal:
-	case <-time.After(10 * time.Second):
-		t.Fatal("a fatal error did not end the task at once")
-	}
+	testutil.Receive(t, fatal, 10*time.Second, "a fatal error did not end the task at once")
 }
 
 func TestKeeperRemovedTaskIsNeverAttempted(t *testing.T) {
@@ -103,14 +93,10 @@ func TestKeeperDeclaresLossOnTimeWhileAnAttemptHangs(t *testing.T) {
 		},
 		lost: func() { lost <- time.Now() },
 	})
-	select {
-	case at := <-lost:
-		// Last success ~20ms after start; the loss is due ~220ms after.
-		if took := at.Sub(start); took > 2*time.Second {
-			t.Fatalf("loss declared %s after start, long after its deadline", took)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("loss never declared while an attempt hung")
+	at := testutil.Receive(t, lost, 10*time.Second, "loss never declared while an attempt hung")
+	// Last success ~20ms after start; the loss is due ~220ms after.
+	if took := at.Sub(start); took > 2*time.Second {
+		t.Fatalf("loss declared %s after start, long after its deadline", took)
 	}
 }
 
@@ -136,13 +122,9 @@ func TestKeeperLossAtDeadlineWhenAttemptsFail(t *testing.T) {
 		},
 		lost: func() { lost <- time.Now() },
 	})
-	select {
-	case at := <-lost:
-		late := at.Sub(time.Unix(0, lastOK.Load())) - 500*time.Millisecond
-		if late > 150*time.Millisecond {
-			t.Fatalf("loss declared %s after its deadline", late)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("loss never declared")
+	at := testutil.Receive(t, lost, 10*time.Second, "loss never declared")
+	late := at.Sub(time.Unix(0, lastOK.Load())) - 500*time.Millisecond
+	if late > 150*time.Millisecond {
+		t.Fatalf("loss declared %s after its deadline", late)
 	}
 }

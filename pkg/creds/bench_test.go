@@ -36,41 +36,9 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			e := newEnv(b)
-			p := e.pool()
-			e.register(p, tc.defs...)
-			ctx := context.Background()
-			var n atomic.Int64
+			p := e.registered(tc.defs...)
 			b.ResetTimer()
-			start := time.Now()
-			if tc.goroutines == 1 {
-				for range b.N {
-					l, err := p.Acquire(ctx, "bench")
-					if err != nil {
-						b.Fatal(err)
-					}
-					if err := p.Release(ctx, l); err != nil {
-						b.Fatal(err)
-					}
-				}
-				n.Add(int64(b.N))
-			} else {
-				b.SetParallelism(max(1, tc.goroutines/runtime.GOMAXPROCS(0)))
-				b.RunParallel(func(pb *testing.PB) {
-					for pb.Next() {
-						l, err := p.Acquire(ctx, "bench")
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						if err := p.Release(ctx, l); err != nil {
-							b.Error(err)
-							return
-						}
-						n.Add(1)
-					}
-				})
-			}
-			b.ReportMetric(float64(n.Load())/time.Since(start).Seconds(), "pairs/s")
+			benchPairs(b, p, tc.goroutines)
 		})
 	}
 }
@@ -88,12 +56,7 @@ func BenchmarkHandoff(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			e := newEnv(b)
-			holder := e.pool()
-			waiter := holder
-			if !same {
-				waiter = e.pool()
-			}
-			e.register(holder, creds.Credential{ID: "only", MaxConcurrent: 1})
+			holder, waiter := e.holderAndWaiter("only", same)
 			ctx := context.Background()
 			lat := make([]time.Duration, 0, b.N)
 			b.ResetTimer()
@@ -146,24 +109,42 @@ func BenchmarkAcquireReleaseAutoPipelined(b *testing.B) {
 		defs[i] = creds.Credential{ID: fmt.Sprintf("k%d", i), MaxConcurrent: 8}
 	}
 	e.register(p, defs...)
+	b.ResetTimer()
+	benchPairs(b, p, 64)
+}
+
+// benchPairs has goroutines goroutines (a plain loop for 1) acquire and
+// release leases on p, b.N pairs in all, and reports pairs/s.
+func benchPairs(b *testing.B, p *creds.Pool, goroutines int) {
 	ctx := context.Background()
 	var n atomic.Int64
-	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
-	b.ResetTimer()
 	start := time.Now()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			l, err := p.Acquire(ctx, "bench")
-			if err != nil {
-				b.Error(err)
-				return
+	if goroutines == 1 {
+		for range b.N {
+			if err := acquireRelease(ctx, p); err != nil {
+				b.Fatal(err)
 			}
-			if err := p.Release(ctx, l); err != nil {
-				b.Error(err)
-				return
-			}
-			n.Add(1)
 		}
-	})
+		n.Add(int64(b.N))
+	} else {
+		b.SetParallelism(max(1, goroutines/runtime.GOMAXPROCS(0)))
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := acquireRelease(ctx, p); err != nil {
+					b.Error(err)
+					return
+				}
+				n.Add(1)
+			}
+		})
+	}
 	b.ReportMetric(float64(n.Load())/time.Since(start).Seconds(), "pairs/s")
+}
+
+func acquireRelease(ctx context.Context, p *creds.Pool) error {
+	l, err := p.Acquire(ctx, "bench")
+	if err != nil {
+		return err
+	}
+	return p.Release(ctx, l)
 }

@@ -4,15 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
@@ -111,7 +109,7 @@ func TestPoolOnRedisCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		assertOneSlot(t, cl, cc, p, []string{"creds", "fence", "cred:a", "cred:b", "lw:b:1000000",
+		assertOneSlot(t, cl, p, []string{"creds", "fence", "cred:a", "cred:b", "lw:b:1000000",
 			"ready", "sched", "maxcost"})
 
 		if err := p.Remove(ctx(t), "a"); err != nil {
@@ -160,15 +158,10 @@ func TestPoolOnRedisCluster(t *testing.T) {
 		if err := holder.Release(ctx(t), l); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case err := <-got:
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("woken %s after the release", time.Since(released).Round(time.Millisecond))
-		case <-time.After(10 * time.Second):
-			t.Fatal("the waiter was not woken by the release")
+		if err := testutil.Receive(t, got, 10*time.Second, "the waiter was not woken by the release"); err != nil {
+			t.Fatal(err)
 		}
+		t.Logf("woken %s after the release", time.Since(released).Round(time.Millisecond))
 	})
 
 	t.Run("an expired lease frees the credential at its expiry", func(t *testing.T) {
@@ -198,84 +191,32 @@ func TestPoolOnRedisCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		limit := map[string]int64{"a": 1, "b": 2, "c": 1}
-		var holders sync.Map
-		for id := range limit {
-			holders.Store(id, new(atomic.Int64))
+		perGoroutine, violations := hammer(t, pools, 12, limit, time.Now().Add(1500*time.Millisecond), func() time.Duration {
+			return 200 * time.Microsecond
+		})
+		if violations != 0 {
+			t.Fatalf("%d times a credential was held beyond its limit", violations)
 		}
-		var violations, served atomic.Int64
-		stop := time.Now().Add(1500 * time.Millisecond)
-		var wg sync.WaitGroup
-		errs := make(chan error, 12)
-		for g := range 12 {
-			wg.Go(func() {
-				p := pools[g%len(pools)]
-				for time.Now().Before(stop) {
-					l, err := p.Acquire(ctxT(t, 20*time.Second), fmt.Sprintf("g%d", g))
-					if err != nil {
-						errs <- err
-						return
-					}
-					h, _ := holders.Load(l.CredentialID)
-					if h.(*atomic.Int64).Add(1) > limit[l.CredentialID] {
-						violations.Add(1)
-					}
-					time.Sleep(200 * time.Microsecond)
-					h.(*atomic.Int64).Add(-1)
-					if err := p.Release(context.Background(), l); err != nil {
-						errs <- err
-						return
-					}
-					served.Add(1)
-				}
-			})
+		var served int64
+		for _, n := range perGoroutine {
+			served += n
 		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Error(err)
+		if served < 12 {
+			t.Fatalf("only %d acquisitions served", served)
 		}
-		if v := violations.Load(); v != 0 {
-			t.Fatalf("%d times a credential was held beyond its limit", v)
-		}
-		if served.Load() < 12 {
-			t.Fatalf("only %d acquisitions served", served.Load())
-		}
-		t.Logf("%d acquisitions through the cluster in 1.5s", served.Load())
+		t.Logf("%d acquisitions through the cluster in 1.5s", served)
 	})
 }
 
 // assertOneSlot checks that every key of the pool, found by scanning every
 // node, hashes (CLUSTER KEYSLOT) to the slot of the pool's hash tag and
-// lives on one node; and that the keys named by suffix exist.
-func assertOneSlot(t *testing.T, cl *redistest.Cluster, cc *redis.ClusterClient, p *creds.Pool, suffixes []string) {
+// lives on one node (redistest's OneSlotKeys); and that the keys named by
+// suffix exist.
+func assertOneSlot(t *testing.T, cl *redistest.Cluster, p *creds.Pool, suffixes []string) {
 	t.Helper()
 	c := ctxT(t, 20*time.Second)
 	prefix := p.KeyPrefix()
-	want, err := cc.ClusterKeySlot(c, prefix).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	byNode, err := cl.Keys(c, prefix+"*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(byNode) != 1 {
-		t.Fatalf("the pool's keys are on %d nodes, want 1: %v", len(byNode), byNode)
-	}
-	var all []string
-	for _, ks := range byNode {
-		all = append(all, ks...)
-	}
-	sort.Strings(all)
-	for _, k := range all {
-		slot, err := cc.ClusterKeySlot(c, k).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if slot != want {
-			t.Errorf("key %s in slot %d, want %d (the slot of %s)", k, slot, want, prefix)
-		}
-	}
+	all, slot := cl.OneSlotKeys(t, c, prefix)
 	for _, s := range suffixes {
 		found := false
 		for _, k := range all {
@@ -285,7 +226,7 @@ func assertOneSlot(t *testing.T, cl *redistest.Cluster, cc *redis.ClusterClient,
 			t.Errorf("key %s not found; the pool's keys: %s", prefix+s, strings.Join(all, " "))
 		}
 	}
-	t.Logf("%d keys of pool %s, all in slot %d: %s", len(all), p.Name(), want, strings.Join(all, " "))
+	t.Logf("%d keys of pool %s, all in slot %d: %s", len(all), p.Name(), slot, strings.Join(all, " "))
 }
 
 // numSub sums PUBSUB NUMSUB of a channel over the cluster's nodes (each

@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
@@ -329,13 +330,8 @@ func TestWaitersSurviveRedisStateLoss(t *testing.T) {
 	}
 	e.register(p, defs...) // as a worker does when it finds the pool empty
 	for range 3 {
-		select {
-		case err := <-got:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Fatal("a waiter queued before the state loss was never served")
+		if err := testutil.Receive(t, got, 20*time.Second, "a waiter queued before the state loss was never served"); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -24,7 +24,7 @@ var statsSeed = []any{
 // FuzzDecodeStats feeds the stats script's reply decoder replies of any
 // shape: never a panic, and a decoded Stats adds up.
 func FuzzDecodeStats(f *testing.F) {
-	for _, v := range []any{
+	fuzzreply.FuzzDecoder(f, []any{
 		statsSeed,
 		[]any{"1700000000000000"},
 		[]any{int64(1700000000000000), []any{"x", int64(1), int64(5), int64(-1), int64(1), "", int64(0), int64(0), "", 1.5, int64(9), []any{"|", "1"}}},
@@ -34,15 +34,7 @@ func FuzzDecodeStats(f *testing.F) {
 		[]any{},
 		"OK",
 		nil,
-	} {
-		f.Add(fuzzreply.MustEncode(v))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		v := fuzzreply.Decode(data)
-		st, err := decodeStats(v)
-		if err != nil {
-			return
-		}
+	}, decodeStats, func(t *testing.T, v any, st Stats) {
 		inFlight := 0
 		for _, c := range st.Credentials {
 			switch c.State {

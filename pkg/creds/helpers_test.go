@@ -3,11 +3,14 @@ package creds_test
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
@@ -36,6 +39,15 @@ func (e *env) pool(opts ...creds.Option) *creds.Pool {
 	return p
 }
 
+// registered is a new handle on the test's pool (pool) after registering
+// defs through it.
+func (e *env) registered(defs ...creds.Credential) *creds.Pool {
+	e.t.Helper()
+	p := e.pool()
+	e.register(p, defs...)
+	return p
+}
+
 func (e *env) register(p *creds.Pool, defs ...creds.Credential) {
 	e.t.Helper()
 	if err := p.Register(context.Background(), defs); err != nil {
@@ -43,16 +55,11 @@ func (e *env) register(p *creds.Pool, defs ...creds.Credential) {
 	}
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor is testutil.WaitFor polling every 2 ms: the pool's handoffs
+// take a few milliseconds.
 func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testutil.WaitForEvery(t, what, timeout, 2*time.Millisecond, cond)
 }
 
 // waitQueued waits until n acquires wait in the pool's fleet-wide queue.
@@ -97,4 +104,84 @@ func credStats(t testing.TB, p *creds.Pool, id string) creds.CredentialStats {
 	}
 	t.Fatalf("credential %q not in stats", id)
 	return creds.CredentialStats{}
+}
+
+// holderAndWaiter registers one credential of max_concurrent 1 and returns
+// the handle that is to hold it and the one that is to wait for it: the
+// same handle, or another one as another process would have.
+func (e *env) holderAndWaiter(id string, same bool) (holder, waiter *creds.Pool) {
+	e.t.Helper()
+	holder = e.pool()
+	waiter = holder
+	if !same {
+		waiter = e.pool()
+	}
+	e.register(holder, creds.Credential{ID: id, MaxConcurrent: 1})
+	return holder, waiter
+}
+
+// acquireAsync runs p.AcquireCost(owner, cost) in a goroutine, bounded by
+// timeout. The lease comes on the channel; after an error, which fails the
+// test, nil does.
+func acquireAsync(t testing.TB, p *creds.Pool, owner string, cost int64, timeout time.Duration) <-chan *creds.Lease {
+	ctx := ctxT(t, timeout)
+	got := make(chan *creds.Lease, 1)
+	go func() {
+		l, err := p.AcquireCost(ctx, owner, cost)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	return got
+}
+
+// inGoroutines runs f in n goroutines, goroutine g with pools[g%len(pools)]
+// (handles as of several processes), and waits for them all.
+func inGoroutines(n int, pools []*creds.Pool, f func(g int, p *creds.Pool)) {
+	var wg sync.WaitGroup
+	for g := range n {
+		wg.Go(func() { f(g, pools[g%len(pools)]) })
+	}
+	wg.Wait()
+}
+
+// hammer runs n goroutines (inGoroutines) until stop: each acquires a lease
+// as "g<g>", holds it for hold() and releases it, again and again. It
+// returns how many leases each goroutine got and how many times a
+// credential had more holders than limit[its ID]. An error fails the test
+// and ends its goroutine.
+func hammer(t testing.TB, pools []*creds.Pool, n int, limit map[string]int64, stop time.Time, hold func() time.Duration) (served []int64, violations int64) {
+	holders := map[string]*atomic.Int64{}
+	for id := range limit {
+		holders[id] = new(atomic.Int64)
+	}
+	var over atomic.Int64
+	counts := make([]atomic.Int64, n)
+	inGoroutines(n, pools, func(g int, p *creds.Pool) {
+		owner := fmt.Sprintf("g%d", g)
+		for time.Now().Before(stop) {
+			l, err := p.Acquire(ctxT(t, 20*time.Second), owner)
+			if err != nil {
+				t.Errorf("%s: %v", owner, err)
+				return
+			}
+			h := holders[l.CredentialID]
+			if h.Add(1) > limit[l.CredentialID] {
+				over.Add(1)
+			}
+			time.Sleep(hold())
+			h.Add(-1)
+			if err := p.Release(context.Background(), l); err != nil {
+				t.Errorf("%s release: %v", owner, err)
+				return
+			}
+			counts[g].Add(1)
+		}
+	})
+	served = make([]int64, n)
+	for g := range counts {
+		served[g] = counts[g].Load()
+	}
+	return served, over.Load()
 }

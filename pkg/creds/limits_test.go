@@ -79,30 +79,23 @@ func TestSeveralLimitsAreAllOrNothing(t *testing.T) {
 	var mu sync.Mutex
 	var starts []start
 	stop := time.Now().Add(1500 * time.Millisecond)
-	var wg sync.WaitGroup
-	for g := range 12 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p := pools[g%len(pools)]
-			for time.Now().Before(stop) {
-				cost := 1 + rand.Int64N(40)
-				l, err := p.AcquireCost(ctxT(t, 20*time.Second), fmt.Sprintf("g%d", g), cost)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				mu.Lock()
-				starts = append(starts, start{l.Acquired, l.Cost})
-				mu.Unlock()
-				if err := p.Release(context.Background(), l); err != nil {
-					t.Error(err)
-					return
-				}
+	inGoroutines(12, pools, func(g int, p *creds.Pool) {
+		for time.Now().Before(stop) {
+			cost := 1 + rand.Int64N(40)
+			l, err := p.AcquireCost(ctxT(t, 20*time.Second), fmt.Sprintf("g%d", g), cost)
+			if err != nil {
+				t.Error(err)
+				return
 			}
-		}()
-	}
-	wg.Wait()
+			mu.Lock()
+			starts = append(starts, start{l.Acquired, l.Cost})
+			mu.Unlock()
+			if err := p.Release(context.Background(), l); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
 	sort.Slice(starts, func(i, j int) bool { return starts[i].at.Before(starts[j].at) })
 	if len(starts) < 10 {
 		t.Fatalf("only %d starts", len(starts))
@@ -159,8 +152,7 @@ func TestSeveralLimitsAreAllOrNothing(t *testing.T) {
 // A smooth limit spaces starts evenly after its burst.
 func TestSmoothLimitSpacesStarts(t *testing.T) {
 	e := newEnv(t)
-	p := e.pool()
-	e.register(p, creds.Credential{ID: "k", MaxConcurrent: 10, Limits: []creds.Limit{mustLimit(t, "rate=20/s,burst=2")}})
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 10, Limits: []creds.Limit{mustLimit(t, "rate=20/s,burst=2")}})
 	var at []time.Time
 	for range 8 {
 		l := mustAcquire(t, p, "w")
@@ -185,8 +177,7 @@ func TestSmoothLimitSpacesStarts(t *testing.T) {
 // costs to leave it; the waiter at the head holds smaller ones behind it.
 func TestCostWindowWaitsForRoom(t *testing.T) {
 	e := newEnv(t)
-	p := e.pool()
-	e.register(p, creds.Credential{ID: "k", MaxConcurrent: 10, Limits: []creds.Limit{mustLimit(t, "cost=10/500ms")}})
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 10, Limits: []creds.Limit{mustLimit(t, "cost=10/500ms")}})
 	ctx := context.Background()
 	first, err := p.AcquireCost(ctx, "a", 6)
 	if err != nil {
@@ -195,23 +186,9 @@ func TestCostWindowWaitsForRoom(t *testing.T) {
 	if err := p.Release(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	big := make(chan *creds.Lease, 1)
-	go func() {
-		l, err := p.AcquireCost(ctxT(t, 10*time.Second), "big", 6)
-		if err != nil {
-			t.Error(err)
-		}
-		big <- l
-	}()
+	big := acquireAsync(t, p, "big", 6, 10*time.Second)
 	e.waitQueued(p, 1)
-	small := make(chan *creds.Lease, 1)
-	go func() {
-		l, err := p.AcquireCost(ctxT(t, 10*time.Second), "small", 2)
-		if err != nil {
-			t.Error(err)
-		}
-		small <- l
-	}()
+	small := acquireAsync(t, p, "small", 2, 10*time.Second)
 	b := <-big
 	s := <-small
 	if b == nil || s == nil {
@@ -233,8 +210,7 @@ func TestCostWindowWaitsForRoom(t *testing.T) {
 // concurrency; the window then holds exactly the real costs.
 func TestReconciliation(t *testing.T) {
 	e := newEnv(t)
-	p := e.pool()
-	e.register(p, creds.Credential{ID: "k", MaxConcurrent: 50, Limits: []creds.Limit{mustLimit(t, "cost=100000/m")}})
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 50, Limits: []creds.Limit{mustLimit(t, "cost=100000/m")}})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var real int64
@@ -287,8 +263,7 @@ func TestReconciliation(t *testing.T) {
 // largest cost that fits; a credential without a cost limit takes any.
 func TestCostThatNeverFits(t *testing.T) {
 	e := newEnv(t)
-	p := e.pool()
-	e.register(p,
+	p := e.registered(
 		creds.Credential{ID: "a", MaxConcurrent: 1, Limits: []creds.Limit{mustLimit(t, "cost=6000/10s")}},
 		creds.Credential{ID: "b", MaxConcurrent: 1, Limits: []creds.Limit{mustLimit(t, "cost=3000/10s"), mustLimit(t, "rate=5/s")}},
 	)
@@ -322,8 +297,7 @@ func TestCostThatNeverFits(t *testing.T) {
 // Replacing a credential's limits keeps the history of a limit that stays.
 func TestLimitChangeKeepsHistory(t *testing.T) {
 	e := newEnv(t)
-	p := e.pool()
-	e.register(p, creds.Credential{ID: "k", MaxConcurrent: 5, Rate: "3/1s"})
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 5, Rate: "3/1s"})
 	ctx := context.Background()
 	for range 3 {
 		l := mustAcquire(t, p, "w")

@@ -16,8 +16,7 @@ import (
 // pace; more bare 429s widen it, and successes narrow it again.
 func TestBare429PacesTheKey(t *testing.T) {
 	e := newEnv(t)
-	p := e.pool()
-	e.register(p, creds.Credential{ID: "k", MaxConcurrent: 1})
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 1})
 	ctx := context.Background()
 	cooldown := time.Minute
 
@@ -74,8 +73,7 @@ func TestBare429PacesTheKey(t *testing.T) {
 // flight plus the next would not fit, before any 429.
 func TestSignalsRestTheKeyUntilTheReset(t *testing.T) {
 	e := newEnv(t)
-	p := e.pool()
-	e.register(p, creds.Credential{ID: "k", MaxConcurrent: 3})
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 3})
 	ctx := context.Background()
 	a := mustAcquire(t, p, "a")
 	b, err := p.AcquireCost(ctx, "b", 400)
@@ -147,37 +145,30 @@ func TestPaceConvergesFleetWide(t *testing.T) {
 	gw := &gateway{interval: 20 * time.Millisecond, last: map[string]time.Time{}}
 	var ok, refused, lateRefused atomic.Int64
 	const total = 250
-	var wg sync.WaitGroup
-	for g := range 6 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p := pools[g%len(pools)]
-			for ok.Load() < total {
-				l, err := p.Acquire(ctxT(t, 30*time.Second), fmt.Sprintf("g%d", g))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				time.Sleep(time.Millisecond) // the request's way
-				if gw.admit(l.CredentialID) {
-					ok.Add(1)
-					err = p.Release(context.Background(), l)
-				} else {
-					refused.Add(1)
-					if ok.Load() > 50 {
-						lateRefused.Add(1)
-					}
-					err = p.Settle(context.Background(), l, creds.Outcome{RateLimited: true, MaxRest: time.Minute})
-				}
-				if err != nil {
-					t.Error(err)
-					return
-				}
+	inGoroutines(6, pools, func(g int, p *creds.Pool) {
+		for ok.Load() < total {
+			l, err := p.Acquire(ctxT(t, 30*time.Second), fmt.Sprintf("g%d", g))
+			if err != nil {
+				t.Error(err)
+				return
 			}
-		}()
-	}
-	wg.Wait()
+			time.Sleep(time.Millisecond) // the request's way
+			if gw.admit(l.CredentialID) {
+				ok.Add(1)
+				err = p.Release(context.Background(), l)
+			} else {
+				refused.Add(1)
+				if ok.Load() > 50 {
+					lateRefused.Add(1)
+				}
+				err = p.Settle(context.Background(), l, creds.Outcome{RateLimited: true, MaxRest: time.Minute})
+			}
+			if err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
 	c := credStats(t, pools[0], "k")
 	t.Logf("%d admitted, %d refused (%d after the first 50 admitted); pace now %s for a gateway interval of 20ms",
 		ok.Load(), refused.Load(), lateRefused.Load(), c.Pace)

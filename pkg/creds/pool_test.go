@@ -7,10 +7,10 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
@@ -36,53 +36,14 @@ func TestHammerNeverExceedsLimits(t *testing.T) {
 	}
 	e.register(pools[0], defs...)
 
-	var holders sync.Map // id -> *atomic.Int64
-	for _, d := range defs {
-		holders.Store(d.ID, new(atomic.Int64))
-	}
-	var violations atomic.Int64
-	served := make([]atomic.Int64, 64)
-	stop := time.Now().Add(3 * time.Second)
-	var wg sync.WaitGroup
-	errs := make(chan error, 64)
-	for g := range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p := pools[g%len(pools)]
-			owner := fmt.Sprintf("g%d", g)
-			for time.Now().Before(stop) {
-				l, err := p.Acquire(ctxT(t, 20*time.Second), owner)
-				if err != nil {
-					errs <- fmt.Errorf("%s: %w", owner, err)
-					return
-				}
-				h, _ := holders.Load(l.CredentialID)
-				n := h.(*atomic.Int64).Add(1)
-				if n > limit[l.CredentialID] {
-					violations.Add(1)
-				}
-				time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
-				h.(*atomic.Int64).Add(-1)
-				if err := p.Release(context.Background(), l); err != nil {
-					errs <- fmt.Errorf("%s release: %w", owner, err)
-					return
-				}
-				served[g].Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	if v := violations.Load(); v != 0 {
-		t.Fatalf("%d times a credential had more holders than its limit", v)
+	served, violations := hammer(t, pools, 64, limit, time.Now().Add(3*time.Second), func() time.Duration {
+		return time.Duration(rand.IntN(500)) * time.Microsecond
+	})
+	if violations != 0 {
+		t.Fatalf("%d times a credential had more holders than its limit", violations)
 	}
 	var total int64
-	for g := range served {
-		n := served[g].Load()
+	for g, n := range served {
 		if n == 0 {
 			t.Errorf("goroutine %d was never served", g)
 		}
@@ -98,22 +59,10 @@ func TestReleaseWakesWaiter(t *testing.T) {
 	for _, sameHandle := range []bool{true, false} {
 		t.Run(fmt.Sprintf("same_handle=%v", sameHandle), func(t *testing.T) {
 			e := newEnv(t)
-			holderPool := e.pool()
-			waiterPool := holderPool
-			if !sameHandle {
-				waiterPool = e.pool()
-			}
-			e.register(holderPool, creds.Credential{ID: "only", MaxConcurrent: 1})
+			holderPool, waiterPool := e.holderAndWaiter("only", sameHandle)
 			held := mustAcquire(t, holderPool, "holder")
 
-			got := make(chan *creds.Lease, 1)
-			go func() {
-				l, err := waiterPool.Acquire(ctxT(t, 20*time.Second), "waiter")
-				if err != nil {
-					t.Error(err)
-				}
-				got <- l
-			}()
+			got := acquireAsync(t, waiterPool, "waiter", 1, 20*time.Second)
 			e.waitQueued(waiterPool, 1)
 			select {
 			case <-got:
@@ -124,15 +73,11 @@ func TestReleaseWakesWaiter(t *testing.T) {
 			if err := holderPool.Release(context.Background(), held); err != nil {
 				t.Fatal(err)
 			}
-			select {
-			case l := <-got:
-				if l == nil || l.CredentialID != "only" || l.Token <= held.Token {
-					t.Fatalf("waiter got %+v after release of token %d", l, held.Token)
-				}
-				t.Logf("handoff took %s", time.Since(released))
-			case <-time.After(5 * time.Second):
-				t.Fatal("waiter not woken within 5s of the release")
+			l := testutil.Receive(t, got, 5*time.Second, "waiter not woken within 5s of the release")
+			if l == nil || l.CredentialID != "only" || l.Token <= held.Token {
+				t.Fatalf("waiter got %+v after release of token %d", l, held.Token)
 			}
+			t.Logf("handoff took %s", time.Since(released))
 		})
 	}
 }
@@ -144,8 +89,7 @@ func TestTimedEventsWakeWaiterAtTheirEnd(t *testing.T) {
 
 	t.Run("cooldown", func(t *testing.T) {
 		e := newEnv(t)
-		p := e.pool()
-		e.register(p, creds.Credential{ID: "k", MaxConcurrent: 1})
+		p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 1})
 		until, err := p.MarkCooling(context.Background(), "k", 300*time.Millisecond, "429 from test")
 		if err != nil {
 			t.Fatal(err)
@@ -164,36 +108,20 @@ func TestTimedEventsWakeWaiterAtTheirEnd(t *testing.T) {
 	for _, mode := range []string{"cooldown", "cooldown in another process"} {
 		t.Run("release with "+mode, func(t *testing.T) {
 			e := newEnv(t)
-			holderPool := e.pool()
-			waiterPool := holderPool
-			if mode != "cooldown" {
-				waiterPool = e.pool()
-			}
-			e.register(holderPool, creds.Credential{ID: "k", MaxConcurrent: 1})
+			holderPool, waiterPool := e.holderAndWaiter("k", mode == "cooldown")
 			held := mustAcquire(t, holderPool, "holder") // expires in 30s
-			got := make(chan *creds.Lease, 1)
-			go func() {
-				l, err := waiterPool.Acquire(ctxT(t, 20*time.Second), "waiter")
-				if err != nil {
-					t.Error(err)
-				}
-				got <- l
-			}()
+			got := acquireAsync(t, waiterPool, "waiter", 1, 20*time.Second)
 			e.waitQueued(waiterPool, 1)
 			if err := holderPool.ReleaseCooldown(context.Background(), held, 200*time.Millisecond, "429"); err != nil {
 				t.Fatal(err)
 			}
 			released := time.Now()
-			select {
-			case l := <-got:
-				if l == nil {
-					t.Fatal("no lease")
-				}
-				if took := time.Since(released); took > 5*time.Second {
-					t.Fatalf("waiter got the key %s after a 200ms cooldown", took)
-				}
-			case <-time.After(15 * time.Second):
-				t.Fatal("waiter still asleep 15s after a 200ms cooldown (it waits for the released lease's expiry)")
+			l := testutil.Receive(t, got, 15*time.Second, "waiter still asleep 15s after a 200ms cooldown (it waits for the released lease's expiry)")
+			if l == nil {
+				t.Fatal("no lease")
+			}
+			if took := time.Since(released); took > 5*time.Second {
+				t.Fatalf("waiter got the key %s after a 200ms cooldown", took)
 			}
 		})
 	}
@@ -212,8 +140,7 @@ func TestTimedEventsWakeWaiterAtTheirEnd(t *testing.T) {
 	})
 	t.Run("rate window", func(t *testing.T) {
 		e := newEnv(t)
-		p := e.pool()
-		e.register(p, creds.Credential{ID: "k", MaxConcurrent: 10, Rate: "3/400ms"})
+		p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 10, Rate: "3/400ms"})
 		var first *creds.Lease
 		for i := range 3 {
 			l := mustAcquire(t, p, "w")
@@ -245,8 +172,7 @@ func TestTimedEventsWakeWaiterAtTheirEnd(t *testing.T) {
 
 func TestStaleLeaseFailsAndChangesNothing(t *testing.T) {
 	e := newEnv(t)
-	p := e.pool()
-	e.register(p, creds.Credential{ID: "k", MaxConcurrent: 1})
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 1})
 	ctx := context.Background()
 
 	old := mustAcquire(t, p, "w1")
@@ -301,8 +227,7 @@ func TestAbandonedLeaseExpires(t *testing.T) {
 
 func TestLeastRecentlyUsedSpreadsWork(t *testing.T) {
 	e := newEnv(t)
-	p := e.pool()
-	e.register(p,
+	p := e.registered(
 		creds.Credential{ID: "a", MaxConcurrent: 1},
 		creds.Credential{ID: "b", MaxConcurrent: 4},
 		creds.Credential{ID: "c", MaxConcurrent: 1},
@@ -349,14 +274,7 @@ func TestDisabledNeverHandedOut(t *testing.T) {
 	}
 	// With the only usable credential held, a waiter is served by Enable.
 	held1, held2 := mustAcquire(t, p, "h1"), mustAcquire(t, p, "h2")
-	got := make(chan *creds.Lease, 1)
-	go func() {
-		l, err := p.Acquire(ctxT(t, 20*time.Second), "waiter")
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
+	got := acquireAsync(t, p, "waiter", 1, 20*time.Second)
 	e.waitQueued(p, 1)
 	if err := p.Enable(ctx, "bad"); err != nil {
 		t.Fatal(err)
@@ -414,8 +332,7 @@ func TestRuntimeLimitChangeTakesEffect(t *testing.T) {
 
 func TestCancelReturnsPromptlyAndLeavesNothingLeased(t *testing.T) {
 	e := newEnv(t)
-	p := e.pool()
-	e.register(p, creds.Credential{ID: "k", MaxConcurrent: 1})
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 1})
 	held := mustAcquire(t, p, "holder")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -614,8 +531,7 @@ func TestOnlyRestrictsCredentials(t *testing.T) {
 
 func TestCloseEndsWaiters(t *testing.T) {
 	e := newEnv(t)
-	p := e.pool()
-	e.register(p, creds.Credential{ID: "k", MaxConcurrent: 1})
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 1})
 	mustAcquire(t, p, "holder")
 	got := make(chan error, 1)
 	go func() { _, err := p.Acquire(context.Background(), "w"); got <- err }()

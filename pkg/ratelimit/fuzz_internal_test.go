@@ -11,7 +11,7 @@ import (
 // shape: never a panic; a decoded result has no negative remaining count
 // or reset, and a retry-after of -1 (none) or at least 0.
 func FuzzDecodeGCRA(f *testing.F) {
-	for _, v := range []any{
+	fuzzreply.FuzzDecoder(f, []any{
 		[]any{int64(1), int64(4), "-1", "250000"},
 		[]any{int64(0), int64(0), "12345.678", "1000000"},
 		[]any{int64(1), int64(-3), "1e300", "-5"},
@@ -22,15 +22,7 @@ func FuzzDecodeGCRA(f *testing.F) {
 		[]any{nil, nil, nil, nil},
 		"OK",
 		nil,
-	} {
-		f.Add(fuzzreply.MustEncode(v))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		v := fuzzreply.Decode(data)
-		res, err := decodeGCRA(v)
-		if err != nil {
-			return
-		}
+	}, decodeGCRA, func(t *testing.T, v any, res Result) {
 		if res.Remaining < 0 || res.ResetAfter < 0 || res.RetryAfter < -1 {
 			t.Fatalf("decodeGCRA(%#v) = %+v", v, res)
 		}

@@ -91,10 +91,7 @@ type GCRA struct {
 // NewGCRA returns a GCRA limiter that runs its script on rdb (a
 // *redis.Client, *redis.ClusterClient or *redis.Ring).
 func NewGCRA(rdb redis.Scripter, opts ...Option) (*GCRA, error) {
-	if rdb == nil {
-		return nil, fmt.Errorf("ratelimit: nil redis client")
-	}
-	o, err := buildOptions(opts)
+	o, err := buildOptions(rdb, opts)
 	if err != nil {
 		return nil, err
 	}

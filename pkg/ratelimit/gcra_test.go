@@ -13,12 +13,7 @@ import (
 
 func newGCRA(t testing.TB) (*ratelimit.GCRA, *redis.Client, string) {
 	t.Helper()
-	rdb, prefix := newRedis(t)
-	g, err := ratelimit.NewGCRA(rdb, ratelimit.WithPrefix(prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g, rdb, prefix
+	return newLimiter(t, ratelimit.NewGCRA)
 }
 
 func TestGCRALimit(t *testing.T) {
@@ -312,30 +307,9 @@ func TestGCRARedisErrors(t *testing.T) {
 }
 
 func BenchmarkGCRAAllow(b *testing.B) {
-	ctx := context.Background()
 	g, _, _ := newGCRA(b)
 	lim := ratelimit.PerSecond(1e9) // never reached: every call takes a cell
-
-	b.Run("sequential", func(b *testing.B) {
-		for b.Loop() {
-			res, err := g.Allow(ctx, "seq", lim)
-			if err != nil || res.Allowed != 1 {
-				b.Fatalf("Allow = %+v, %v", res, err)
-			}
-		}
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
-	})
-	b.Run("parallel", func(b *testing.B) {
-		b.SetParallelism(4)
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				res, err := g.Allow(ctx, "par", lim)
-				if err != nil || res.Allowed != 1 {
-					b.Errorf("Allow = %+v, %v", res, err)
-					return
-				}
-			}
-		})
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+	benchAllow(b, func(ctx context.Context, key string) (ratelimit.Result, error) {
+		return g.Allow(ctx, key, lim)
 	})
 }

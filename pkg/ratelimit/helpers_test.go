@@ -1,6 +1,7 @@
 package ratelimit_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
+	"github.com/keyfleet/keyfleet/pkg/ratelimit"
 )
 
 // newRedis starts a private redis-server and returns a client and a key
@@ -16,6 +18,19 @@ func newRedis(t testing.TB) (*redis.Client, string) {
 	t.Helper()
 	s := redistest.Start(t)
 	return s.Client(t), "{" + redistest.UniqueName(t) + "}:"
+}
+
+// newLimiter makes a limiter with newL (NewGCRA, NewSlidingWindow) on a
+// private redis-server, under a key prefix unique to the test, and returns
+// it with its client and prefix.
+func newLimiter[L any](t testing.TB, newL func(redis.Scripter, ...ratelimit.Option) (L, error)) (L, *redis.Client, string) {
+	t.Helper()
+	rdb, prefix := newRedis(t)
+	l, err := newL(rdb, ratelimit.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, rdb, prefix
 }
 
 // unreachableRedis returns a client of a port where nothing listens.
@@ -44,4 +59,32 @@ func within(t *testing.T, what string, got, want time.Duration, start time.Time)
 	if got < lo || got > hi {
 		t.Errorf("%s = %v, want %v minus the %v elapsed (between %v and %v)", what, got, want, elapsed, lo, hi)
 	}
+}
+
+// benchAllow measures allow, one call at a time and from 4 goroutines per
+// CPU; every call must be allowed.
+func benchAllow(b *testing.B, allow func(ctx context.Context, key string) (ratelimit.Result, error)) {
+	ctx := context.Background()
+	b.Run("sequential", func(b *testing.B) {
+		for b.Loop() {
+			res, err := allow(ctx, "seq")
+			if err != nil || res.Allowed != 1 {
+				b.Fatalf("Allow = %+v, %v", res, err)
+			}
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.SetParallelism(4)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				res, err := allow(ctx, "par")
+				if err != nil || res.Allowed != 1 {
+					b.Errorf("Allow = %+v, %v", res, err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+	})
 }

@@ -47,8 +47,12 @@ func WithPrefix(prefix string) Option {
 	}
 }
 
-func buildOptions(opts []Option) (options, error) {
+// buildOptions checks the client every limiter takes and applies opts.
+func buildOptions(rdb redis.Scripter, opts []Option) (options, error) {
 	o := options{prefix: "ratelimit:"}
+	if rdb == nil {
+		return o, fmt.Errorf("ratelimit: nil redis client")
+	}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return o, err
@@ -60,10 +64,7 @@ func buildOptions(opts []Option) (options, error) {
 // NewSlidingWindow returns a limiter that runs its script on rdb (a
 // *redis.Client, *redis.ClusterClient or *redis.Ring).
 func NewSlidingWindow(rdb redis.Scripter, opts ...Option) (*SlidingWindow, error) {
-	if rdb == nil {
-		return nil, fmt.Errorf("ratelimit: nil redis client")
-	}
-	o, err := buildOptions(opts)
+	o, err := buildOptions(rdb, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -17,12 +17,7 @@ import (
 
 func newSlidingWindow(t testing.TB) (*ratelimit.SlidingWindow, *redis.Client, string) {
 	t.Helper()
-	rdb, prefix := newRedis(t)
-	sw, err := ratelimit.NewSlidingWindow(rdb, ratelimit.WithPrefix(prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sw, rdb, prefix
+	return newLimiter(t, ratelimit.NewSlidingWindow)
 }
 
 func TestSlidingWindowDeniesTheExtraStartUntilTheOldestLeaves(t *testing.T) {
@@ -272,32 +267,11 @@ func TestSlidingWindowAnyWindow(t *testing.T) {
 }
 
 func BenchmarkSlidingWindowAllow(b *testing.B) {
-	ctx := context.Background()
 	sw, _, _ := newSlidingWindow(b)
 	// A limit never reached: every call records a start (the costlier path),
 	// and the log holds about one period's worth of them.
 	lim := ratelimit.Limit{N: 1 << 30, Period: time.Second}
-
-	b.Run("sequential", func(b *testing.B) {
-		for b.Loop() {
-			res, err := sw.Allow(ctx, "seq", lim)
-			if err != nil || res.Allowed != 1 {
-				b.Fatalf("Allow = %+v, %v", res, err)
-			}
-		}
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
-	})
-	b.Run("parallel", func(b *testing.B) {
-		b.SetParallelism(4)
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				res, err := sw.Allow(ctx, "par", lim)
-				if err != nil || res.Allowed != 1 {
-					b.Errorf("Allow = %+v, %v", res, err)
-					return
-				}
-			}
-		})
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+	benchAllow(b, func(ctx context.Context, key string) (ratelimit.Result, error) {
+		return sw.Allow(ctx, key, lim)
 	})
 }

@@ -71,6 +71,18 @@ func roundTrip(c net.Conn, msg []byte, timeout time.Duration) error {
 	return nil
 }
 
+// echoThroughProxy starts an echo server behind a proxy and returns the
+// proxy and a connection through it that has echoed warm.
+func echoThroughProxy(t *testing.T, warm string) (*faultproxy.Proxy, *net.TCPConn) {
+	t.Helper()
+	p := faultproxy.Start(t, echoServer(t))
+	c := dial(t, p)
+	if err := roundTrip(c, []byte(warm), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return p, c
+}
+
 func TestForwardsBothWaysIntact(t *testing.T) {
 	p := faultproxy.Start(t, echoServer(t))
 	var wg sync.WaitGroup
@@ -109,11 +121,7 @@ func TestForwardsBothWaysIntact(t *testing.T) {
 }
 
 func TestLatencyDelaysEachDirection(t *testing.T) {
-	p := faultproxy.Start(t, echoServer(t))
-	c := dial(t, p)
-	if err := roundTrip(c, []byte("warm"), 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	p, c := echoThroughProxy(t, "warm")
 	p.SetLatency(40*time.Millisecond, 20*time.Millisecond)
 	for i := range 5 {
 		start := time.Now()
@@ -160,11 +168,7 @@ func TestLatencyKeepsOrder(t *testing.T) {
 }
 
 func TestResetAllAbortsOpenConnections(t *testing.T) {
-	p := faultproxy.Start(t, echoServer(t))
-	c := dial(t, p)
-	if err := roundTrip(c, []byte("hi"), 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	p, c := echoThroughProxy(t, "hi")
 	if n := p.ResetAll(); n != 1 {
 		t.Fatalf("reset %d connections, want 1", n)
 	}
@@ -183,11 +187,7 @@ func TestResetAllAbortsOpenConnections(t *testing.T) {
 }
 
 func TestPartitionStallsThenHealDelivers(t *testing.T) {
-	p := faultproxy.Start(t, echoServer(t))
-	old := dial(t, p)
-	if err := roundTrip(old, []byte("before"), 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	p, old := echoThroughProxy(t, "before")
 	p.Partition()
 	if !p.Partitioned() {
 		t.Fatal("not partitioned")

@@ -21,6 +21,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"testing"
 )
 
 // maxDepth bounds nesting; deeper arrays come out empty.
@@ -141,4 +142,22 @@ func MustEncode(v any) []byte {
 		panic(err)
 	}
 	return b
+}
+
+// FuzzDecoder fuzzes a reply decoder: f is seeded with the encodings of
+// seeds, decode gets every reply the fuzzer's bytes decode to (it may
+// refuse any, never panic), and check every reply decode accepts, with
+// what it made of it.
+func FuzzDecoder[T any](f *testing.F, seeds []any, decode func(any) (T, error), check func(t *testing.T, reply any, got T)) {
+	for _, v := range seeds {
+		f.Add(MustEncode(v))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		v := Decode(data)
+		got, err := decode(v)
+		if err != nil {
+			return
+		}
+		check(t, v, got)
+	})
 }

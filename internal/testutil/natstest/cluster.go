@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/keyfleet/keyfleet/internal/testutil/faultproxy"
+	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 )
 
 // Account is the account JetStream assets live in when a server runs
@@ -80,30 +81,24 @@ func StartClusterPartial(t testing.TB, n, started int) *Cluster {
 				routes = append(routes, &url.URL{Scheme: "nats-route", Host: p.Addr()})
 			}
 		}
-		s := &Server{t: t, opts: server.Options{
-			ServerName: fmt.Sprintf("n%d", i),
-			Host:       "127.0.0.1",
-			Port:       -1,
-			JetStream:  true,
-			StoreDir:   t.TempDir(),
-			NoLog:      true,
-			NoSigs:     true,
-			Cluster: server.ClusterOpts{
-				Name: "keyfleet-test",
-				Host: "127.0.0.1",
-				Port: -1,
-				// A server tells the others the route address of every
-				// server it meets, and they connect to an address they have
-				// not configured (the real one, not their proxy to it):
-				// routes that bypass the proxies, found at random moments
-				// and then closed as duplicates, losing what they carried
-				// (a reply now and then, seen as a JetStream request never
-				// answered). An address that refuses connections stops it:
-				// nothing listens on 127.0.0.2.
-				Advertise: noRouteHere,
-			},
-			Routes: routes,
-		}}
+		o := launch.JetStreamOptions(t.TempDir())
+		o.ServerName = fmt.Sprintf("n%d", i)
+		o.Cluster = server.ClusterOpts{
+			Name: "keyfleet-test",
+			Host: "127.0.0.1",
+			Port: -1,
+			// A server tells the others the route address of every
+			// server it meets, and they connect to an address they have
+			// not configured (the real one, not their proxy to it):
+			// routes that bypass the proxies, found at random moments
+			// and then closed as duplicates, losing what they carried
+			// (a reply now and then, seen as a JetStream request never
+			// answered). An address that refuses connections stops it:
+			// nothing listens on 127.0.0.2.
+			Advertise: noRouteHere,
+		}
+		o.Routes = routes
+		s := &Server{t: t, opts: o}
 		if i >= started {
 			// A node started later needs its client port now, for URLs:
 			// it is held until the node starts.
@@ -336,6 +331,23 @@ func (c *Cluster) waitLeader(what string, timeout time.Duration, leader func() i
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// GatherLeaders waits for a meta leader and leaders of stream and of its
+// consumer, moves the latter two to the meta leader and returns that node:
+// the one whose loss loses every leader. It fails the test if it cannot.
+func (c *Cluster) GatherLeaders(stream, consumer string, timeout time.Duration) int {
+	c.t.Helper()
+	node := c.WaitMetaLeader(timeout)
+	c.WaitStreamLeader(stream, timeout)
+	c.WaitConsumerLeader(stream, consumer, timeout)
+	if err := c.MoveStreamLeader(stream, node, timeout); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := c.MoveConsumerLeader(stream, consumer, node, timeout); err != nil {
+		c.t.Fatal(err)
+	}
+	return node
 }
 
 // MoveStreamLeader asks the stream's leader to step down in favour of node

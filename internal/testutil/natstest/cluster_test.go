@@ -33,11 +33,7 @@ func testLoseLeader(t *testing.T, lose func(c *natstest.Cluster, i int)) {
 	if got := strings.Count(c.URLs(), ","); got != 2 {
 		t.Fatalf("URLs() = %q, want 3 comma-separated URLs", c.URLs())
 	}
-	nc, err := nats.Connect(c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := natstest.Connect(t, c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -51,15 +47,7 @@ func testLoseLeader(t *testing.T, lose func(c *natstest.Cluster, i int)) {
 		publish(ctx, t, js, i)
 	}
 	// Put the stream and consumer leaders on the meta leader, then lose it.
-	victim := c.WaitMetaLeader(30 * time.Second)
-	c.WaitStreamLeader("T", 30*time.Second)
-	c.WaitConsumerLeader("T", "C", 30*time.Second)
-	if err := c.MoveStreamLeader("T", victim, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.MoveConsumerLeader("T", "C", victim, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	victim := c.GatherLeaders("T", "C", 30*time.Second)
 	if c.StreamLeader("T") != victim || c.ConsumerLeader("T", "C") != victim {
 		t.Fatalf("leaders: stream %d consumer %d, want %d", c.StreamLeader("T"), c.ConsumerLeader("T", "C"), victim)
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 )
 
 // Server is one embedded nats-server.
@@ -32,14 +34,7 @@ type Option func(*server.Options)
 // returns once the server accepts clients with JetStream enabled.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
-	o := server.Options{
-		Host:      "127.0.0.1",
-		Port:      -1,
-		JetStream: true,
-		StoreDir:  t.TempDir(),
-		NoLog:     true,
-		NoSigs:    true,
-	}
+	o := launch.JetStreamOptions(t.TempDir())
 	for _, f := range opts {
 		f(&o)
 	}

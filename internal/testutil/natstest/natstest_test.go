@@ -13,11 +13,7 @@ import (
 
 func TestRestartKeepsStream(t *testing.T) {
 	s := natstest.Start(t)
-	nc, err := nats.Connect(s.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := natstest.Connect(t, s.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

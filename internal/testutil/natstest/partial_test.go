@@ -20,11 +20,7 @@ func TestClusterPartialThenStartNode(t *testing.T) {
 	if c.Node(2).Server() != nil {
 		t.Fatal("node 2 runs before StartNode")
 	}
-	nc, err := nats.Connect(c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := natstest.Connect(t, c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -33,7 +29,7 @@ func TestClusterPartialThenStartNode(t *testing.T) {
 	// have elected a meta leader, and nothing before (no need to wait for
 	// that here: an election among two can take seconds).
 	rctx, rcancel := context.WithTimeout(ctx, time.Second)
-	_, err = js.CreateStream(rctx, r3)
+	_, err := js.CreateStream(rctx, r3)
 	rcancel()
 	var apiErr *jetstream.APIError
 	if err == nil || errors.As(err, &apiErr) && apiErr.ErrorCode != 10005 {

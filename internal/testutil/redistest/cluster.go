@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os/exec"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -185,4 +186,34 @@ func (c *Cluster) Keys(ctx context.Context, pattern string) (map[string][]string
 		}
 	}
 	return out, nil
+}
+
+// OneSlotKeys returns every key that starts with prefix, sorted, and the
+// slot of prefix (of its hash tag). It fails the test unless the keys all
+// live on one node and hash to that slot.
+func (c *Cluster) OneSlotKeys(t testing.TB, ctx context.Context, prefix string) ([]string, int64) {
+	t.Helper()
+	cc := c.Client(t)
+	slot, err := cc.ClusterKeySlot(ctx, prefix).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byNode, err := c.Keys(ctx, prefix+"*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(byNode) != 1 {
+		t.Fatalf("the keys of %s are on %d nodes, want 1: %v", prefix, len(byNode), byNode)
+	}
+	var all []string
+	for _, ks := range byNode {
+		all = append(all, ks...)
+	}
+	sort.Strings(all)
+	for _, k := range all {
+		if s, err := cc.ClusterKeySlot(ctx, k).Result(); err != nil || s != slot {
+			t.Fatalf("key %s in slot %d (%v), want %d (the slot of %s)", k, s, err, slot, prefix)
+		}
+	}
+	return all, slot
 }

@@ -56,29 +56,21 @@ func New(t testing.TB) *PKI {
 	p.OtherCAFile = write("other-ca.pem", &pem.Block{Type: "CERTIFICATE", Bytes: other.Raw})
 
 	leaf := func(name string, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, server bool) (string, string) {
-		key := newKey(t)
 		tmpl := &x509.Certificate{
-			SerialNumber: serial(t),
-			Subject:      pkix.Name{CommonName: name},
-			NotBefore:    time.Now().Add(-time.Hour),
-			NotAfter:     time.Now().Add(24 * time.Hour),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+			KeyUsage:    x509.KeyUsageDigitalSignature,
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		}
 		if server {
 			tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 			tmpl.DNSNames = []string{"localhost"}
 			tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
 		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cert, key := newCert(t, name, tmpl, parent, parentKey)
 		kder, err := x509.MarshalECPrivateKey(key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return write(name+".pem", &pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		return write(name+".pem", &pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}),
 			write(name+"-key.pem", &pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
 	}
 	p.ServerCert, p.ServerKey = leaf("server", ca, caKey, true)
@@ -107,17 +99,27 @@ func serial(t testing.TB) *big.Int {
 
 func newCA(t testing.TB, name string) (*x509.Certificate, *ecdsa.PrivateKey) {
 	t.Helper()
-	key := newKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial(t),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
+	return newCert(t, name, &x509.Certificate{
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
+	}, nil, nil)
+}
+
+// newCert issues tmpl for a new key and CommonName name, valid from an hour
+// ago for a day, signed by parent with parentKey (self-signed when parent
+// is nil).
+func newCert(t testing.TB, name string, tmpl, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key := newKey(t)
+	tmpl.SerialNumber = serial(t)
+	tmpl.Subject = pkix.Name{CommonName: name}
+	tmpl.NotBefore = time.Now().Add(-time.Hour)
+	tmpl.NotAfter = time.Now().Add(24 * time.Hour)
+	if parent == nil {
+		parent, parentKey = tmpl, key
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
 	if err != nil {
 		t.Fatal(err)
 	}
