@@ -107,8 +107,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	until(t, ctx, "the four keys", `document.querySelectorAll('.cred').length === 4`, 30*time.Second)
 	var cardC, cardD string
 	run(t, ctx, "reading the cards",
-		chromedp.Text(`.cred[data-id="key-c"]`, &cardC, chromedp.ByQuery),
-		chromedp.Text(`.cred[data-id="key-d"]`, &cardD, chromedp.ByQuery))
+		textOf(`.cred[data-id="key-c"]`, &cardC),
+		textOf(`.cred[data-id="key-d"]`, &cardD))
 	if !strings.Contains(cardC, "resting until") || !strings.Contains(cardC, "Retry-After 600 s") {
 		t.Errorf("key-c's card does not say it rests and why:\n%s", cardC)
 	}
@@ -121,7 +121,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	row := `document.querySelector('tr[data-batch="docs-2026-11"]')`
 	until(t, ctx, "batch docs-2026-11 complete", row+` && `+row+`.dataset.done === '9'`, 60*time.Second)
 	var rowText string
-	run(t, ctx, "reading the batch row", chromedp.Text(`tr[data-batch="docs-2026-11"]`, &rowText, chromedp.ByQuery))
+	run(t, ctx, "reading the batch row", textOf(`tr[data-batch="docs-2026-11"]`, &rowText))
 	if !strings.Contains(rowText, "9 / 9 (100%)") || !strings.Contains(rowText, "done") {
 		t.Errorf("the batch row does not show 9 / 9 done:\n%s", rowText)
 	}
@@ -162,11 +162,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	enable := `.cred[data-id="key-d"] button.action`
 	toast := `document.getElementById('toast')`
-	run(t, ctx, "enabling key-d without a token", chromedp.Click(enable, chromedp.ByQuery))
+	run(t, ctx, "enabling key-d without a token", clickOn(enable))
 	until(t, ctx, "the page to ask for the token", `!`+toast+`.hidden && `+toast+`.textContent.includes('admin token')`, 10*time.Second)
 	run(t, ctx, "enabling key-d with a wrong token",
 		chromedp.SendKeys(`#token`, "wrong-token-0123456789", chromedp.ByQuery),
-		chromedp.Click(enable, chromedp.ByQuery))
+		clickOn(enable))
 	until(t, ctx, "the refusal", toast+`.textContent.includes('refused (401)')`, 10*time.Second)
 	if st := credState(t, e, "key-d"); st != creds.StateDisabled {
 		t.Fatalf("a refused write changed key-d: %s", st)
@@ -174,7 +174,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	run(t, ctx, "enabling key-d with the token",
 		chromedp.Evaluate(`document.getElementById('token').value = ''`, nil),
 		chromedp.SendKeys(`#token`, token, chromedp.ByQuery),
-		chromedp.Click(enable, chromedp.ByQuery))
+		clickOn(enable))
 	until(t, ctx, "key-d enabled on the page", `document.querySelector('.cred[data-id="key-d"]').dataset.state !== 'disabled'`, 10*time.Second)
 	if st := credState(t, e, "key-d"); st == creds.StateDisabled {
 		t.Errorf("key-d still disabled in the pool")
@@ -227,4 +227,16 @@ func credState(t *testing.T, e *env, id string) string {
 	}
 	t.Fatalf("no %s in the pool", id)
 	return ""
+}
+
+// textOf reads an element's text in one evaluation in the page: the page
+// re-renders parts of itself live, so a node found by one DevTools call
+// may be gone by the next.
+func textOf(sel string, out *string) chromedp.Action {
+	return chromedp.Evaluate(fmt.Sprintf(`(() => { const e = document.querySelector(%q); return e ? e.innerText : '' })()`, sel), out)
+}
+
+// clickOn clicks an element in one evaluation in the page (see textOf).
+func clickOn(sel string) chromedp.Action {
+	return chromedp.Evaluate(fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (!e) throw new Error('no ' + %q); e.click(); return true })()`, sel, sel), nil)
 }
