@@ -23,7 +23,15 @@ go="${GO:-go}"
 mapfile -t targets < <(
   git ls-files --cached --others --exclude-standard '*_test.go' 2>/dev/null || find . -name '*_test.go' -not -path './vendor/*'
 )
+# deadline_race LOG: the run failed only with the coordinator's bare
+# deadline error: no failing input written, no panic, no test failure line.
+deadline_race() {
+  grep -q 'context deadline exceeded' "$1" &&
+    ! grep -qE 'Failing input written|panic:|_test\.go:[0-9]+:' "$1"
+}
+
 failed=()
+flaked=()
 count=0
 for file in "${targets[@]}"; do
   dir="./$(dirname "${file#./}")"
@@ -31,9 +39,24 @@ for file in "${targets[@]}"; do
     [[ "$name" =~ $filter ]] || continue
     count=$((count + 1))
     echo "=== $name in $dir for $fuzztime"
-    if ! "$go" test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$dir"; then
+    log="$(mktemp)"
+    if "$go" test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$dir" 2>&1 | tee "$log"; then
+      :
+    elif deadline_race "$log"; then
+      # Go's fuzz coordinator (before go1.27, golang/go#75804) can report a
+      # bare "context deadline exceeded" when -fuzztime ends while a worker
+      # is mid-call: no input failed and none was written. Replay the
+      # corpus to be sure, and count it as the toolchain's race, not ours.
+      echo "note: $name hit the -fuzztime shutdown race (golang/go#75804), no failing input; replaying its corpus"
+      if "$go" test -run "^${name}\$" -count=1 "$dir"; then
+        flaked+=("$name ($dir)")
+      else
+        failed+=("$name ($dir)")
+      fi
+    else
       failed+=("$name ($dir)")
     fi
+    rm -f "$log"
   done
 done
 
@@ -45,5 +68,8 @@ if [ "${#failed[@]}" -gt 0 ]; then
   echo "FAILED fuzz targets (${#failed[@]} of $count):" >&2
   printf '  %s\n' "${failed[@]}" >&2
   exit 1
+fi
+if [ "${#flaked[@]}" -gt 0 ]; then
+  echo "toolchain deadline race (no failing input, corpus replay passed) in: ${flaked[*]}"
 fi
 echo "all $count fuzz targets ran for $fuzztime each without a failure"
