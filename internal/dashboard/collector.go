@@ -119,10 +119,9 @@ func (s *Server) readDeadLetters(ctx context.Context, count uint64) {
 	}
 	var all []DeadLetter
 	err := s.q.ListDeadLetters(ctx, "", func(d queue.DeadLetter) error {
-		all = append(all, DeadLetter{
-			Item: d.Item, Batch: d.Batch, Kind: d.Kind, Reason: d.Reason, Attempts: d.Attempts,
-			Failures: d.Failures, Error: s.scrub(d.Error), Worker: d.Worker, FailedAt: d.FailedAt,
-		})
+		row := d.DeadLetterSummary
+		row.Error = s.scrub(row.Error)
+		all = append(all, row)
 		return nil
 	})
 	if err != nil {

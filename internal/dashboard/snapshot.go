@@ -3,6 +3,7 @@ package dashboard
 import (
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/status"
 )
 
@@ -30,17 +31,7 @@ type Snapshot struct {
 
 // DeadLetter is a dead-letter record as the page shows it (without the
 // item's payload).
-type DeadLetter struct {
-	Item     string    `json:"item"`
-	Batch    string    `json:"batch"`
-	Kind     string    `json:"kind"`
-	Reason   string    `json:"reason"`
-	Attempts int       `json:"attempts"`
-	Failures int       `json:"failures"`
-	Error    string    `json:"error"`
-	Worker   string    `json:"worker"`
-	FailedAt time.Time `json:"failed_at"`
-}
+type DeadLetter = queue.DeadLetterSummary
 
 // Meta describes the dashboard itself.
 type Meta struct {

@@ -23,20 +23,27 @@ const (
 // DeadLetter records an item that failed for good. It holds the item's
 // payload so that it can be replayed.
 type DeadLetter struct {
-	Item     string          `json:"item"`
-	Batch    string          `json:"batch"`
-	Kind     string          `json:"kind"`
-	Reason   string          `json:"reason"`
-	Attempts int             `json:"attempts"`
-	Failures int             `json:"failures"`
-	Error    string          `json:"error"`
-	Worker   string          `json:"worker"`
-	FailedAt time.Time       `json:"failed_at"`
-	Payload  json.RawMessage `json:"payload"`
+	DeadLetterSummary
+	Payload json.RawMessage `json:"payload"`
 
 	// seq is the record's stream sequence (set by ListDeadLetters): Replay
 	// removes the record up to it and not a newer one.
 	seq uint64
+}
+
+// DeadLetterSummary is a dead-letter record without the item's payload:
+// what a list of dead letters shows (its keys are inline in DeadLetter's
+// JSON).
+type DeadLetterSummary struct {
+	Item     string    `json:"item"`
+	Batch    string    `json:"batch"`
+	Kind     string    `json:"kind"`
+	Reason   string    `json:"reason"`
+	Attempts int       `json:"attempts"`
+	Failures int       `json:"failures"`
+	Error    string    `json:"error"`
+	Worker   string    `json:"worker"`
+	FailedAt time.Time `json:"failed_at"`
 }
 
 // PutDeadLetter stores a dead-letter record (confirmed by the server). Call

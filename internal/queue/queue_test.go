@@ -158,8 +158,8 @@ func TestResultsKeepLatestPerItem(t *testing.T) {
 func TestDeadLetterListAndReplay(t *testing.T) {
 	q, _ := open(t)
 	for i := range 3 {
-		d := queue.DeadLetter{Item: fmt.Sprintf("d%d", i), Batch: "b", Kind: "sleep", Reason: queue.ReasonPermanent,
-			Attempts: 1, Error: "boom", Payload: json.RawMessage(`{"ms":1}`)}
+		d := queue.DeadLetter{DeadLetterSummary: queue.DeadLetterSummary{Item: fmt.Sprintf("d%d", i), Batch: "b", Kind: "sleep",
+			Reason: queue.ReasonPermanent, Attempts: 1, Error: "boom"}, Payload: json.RawMessage(`{"ms":1}`)}
 		if err := q.PutDeadLetter(ctx(t), d); err != nil {
 			t.Fatal(err)
 		}
@@ -268,7 +268,8 @@ func TestAttachDoesNotRewriteTheFleet(t *testing.T) {
 // Replay removes the record it replayed, not a newer one written since.
 func TestReplayKeepsANewerRecord(t *testing.T) {
 	q, _ := open(t)
-	d := queue.DeadLetter{Item: "x", Batch: "b", Kind: "sleep", Reason: queue.ReasonPermanent, Error: "first", Payload: json.RawMessage(`{}`)}
+	d := queue.DeadLetter{DeadLetterSummary: queue.DeadLetterSummary{Item: "x", Batch: "b", Kind: "sleep", Reason: queue.ReasonPermanent,
+		Error: "first"}, Payload: json.RawMessage(`{}`)}
 	if err := q.PutDeadLetter(ctx(t), d); err != nil {
 		t.Fatal(err)
 	}

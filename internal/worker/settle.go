@@ -164,10 +164,10 @@ func (w *Worker) deadLetter(d *delivery, reason, errText string) {
 // terminates the message (the term deletes it, so the record comes first).
 func (w *Worker) deadLetterRun(ctx context.Context, d *delivery, reason string, r runResult) {
 	st, it := d.runs.cur, d.it
-	dl := queue.DeadLetter{
+	dl := queue.DeadLetter{DeadLetterSummary: queue.DeadLetterSummary{
 		Item: it.ID, Batch: it.Batch, Kind: it.Kind, Reason: reason, Attempts: st.Runs, Failures: st.Failures,
-		Error: r.errText, Worker: w.id, FailedAt: time.Now().UTC(), Payload: it.Payload,
-	}
+		Error: r.errText, Worker: w.id, FailedAt: time.Now().UTC(),
+	}, Payload: it.Payload}
 	if it.ID == "" {
 		dl.Item = fmt.Sprintf("message-%s", d.msg.Subject())
 	}
