@@ -41,14 +41,10 @@ func Read(ctx context.Context, q *queue.Queue, pool *creds.Pool) (Report, error)
 func WorkersReport(ws []queue.WorkerInfo) []Worker {
 	out := make([]Worker, 0, len(ws))
 	for _, w := range ws {
-		kinds := w.Kinds
-		if kinds == nil {
-			kinds = []string{}
+		if w.Kinds == nil {
+			w.Kinds = []string{}
 		}
-		out = append(out, Worker{
-			ID: w.ID, Host: w.Host, PID: w.PID, Version: w.Version, State: w.State, Concurrency: w.Concurrency,
-			Busy: w.Busy, Done: w.Done, Failed: w.Failed, Kinds: kinds, StartedAt: w.StartedAt, LastSeen: w.LastSeen,
-		})
+		out = append(out, w)
 	}
 	return out
 }

@@ -5,7 +5,11 @@
 // one themselves, so the CLI and the web page cannot disagree.
 package status
 
-import "time"
+import (
+	"time"
+
+	"github.com/keyfleet/keyfleet/internal/queue"
+)
 
 // Report is the object `producer status --json` prints: a stable schema,
 // every key always present (times are RFC 3339 strings, or null when there
@@ -78,21 +82,9 @@ type Consumer struct {
 	LastActive   *time.Time `json:"last_active"`
 }
 
-// Worker is one worker process heard from within the heartbeat TTL.
-type Worker struct {
-	ID          string    `json:"id"`
-	Host        string    `json:"host"`
-	PID         int       `json:"pid"`
-	Version     string    `json:"version"`
-	State       string    `json:"state"`
-	Concurrency int       `json:"concurrency"`
-	Busy        int       `json:"busy"`
-	Done        int64     `json:"done"`
-	Failed      int64     `json:"failed"`
-	Kinds       []string  `json:"kinds"`
-	StartedAt   time.Time `json:"started_at"`
-	LastSeen    time.Time `json:"last_seen"`
-}
+// Worker is one worker process heard from within the heartbeat TTL: its
+// entry in the registry, as it announced itself.
+type Worker = queue.WorkerInfo
 
 // Pool is the credential pool, read in one atomic script on Redis's clock.
 type Pool struct {
