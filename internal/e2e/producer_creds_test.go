@@ -7,16 +7,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/status"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
-func (f *fleet) credsList() poolJSON {
+// credsList runs `producer creds list --json`: the pool object of the
+// status report.
+func (f *fleet) credsList() status.Pool {
 	f.t.Helper()
 	r := f.producer(nil, "creds", "list", "--json")
 	if r.code != 0 {
 		f.t.Fatalf("creds list --json:\n%s", r)
 	}
-	var p poolJSON
+	var p status.Pool
 	if err := json.Unmarshal([]byte(r.stdout), &p); err != nil {
 		f.t.Fatalf("creds list --json: %v\n%s", err, r.stdout)
 	}

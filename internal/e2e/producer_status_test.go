@@ -7,63 +7,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/status"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
-// statusJSON is the part of `producer status --json` the tests read; the
-// decoding is strict about the presence of the documented keys (see
-// hasKeys).
-type statusJSON struct {
-	At     time.Time `json:"at"`
-	Stream struct {
-		Name     string `json:"name"`
-		Messages uint64 `json:"messages"`
-		Bytes    uint64 `json:"bytes"`
-	} `json:"stream"`
-	Consumer struct {
-		Name         string     `json:"name"`
-		Pending      uint64     `json:"pending"`
-		AckPending   int        `json:"ack_pending"`
-		Redelivered  int        `json:"redelivered"`
-		WaitingPulls int        `json:"waiting_pulls"`
-		LastActive   *time.Time `json:"last_active"`
-	} `json:"consumer"`
-	DeadLetters uint64 `json:"dead_letters"`
-	Results     uint64 `json:"results"`
-	Workers     []struct {
-		ID          string `json:"id"`
-		State       string `json:"state"`
-		Concurrency int    `json:"concurrency"`
-	} `json:"workers"`
-	Pool poolJSON `json:"pool"`
-}
-
-type poolJSON struct {
-	Name        string `json:"name"`
-	Total       int    `json:"total"`
-	Available   int    `json:"available"`
-	Leased      int    `json:"leased"`
-	Cooling     int    `json:"cooling"`
-	Disabled    int    `json:"disabled"`
-	InFlight    int    `json:"in_flight"`
-	Credentials []struct {
-		ID             string `json:"id"`
-		State          string `json:"state"`
-		MaxConcurrent  int    `json:"max_concurrent"`
-		Rate           string `json:"rate"`
-		InFlight       int    `json:"in_flight"`
-		DisabledReason string `json:"disabled_reason"`
-		StartsInWindow int    `json:"starts_in_window"`
-	} `json:"credentials"`
-}
-
-func (f *fleet) statusJSON() (statusJSON, string) {
+// statusJSON runs `producer status --json` and decodes it into the report
+// it prints; the raw text is for hasStatusKeys, which checks that the
+// documented keys are present.
+func (f *fleet) statusJSON() (status.Report, string) {
 	f.t.Helper()
 	r := f.producer(nil, "status", "--json")
 	if r.code != 0 {
 		f.t.Fatalf("status --json:\n%s", r)
 	}
-	var st statusJSON
+	var st status.Report
 	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
 		f.t.Fatalf("status --json is not one JSON object: %v\n%s", err, r.stdout)
 	}
