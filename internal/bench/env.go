@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/keyfleet/keyfleet/internal/ctxsleep"
 	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 )
 
@@ -237,7 +238,7 @@ func (e *env) waitQuiet(ctx context.Context) (float64, error) {
 	for {
 		busy0, ours0 := machineBusy(), e.serversCPU()+selfCPU()
 		t0 := time.Now()
-		if err := sleepCtx(ctx, time.Second); err != nil {
+		if err := ctxsleep.Sleep(ctx, time.Second); err != nil {
 			return 0, err
 		}
 		others := max(0, (machineBusy()-busy0)-(e.serversCPU()+selfCPU()-ours0)) / time.Since(t0).Seconds()
@@ -260,16 +261,5 @@ func (e *env) serversCPU() float64 {
 func (e *env) progress(format string, args ...any) {
 	if e.opts.Progress != nil {
 		fmt.Fprintf(e.opts.Progress, "kfbench: "+format+"\n", args...)
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/keyfleet/keyfleet/internal/config"
+	"github.com/keyfleet/keyfleet/internal/ctxsleep"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 )
@@ -348,7 +349,7 @@ func waitStream(ctx context.Context, js jetstream.JetStream, name string, within
 		if time.Now().After(deadline) {
 			return time.Time{}, fmt.Errorf("bench: stream %s still at %d messages after %s\n%s", name, last, within, why())
 		}
-		if err := sleepCtx(ctx, every); err != nil {
+		if err := ctxsleep.Sleep(ctx, every); err != nil {
 			return time.Time{}, err
 		}
 	}

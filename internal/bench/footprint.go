@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/ctxsleep"
 	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 )
 
@@ -51,7 +52,7 @@ func runFootprint(ctx context.Context, e *env, r runInfo) (*sample, error) {
 		return nil, err
 	}
 	smp.values["startup"] = float64(ready.Sub(w.Started())) / float64(time.Millisecond)
-	if err := sleepCtx(ctx, idle); err != nil {
+	if err := ctxsleep.Sleep(ctx, idle); err != nil {
 		return nil, err
 	}
 	rss, err := statusKB(w.Pid(), "VmRSS")
@@ -108,7 +109,7 @@ func connectingRSS(ctx context.Context, e *env, f *fleet) (float64, error) {
 		return 0, err
 	}
 	defer p.Kill()
-	if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+	if err := ctxsleep.Sleep(ctx, 500*time.Millisecond); err != nil {
 		return 0, err
 	}
 	if p.Exited() {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/keyfleet/keyfleet/internal/ctxsleep"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
@@ -126,7 +127,7 @@ func handoffs(ctx context.Context, e *env, n int, pipelined bool) ([]float64, CP
 			l, err := waiter.Acquire(ctx, "waiter")
 			ch <- got{l, err}
 		}()
-		if err := sleepCtx(ctx, handoffPause); err != nil {
+		if err := ctxsleep.Sleep(ctx, handoffPause); err != nil {
 			return nil, CPUUse{}, err
 		}
 		t0 := time.Now()
@@ -174,7 +175,7 @@ func rawHandoff(ctx context.Context, e *env, smp *sample, n int) error {
 	msgs := sub.Channel()
 	lat := make([]float64, 0, n)
 	for range n {
-		if err := sleepCtx(ctx, handoffPause); err != nil {
+		if err := ctxsleep.Sleep(ctx, handoffPause); err != nil {
 			return err
 		}
 		t0 := time.Now()

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/ctxsleep"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
 	"github.com/keyfleet/keyfleet/pkg/ratelimit"
 )
@@ -86,11 +87,11 @@ func runLLM(ctx context.Context, e *env, r runInfo) (*sample, error) {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("bench: no request reached the API within 30s")
 			}
-			if err := sleepCtx(ctx, 5*time.Millisecond); err != nil {
+			if err := ctxsleep.Sleep(ctx, 5*time.Millisecond); err != nil {
 				return err
 			}
 		}
-		return sleepCtx(ctx, time.Until(t0.Add(window+200*time.Millisecond)))
+		return ctxsleep.Sleep(ctx, time.Until(t0.Add(window+200*time.Millisecond)))
 	}
 	use, _, err := e.runHTTPFleet(ctx, "llm", spec, n, 2, "keyfleet: 2 workers, LLM API, no limits", func(id string) []byte { return payloads[id] }, stop)
 	if err != nil {

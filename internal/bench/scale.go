@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/ctxsleep"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
@@ -217,7 +218,7 @@ func scaleRun(ctx context.Context, e *env, smp *sample, keys, p, slots int, jobs
 		if i == 0 {
 			w *= 2
 		}
-		if err := sleepCtx(ctx, w); err != nil {
+		if err := ctxsleep.Sleep(ctx, w); err != nil {
 			return nil, err
 		}
 		var m *meter
@@ -232,7 +233,7 @@ func scaleRun(ctx context.Context, e *env, smp *sample, keys, p, slots int, jobs
 		}
 		self0 := selfCPU()
 		wins[i].from = time.Since(base)
-		if err := sleepCtx(ctx, window); err != nil {
+		if err := ctxsleep.Sleep(ctx, window); err != nil {
 			return nil, err
 		}
 		wins[i].to = time.Since(base)

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"syscall"
 	"time"
+
+	"github.com/keyfleet/keyfleet/internal/ctxsleep"
 )
 
 // Scenario 6: shutdown. Worker A (4 slots) takes 4 sleep items of 5000 ms
@@ -58,7 +60,7 @@ func runShutdown(ctx context.Context, e *env, r runInfo) (*sample, error) {
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("bench: worker A runs %v of %d items after 30s\n%s", v, k, f.workerLogs())
 		}
-		if err := sleepCtx(ctx, 5*time.Millisecond); err != nil {
+		if err := ctxsleep.Sleep(ctx, 5*time.Millisecond); err != nil {
 			return nil, err
 		}
 	}

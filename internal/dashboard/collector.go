@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/keyfleet/keyfleet/internal/ctxsleep"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/status"
 	"github.com/keyfleet/keyfleet/internal/version"
@@ -61,12 +62,8 @@ func (s *Server) follow(ctx context.Context, what string, watch func(context.Con
 			wait = retryMin // it ran for a while: a fresh failure
 		}
 		s.log.Warn("following "+what+" failed; retrying", zap.Error(err), zap.Duration("in", wait))
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if ctxsleep.Sleep(ctx, wait) != nil {
 			return
-		case <-t.C:
 		}
 		wait = min(2*wait, retryMax)
 	}

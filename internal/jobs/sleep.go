@@ -8,6 +8,8 @@ import (
 	"math"
 	"strconv"
 	"time"
+
+	"github.com/keyfleet/keyfleet/internal/ctxsleep"
 )
 
 // NewSleep returns the sleep handler, for demos and benchmarks: it sleeps
@@ -26,12 +28,8 @@ func (sleepHandler) Run(ctx context.Context, item Item, _ Credential) (Output, e
 	if err != nil {
 		return Output{}, Permanent(err)
 	}
-	t := time.NewTimer(time.Duration(math.Round(ms * float64(time.Millisecond))))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
+	if ctxsleep.Sleep(ctx, time.Duration(math.Round(ms*float64(time.Millisecond)))) != nil {
 		return Output{}, canceledError("sleep", ctx)
-	case <-t.C:
 	}
 	return Output{Body: []byte(`{"slept_ms":` + strconv.FormatFloat(ms, 'f', -1, 64) + `}`)}, nil
 }

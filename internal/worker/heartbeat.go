@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/keyfleet/keyfleet/internal/ctxsleep"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/version"
 )
@@ -67,14 +68,8 @@ func (w *Worker) heartbeat(ctx context.Context) {
 			return
 		case <-period.C:
 		case <-w.activity:
-			if wait := gap - time.Since(last); wait > 0 {
-				t := time.NewTimer(wait)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					return
-				case <-t.C:
-				}
+			if wait := gap - time.Since(last); wait > 0 && ctxsleep.Sleep(ctx, wait) != nil {
+				return
 			}
 			// Changes during the wait are in this announcement.
 			select {

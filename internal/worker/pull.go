@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/keyfleet/keyfleet/internal/ctxsleep"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -169,11 +170,6 @@ func (b *backoff) peek() time.Duration { return b.cur }
 
 // wait sleeps the current delay (or until ctx ends) and doubles it.
 func (b *backoff) wait(ctx context.Context) {
-	t := time.NewTimer(b.cur)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
+	_ = ctxsleep.Sleep(ctx, b.cur)
 	b.cur = min(b.cur*2, b.max)
 }
