@@ -44,13 +44,7 @@ type Option func(*Pool) error
 // WithLeaseTTL sets how long a lease lives without renewal (default
 // LeaseTTLDefault, at least 10ms). Holders renew well before it runs out.
 func WithLeaseTTL(d time.Duration) Option {
-	return func(p *Pool) error {
-		if d < 10*time.Millisecond {
-			return fmt.Errorf("%w: lease TTL must be at least 10ms, got %s", ErrInvalid, d)
-		}
-		p.ttl = d
-		return nil
-	}
+	return durationAtLeast("lease TTL", d, 10*time.Millisecond, func(p *Pool) { p.ttl = d })
 }
 
 // WithWaiterTTL sets how long this handle's queued waiters stay in the
@@ -59,11 +53,17 @@ func WithLeaseTTL(d time.Duration) Option {
 // than the lease TTL). The handle refreshes them four times per TTL while
 // it waits.
 func WithWaiterTTL(d time.Duration) Option {
+	return durationAtLeast("waiter TTL", d, 50*time.Millisecond, func(p *Pool) { p.waiterTTL = d })
+}
+
+// durationAtLeast is an Option that refuses d (the setting what) when it
+// is under least, and otherwise applies set.
+func durationAtLeast(what string, d, least time.Duration, set func(*Pool)) Option {
 	return func(p *Pool) error {
-		if d < 50*time.Millisecond {
-			return fmt.Errorf("%w: waiter TTL must be at least 50ms, got %s", ErrInvalid, d)
+		if d < least {
+			return fmt.Errorf("%w: %s must be at least %s, got %s", ErrInvalid, what, least, d)
 		}
-		p.waiterTTL = d
+		set(p)
 		return nil
 	}
 }
