@@ -246,30 +246,18 @@ func TestGCRARetryAfterAtMostOneInterval(t *testing.T) {
 
 func TestGCRABadInput(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	if _, err := ratelimit.NewGCRA(nil); err == nil {
 		t.Error("NewGCRA(nil): want an error")
 	}
 	g, _, _ := newGCRA(t)
-	for _, tc := range []struct {
-		lim  ratelimit.GCRALimit
-		n    int
-		want string
-	}{
+	bad := []badInput[ratelimit.GCRALimit]{
 		{ratelimit.GCRALimit{}, 1, "rate must be at least 1"},
 		{ratelimit.GCRALimit{Rate: 10, Period: time.Second}, 1, "burst must be at least 1"},
 		{ratelimit.GCRALimit{Rate: 1, Burst: 1}, 1, "period must be at least 1µs"},
 		{ratelimit.PerSecond(1), -1, "n must not be negative"},
-	} {
-		_, err := g.AllowN(ctx, "k", tc.lim, tc.n)
-		if err == nil || !strings.HasPrefix(err.Error(), "ratelimit: ") || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("AllowN(%+v, %d) = %v, want a ratelimit: error saying %q", tc.lim, tc.n, err, tc.want)
-		}
-		_, err = g.AllowAtMost(ctx, "k", tc.lim, tc.n)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("AllowAtMost(%+v, %d) = %v, want an error saying %q", tc.lim, tc.n, err, tc.want)
-		}
 	}
+	refuses(t, "AllowN", g.AllowN, bad)
+	refuses(t, "AllowAtMost", g.AllowAtMost, bad)
 }
 
 func TestGCRARedisErrors(t *testing.T) {

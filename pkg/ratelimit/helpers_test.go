@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,6 +32,25 @@ func newLimiter[L any](t testing.TB, newL func(redis.Scripter, ...ratelimit.Opti
 		t.Fatal(err)
 	}
 	return l, rdb, prefix
+}
+
+// badInput is an argument a limiter must refuse, and what its error says.
+type badInput[Lim any] struct {
+	lim  Lim
+	n    int
+	want string
+}
+
+// refuses checks that allow (a limiter's method, named name) refuses each
+// bad input with a "ratelimit: " error that says its want.
+func refuses[Lim any](t *testing.T, name string, allow func(context.Context, string, Lim, int) (ratelimit.Result, error), bad []badInput[Lim]) {
+	t.Helper()
+	for _, tc := range bad {
+		_, err := allow(context.Background(), "k", tc.lim, tc.n)
+		if err == nil || !strings.HasPrefix(err.Error(), "ratelimit: ") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s(%+v, %d) = %v, want a ratelimit: error saying %q", name, tc.lim, tc.n, err, tc.want)
+		}
+	}
 }
 
 // unreachableRedis returns a client of a port where nothing listens.

@@ -137,26 +137,16 @@ func TestSlidingWindowLoweredLimitRemainingIsNotNegative(t *testing.T) {
 
 func TestSlidingWindowBadInput(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	if _, err := ratelimit.NewSlidingWindow(nil); err == nil {
 		t.Error("NewSlidingWindow(nil): want an error")
 	}
 	sw, _, _ := newSlidingWindow(t)
-	for _, tc := range []struct {
-		lim  ratelimit.Limit
-		n    int
-		want string
-	}{
+	refuses(t, "AllowN", sw.AllowN, []badInput[ratelimit.Limit]{
 		{ratelimit.Limit{}, 1, "count must be at least 1"},
 		{ratelimit.Limit{N: 1, Period: time.Microsecond}, 1, "period must be at least 1ms"},
 		{ratelimit.Limit{N: 1, Period: time.Second}, 0, "n must be at least 1"},
 		{ratelimit.Limit{N: 1, Period: time.Second}, -1, "n must be at least 1"},
-	} {
-		_, err := sw.AllowN(ctx, "k", tc.lim, tc.n)
-		if err == nil || !strings.HasPrefix(err.Error(), "ratelimit: ") || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("AllowN(%+v, %d) = %v, want a ratelimit: error saying %q", tc.lim, tc.n, err, tc.want)
-		}
-	}
+	})
 }
 
 func TestSlidingWindowRedisDown(t *testing.T) {
