@@ -102,34 +102,21 @@ func Redis(ctx context.Context, cfg config.Redis, poolSize int, timeout time.Dur
 			return nil, exitcode.With(exitcode.Usage, fmt.Errorf("redis.tls: %w", err))
 		}
 	}
+	set := redisSettings{url: cfg.URL, tls: tc, poolSize: poolSize, dialTimeout: timeout}
 	var rdb redis.UniversalClient
 	if cfg.Cluster {
 		o, err := redis.ParseClusterURL(clusterURL(cfg.URL))
 		if err != nil {
 			return nil, exitcode.With(exitcode.Usage, fmt.Errorf("redis.url %s: %w", Redact(cfg.URL), err))
 		}
-		if tc != nil {
-			o.TLSConfig = mergeTLS(o.TLSConfig, tc)
-		}
-		o.PoolSize = max(o.PoolSize, poolSize)
-		o.DialTimeout = min(o.DialTimeout, timeout)
-		o.Protocol = resp(cfg.URL, o.Protocol)
-		o.ContextTimeoutEnabled = true
+		set.apply(&o.TLSConfig, &o.PoolSize, &o.DialTimeout, &o.Protocol, &o.ContextTimeoutEnabled)
 		rdb = redis.NewClusterClient(o)
 	} else {
 		o, err := redis.ParseURL(cfg.URL)
 		if err != nil {
 			return nil, exitcode.With(exitcode.Usage, fmt.Errorf("redis.url %s: %w", Redact(cfg.URL), err))
 		}
-		if tc != nil {
-			o.TLSConfig = mergeTLS(o.TLSConfig, tc)
-		}
-		o.PoolSize = max(o.PoolSize, poolSize)
-		o.DialTimeout = min(o.DialTimeout, timeout)
-		o.Protocol = resp(cfg.URL, o.Protocol)
-		// Context deadlines bound socket reads and writes too, so that a
-		// Redis that accepts but never answers cannot hold a call past them.
-		o.ContextTimeoutEnabled = true
+		set.apply(&o.TLSConfig, &o.PoolSize, &o.DialTimeout, &o.Protocol, &o.ContextTimeoutEnabled)
 		rdb = redis.NewClient(o)
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
@@ -143,6 +130,28 @@ func Redis(ctx context.Context, cfg config.Redis, poolSize int, timeout time.Dur
 		return nil, exitcode.With(code, fmt.Errorf("cannot reach Redis at %s: %w", Redact(cfg.URL), err))
 	}
 	return rdb, nil
+}
+
+// redisSettings are what keyfleet sets on the options parsed from the URL, the
+// same for a cluster client and a single-server one.
+type redisSettings struct {
+	url         string
+	tls         *tls.Config // nil: the URL's
+	poolSize    int         // at least this many connections
+	dialTimeout time.Duration
+}
+
+// apply sets them on the fields of one kind of options.
+func (s redisSettings) apply(tlsConf **tls.Config, poolSize *int, dialTimeout *time.Duration, protocol *int, contextTimeout *bool) {
+	if s.tls != nil {
+		*tlsConf = mergeTLS(*tlsConf, s.tls)
+	}
+	*poolSize = max(*poolSize, s.poolSize)
+	*dialTimeout = min(*dialTimeout, s.dialTimeout)
+	*protocol = resp(s.url, *protocol)
+	// Context deadlines bound socket reads and writes too, so that a
+	// Redis that accepts but never answers cannot hold a call past them.
+	*contextTimeout = true
 }
 
 // resp picks the Redis protocol: RESP2 unless the URL asks for another
