@@ -20,11 +20,15 @@ func TestRunCounting(t *testing.T) {
 		}
 		return n == 1
 	}
-	must := func(st runCount, err error) runCount {
+	noErr := func(err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+	must := func(st runCount, err error) runCount {
+		t.Helper()
+		noErr(err)
 		return st
 	}
 	check := func(what string, got, want runCount) {
@@ -62,27 +66,19 @@ func TestRunCounting(t *testing.T) {
 	})
 	t.Run("handed back before running", func(t *testing.T) {
 		r := c.forItem("b", "drained", 1)
-		if err := r.handBack(ctx); err != nil {
-			t.Fatal(err)
-		}
+		noErr(r.handBack(ctx))
 		r2 := c.forItem("b", "drained", 2)
 		check("next delivery", must(r2.start(ctx)), runCount{Runs: 1})
 	})
 	t.Run("rate limited, then run again in place", func(t *testing.T) {
 		r := c.forItem("b", "limited", 1)
 		must(r.start(ctx))
-		if err := r.settle(ctx); err != nil {
-			t.Fatal(err)
-		}
+		noErr(r.settle(ctx))
 		check("second run", must(r.start(ctx)), runCount{Runs: 2})
-		if err := r.settle(ctx); err != nil {
-			t.Fatal(err)
-		}
+		noErr(r.settle(ctx))
 		// Shutdown while waiting for the next credential: the last run
 		// reported, so nothing is lost at the next delivery.
-		if err := r.handBack(ctx); err != nil {
-			t.Fatal(err)
-		}
+		noErr(r.handBack(ctx))
 		r2 := c.forItem("b", "limited", 2)
 		check("next delivery", must(r2.start(ctx)), runCount{Runs: 3})
 	})
