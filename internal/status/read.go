@@ -51,10 +51,7 @@ func WorkersReport(ws []queue.WorkerInfo) []Worker {
 
 // PoolReport turns the pool's stats into the report's pool object.
 func PoolReport(st creds.Stats) Pool {
-	out := Pool{
-		Name: st.Pool, At: st.At, Total: st.Total, Available: st.Available, Leased: st.Leased,
-		Cooling: st.Cooling, Disabled: st.Disabled, InFlight: st.InFlight, Waiting: st.Waiting, Credentials: []Credential{},
-	}
+	out := Pool{Name: st.Pool, At: st.At, Counts: st.Counts, Credentials: []Credential{}}
 	for _, c := range st.Credentials {
 		out.Credentials = append(out.Credentials, credentialReport(c))
 	}

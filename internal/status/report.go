@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
 // Report is the object `producer status --json` prints: a stable schema,
@@ -88,16 +89,11 @@ type Worker = queue.WorkerInfo
 
 // Pool is the credential pool, read in one atomic script on Redis's clock.
 type Pool struct {
-	Name      string    `json:"name"`
-	At        time.Time `json:"at"`
-	Total     int       `json:"total"`
-	Available int       `json:"available"`
-	Leased    int       `json:"leased"`
-	Cooling   int       `json:"cooling"`
-	Disabled  int       `json:"disabled"`
-	InFlight  int       `json:"in_flight"`
-	// Waiting counts the acquires queued fleet-wide for a credential.
-	Waiting     int          `json:"waiting"`
+	Name string    `json:"name"`
+	At   time.Time `json:"at"`
+	// Counts are its credentials by state, its live leases (in_flight) and
+	// the acquires queued fleet-wide for a credential (waiting).
+	creds.Counts
 	Credentials []Credential `json:"credentials"`
 }
 

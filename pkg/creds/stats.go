@@ -22,6 +22,13 @@ const (
 type Stats struct {
 	Pool string    `json:"pool"`
 	At   time.Time `json:"at"` // Redis's clock
+	Counts
+	Credentials []CredentialStats `json:"credentials"`
+}
+
+// Counts are the pool's figures: its credentials by state, its leases and
+// its waiters (their keys are inline in Stats' JSON).
+type Counts struct {
 	// Total credentials; Available: an acquire would get one of these now;
 	// Leased: holding at least one lease; Cooling; Disabled.
 	Total     int `json:"total"`
@@ -32,8 +39,7 @@ type Stats struct {
 	// InFlight is the number of live leases in the pool.
 	InFlight int `json:"in_flight"`
 	// Waiting is the number of acquires queued fleet-wide.
-	Waiting     int               `json:"waiting"`
-	Credentials []CredentialStats `json:"credentials"`
+	Waiting int `json:"waiting"`
 }
 
 // CredentialStats is the state of one credential.
@@ -117,7 +123,7 @@ func decodeStats(reply any) (Stats, error) {
 	if err != nil {
 		return Stats{}, fmt.Errorf("waiting: %w", err)
 	}
-	st := Stats{At: time.UnixMicro(nowUS), Waiting: int(waiting), Credentials: []CredentialStats{}}
+	st := Stats{At: time.UnixMicro(nowUS), Counts: Counts{Waiting: int(waiting)}, Credentials: []CredentialStats{}}
 	for i, e := range arr[2:] {
 		c, err := decodeCredential(e, nowUS)
 		if err != nil {
