@@ -201,11 +201,8 @@ type execHandler struct {
 // the field at fault.
 func NewExec(cfg ExecConfig) (Handler, error) {
 	cfg = cfg.WithDefaults()
-	if err := cfg.Check().AsError("exec"); err != nil {
+	if err := checkSettings("exec", cfg.Check(), cfg.MaxOutput); err != nil {
 		return nil, err
-	}
-	if cfg.MaxOutput < 0 {
-		return nil, fmt.Errorf("exec: max output must not be negative, got %d", cfg.MaxOutput)
 	}
 	if cfg.Dir != "" {
 		fi, err := os.Stat(cfg.Dir)

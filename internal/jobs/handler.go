@@ -3,6 +3,8 @@ package jobs
 import (
 	"context"
 	"fmt"
+
+	"github.com/keyfleet/keyfleet/internal/check"
 )
 
 // Handler runs items of one kind.
@@ -29,4 +31,17 @@ func canceledError(prefix string, ctx context.Context) error {
 		return fmt.Errorf("%s: %w: %w", prefix, err, cause)
 	}
 	return fmt.Errorf("%s: %w", prefix, err)
+}
+
+// checkSettings is what a handler's constructor reports of its settings
+// (after their defaults): the first of problems (its Check), or a
+// negative max output; nil when they are fine.
+func checkSettings(kind string, problems check.List, maxOutput int) error {
+	if err := problems.AsError(kind); err != nil {
+		return err
+	}
+	if maxOutput < 0 {
+		return fmt.Errorf("%s: max output must not be negative, got %d", kind, maxOutput)
+	}
+	return nil
 }

@@ -181,11 +181,8 @@ type httpHandler struct {
 // the field at fault.
 func NewHTTP(cfg HTTPConfig) (Handler, error) {
 	cfg = cfg.WithDefaults()
-	if err := cfg.Check().AsError("http"); err != nil {
+	if err := checkSettings("http", cfg.Check(), cfg.MaxOutput); err != nil {
 		return nil, err
-	}
-	if cfg.MaxOutput < 0 {
-		return nil, fmt.Errorf("http: max output must not be negative, got %d", cfg.MaxOutput)
 	}
 	h := &httpHandler{cfg: cfg, headers: make(http.Header, len(cfg.Headers)), limit: cmp.Or(cfg.MaxOutput, MaxOutputDefault), client: cfg.Client}
 	if h.client == nil {
