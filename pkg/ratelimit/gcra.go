@@ -84,18 +84,17 @@ func (l GCRALimit) Validate() error {
 // same key (under the same prefix) with both, Redis would reject the second
 // with a WRONGTYPE error.
 type GCRA struct {
-	rdb    redis.Scripter
-	prefix string
+	limiter
 }
 
 // NewGCRA returns a GCRA limiter that runs its script on rdb (a
 // *redis.Client, *redis.ClusterClient or *redis.Ring).
 func NewGCRA(rdb redis.Scripter, opts ...Option) (*GCRA, error) {
-	o, err := buildOptions(rdb, opts)
+	l, err := newLimiter("gcra", rdb, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &GCRA{rdb: rdb, prefix: o.prefix}, nil
+	return &GCRA{l}, nil
 }
 
 // Allow is AllowN(ctx, key, limit, 1).
@@ -121,10 +120,7 @@ func (g *GCRA) AllowAtMost(ctx context.Context, key string, limit GCRALimit, n i
 
 // Reset forgets every event counted under key.
 func (g *GCRA) Reset(ctx context.Context, key string) error {
-	if err := resetScript.Run(ctx, g.rdb, []string{g.prefix + key}).Err(); err != nil {
-		return fmt.Errorf("ratelimit: gcra reset %q: %w", key, err)
-	}
-	return nil
+	return g.reset(ctx, key)
 }
 
 func (g *GCRA) run(ctx context.Context, key string, limit GCRALimit, n int, mode string) (Result, error) {

@@ -28,47 +28,17 @@ var slidingWindow = redis.NewScript(slidingWindowLib + slidingWindowScript)
 // SlidingWindow is an exact sliding-window limiter: at most Limit.N events in
 // any window of Limit.Period. Safe for concurrent use.
 type SlidingWindow struct {
-	rdb    redis.Scripter
-	prefix string
-}
-
-// Option configures a limiter.
-type Option func(*options) error
-
-type options struct{ prefix string }
-
-// WithPrefix sets the prefix of every key the limiter writes (default
-// "ratelimit:"). Put a hash tag in it, or in the keys, to keep related keys
-// in one Redis Cluster slot.
-func WithPrefix(prefix string) Option {
-	return func(o *options) error {
-		o.prefix = prefix
-		return nil
-	}
-}
-
-// buildOptions checks the client every limiter takes and applies opts.
-func buildOptions(rdb redis.Scripter, opts []Option) (options, error) {
-	o := options{prefix: "ratelimit:"}
-	if rdb == nil {
-		return o, fmt.Errorf("ratelimit: nil redis client")
-	}
-	for _, opt := range opts {
-		if err := opt(&o); err != nil {
-			return o, err
-		}
-	}
-	return o, nil
+	limiter
 }
 
 // NewSlidingWindow returns a limiter that runs its script on rdb (a
 // *redis.Client, *redis.ClusterClient or *redis.Ring).
 func NewSlidingWindow(rdb redis.Scripter, opts ...Option) (*SlidingWindow, error) {
-	o, err := buildOptions(rdb, opts)
+	l, err := newLimiter("sliding window", rdb, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &SlidingWindow{rdb: rdb, prefix: o.prefix}, nil
+	return &SlidingWindow{l}, nil
 }
 
 // Allow records one event under key if the limit allows it.
@@ -114,8 +84,5 @@ func (s *SlidingWindow) AllowN(ctx context.Context, key string, limit Limit, n i
 
 // Reset forgets every event recorded under key.
 func (s *SlidingWindow) Reset(ctx context.Context, key string) error {
-	if err := resetScript.Run(ctx, s.rdb, []string{s.prefix + key}).Err(); err != nil {
-		return fmt.Errorf("ratelimit: sliding window reset %q: %w", key, err)
-	}
-	return nil
+	return s.reset(ctx, key)
 }
