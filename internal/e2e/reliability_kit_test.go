@@ -203,14 +203,7 @@ func (w *resultsWatch) count() int {
 }
 
 // complete reports whether every item has a result.
-func (w *resultsWatch) complete() bool {
-	select {
-	case <-w.full:
-		return true
-	default:
-		return false
-	}
-}
+func (w *resultsWatch) complete() bool { return testutil.Closed(w.full) }
 
 // wait waits until every item has a result and returns them by item.
 func (w *resultsWatch) wait(t *testing.T, timeout time.Duration) map[string]queue.Result {

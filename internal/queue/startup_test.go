@@ -52,14 +52,7 @@ func (r *retries) waiting(err error, _ time.Duration) {
 	}
 }
 
-func (r *retries) sawNoPeers() bool {
-	select {
-	case <-r.noPeers:
-		return true
-	default:
-		return false
-	}
-}
+func (r *retries) sawNoPeers() bool { return testutil.Closed(r.noPeers) }
 
 func (r *retries) all() []error {
 	r.mu.Lock()

@@ -41,3 +41,14 @@ func Receive[T any](t testing.TB, ch <-chan T, timeout time.Duration, failure st
 		return zero
 	}
 }
+
+// Closed reports, without waiting, whether ch is closed (or holds a
+// value): for a channel closed once to say that something happened.
+func Closed[T any](ch <-chan T) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
