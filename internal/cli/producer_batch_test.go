@@ -2,12 +2,10 @@ package cli
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
@@ -36,13 +34,7 @@ func TestEnqueueRecordsBatchTotal(t *testing.T) {
 		}
 	}
 
-	nc := natstest.Connect(t, srv.URL())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	q, err := queue.Attach(ctx, nc, queue.Config{Stream: "BATCHREC"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, q := testQueue(t, srv.URL(), "BATCHREC", queue.Attach)
 	bs, err := q.Batches(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
 	"github.com/keyfleet/keyfleet/internal/queue"
@@ -19,14 +21,7 @@ import (
 
 // The dry run's size computation must agree with the queue's.
 func TestWireSizeMatchesFits(t *testing.T) {
-	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv.URL())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	q, err := queue.Open(ctx, nc, queue.Config{Stream: "SIZE"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, q := testQueue(t, natstest.Start(t).URL(), "SIZE", queue.Open)
 	for _, it := range []queue.Item{
 		{ID: "a", Batch: "b", Kind: "exec", Payload: []byte(`{"id":"a"}`)},
 		{ID: strings.Repeat("x", 500), Batch: "items-3f2a9c1b", Kind: "sleep", Payload: bytes.Repeat([]byte("p"), 5000)},
@@ -106,6 +101,21 @@ func TestEnqueueInProcess(t *testing.T) {
 	if code, out, stderr := run("enqueue", "--kind", "sleep", good); code != 0 || !strings.Contains(out, "(0 new, 2 duplicates") {
 		t.Fatalf("repeat: %d %s %s", code, out, stderr)
 	}
+}
+
+// testQueue connects to the NATS server at url and opens the queue of
+// stream with open (queue.Open, or queue.Attach for one that exists). The
+// context it returns ends with the test, or in 30s.
+func testQueue(t *testing.T, url, stream string, open func(context.Context, *nats.Conn, queue.Config) (*queue.Queue, error)) (context.Context, *queue.Queue) {
+	t.Helper()
+	nc := natstest.Connect(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	q, err := open(ctx, nc, queue.Config{Stream: stream})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, q
 }
 
 func writeConfig(t testing.TB, dir, natsURL, stream string) string {
