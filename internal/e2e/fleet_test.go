@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -120,7 +119,7 @@ func TestThreeWorkersShareTwoKeys(t *testing.T) {
 	f := guardedFleet(t, "concurrency: 3", "")
 	const n = 300
 	start := time.Now()
-	ids := f.publish("b1", "exec", n, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
+	ids := f.publish("b1", "exec", n, itemJSON)
 	workers := []*proc{f.startWorker("w1"), f.startWorker("w2"), f.startWorker("w3")}
 	results := f.waitResults("b1", n, 2*time.Minute)
 	took := time.Since(start)
@@ -151,15 +150,8 @@ func TestThreeWorkersShareTwoKeys(t *testing.T) {
 		t.Fatalf("runs: %d items ran, %d more than once", len(runs), dups)
 	}
 	stopAt := time.Now()
-	for _, w := range workers {
-		w.signal(syscall.SIGTERM)
-	}
-	defer func() { t.Logf("clean shutdown of 3 workers took %s", time.Since(stopAt).Round(time.Millisecond)) }()
-	for _, w := range workers {
-		if code := w.wait(t, 30*time.Second); code != 0 {
-			t.Fatalf("%s exited %d", w.name, code)
-		}
-	}
+	stopFleet(t, 30*time.Second, workers...)
+	t.Logf("clean shutdown of 3 workers took %s", time.Since(stopAt).Round(time.Millisecond))
 	st := f.queueStats()
 	if st.Stream.Messages != 0 || st.Consumer.AckPending != 0 {
 		t.Fatalf("queue not empty after the batch: %+v", st)

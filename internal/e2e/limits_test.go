@@ -135,7 +135,7 @@ func TestPacingEndToEnd(t *testing.T) {
 		Env:    []string{"KEY_GW=sk-gw-1111", "KEY_HD=sk-hd-2222"},
 	})
 	const n = 80
-	f.publish("pace", "http", n, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
+	f.publish("pace", "http", n, itemJSON)
 	w := f.startWorker("w1")
 	var sawPace, sawHeaderRest bool
 	var causes []string

@@ -210,7 +210,7 @@ func TestHTTPOutcomesAgainstRateLimitedAPI(t *testing.T) {
 // lease is renewed and its message kept alive.
 func TestLongJobOutlivesLeaseAndAckWait(t *testing.T) {
 	f := guardedFleetPool(t, "lease_ttl: 1s", "concurrency: 1\nshutdown_grace: 5s", "ack_wait: 1s", "SLEEP=3.5")
-	f.publish("b", "exec", 2, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
+	f.publish("b", "exec", 2, itemJSON)
 	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
 	res := f.waitResults("b", 2, 2*time.Minute)
 	for id, r := range res {

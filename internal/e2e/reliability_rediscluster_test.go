@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,19 +23,12 @@ func TestReliabilityRedisCluster(t *testing.T) {
 
 	n := size(120, 1000)
 	start := time.Now()
-	ids := f.publish("cluster", "exec", n, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
+	ids := f.publish("cluster", "exec", n, itemJSON)
 	workers := []*proc{f.startWorker("w1"), f.startWorker("w2"), f.startWorker("w3")}
 	results := f.waitResults("cluster", n, 3*time.Minute)
 	took := time.Since(start)
 
-	for _, w := range workers {
-		w.signal(syscall.SIGTERM)
-	}
-	for _, w := range workers {
-		if code := w.wait(t, 30*time.Second); code != 0 {
-			t.Fatalf("%s exited %d:\n%s", w.name, code, tail(w.log.String(), 20))
-		}
-	}
+	stopFleet(t, 30*time.Second, workers...)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

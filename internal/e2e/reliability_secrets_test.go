@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -210,14 +209,7 @@ func TestReliabilitySecretsNeverLeak(t *testing.T) {
 	}
 	dumpAll(ctx, t, scan, "while running", js, rdb)
 
-	for _, w := range workers {
-		w.signal(syscall.SIGTERM)
-	}
-	for _, w := range workers {
-		if code := w.wait(t, 30*time.Second); code != 0 {
-			t.Fatalf("%s exited %d", w.name, code)
-		}
-	}
+	stopFleet(t, 30*time.Second, workers...)
 	// After the shutdown: what is left, and everything that went by.
 	dumpAll(ctx, t, scan, "after shutdown", js, rdb)
 	for _, w := range workers {

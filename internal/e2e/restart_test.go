@@ -19,7 +19,7 @@ func restartMidRun(t *testing.T, poolYAML, queueYAML, sleep string, restart, che
 	t.Helper()
 	f = guardedFleetPool(t, poolYAML, "concurrency: 2\nshutdown_grace: 5s", queueYAML, "SLEEP="+sleep)
 	const n = 150
-	ids = f.publish("b", "exec", n, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
+	ids = f.publish("b", "exec", n, itemJSON)
 	start = time.Now()
 	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
 	testutil.WaitFor(t, "a third of the items to run", 2*time.Minute, func() bool { return len(f.runsPerItem()) >= n/3 })
@@ -34,12 +34,7 @@ func restartMidRun(t *testing.T, poolYAML, queueYAML, sleep string, restart, che
 	if check != nil {
 		check(f)
 	}
-	for _, w := range []*proc{w1, w2} {
-		w.signal(syscall.SIGTERM)
-		if code := w.wait(t, 30*time.Second); code != 0 {
-			t.Fatalf("%s exited %d", w.name, code)
-		}
-	}
+	stopFleet(t, 30*time.Second, w1, w2)
 	return f, ids, res, start, restarted
 }
 
@@ -75,7 +70,7 @@ func TestRedisRestartMidRun(t *testing.T) {
 func TestRedisDownFailsClosed(t *testing.T) {
 	f := guardedFleetPool(t, "lease_ttl: 2s", "concurrency: 2\nshutdown_grace: 5s", "ack_wait: 3s", "SLEEP=0.05")
 	const n = 60
-	ids := f.publish("b", "exec", n, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
+	ids := f.publish("b", "exec", n, itemJSON)
 	start := time.Now()
 	w1 := f.startWorker("w1")
 	testutil.WaitFor(t, "some items to run", 2*time.Minute, func() bool { return len(f.runsPerItem()) >= 10 })

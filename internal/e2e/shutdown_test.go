@@ -16,7 +16,7 @@ import (
 func TestSigtermFinishesInFlightWithinGrace(t *testing.T) {
 	f := guardedFleet(t, "concurrency: 2\nshutdown_grace: 10s", "", "SLEEP=0.3")
 	const n = 30
-	ids := f.publish("b", "exec", n, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
+	ids := f.publish("b", "exec", n, itemJSON)
 	start := time.Now()
 	w1 := f.startWorker("w1")
 	testutil.WaitFor(t, "w1 to run a few items", time.Minute, func() bool { return len(f.runsPerItem()) >= 3 })
@@ -44,7 +44,7 @@ func TestSigtermFinishesInFlightWithinGrace(t *testing.T) {
 // handed back at once: another worker starts it long before the ack wait.
 func TestSigtermHandsLongItemToAnotherWorkerAtOnce(t *testing.T) {
 	f := guardedFleet(t, "concurrency: 1\nshutdown_grace: 1s", "ack_wait: 30s", "SLEEP=4")
-	f.publish("b", "exec", 1, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
+	f.publish("b", "exec", 1, itemJSON)
 	w1 := f.startWorker("w1")
 	testutil.WaitFor(t, "w1 to start the item", time.Minute, func() bool { return len(f.runsPerItem()) == 1 })
 	w2 := f.startWorker("w2")
@@ -77,7 +77,7 @@ func TestSigkillLosesNothing(t *testing.T) {
 	// Short leases so that the killed worker's keys come back quickly.
 	f := guardedFleetPool(t, "lease_ttl: 2s", "concurrency: 2", "ack_wait: 2s", "SLEEP=0.2")
 	const n = 40
-	ids := f.publish("b", "exec", n, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
+	ids := f.publish("b", "exec", n, itemJSON)
 	start := time.Now()
 	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
 	testutil.WaitFor(t, "a few items to run", time.Minute, func() bool { return len(f.runsPerItem()) >= 6 })
