@@ -186,6 +186,23 @@ func openQueueAndPool(ctx context.Context, cfg *config.Config, log *zap.Logger) 
 	return q, pool, func() { closePool(); closeQ() }, nil
 }
 
+// withOpened loads the configuration and builds the logger (setup), opens
+// what open opens (openQueue, openPool), runs fn with it and closes it.
+func withOpened[T any](p *producer, ctx context.Context, open func(context.Context, *config.Config, *zap.Logger) (T, func(), error),
+	fn func(context.Context, T) error) error {
+	cfg, log, err := p.setup(nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	v, closeV, err := open(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeV()
+	return fn(ctx, v)
+}
+
 // unreachable marks an error of a call to a server that was reachable a
 // moment ago (a timeout, a lost connection) with exit code 3.
 func unreachable(what string, err error) error {

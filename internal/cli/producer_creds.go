@@ -8,7 +8,9 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"go.uber.org/zap"
 
+	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
 	"github.com/keyfleet/keyfleet/internal/status"
 	"github.com/keyfleet/keyfleet/pkg/creds"
@@ -37,21 +39,15 @@ An ID not in the pool is an error (exit 2); Redis unreachable is exit 3.`,
 	return cmd
 }
 
-// withPool runs fn with a handle on the configured pool.
+// withPool runs fn with a handle on the configured pool, within
+// callTimeout.
 func (p *producer) withPool(cmd *cobra.Command, fn func(ctx context.Context, pool *creds.Pool) error) error {
-	cfg, log, err := p.setup(nil)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = log.Sync() }()
 	ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
 	defer cancel()
-	pool, closePool, err := openPool(ctx, cfg)
-	if err != nil {
-		return err
+	open := func(ctx context.Context, cfg *config.Config, _ *zap.Logger) (*creds.Pool, func(), error) {
+		return openPool(ctx, cfg)
 	}
-	defer closePool()
-	return fn(ctx, pool)
+	return withOpened(p, ctx, open, fn)
 }
 
 // changeCredential makes a change to credential id through withPool (its

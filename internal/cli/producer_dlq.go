@@ -33,18 +33,7 @@ removes their records.`,
 
 // withQueue runs fn with the queue open.
 func (p *producer) withQueue(cmd *cobra.Command, fn func(ctx context.Context, q *queue.Queue) error) error {
-	cfg, log, err := p.setup(nil)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = log.Sync() }()
-	ctx := cmd.Context()
-	q, closeQ, err := openQueue(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	defer closeQ()
-	return fn(ctx, q)
+	return withOpened(p, cmd.Context(), openQueue, fn)
 }
 
 func checkBatchFlag(batch string) error {
