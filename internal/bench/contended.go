@@ -54,11 +54,7 @@ const (
 func runContended(ctx context.Context, e *env, r runInfo) (*sample, error) {
 	n := pick(r.quick, 400, 80)
 	smp := newSample()
-	spec := fleetSpec{concurrency: 4}
-	for i := range contendedKeys {
-		spec.creds = append(spec.creds, credSpec{id: fmt.Sprintf("k%d", i), max: 1})
-	}
-	f, err := e.newFleet(ctx, "con", spec)
+	f, err := e.newFleet(ctx, "con", fleetSpec{concurrency: 4, creds: keyCreds(contendedKeys, 1)})
 	if err != nil {
 		return nil, err
 	}

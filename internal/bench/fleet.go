@@ -32,6 +32,20 @@ type credSpec struct {
 	limits string
 }
 
+// keyCreds is n credentials k0, k1, … of max_concurrent max each.
+func keyCreds(n, max int) []credSpec {
+	out := make([]credSpec, n)
+	for i := range out {
+		out[i] = credSpec{id: fmt.Sprintf("k%d", i), max: max}
+	}
+	return out
+}
+
+// throughputSpec is the throughput scenario's fleet: 64 slots a worker, 8
+// credentials of max_concurrent 64 (a credential is reserved and released
+// per item but nobody waits).
+func throughputSpec() fleetSpec { return fleetSpec{concurrency: 64, creds: keyCreds(8, 64)} }
+
 // fleetSpec shapes a fleet's configuration.
 type fleetSpec struct {
 	creds       []credSpec

@@ -38,11 +38,7 @@ var footprintScenario = &scenario{
 func runFootprint(ctx context.Context, e *env, r runInfo) (*sample, error) {
 	idle := pick(r.quick, 2*time.Second, time.Second)
 	smp := newSample()
-	spec := fleetSpec{concurrency: 64}
-	for i := range 8 {
-		spec.creds = append(spec.creds, credSpec{id: fmt.Sprintf("k%d", i), max: 64})
-	}
-	f, err := e.newFleet(ctx, "foot", spec)
+	f, err := e.newFleet(ctx, "foot", throughputSpec())
 	if err != nil {
 		return nil, err
 	}

@@ -70,11 +70,7 @@ func runThroughput(ctx context.Context, e *env, r runInfo) (*sample, error) {
 }
 
 func throughputKeyfleet(ctx context.Context, e *env, r runInfo, smp *sample, n int) error {
-	spec := fleetSpec{concurrency: 64}
-	for i := range 8 {
-		spec.creds = append(spec.creds, credSpec{id: fmt.Sprintf("k%d", i), max: 64})
-	}
-	f, err := e.newFleet(ctx, "tp", spec)
+	f, err := e.newFleet(ctx, "tp", throughputSpec())
 	if err != nil {
 		return err
 	}
