@@ -35,8 +35,7 @@ var bins struct {
 // Most tests run one at a time, because several measure pace, latency or
 // a handoff that a busy CPU would blur. The long fault scenarios that
 // spend their time waiting (partitions, pauses, restarts, kills, a
-// producer against unreachable servers,
-// servers restarted mid-run) call t.Parallel: after the serial
+// producer against unreachable servers) call t.Parallel: after the serial
 // tests they run two at a time (go test's -parallel defaults to the
 // number of CPUs), which keeps make test under its time budget. Their
 // assertions are about what was lost, duplicated or refused, with margins
