@@ -10,6 +10,25 @@ echo "reliability scenarios, $profile profile (log: $LOG)"
 KEYFLEET_RELIABILITY=$profile go test -race -count=1 -timeout 80m -v ./internal/e2e >"$LOG" 2>&1
 code=$?
 grep -E '^(--- FAIL|FAIL|panic:)' "$LOG" || true
+# What each failing test said, so that a CI log explains a failure without
+# the kept file: its messages (lines naming a _test.go line), then the last
+# lines of its output. go test -v heads each test's output with
+# "=== RUN|CONT|NAME <test>".
+awk '
+  FNR == NR { if ($1 == "---" && $2 == "FAIL:") failed[$3] = 1; next }
+  /^=== (RUN|CONT|NAME|PAUSE) / { cur = $3; next }
+  /^ *--- (PASS|FAIL|SKIP):/ { next }
+  (cur in failed) {
+    if ($0 ~ /_test\.go:[0-9]+:/ && heads[cur]++ < 60) msg[cur] = msg[cur] $0 "\n"
+    last[cur, (n[cur]++) % 80] = $0
+  }
+  END {
+    for (t in failed) {
+      printf "=== what %s said\n%s", t, msg[t]
+      printf "=== the last lines of %s\n", t
+      for (i = (n[t] > 80 ? n[t] - 80 : 0); i < n[t]; i++) print last[t, i % 80]
+    }
+  }' "$LOG" "$LOG"
 sed -n '/^Reliability (/,/^$/p' "$LOG"
 tail -1 "$LOG"
 exit $code

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/queue"
-	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
 // A large fleet on one consumer: every worker keeps its pulls waiting and
@@ -34,15 +33,25 @@ func TestLargeFleetOnOneConsumer(t *testing.T) {
 	for i := range workers {
 		procs = append(procs, f.startWorker(fmt.Sprintf("w%03d", i)))
 	}
-	// Every worker is up and pulling before the items come.
-	announced := 0
-	testutil.WaitFor(t, "every worker to announce itself", 5*time.Minute, func() bool {
-		ws, err := f.q.Workers(t.Context())
-		if err == nil {
-			announced = len(ws)
+	// Every worker is up and pulling before the items come: each has been
+	// heard from at least once.
+	heard := map[string]bool{}
+	var listErr error
+	deadline := time.Now().Add(5 * time.Minute)
+	for len(heard) < workers {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 5m, %d of %d workers announced themselves (last listing error: %v); not heard from: %s",
+				len(heard), workers, listErr, missingWorkers(procs, heard, 8))
 		}
-		return announced == workers
-	})
+		ws, err := f.q.Workers(t.Context())
+		if listErr = err; err == nil {
+			for _, w := range ws {
+				heard[w.ID] = true
+			}
+		}
+		time.Sleep(250 * time.Millisecond) // a listing reads every worker's record
+	}
+	announced := len(heard)
 	t.Logf("%d workers announced %s after their launch", announced, time.Since(launched).Round(time.Second))
 	c, err := f.q.Consumer(t.Context())
 	if err != nil {
@@ -102,4 +111,26 @@ func TestLargeFleetOnOneConsumer(t *testing.T) {
 	if fullProfile() && mostWaiting <= 512 {
 		t.Fatalf("at most %d pulls waited at once: the run did not reach the limit it is meant to test", mostWaiting)
 	}
+}
+
+// missingWorkers describes up to n of procs not in heard: whether each is
+// still running or how it exited, and its last log lines.
+func missingWorkers(procs []*proc, heard map[string]bool, n int) string {
+	var b strings.Builder
+	shown := 0
+	for _, p := range procs {
+		if heard[p.name] {
+			continue
+		}
+		if shown++; shown > n {
+			fmt.Fprintf(&b, "\n(and more)")
+			break
+		}
+		state := "running"
+		if p.Exited() {
+			state = fmt.Sprintf("exited %d", p.ExitCode())
+		}
+		fmt.Fprintf(&b, "\n%s (%s):\n%s", p.name, state, tail(p.log.String(), 8))
+	}
+	return b.String()
 }
