@@ -30,16 +30,19 @@ var bins struct {
 	buildErr map[string]error
 }
 
-// TestMain builds the binaries once for every test.
+// longWaitingScenario marks a long fault scenario that spends its time
+// waiting (partitions, pauses, restarts, kills, a producer against
+// unreachable servers) to run in parallel with the others like it.
 //
 // Most tests run one at a time, because several measure pace, latency or
-// a handoff that a busy CPU would blur. The long fault scenarios that
-// spend their time waiting (partitions, pauses, restarts, kills, a
-// producer against unreachable servers) call t.Parallel: after the serial
-// tests they run two at a time (go test's -parallel defaults to the
-// number of CPUs), which keeps make test under its time budget. Their
-// assertions are about what was lost, duplicated or refused, with margins
-// of seconds, not about milliseconds.
+// a handoff that a busy CPU would blur. The long waiting scenarios run
+// after those, two at a time (go test's -parallel defaults to the number
+// of CPUs), which keeps make test under its time budget. Their assertions
+// are about what was lost, duplicated or refused, with margins of
+// seconds, not about milliseconds.
+func longWaitingScenario(t *testing.T) { t.Parallel() }
+
+// TestMain builds the binaries once for every test.
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "keyfleet-e2e-bin")
 	if err != nil {

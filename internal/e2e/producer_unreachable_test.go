@@ -15,7 +15,7 @@ import (
 // line naming the server, no hang, no panic. (producerTimeout guards against
 // a hang; the times are logged.)
 func TestProducerUnreachableServers(t *testing.T) {
-	t.Parallel() // a long scenario that mostly waits: see the note on TestMain
+	longWaitingScenario(t)
 	f := sleepOnlyFleet(t, "", "")
 	items := f.writeInput("items.jsonl", jsonlItems(3, `{"id":%q}`))
 	for _, srv := range []struct{ name, addr string }{
@@ -73,7 +73,7 @@ var incompleteRE = regexp.MustCompile(`Enqueue incomplete: (\d+) of (\d+) items 
 // exits 3; after a restart the rerun completes the batch without adding
 // anything twice.
 func TestProducerServerGoneMidPublish(t *testing.T) {
-	t.Parallel() // a long scenario that mostly waits: see the note on TestMain
+	longWaitingScenario(t)
 	f := sleepOnlyFleet(t, "", "")
 	const n = 100_000
 	path := f.writeInput("items.jsonl", jsonlItems(n, `{"id":%q,"ms":0}`))

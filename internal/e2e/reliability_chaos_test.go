@@ -19,7 +19,7 @@ import (
 // handle in internal/worker/slot.go), so max_attempts is set well above
 // the number of kills one item could be caught in.
 func TestReliabilityChaosKills(t *testing.T) {
-	t.Parallel() // a long scenario that mostly waits: see the note on TestMain
+	longWaitingScenario(t)
 	n := size(400, 3000)
 	workers := size(3, 4)
 	every := size(1500*time.Millisecond, 3*time.Second)

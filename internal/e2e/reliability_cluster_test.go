@@ -22,7 +22,7 @@ import (
 // the loss run again (their acks found no leader and they came back after
 // the election): at most one per worker slot, and in practice exactly that.
 func TestReliabilityNATSClusterLosesLeader(t *testing.T) {
-	t.Parallel() // a long scenario that mostly waits: see the note on TestMain
+	longWaitingScenario(t)
 	n := size(300, 1500)
 	const workers, conc = 3, 2
 	c := natstest.StartCluster(t, 3)

@@ -31,7 +31,7 @@ func proxiedFleet(f *fleet, n int, env []string) ([]*proc, []workerProxies) {
 // Latency of 20-50 ms on every round trip (10-25 ms each way, per chunk)
 // to NATS and Redis: slower, nothing else changes.
 func TestReliabilityNetworkLatency(t *testing.T) {
-	t.Parallel() // a long scenario that mostly waits: see the note on TestMain
+	longWaitingScenario(t)
 	n := size(120, 600)
 	f := holdGuardedFleet(t, "lease_ttl: 3s", "concurrency: 2\nshutdown_grace: 5s", "ack_wait: 3s", "SLEEP=0.02")
 	ids := f.publish("lat", "exec", n, itemJSON)
@@ -53,7 +53,7 @@ func TestReliabilityNetworkLatency(t *testing.T) {
 // whose ack or result was cut off run again: at most the slots in flight at
 // each reset.
 func TestReliabilityNetworkResets(t *testing.T) {
-	t.Parallel() // a long scenario that mostly waits: see the note on TestMain
+	longWaitingScenario(t)
 	n := size(300, 1500)
 	every := size(1500*time.Millisecond, 2*time.Second)
 	maxResets := size(5, 1<<30)
@@ -101,7 +101,7 @@ func TestReliabilityNetworkResets(t *testing.T) {
 // TTL minus a margin, even while a renewal hangs, and renewals bypass the
 // auto-pipeliner so that they end by their deadline.
 func TestReliabilityNetworkPartition(t *testing.T) {
-	t.Parallel() // a long scenario that mostly waits: see the note on TestMain
+	longWaitingScenario(t)
 	for _, tc := range []struct {
 		name  string
 		redis bool // cut Redis only

@@ -17,7 +17,7 @@ import (
 // redis.url. A guarded batch runs with no loss, no duplicate and no
 // over-use; every key of the pool lives in one slot on one node.
 func TestReliabilityRedisCluster(t *testing.T) {
-	t.Parallel() // a long scenario that mostly waits: see the note on TestMain
+	longWaitingScenario(t)
 	cl := redistest.StartCluster(t)
 	f := guardedFleet(t, "concurrency: 3", "")
 	f.useRedis(fmt.Sprintf("url: %s\ncluster: true", cl.URL()))

@@ -16,7 +16,7 @@ import (
 // renews the lease and keeps the message alive, so every item runs once, on
 // its first attempt, and no key is shared.
 func TestReliabilitySlowJobs(t *testing.T) {
-	t.Parallel() // a long scenario that mostly waits: see the note on TestMain
+	longWaitingScenario(t)
 	n := size(6, 16)
 	sleep := size("2.5", "4")
 	f := holdGuardedFleet(t, "lease_ttl: 1s", "concurrency: 1\nshutdown_grace: 5s", "ack_wait: 1s", "SLEEP="+sleep)
@@ -60,7 +60,7 @@ func TestReliabilitySlowJobs(t *testing.T) {
 //     detection time. This is the limit of a lease without fencing on the
 //     API's side; the row records it.
 func TestReliabilityPausedWorker(t *testing.T) {
-	t.Parallel() // a long scenario that mostly waits: see the note on TestMain
+	longWaitingScenario(t)
 	for _, tc := range []struct {
 		name      string
 		withJob   bool

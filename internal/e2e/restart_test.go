@@ -41,7 +41,7 @@ func restartMidRun(t *testing.T, poolYAML, queueYAML, sleep string, restart, che
 // NATS restarted mid-run (file storage): the workers reconnect by
 // themselves and every item finishes.
 func TestNATSRestartMidRun(t *testing.T) {
-	t.Parallel() // a long scenario that mostly waits: see the note on TestMain
+	longWaitingScenario(t)
 	f, ids, res, start, restarted := restartMidRun(t, "lease_ttl: 3s", "ack_wait: 3s", "0.02",
 		func(f *fleet) { f.nats.Restart() },
 		func(f *fleet) {
@@ -58,7 +58,7 @@ func TestNATSRestartMidRun(t *testing.T) {
 // pool again by themselves, leases held across the restart are lost at
 // renewal and their jobs handed back, and every item finishes.
 func TestRedisRestartMidRun(t *testing.T) {
-	t.Parallel() // a long scenario that mostly waits: see the note on TestMain
+	longWaitingScenario(t)
 	f, ids, res, start, restarted := restartMidRun(t, "lease_ttl: 2s", "ack_wait: 5s", "0.05", func(f *fleet) { f.redis.Restart() }, nil)
 	// Over-use can only happen inside the restart instant: a job that
 	// started before it may still run while a new lease is granted, until
@@ -70,7 +70,7 @@ func TestRedisRestartMidRun(t *testing.T) {
 // Redis down for a while: no job runs without a lease, nothing is lost,
 // and the fleet resumes by itself.
 func TestRedisDownFailsClosed(t *testing.T) {
-	t.Parallel() // a long scenario that mostly waits: see the note on TestMain
+	longWaitingScenario(t)
 	f := guardedFleetPool(t, "lease_ttl: 2s", "concurrency: 2\nshutdown_grace: 5s", "ack_wait: 3s", "SLEEP=0.05")
 	const n = 60
 	ids := f.publish("b", "exec", n, itemJSON)

@@ -28,13 +28,19 @@ func JetStreamOptions(storeDir string) server.Options {
 }
 
 // NATS is a nats-server embedded in this process. After its first start
-// it keeps its port, so that a restart comes back on it (with its store:
-// file-stored streams survive).
+// it keeps its ports, so that a restart comes back on them (with its
+// store: file-stored streams survive).
 type NATS struct {
 	mu   sync.Mutex
 	opts server.Options
 	srv  *server.Server
+	// hold keeps the client port of a server not started yet bound (see
+	// Reserve), so that nothing else takes it; Start lets it go.
+	hold net.Listener
 }
+
+// NATSReadyTimeout bounds the wait for a started server to accept clients.
+const NATSReadyTimeout = 30 * time.Second
 
 // NewNATS returns a server with options o, not started yet (Start); the
 // nodes of a cluster start together.
@@ -50,28 +56,68 @@ func StartNATS(o server.Options) (*NATS, error) {
 	return n, nil
 }
 
-// Start starts the server and waits until it accepts connections.
+// Reserve picks the client port of a server that starts later and keeps
+// it bound until then, so that its URL can be handed out now.
+func (n *NATS) Reserve() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	l, err := net.Listen("tcp", fmt.Sprintf("%s:0", n.opts.Host))
+	if err != nil {
+		return fmt.Errorf("launch: reserve a client port: %w", err)
+	}
+	n.hold = l
+	n.opts.Port = l.Addr().(*net.TCPAddr).Port
+	return nil
+}
+
+// release lets a reserved client port go.
+func (n *NATS) release() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.hold != nil {
+		_ = n.hold.Close()
+		n.hold = nil
+	}
+}
+
+// Start starts the server and waits until it accepts connections, with
+// JetStream enabled when its options ask for it. Its client and cluster
+// ports are kept for later starts. A server that fails to start says what
+// it logged (it runs with NoLog: nothing is printed).
 func (n *NATS) Start() error {
 	n.mu.Lock()
 	o := n.opts
 	n.mu.Unlock()
 	srv, err := server.NewServer(&o)
 	if err != nil {
-		return fmt.Errorf("launch: nats-server: %w", err)
+		return fmt.Errorf("launch: nats-server %s: %w", o.ServerName, err)
 	}
+	n.release()
+	errs := &errLog{}
+	srv.SetLogger(errs, false, false)
 	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
+	if !srv.ReadyForConnections(NATSReadyTimeout) {
 		srv.Shutdown()
-		return errors.New("launch: nats-server not ready for connections within 10s")
+		return fmt.Errorf("launch: nats-server %s not ready for connections within %s: %s", o.ServerName, NATSReadyTimeout, errs)
+	}
+	// JetStream is enabled before the client listener opens; say so if a
+	// server ever returns without it. (A cluster node has more to do
+	// before JetStream takes requests: natstest.Cluster waits for that.)
+	if o.JetStream && !srv.JetStreamEnabled() {
+		srv.Shutdown()
+		return fmt.Errorf("launch: nats-server %s ready for connections without JetStream enabled", o.ServerName)
 	}
 	n.mu.Lock()
 	n.srv = srv
 	n.opts.Port = srv.Addr().(*net.TCPAddr).Port
+	if a := srv.ClusterAddr(); a != nil {
+		n.opts.Cluster.Port = a.Port
+	}
 	n.mu.Unlock()
 	return nil
 }
 
-// StartAgain starts a server that was shut down, on its old port and
+// StartAgain starts a server that was shut down, on its old ports and
 // store, retrying for up to 10s while the old listener lingers.
 func (n *NATS) StartAgain() error {
 	var err error
@@ -85,9 +131,10 @@ func (n *NATS) StartAgain() error {
 	return fmt.Errorf("launch: restart nats-server on port %d: %w", n.Port(), err)
 }
 
-// Shutdown stops the server and waits until it is down. Safe to call
-// twice.
+// Shutdown stops the server and waits until it is down; a reserved port
+// is let go. Safe to call twice.
 func (n *NATS) Shutdown() {
+	n.release()
 	n.mu.Lock()
 	srv := n.srv
 	n.srv = nil

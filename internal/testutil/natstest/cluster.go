@@ -3,7 +3,6 @@ package natstest
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/url"
 	"strings"
 	"testing"
@@ -98,11 +97,11 @@ func StartClusterPartial(t testing.TB, n, started int) *Cluster {
 			Advertise: noRouteHere,
 		}
 		o.Routes = routes
-		s := &Server{t: t, opts: o}
+		s := &Server{NATS: launch.NewNATS(o), t: t}
 		if i >= started {
 			// A node started later needs its client port now, for URLs:
 			// it is held until the node starts.
-			if err := s.reservePort(); err != nil {
+			if err := s.Reserve(); err != nil {
 				t.Fatalf("natstest: %v", err)
 			}
 		}
@@ -116,7 +115,7 @@ func StartClusterPartial(t testing.TB, n, started int) *Cluster {
 	// to be up.
 	errs := make(chan error, started)
 	for _, s := range c.nodes[:started] {
-		go func() { errs <- s.start() }()
+		go func() { errs <- s.NATS.Start() }()
 	}
 	for range started {
 		if err := <-errs; err != nil {
@@ -133,12 +132,7 @@ func StartClusterPartial(t testing.TB, n, started int) *Cluster {
 // restarts, and points the route proxies to it at its route port.
 func (c *Cluster) pinPorts(i int) {
 	c.t.Helper()
-	s := c.nodes[i]
-	s.mu.Lock()
-	s.opts.Port = s.srv.Addr().(*net.TCPAddr).Port
-	s.opts.Cluster.Port = s.srv.ClusterAddr().Port
-	addr := fmt.Sprintf("127.0.0.1:%d", s.opts.Cluster.Port)
-	s.mu.Unlock()
+	addr := fmt.Sprintf("127.0.0.1:%d", c.nodes[i].Options().Cluster.Port)
 	for j := range c.nodes {
 		if p := c.routes[j][i]; p != nil && p.Target() == "" {
 			if err := p.SetTarget(addr); err != nil {
@@ -372,7 +366,7 @@ func (c *Cluster) moveLeader(subject string, to int, timeout time.Duration, lead
 		return fmt.Errorf("natstest: connect: %w", err)
 	}
 	defer nc.Close()
-	req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": c.nodes[to].opts.ServerName}})
+	req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": c.nodes[to].Options().ServerName}})
 	deadline := time.Now().Add(timeout)
 	for {
 		msg, err := nc.Request(subject, req, time.Until(deadline))
