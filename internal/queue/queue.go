@@ -21,8 +21,9 @@ type Queue struct {
 }
 
 // Open creates or updates the streams, the consumer and the buckets,
-// idempotently: whoever starts first creates them, later starts update them
-// to the same configuration. Workers open the queue this way.
+// idempotently: whoever starts first creates them, later starts read them
+// and update only those whose configuration differs (see holds.go).
+// Workers open the queue this way.
 func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
 	return open(ctx, nc, cfg, true)
 }
@@ -121,6 +122,9 @@ func ensureStream(ctx context.Context, timeout time.Duration, js jetstream.JetSt
 	var s jetstream.Stream
 	var err error
 	if update {
+		if s, err = js.Stream(sctx, cfg.Name); err == nil && streamHolds(s.CachedInfo().Config, cfg) {
+			return s, nil // see holds.go
+		}
 		s, err = js.CreateOrUpdateStream(sctx, cfg)
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			s, err = js.CreateOrUpdateStream(sctx, cfg) // lost a creation race: update
@@ -141,11 +145,15 @@ func ensureConsumer(ctx context.Context, timeout time.Duration, js jetstream.Jet
 	defer cancel()
 	var err error
 	if update {
-		if c, cerr := js.Consumer(sctx, stream, cfg.Durable); cerr == nil && c.CachedInfo().Config.MaxWaiting != cfg.MaxWaiting {
+		if c, cerr := js.Consumer(sctx, stream, cfg.Durable); cerr == nil {
+			have := c.CachedInfo().Config
 			// JetStream cannot change max_waiting on an existing consumer
 			// (one made by an older keyfleet): keep it; the worker says
 			// what it means for a large fleet.
-			cfg.MaxWaiting = c.CachedInfo().Config.MaxWaiting
+			cfg.MaxWaiting = have.MaxWaiting
+			if consumerHolds(have, cfg) {
+				return nil // see holds.go
+			}
 		}
 		_, err = js.CreateOrUpdateConsumer(sctx, stream, cfg)
 	} else if _, err = js.Consumer(sctx, stream, cfg.Durable); errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -163,6 +171,13 @@ func ensureBucket(ctx context.Context, timeout time.Duration, js jetstream.JetSt
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if update {
+		if kv, err := js.KeyValue(sctx, cfg.Bucket); err == nil {
+			if st, err := kv.Status(sctx); err == nil {
+				if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bucketHolds(bs.StreamInfo().Config, cfg) {
+					return kv, nil // see holds.go
+				}
+			}
+		}
 		kv, err := js.CreateOrUpdateKeyValue(sctx, cfg)
 		return kv, noAnswer(ctx, timeout, err)
 	}

@@ -1,0 +1,129 @@
+package queue_test
+
+import (
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil"
+	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
+)
+
+// apiWrites records the JetStream API requests that create or change a
+// stream or a consumer, from the server's API audit advisories.
+type apiWrites struct {
+	mu       sync.Mutex
+	subjects []string
+	all      int
+}
+
+func watchAPIWrites(t *testing.T, nc *nats.Conn) *apiWrites {
+	t.Helper()
+	w := &apiWrites{}
+	sub, err := nc.Subscribe("$JS.EVENT.ADVISORY.API", func(m *nats.Msg) {
+		var a struct {
+			Subject string `json:"subject"`
+		}
+		if json.Unmarshal(m.Data, &a) != nil {
+			return
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.all++
+		for _, op := range []string{".STREAM.CREATE.", ".STREAM.UPDATE.", ".CONSUMER.CREATE.", ".CONSUMER.DURABLE.CREATE."} {
+			if strings.Contains(a.Subject, op) {
+				w.subjects = append(w.subjects, a.Subject)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// counts returns the writes seen and the number of all API requests seen.
+func (w *apiWrites) counts() ([]string, int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.subjects...), w.all
+}
+
+// settle waits until the advisories of the requests made so far are in:
+// one more request, whose own advisory comes after theirs.
+func (w *apiWrites) settle(t *testing.T, q *queue.Queue) {
+	t.Helper()
+	_, before := w.counts()
+	if _, err := q.Consumer(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the API advisories", 10*time.Second, func() bool {
+		_, n := w.counts()
+		return n > before
+	})
+}
+
+// A worker start against a queue that is already as configured only
+// reads; one with a changed setting writes that one thing, and the setting
+// holds.
+func TestOpenWritesOnlyWhatDiffers(t *testing.T) {
+	q, nc := open(t)
+	w := watchAPIWrites(t, nc)
+	for range 3 {
+		if _, err := queue.Open(ctx(t), nc, q.Config()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.settle(t, q)
+	if writes, all := w.counts(); len(writes) != 0 {
+		t.Fatalf("3 opens of an unchanged queue wrote %d times (of %d API requests): %v", len(writes), all, writes)
+	}
+
+	cfg := q.Config()
+	cfg.AckWait = 45 * time.Second
+	if _, err := queue.Open(ctx(t), nc, cfg); err != nil {
+		t.Fatal(err)
+	}
+	w.settle(t, q)
+	writes, _ := w.counts()
+	if len(writes) != 1 || !strings.Contains(writes[0], ".CONSUMER.") {
+		t.Fatalf("an open with a new ack wait wrote %v, want one consumer update", writes)
+	}
+	c, err := q.Consumer(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.CachedInfo().Config.AckWait; got != 45*time.Second {
+		t.Fatalf("ack wait after the open: %s", got)
+	}
+}
+
+// The same on a 3-node cluster with every stream and the consumer on all
+// three nodes: there each write would be a proposal to the meta group.
+func TestOpenWritesNothingOnAnUnchangedClusterQueue(t *testing.T) {
+	c := natstest.StartCluster(t, 3)
+	nc := connectCluster(t, c)
+	cfg := r3
+	cfg.RequestTimeout = 10 * time.Second
+	q, err := queue.Open(ctx(t), nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := watchAPIWrites(t, nc)
+	if _, err := queue.Open(ctx(t), nc, cfg); err != nil {
+		t.Fatal(err)
+	}
+	w.settle(t, q)
+	if writes, all := w.counts(); len(writes) != 0 {
+		t.Fatalf("an open of an unchanged R3 queue wrote %d times (of %d API requests): %v", len(writes), all, writes)
+	}
+}
