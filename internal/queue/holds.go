@@ -32,10 +32,14 @@ func streamHolds(have, want jetstream.StreamConfig) bool {
 // consumerHolds reports whether have, a consumer's configuration as the
 // server reports it, holds every setting of want.
 func consumerHolds(have, want jetstream.ConsumerConfig) bool {
+	ackWait := want.AckWait
+	if len(want.BackOff) > 0 {
+		ackWait = want.BackOff[0] // the server's rule: the first back-off is the ack wait
+	}
 	return have.Durable == want.Durable &&
 		have.Description == want.Description &&
 		have.AckPolicy == want.AckPolicy &&
-		zeroOrEqual(want.AckWait, have.AckWait) &&
+		zeroOrEqual(ackWait, have.AckWait) &&
 		zeroOrEqual(want.MaxDeliver, have.MaxDeliver) &&
 		slices.Equal(have.BackOff, want.BackOff) &&
 		have.FilterSubject == want.FilterSubject &&

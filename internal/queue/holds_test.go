@@ -105,6 +105,19 @@ func TestOpenWritesOnlyWhatDiffers(t *testing.T) {
 	if got := c.CachedInfo().Config.AckWait; got != 45*time.Second {
 		t.Fatalf("ack wait after the open: %s", got)
 	}
+
+	// With a redelivery back-off the server takes its first step as the
+	// ack wait: one write to set it, none after.
+	cfg.RedeliveryBackoff = []time.Duration{2 * time.Second, 10 * time.Second}
+	for range 2 {
+		if _, err := queue.Open(ctx(t), nc, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.settle(t, q)
+	if writes, _ = w.counts(); len(writes) != 2 {
+		t.Fatalf("two opens with a new back-off wrote %v, want one consumer update more", writes)
+	}
 }
 
 // The same on a 3-node cluster with every stream and the consumer on all
