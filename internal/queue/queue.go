@@ -171,12 +171,8 @@ func ensureBucket(ctx context.Context, timeout time.Duration, js jetstream.JetSt
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if update {
-		if kv, err := js.KeyValue(sctx, cfg.Bucket); err == nil {
-			if st, err := kv.Status(sctx); err == nil {
-				if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bucketHolds(bs.StreamInfo().Config, cfg) {
-					return kv, nil // see holds.go
-				}
-			}
+		if kv := bucketAsIs(sctx, js, cfg); kv != nil {
+			return kv, nil // see holds.go
 		}
 		kv, err := js.CreateOrUpdateKeyValue(sctx, cfg)
 		return kv, noAnswer(ctx, timeout, err)
@@ -188,6 +184,25 @@ func ensureBucket(ctx context.Context, timeout time.Duration, js jetstream.JetSt
 		}
 	}
 	return kv, noAnswer(ctx, timeout, err)
+}
+
+// bucketAsIs returns the bucket cfg names when it exists and its
+// configuration holds cfg (see holds.go), else nil: a bucket to create or
+// update, or an error the update will report.
+func bucketAsIs(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) jetstream.KeyValue {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if err != nil {
+		return nil
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok || !bucketHolds(bs.StreamInfo().Config, cfg) {
+		return nil
+	}
+	return kv
 }
 
 // noAnswer says so when err is a step's own timeout (not its caller's).

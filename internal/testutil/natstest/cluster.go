@@ -123,14 +123,14 @@ func StartClusterPartial(t testing.TB, n, started int) *Cluster {
 		}
 	}
 	for i := range started {
-		c.pinPorts(i)
+		c.routeTo(i)
 	}
 	return c
 }
 
-// pinPorts keeps the ports node i bound at its first start, for its
-// restarts, and points the route proxies to it at its route port.
-func (c *Cluster) pinPorts(i int) {
+// routeTo points the route proxies to node i at the route port it bound
+// at its first start (launch.NATS keeps its ports for restarts).
+func (c *Cluster) routeTo(i int) {
 	c.t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", c.nodes[i].Options().Cluster.Port)
 	for j := range c.nodes {
@@ -228,7 +228,7 @@ func (c *Cluster) Restart(i int) {
 func (c *Cluster) StartNode(i int) {
 	c.t.Helper()
 	c.nodes[i].StartAgain()
-	c.pinPorts(i)
+	c.routeTo(i)
 	if 2*c.running() > len(c.nodes) {
 		c.WaitReady(readyTimeout)
 	}
