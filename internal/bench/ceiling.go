@@ -34,15 +34,16 @@ const (
 	jsPullAckResult
 	// jsWorkerCalls: the worker's NATS calls per message, with its
 	// concurrency: 64 slots per consumer, Fetch of exactly the free slots,
-	// one goroutine per message doing a confirmed result publish then a
-	// confirmed ack (DoubleAck) — no Redis, no job.
+	// one goroutine per message committing its result and ack through the
+	// worker's queue.Committer (results confirmed, then acks confirmed by
+	// one flush per batch) — no Redis, no job.
 	jsWorkerCalls
 )
 
 var jsModeNames = map[jsMode]string{
 	jsPullAck:       "ceiling: JetStream pull+ack",
 	jsPullAckResult: "ceiling: JetStream pull+ack+async result publish",
-	jsWorkerCalls:   "ceiling: JetStream, the worker's calls (sync result publish, confirmed ack)",
+	jsWorkerCalls:   "ceiling: JetStream, the worker's calls (committed result + ack)",
 }
 
 // jsCeiling publishes n items exactly as keyfleet enqueues them (same
@@ -156,12 +157,16 @@ func cpuBound(u CPUUse, n int, procs ...string) float64 {
 
 // benchResult is a result record like a worker's for the ceilings.
 func benchResult(q *queue.Queue, msg jetstream.Msg) (subject string, data []byte) {
+	r := benchResultRecord(msg)
+	data, _ = json.Marshal(r)
+	return q.ResultSubject(r.Batch, r.Item), data
+}
+
+func benchResultRecord(msg jetstream.Msg) queue.Result {
 	it, _ := queue.DecodeItem(msg)
 	now := time.Now().UTC()
-	r := queue.Result{Item: it.ID, Batch: it.Batch, Kind: it.Kind, Outcome: queue.OutcomeSucceeded, Attempts: 1,
+	return queue.Result{Item: it.ID, Batch: it.Batch, Kind: it.Kind, Outcome: queue.OutcomeSucceeded, Attempts: 1,
 		Duration: 0.000004, CredentialID: "k0", LeasedAt: now, Output: `{"slept_ms":0}`, Worker: "ceiling", FinishedAt: now}
-	data, _ = json.Marshal(r)
-	return q.ResultSubject(it.Batch, it.ID), data
 }
 
 func consumeBatches(ctx context.Context, q *queue.Queue, cons jetstream.Consumer, got *atomic.Int64, n int, withResult bool) error {
@@ -204,6 +209,8 @@ func consumeBatches(ctx context.Context, q *queue.Queue, cons jetstream.Consumer
 // (the worker keeps one long-lived goroutine per slot).
 func consumeLikeWorker(ctx context.Context, q *queue.Queue, cons jetstream.Consumer, got *atomic.Int64, n int) error {
 	const slots = 64
+	commits := q.NewCommitter()
+	defer commits.Close()
 	free := make(chan struct{}, slots)
 	for range slots {
 		free <- struct{}{}
@@ -239,12 +246,7 @@ func consumeLikeWorker(ctx context.Context, q *queue.Queue, cons jetstream.Consu
 				defer func() { free <- struct{}{}; wg.Done() }()
 				sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				subj, data := benchResult(q, msg)
-				if _, err := q.JetStream().Publish(sctx, subj, data); err != nil {
-					firstErr.CompareAndSwap(nil, fmt.Errorf("bench: result publish: %w", err))
-					return
-				}
-				if err := queue.Ack(sctx, msg); err != nil {
+				if err := commits.Commit(sctx, benchResultRecord(msg), msg); err != nil {
 					firstErr.CompareAndSwap(nil, err)
 					return
 				}

@@ -37,7 +37,7 @@ var throughputScenario = &scenario{
 		{id: "js_pull_ack", name: "ceiling: JetStream pull+ack, 2 consumers", unit: "msgs/s"},
 		{id: "js_pull_ack_cpu_bound", name: "ceiling: JetStream pull+ack if CPU-bound: cores ÷ CPU-s/msg (nats, clients)", unit: "msgs/s"},
 		{id: "js_pull_ack_result", name: "ceiling: JetStream pull+ack + async result publish", unit: "msgs/s", ceiling: "js_pull_ack"},
-		{id: "js_worker_calls", name: "ceiling: JetStream, the worker's calls (sync result publish + confirmed ack, 2×64 in flight)", unit: "msgs/s", ceiling: "js_pull_ack"},
+		{id: "js_worker_calls", name: "ceiling: JetStream, the worker's calls (committed result + ack, 2×64 in flight)", unit: "msgs/s", ceiling: "js_pull_ack"},
 		{id: "redis_evalsha", name: "ceiling: raw EVALSHA (trivial script), 64 clients", unit: "ops/s"},
 		{id: "pool_pairs", name: "pool acquire+release pairs, 64 goroutines (in process)", unit: "pairs/s",
 			ceiling: "redis_evalsha", ceilingScale: 0.5, note: "ceiling: half the raw EVALSHA rate (a pair is 2 scripts)"},

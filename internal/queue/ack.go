@@ -13,6 +13,9 @@ import (
 // each one, so a nil error means it was applied (jetstream.Msg's Nak, Term
 // and InProgress are fire-and-forget; only DoubleAck confirms).
 
+// ackBody is the acknowledgement's protocol body.
+var ackBody = []byte("+ACK")
+
 // Ack acknowledges msg and waits for the server's confirmation.
 func Ack(ctx context.Context, msg jetstream.Msg) error {
 	if err := msg.DoubleAck(ctx); err != nil {

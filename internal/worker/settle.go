@@ -127,18 +127,30 @@ func (w *Worker) againUnlessDraining(pullCtx context.Context, d *delivery) bool 
 }
 
 // succeed stores the result, then acks: a crash in between reruns the item
-// and overwrites the same result, so nothing is counted twice.
+// and overwrites the same result, so nothing is counted twice. The
+// committer does both for many items at once; whichever half of that
+// failed is then retried alone, item by item, until the settle context
+// ends.
 func (w *Worker) succeed(ctx context.Context, d *delivery, r runResult) {
 	attempt := d.runs.cur.Runs
 	res := w.result(d.it, queue.OutcomeSucceeded, attempt, r.dur, r.credID, "", r.out)
 	res.LeasedAt = r.leasedAt.UTC()
-	if err := w.retry(ctx, "storing the result", d.log, func(c context.Context) error { return w.q.PutResult(c, res) }); err != nil {
-		d.log.Error("could not store the result: the item will run again", zap.Error(err))
-		w.settleRun(ctx, d)
-		w.nak(d, 0)
-		return
+	err := w.commits.Commit(ctx, res, d.msg)
+	if errors.Is(err, queue.ErrResultNotStored) {
+		d.log.Warn("storing the result failed; retrying", zap.Error(err))
+		err = w.retry(ctx, "storing the result", d.log, func(c context.Context) error { return w.q.PutResult(c, res) })
+		if err != nil {
+			d.log.Error("could not store the result: the item will run again", zap.Error(err))
+			w.settleRun(ctx, d)
+			w.nak(d, 0)
+			return
+		}
+		err = queue.ErrAckNotConfirmed
 	}
-	if err := w.retry(ctx, "acknowledging", d.log, func(c context.Context) error { return queue.Ack(c, d.msg) }); err != nil {
+	if err != nil {
+		err = w.retry(ctx, "acknowledging", d.log, func(c context.Context) error { return queue.Ack(c, d.msg) })
+	}
+	if err != nil {
 		d.log.Error("could not acknowledge: the item will run again after its ack wait", zap.Error(err))
 		w.settleRun(ctx, d)
 		return

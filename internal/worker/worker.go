@@ -47,6 +47,7 @@ type Worker struct {
 	nc        *nats.Conn
 	q         *queue.Queue
 	cons      jetstream.Consumer
+	commits   *queue.Committer
 	rdb       redis.UniversalClient
 	pipeliner *redis.AutoPipeliner // nil where the client has none
 	pool      *creds.Pool
@@ -176,6 +177,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			"a fleet of more workers than a quarter of this sees 'Exceeded MaxWaiting'; delete the consumer while no worker runs to recreate it",
 			zap.String("consumer", w.q.Config().Consumer), zap.Int("max_waiting", mw), zap.Int("want", queue.ConsumerMaxWaiting))
 	}
+	w.commits = w.q.NewCommitter()
 	w.setStarting("connecting to Redis")
 	w.rdb, err = connect.Redis(ctx, cfg.Redis, cfg.Worker.Concurrency+16, 5*time.Second)
 	if err != nil {
@@ -338,6 +340,9 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) closeConns() {
 	if w.keeper != nil {
 		w.keeper.close()
+	}
+	if w.commits != nil {
+		w.commits.Close()
 	}
 	if w.pool != nil {
 		_ = w.pool.Close()
