@@ -230,13 +230,17 @@ local function reindex(id, now, c)
     redis.call('ZREM', K_SCHED, id)
     return -1
   end
+  -- A credential is in at most one of the two (only this function writes
+  -- them), so one that was already where it belongs needs no removal.
   local t = fit_at(id, c, now, 1)
   if t == now then
-    redis.call('ZADD', K_READY, c.last, id)
-    redis.call('ZREM', K_SCHED, id)
+    if redis.call('ZADD', K_READY, c.last, id) == 1 then
+      redis.call('ZREM', K_SCHED, id)
+    end
   elseif t > now then
-    redis.call('ZADD', K_SCHED, n2s(t), id)
-    redis.call('ZREM', K_READY, id)
+    if redis.call('ZADD', K_SCHED, n2s(t), id) == 1 then
+      redis.call('ZREM', K_READY, id)
+    end
   else
     redis.call('ZREM', K_READY, id)
     redis.call('ZREM', K_SCHED, id)
