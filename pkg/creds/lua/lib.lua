@@ -157,13 +157,23 @@ end
 -- Credential state
 ---------------------------------------------------------------------------
 
+-- cred_cache: when a script sets it to a table, load keeps each
+-- credential's state there for the rest of the call, so that several
+-- operations on one credential read its hash and count its leases once.
+-- Whatever changes that state in such a script goes through the loaded
+-- table (grant, set_rest, end_lease, the pacing functions do).
+local cred_cache = nil
+
 local function load(id)
+  if cred_cache and cred_cache[id] then
+    return cred_cache[id]
+  end
   local c = redis.call('HMGET', k_cred(id), 'max', 'limits', 'disabled', 'pace_us', 'pace_tat', 'rest_until', 'last',
     'starts', 'pace_floor')
   if not c[1] then
     return nil
   end
-  return {
+  c = {
     max = tonumber(c[1]) or 1,
     limits = parse_limits(c[2]),
     disabled = c[3] == '1',
@@ -174,6 +184,10 @@ local function load(id)
     starts = tonumber(c[8] or '0') or 0,
     pace_floor = tonumber(c[9] or '0') or 0,
   }
+  if cred_cache then
+    cred_cache[id] = c
+  end
+  return c
 end
 
 -- held returns the live leases of credential id (state c), counted once
@@ -268,6 +282,7 @@ end
 -- set_rest makes the credential rest until now+dur_us (never shortening a
 -- longer rest in place); returns the end.
 local function set_rest(id, now, dur_us, reason, cause, c)
+  c = c or (cred_cache and cred_cache[id])
   local until_us = now + dur_us
   local cur = rest_until(id, now)
   if cur >= until_us then
@@ -333,6 +348,10 @@ local function end_lease(id, member, now)
     return false
   end
   redis.call('ZREM', lk, member)
+  local c = cred_cache and cred_cache[id]
+  if c and c.held and exp > now then
+    c.held = c.held - 1
+  end
   return exp > now
 end
 
@@ -409,7 +428,7 @@ local function paced_success(id, c)
   local pace = math.max(c.pace_us * (1 - PACE_NARROW), floor * PACE_NEAR)
   if floor < PACE_OFF_US then
     redis.call('HDEL', k_cred(id), 'pace_us', 'pace_tat', 'pace_floor', 'pace_streak', 'pace_widened')
-    c.pace_us = 0
+    c.pace_us, c.pace_tat, c.pace_floor = 0, 0, 0
   else
     redis.call('HSET', k_cred(id), 'pace_us', n2s(pace), 'pace_floor', n2s(floor), 'pace_streak', 0)
     c.pace_us = pace

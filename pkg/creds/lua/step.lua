@@ -42,6 +42,7 @@
 --   queued: how many of this handle's waiters are in the fleet's queue
 --          (-1: not counted, flag 'q' not given)
 local now = now_us()
+cred_cache = {}
 local inst, lease_ttl, claim_ttl, alive_ttl, group, flags =
   ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local results = {}
