@@ -246,18 +246,27 @@ local function reindex(id, now, c)
   end
   -- A credential is in at most one of the two (only this function writes
   -- them), so one that was already where it belongs needs no removal.
+  -- c.idx and c.idx_at remember what this call wrote, so that a cached
+  -- credential reindexed again to the same place costs nothing.
   local t = fit_at(id, c, now, 1)
   if t == now then
-    if redis.call('ZADD', K_READY, c.last, id) == 1 then
-      redis.call('ZREM', K_SCHED, id)
+    if c.idx ~= 'r' or c.idx_at ~= c.last then
+      if redis.call('ZADD', K_READY, c.last, id) == 1 then
+        redis.call('ZREM', K_SCHED, id)
+      end
+      c.idx, c.idx_at = 'r', c.last
     end
   elseif t > now then
-    if redis.call('ZADD', K_SCHED, n2s(t), id) == 1 then
-      redis.call('ZREM', K_READY, id)
+    if c.idx ~= 's' or c.idx_at ~= t then
+      if redis.call('ZADD', K_SCHED, n2s(t), id) == 1 then
+        redis.call('ZREM', K_READY, id)
+      end
+      c.idx, c.idx_at = 's', t
     end
   else
     redis.call('ZREM', K_READY, id)
     redis.call('ZREM', K_SCHED, id)
+    c.idx, c.idx_at = nil, nil
   end
   return t
 end
@@ -541,11 +550,27 @@ end
 -- ready ones. Returns id, state; or nil, hol, allowed: hol is the earliest
 -- moment one of them takes `cost` (-1: none known), allowed whether any
 -- examined credential was one the waiter may use.
+-- in_group: whether group ('' for all) holds credential id; asked of
+-- Redis once per call and pair (groups change only in join.lua).
+local group_cache = {}
+local function in_group(group, id)
+  if group == '' then
+    return true
+  end
+  local k = group .. '|' .. id
+  local v = group_cache[k]
+  if v == nil then
+    v = redis.call('SISMEMBER', k_grp(group), id) == 1
+    group_cache[k] = v
+  end
+  return v
+end
+
 local function pick(now, cost, group)
   local cands = redis.call('ZRANGE', K_READY, 0, CANDIDATES - 1)
   local hol, allowed = -1, false
   for _, id in ipairs(cands) do
-    if group == '' or redis.call('SISMEMBER', k_grp(group), id) == 1 then
+    if in_group(group, id) then
       allowed = true
       local c = load(id)
       local t = -1
