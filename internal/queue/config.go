@@ -49,7 +49,8 @@ type Config struct {
 	// updating or looking up one stream, the consumer, the bucket) and
 	// Consumer (default 5s, the JetStream client's own default): a cluster
 	// without a meta leader leaves requests unanswered, and a step that
-	// gets no answer fails soon, to be tried again (see Startup).
+	// gets no answer fails soon, to be tried again (see Startup). It also
+	// bounds the confirmations of one Committer batch.
 	RequestTimeout time.Duration
 }
 
