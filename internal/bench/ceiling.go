@@ -209,7 +209,7 @@ func consumeBatches(ctx context.Context, q *queue.Queue, cons jetstream.Consumer
 // (the worker keeps one long-lived goroutine per slot).
 func consumeLikeWorker(ctx context.Context, q *queue.Queue, cons jetstream.Consumer, got *atomic.Int64, n int) error {
 	const slots = 64
-	commits := q.NewCommitter()
+	commits := q.NewCommitter(queue.CommitterOptions{})
 	defer commits.Close()
 	free := make(chan struct{}, slots)
 	for range slots {

@@ -28,6 +28,7 @@ type Metrics struct {
 	DeadLetters      *prometheus.CounterVec // kind, reason
 	RedisUnavailable prometheus.Counter
 	FetchBatch       prometheus.Histogram
+	CommitBatch      prometheus.Histogram
 }
 
 // New registers the metrics in a fresh registry, with the Go and process
@@ -79,12 +80,17 @@ func New() *Metrics {
 			Help:    "Messages received per pull request (each asks for as many as there are free slots).",
 			Buckets: []float64{0, 1, 2, 4, 8, 16, 32, 64, 128, 256},
 		}),
+		CommitBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "keyfleet_commit_items",
+			Help:    "Succeeded items per group commit (results stored, then their acks confirmed together).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
+		}),
 		RedisUnavailable: counter("keyfleet_redis_unavailable_total",
 			"Credential acquisitions that failed because Redis could not be reached (no job runs then)."),
 	}
 	r.MustRegister(m.Items, m.JobDuration, m.CredentialWait, m.Attempts, m.InFlight, m.Cooldowns,
 		m.Rejections, m.SlotsBusy, m.Slots, m.Redeliveries, m.LeaseRenewFails, m.LeasesLost,
-		m.MessagesLost, m.DeadLetters, m.RedisUnavailable, m.FetchBatch)
+		m.MessagesLost, m.DeadLetters, m.RedisUnavailable, m.FetchBatch, m.CommitBatch)
 	return m
 }
 

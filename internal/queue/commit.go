@@ -35,10 +35,17 @@ var (
 // rerun stores the same result again.
 type Committer struct {
 	q       *Queue
+	opts    CommitterOptions
 	reqs    chan *commitReq
 	stop    chan struct{}
 	stopped chan struct{}
 	timeout time.Duration
+}
+
+// CommitterOptions tune a Committer.
+type CommitterOptions struct {
+	// Observe, if set, is called with the size of every batch.
+	Observe func(items int)
 }
 
 type commitReq struct {
@@ -55,9 +62,10 @@ const maxCommitBatch = 512
 
 // NewCommitter starts a Committer; Close ends it. Each batch has
 // RequestTimeout to be confirmed.
-func (q *Queue) NewCommitter() *Committer {
+func (q *Queue) NewCommitter(o CommitterOptions) *Committer {
 	c := &Committer{
 		q:       q,
+		opts:    o,
 		reqs:    make(chan *commitReq), // unbuffered: taken means answered
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
@@ -120,6 +128,9 @@ func (c *Committer) run() {
 			default:
 				break more
 			}
+		}
+		if c.opts.Observe != nil {
+			c.opts.Observe(len(batch))
 		}
 		c.commit(batch)
 	}

@@ -3,6 +3,7 @@ package queue_test
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,7 +56,8 @@ func TestCommitStoresResultsThenAcks(t *testing.T) {
 	q, _ := open(t)
 	const n = 300
 	msgs := fetchAll(t, q, n)
-	c := q.NewCommitter()
+	var observed atomic.Int64
+	c := q.NewCommitter(queue.CommitterOptions{Observe: func(items int) { observed.Add(int64(items)) }})
 	defer c.Close()
 	var wg sync.WaitGroup
 	errs := make([]error, n)
@@ -77,6 +79,9 @@ func TestCommitStoresResultsThenAcks(t *testing.T) {
 	}
 	if got != n {
 		t.Fatalf("%d results stored, want %d", got, n)
+	}
+	if o := observed.Load(); o != n {
+		t.Fatalf("the batches observed hold %d items, want %d", o, n)
 	}
 	testutil.WaitFor(t, "every message acknowledged", 10*time.Second, func() bool { return ackPending(t, q) == 0 })
 	st, err := q.Stats(ctx(t))
@@ -105,7 +110,7 @@ func TestCommitAcksNothingWhoseResultIsNotStored(t *testing.T) {
 	if _, err := q.JetStream().UpdateStream(ctx(t), cfg); err != nil {
 		t.Fatal(err)
 	}
-	c := q.NewCommitter()
+	c := q.NewCommitter(queue.CommitterOptions{})
 	defer c.Close()
 	err = c.Commit(ctx(t), succeeded(t, msgs[0]), msgs[0])
 	if !errors.Is(err, queue.ErrResultNotStored) {
@@ -124,7 +129,7 @@ func TestCommitAcksNothingWhoseResultIsNotStored(t *testing.T) {
 func TestCommitAfterCloseFails(t *testing.T) {
 	q, _ := open(t)
 	msgs := fetchAll(t, q, 1)
-	c := q.NewCommitter()
+	c := q.NewCommitter(queue.CommitterOptions{})
 	c.Close()
 	c.Close() // twice is fine
 	if err := c.Commit(ctx(t), succeeded(t, msgs[0]), msgs[0]); !errors.Is(err, queue.ErrResultNotStored) {

@@ -177,7 +177,9 @@ func (w *Worker) Start(ctx context.Context) error {
 			"a fleet of more workers than a quarter of this sees 'Exceeded MaxWaiting'; delete the consumer while no worker runs to recreate it",
 			zap.String("consumer", w.q.Config().Consumer), zap.Int("max_waiting", mw), zap.Int("want", queue.ConsumerMaxWaiting))
 	}
-	w.commits = w.q.NewCommitter()
+	w.commits = w.q.NewCommitter(queue.CommitterOptions{
+		Observe: func(n int) { w.metrics.CommitBatch.Observe(float64(n)) },
+	})
 	w.setStarting("connecting to Redis")
 	w.rdb, err = connect.Redis(ctx, cfg.Redis, cfg.Worker.Concurrency+16, 5*time.Second)
 	if err != nil {
