@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,6 +39,7 @@ type Committer struct {
 	opts    CommitterOptions
 	reqs    chan *commitReq
 	stop    chan struct{}
+	stopOne sync.Once
 	stopped chan struct{}
 	timeout time.Duration
 }
@@ -100,13 +102,10 @@ func (c *Committer) Commit(ctx context.Context, r Result, msg jetstream.Msg) err
 }
 
 // Close ends the Committer after the batch on its way; a Commit not yet
-// taken fails with ErrResultNotStored.
+// taken fails with ErrResultNotStored. It may be called more than once,
+// from any goroutine.
 func (c *Committer) Close() {
-	select {
-	case <-c.stop:
-	default:
-		close(c.stop)
-	}
+	c.stopOne.Do(func() { close(c.stop) })
 	<-c.stopped
 }
 
