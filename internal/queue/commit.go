@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -41,7 +40,6 @@ type Committer struct {
 	stop    chan struct{}
 	stopOne sync.Once
 	stopped chan struct{}
-	timeout time.Duration
 }
 
 // CommitterOptions tune a Committer.
@@ -71,7 +69,6 @@ func (q *Queue) NewCommitter(o CommitterOptions) *Committer {
 		reqs:    make(chan *commitReq), // unbuffered: taken means answered
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
-		timeout: q.cfg.RequestTimeout,
 	}
 	go c.run()
 	return c
@@ -138,7 +135,8 @@ func (c *Committer) run() {
 // commit stores the batch's results, acknowledges the messages of those
 // stored, and answers every request.
 func (c *Committer) commit(batch []*commitReq) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	timeout := c.q.cfg.RequestTimeout
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	errs := make([]error, len(batch))
 	futures := make([]jetstream.PubAckFuture, len(batch))
@@ -159,7 +157,7 @@ func (c *Committer) commit(batch []*commitReq) {
 		case err := <-f.Err():
 			errs[i] = fmt.Errorf("%w: %q: %w", ErrResultNotStored, batch[i].item, err)
 		case <-ctx.Done():
-			errs[i] = fmt.Errorf("%w: %q: no confirmation within %s", ErrResultNotStored, batch[i].item, c.timeout)
+			errs[i] = fmt.Errorf("%w: %q: no confirmation within %s", ErrResultNotStored, batch[i].item, timeout)
 		}
 	}
 	acked := false

@@ -135,24 +135,7 @@ func (w *Worker) succeed(ctx context.Context, d *delivery, r runResult) {
 	attempt := d.runs.cur.Runs
 	res := w.result(d.it, queue.OutcomeSucceeded, attempt, r.dur, r.credID, "", r.out)
 	res.LeasedAt = r.leasedAt.UTC()
-	err := w.commits.Commit(ctx, res, d.msg)
-	if errors.Is(err, queue.ErrResultNotStored) {
-		d.log.Warn("storing the result failed; retrying", zap.Error(err))
-		err = w.retry(ctx, "storing the result", d.log, func(c context.Context) error { return w.q.PutResult(c, res) })
-		if err != nil {
-			d.log.Error("could not store the result: the item will run again", zap.Error(err))
-			w.settleRun(ctx, d)
-			w.nak(d, 0)
-			return
-		}
-		err = queue.ErrAckNotConfirmed
-	}
-	if err != nil {
-		err = w.retry(ctx, "acknowledging", d.log, func(c context.Context) error { return queue.Ack(c, d.msg) })
-	}
-	if err != nil {
-		d.log.Error("could not acknowledge: the item will run again after its ack wait", zap.Error(err))
-		w.settleRun(ctx, d)
+	if err := w.commits.Commit(ctx, res, d.msg); err != nil && !w.commitAlone(ctx, d, res, err) {
 		return
 	}
 	if err := d.runs.done(ctx); err != nil {
@@ -162,6 +145,28 @@ func (w *Worker) succeed(ctx context.Context, d *delivery, r runResult) {
 	w.metrics.Items.WithLabelValues(d.it.Kind, "succeeded").Inc()
 	w.metrics.Attempts.WithLabelValues(d.it.Kind, "succeeded").Observe(float64(attempt))
 	d.log.Debug("item done", zap.Duration("took", r.dur))
+}
+
+// commitAlone finishes, item by item, the half of a group commit that
+// failed (err says which): the result and then the ack, or the ack alone.
+// It reports whether the item is acknowledged; if not, it has handed the
+// item back or left it to its ack wait.
+func (w *Worker) commitAlone(ctx context.Context, d *delivery, res queue.Result, err error) bool {
+	if errors.Is(err, queue.ErrResultNotStored) {
+		d.log.Warn("storing the result failed; retrying", zap.Error(err))
+		if err := w.retry(ctx, "storing the result", d.log, func(c context.Context) error { return w.q.PutResult(c, res) }); err != nil {
+			d.log.Error("could not store the result: the item will run again", zap.Error(err))
+			w.settleRun(ctx, d)
+			w.nak(d, 0)
+			return false
+		}
+	}
+	if err := w.retry(ctx, "acknowledging", d.log, func(c context.Context) error { return queue.Ack(c, d.msg) }); err != nil {
+		d.log.Error("could not acknowledge: the item will run again after its ack wait", zap.Error(err))
+		w.settleRun(ctx, d)
+		return false
+	}
+	return true
 }
 
 // deadLetter gives up on an item that never ran (or whose runs never
