@@ -608,45 +608,42 @@ func decodeStep(reply any, nops int) (stepReply, error) {
 	return r, nil
 }
 
+// decodeGrant reads a grant of the step's reply (grant_reply in
+// lua/lib.lua): "wid|id|token|expiry_us|cost|granted_us|owner", or "wid|"
+// for a grant lost unclaimed. Its strings share the reply's memory.
 func decodeGrant(e any) (grant, error) {
-	f, ok := e.([]any)
-	if !ok || len(f) < 2 {
+	s, ok := e.(string)
+	if !ok {
 		return grant{}, fmt.Errorf("unexpected shape %T", e)
 	}
 	var g grant
-	if g.wid, ok = f[0].(string); !ok {
-		return g, fmt.Errorf("waiter is %T", f[0])
+	var f [5]string
+	rest := s
+	if g.wid, rest, ok = strings.Cut(rest, "|"); !ok {
+		return g, fmt.Errorf("%q has no credential", s)
 	}
-	if g.id, ok = f[1].(string); !ok {
-		return g, fmt.Errorf("credential is %T", f[1])
-	}
-	if len(f) == 2 && g.id == "lost" {
+	if rest == "" {
 		g.lost = true
 		return g, nil
 	}
-	if len(f) != 7 {
-		return g, fmt.Errorf("%d fields, want 7", len(f))
+	for i := range f {
+		if f[i], rest, ok = strings.Cut(rest, "|"); !ok {
+			return g, fmt.Errorf("%q has %d fields, want 7", s, i+2)
+		}
 	}
-	at, err := ratelimit.Int64(f[6])
-	if err != nil {
-		return g, fmt.Errorf("grant time: %w", err)
+	g.id, g.owner = f[0], rest
+	var tok, exp, at int64
+	var err error
+	for _, v := range []struct {
+		dst  *int64
+		text string
+		what string
+	}{{&tok, f[1], "token"}, {&exp, f[2], "expiry"}, {&g.cost, f[3], "cost"}, {&at, f[4], "grant time"}} {
+		if *v.dst, err = strconv.ParseInt(v.text, 10, 64); err != nil {
+			return g, fmt.Errorf("%s: not an integer: %q", v.what, v.text)
+		}
 	}
-	g.at = time.UnixMicro(at)
-	tok, err := ratelimit.Int64(f[2])
-	if err != nil {
-		return g, fmt.Errorf("token: %w", err)
-	}
-	exp, err := ratelimit.Int64(f[3])
-	if err != nil {
-		return g, fmt.Errorf("expiry: %w", err)
-	}
-	if g.cost, err = ratelimit.Int64(f[4]); err != nil {
-		return g, fmt.Errorf("cost: %w", err)
-	}
-	if g.owner, ok = f[5].(string); !ok {
-		return g, fmt.Errorf("owner is %T", f[5])
-	}
-	g.token, g.expires = uint64(tok), time.UnixMicro(exp)
+	g.token, g.expires, g.at = uint64(tok), time.UnixMicro(exp), time.UnixMicro(at)
 	return g, nil
 }
 

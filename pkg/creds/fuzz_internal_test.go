@@ -4,6 +4,7 @@ import (
 	"sort"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/keyfleet/keyfleet/internal/testutil/fuzzreply"
 )
@@ -62,9 +63,9 @@ func FuzzDecodeStats(f *testing.F) {
 // grant's fencing member is "<token>|<owner>".
 func FuzzDecodeStep(f *testing.F) {
 	for _, v := range []any{
-		[]any{"1700000000000000", []any{[]any{int64(0)}, []any{int64(1)}}, []any{[]any{"ab.1", "key-a", "42", "1700000030000000", "1", "w/x|y", "1700000000000000"}}, "-1", int64(2)},
-		[]any{"1", []any{[]any{int64(-2), "6000"}, []any{int64(-3), "-1"}}, []any{[]any{"ab.2", "lost"}}, "0", int64(0)},
-		[]any{"1", []any{}, []any{[]any{"ab.1", "key-a", "99999999999999999999", "1", "1", "o", "1"}}, "5", int64(0)},
+		[]any{"1700000000000000", []any{[]any{int64(0)}, []any{int64(1)}}, []any{"ab.1|key-a|42|1700000030000000|1|1700000000000000|w/x|y"}, "-1", int64(2)},
+		[]any{"1", []any{[]any{int64(-2), "6000"}, []any{int64(-3), "-1"}}, []any{"ab.2|"}, "0", int64(0)},
+		[]any{"1", []any{}, []any{"ab.1|key-a|99999999999999999999|1|1|1|o", "ab.1|key-a|1|2|3"}, "5", int64(0)},
 		[]any{"1", []any{[]any{}}, []any{}, "5", int64(0)},
 		[]any{int64(1)},
 	} {
@@ -85,4 +86,24 @@ func FuzzDecodeStep(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A grant's fields come back as the script wrote them; an owner may hold
+// '|'; "wid|" is a lost grant; anything shorter or not a number is an
+// error naming the field.
+func TestDecodeGrant(t *testing.T) {
+	g, err := decodeGrant("ab.1|key-a|42|1700000030000000|3|1700000000000000|w-1/item|x")
+	want := grant{wid: "ab.1", id: "key-a", token: 42, expires: time.UnixMicro(1700000030000000), cost: 3,
+		owner: "w-1/item|x", at: time.UnixMicro(1700000000000000)}
+	if err != nil || g != want {
+		t.Fatalf("decodeGrant = %+v, %v; want %+v", g, err, want)
+	}
+	if g, err := decodeGrant("ab.2|"); err != nil || !g.lost || g.wid != "ab.2" {
+		t.Fatalf("lost grant: %+v, %v", g, err)
+	}
+	for _, bad := range []any{"ab.1", "ab.1|key-a|42|1|3", "ab.1|key-a|x|1|3|1|o", "ab.1|key-a|1|1|3|1.5|o", int64(1)} {
+		if g, err := decodeGrant(bad); err == nil {
+			t.Errorf("decodeGrant(%#v) = %+v, want an error", bad, g)
+		}
+	}
 }

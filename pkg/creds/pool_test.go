@@ -55,6 +55,45 @@ func TestHammerNeverExceedsLimits(t *testing.T) {
 	t.Logf("served %d acquisitions in 3s across 64 goroutines", total)
 }
 
+// Fencing tokens never repeat, however many leases one step grants: 2
+// handles × 32 goroutines take 20 leases each (a step takes its tokens
+// from Redis in blocks), and every lease has a token of its own.
+func TestFencingTokensAreUnique(t *testing.T) {
+	e := newEnv(t)
+	pools := []*creds.Pool{e.pool(), e.pool()}
+	e.register(pools[0], creds.Credential{ID: "a", MaxConcurrent: 16}, creds.Credential{ID: "b", MaxConcurrent: 16})
+	var mu sync.Mutex
+	seen := map[uint64]string{}
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Go(func() {
+			p := pools[g%2]
+			for i := range 20 {
+				owner := fmt.Sprintf("g%d/%d", g, i)
+				l, err := p.Acquire(ctxT(t, 10*time.Second), owner)
+				if err != nil {
+					t.Errorf("acquire for %s: %v", owner, err)
+					return
+				}
+				mu.Lock()
+				if other, dup := seen[l.Token]; dup {
+					t.Errorf("token %d granted to %s and to %s", l.Token, other, owner)
+				}
+				seen[l.Token] = owner
+				mu.Unlock()
+				if err := p.Release(context.Background(), l); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != 64*20 {
+		t.Fatalf("%d distinct tokens for %d leases", len(seen), 64*20)
+	}
+}
+
 func TestReleaseWakesWaiter(t *testing.T) {
 	for _, sameHandle := range []bool{true, false} {
 		t.Run(fmt.Sprintf("same_handle=%v", sameHandle), func(t *testing.T) {

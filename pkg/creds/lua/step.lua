@@ -35,9 +35,9 @@
 --      not served; wait_us -1 when only a release can help)
 --   X: {0} left the queue | {1} its grant was handed back | {2} unknown
 --   R: {1} done | {0} the lease was not live
---   grant: {wid, id, token, expiry_us, cost, owner, granted_us} leases now held by this
---          handle (claimed grants and its own waiters served), or {wid,
---          'lost'} for a grant whose claim TTL ran out
+--   grant: 'wid|id|token|expiry_us|cost|granted_us|owner' (grant_reply),
+--          a lease now held by this handle (claimed grants and its own
+--          waiters served), or 'wid|' for a grant whose claim TTL ran out
 --   timer_us: run a step again in this many us (-1: not this handle's job)
 --   queued: how many of this handle's waiters are in the fleet's queue
 --          (-1: not counted, flag 'q' not given)
@@ -69,7 +69,7 @@ while i <= #ARGV do
       local id, c = pick(now, cost, group)
       if id then
         local token, exp = grant(id, c, now, owner, cost, lease_ttl)
-        fast[#fast + 1] = {wid, id, token, n2s(exp), n2s(cost), owner, n2s(now)}
+        fast[#fast + 1] = grant_reply(wid, id, token, n2s(exp), n2s(cost), n2s(now), owner)
         results[#results + 1] = {1}
         granted = true
       end
@@ -185,9 +185,9 @@ if #pending > 0 then
     if id and exp > now then
       local new_exp = now + lease_ttl
       redis.call('ZADD', lk, 'XX', n2s(new_exp), member)
-      grants[#grants + 1] = {wid, id, token, n2s(new_exp), cost, owner, at}
+      grants[#grants + 1] = grant_reply(wid, id, token, n2s(new_exp), cost, at, owner)
     else
-      grants[#grants + 1] = {wid, 'lost'}
+      grants[#grants + 1] = wid .. '|'
     end
   end
 end
