@@ -7,9 +7,12 @@ import (
 	"time"
 )
 
-// Sleep waits d. It returns nil when d has passed, or context.Cause(ctx)
-// as soon as ctx ends.
+// Sleep waits d (d ≤ 0: not at all). It returns nil when d has passed,
+// or context.Cause(ctx) as soon as ctx ends.
 func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return context.Cause(ctx) // no timer for nothing to wait
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -31,3 +31,15 @@ func TestSleepEndsWithTheContext(t *testing.T) {
 		t.Fatalf("Sleep returned after %s on an ended context", got)
 	}
 }
+
+func TestSleepNothing(t *testing.T) {
+	if err := ctxsleep.Sleep(t.Context(), 0); err != nil {
+		t.Fatalf("Sleep(0) = %v, want nil", err)
+	}
+	why := errors.New("stopped")
+	ctx, cancel := context.WithCancelCause(t.Context())
+	cancel(why)
+	if err := ctxsleep.Sleep(ctx, -time.Second); !errors.Is(err, why) {
+		t.Fatalf("Sleep(-1s) after the context ended = %v, want its cause", err)
+	}
+}
