@@ -54,9 +54,6 @@ func (w *Worker) pull(pullCtx, runCtx context.Context, slots *sync.WaitGroup) {
 	// Fetch goroutines report failed fetches here; only this loop uses the
 	// consumer handle and the backoff.
 	failed := make(chan error, maxFetches)
-	fetchEnded := make(chan struct{}, 1)
-	linger := time.NewTimer(time.Hour)
-	linger.Stop()
 	for {
 		select {
 		case err := <-failed:
@@ -87,15 +84,6 @@ func (w *Worker) pull(pullCtx, runCtx context.Context, slots *sync.WaitGroup) {
 				break more
 			}
 		}
-		if n < batchFloor(c) && len(fetches) > 1 {
-			// Another fetch is on its way: gather a few more free slots
-			// first, so that a busy worker makes fewer, larger fetches
-			// (each one a subscription and a pull request on the server).
-			n = gatherSlots(pullCtx, free, fetchEnded, n, batchFloor(c), linger)
-			if pullCtx.Err() != nil {
-				return
-			}
-		}
 		batch, err := w.cons.Fetch(n, jetstream.FetchMaxWait(pullWait))
 		if err == nil {
 			backoff.reset()
@@ -110,13 +98,7 @@ func (w *Worker) pull(pullCtx, runCtx context.Context, slots *sync.WaitGroup) {
 		inFlight.Add(1)
 		go func() {
 			defer inFlight.Done()
-			defer func() {
-				<-fetches
-				select {
-				case fetchEnded <- struct{}{}:
-				default:
-				}
-			}()
+			defer func() { <-fetches }()
 			got := 0
 			for msg := range batch.Messages() {
 				got++
@@ -144,37 +126,6 @@ func (w *Worker) pull(pullCtx, runCtx context.Context, slots *sync.WaitGroup) {
 		}()
 	}
 }
-
-// gatherSlots waits up to fetchLinger for more free slots, until it holds
-// want, a fetch in flight ends (its slots may come back, and the server
-// holds one fewer request) or pullCtx ends; it returns how many it holds.
-func gatherSlots(pullCtx context.Context, free, fetchEnded chan struct{}, n, want int, linger *time.Timer) int {
-	linger.Reset(fetchLinger)
-	defer linger.Stop()
-	for n < want {
-		select {
-		case <-free:
-			n++
-		case <-fetchEnded:
-			return n
-		case <-linger.C:
-			return n
-		case <-pullCtx.Done():
-			return n
-		}
-	}
-	return n
-}
-
-// batchFloor is how many free slots a worker of c slots gathers before a
-// fetch while another one is in flight: a quarter of them, so that a
-// worker of few slots never waits.
-func batchFloor(c int) int { return max(c/4, 1) }
-
-// fetchLinger bounds that wait, the most a free slot waits for a fetch.
-// While the stream is empty nothing waits: the fetch in flight is one the
-// server has not filled, and it takes new messages as they come.
-const fetchLinger = 2 * time.Millisecond
 
 // maxFetches bounds the fetches a worker has in flight at once; the
 // consumer's max_waiting is sized for it.
