@@ -313,8 +313,10 @@ local FENCE_FLOOR = 1e15
 -- FENCE_BLOCK: tokens a call takes from the counter at once, so that a
 -- step granting many leases pays one INCRBY, not one INCR a grant. What a
 -- call does not use is skipped: tokens only need to increase. The counter
--- then grows by at most FENCE_BLOCK a step, still far slower than the
--- clock's microseconds (see next_token) below 100,000 steps a second.
+-- then grows by at most FENCE_BLOCK a call, which stays slower than the
+-- clock's microseconds (what next_token falls back to) as long as Redis
+-- runs fewer than 125,000 granting calls a second, several times what one
+-- Redis can.
 local FENCE_BLOCK = 8
 local fence_next, fence_last = 0, -1
 
