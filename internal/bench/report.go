@@ -106,7 +106,7 @@ func formatValue(v float64, unit string) string {
 		return fmt.Sprintf("%.1f", v)
 	case "MB":
 		return fmt.Sprintf("%.1f", v)
-	case "count", "items":
+	case "count", "items", "bytes":
 		return fmt.Sprintf("%.0f", v)
 	default:
 		return fmt.Sprintf("%.3f", v)

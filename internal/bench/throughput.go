@@ -34,6 +34,9 @@ var throughputScenario = &scenario{
 		{id: "items_per_s_wall", name: "keyfleet incl. worker start-up (exec → all results)", unit: "items/s", ceiling: "js_pull_ack"},
 		{id: "items_per_s_cpu_bound", name: "keyfleet if CPU-bound on an idle machine: cores ÷ CPU-s/item (nats, redis, workers)", unit: "items/s",
 			ceiling: "js_pull_ack_cpu_bound", note: "an estimate that does not depend on other processes; see the CPU table"},
+		{id: "worker_allocs", name: "… worker heap allocations per item (both workers, ready → all results)", unit: "count",
+			note: "go_memstats_mallocs_total from the workers' /metrics: a figure the machine's speed does not move"},
+		{id: "worker_alloc_bytes", name: "… worker heap bytes allocated per item", unit: "bytes"},
 		{id: "js_pull_ack", name: "ceiling: JetStream pull+ack, 2 consumers", unit: "msgs/s"},
 		{id: "js_pull_ack_cpu_bound", name: "ceiling: JetStream pull+ack if CPU-bound: cores ÷ CPU-s/msg (nats, clients)", unit: "msgs/s"},
 		{id: "js_pull_ack_result", name: "ceiling: JetStream pull+ack + async result publish", unit: "msgs/s", ceiling: "js_pull_ack"},
@@ -93,6 +96,10 @@ func throughputKeyfleet(ctx context.Context, e *env, r runInfo, smp *sample, n i
 			return err
 		}
 	}
+	allocs0, err := f.workersMetrics(ctx, workerAllocMetrics...)
+	if err != nil {
+		return err
+	}
 	var profiles sync.WaitGroup
 	var profErr error
 	if e.opts.ProfileDir != "" && r.last() {
@@ -119,6 +126,12 @@ func throughputKeyfleet(ctx context.Context, e *env, r runInfo, smp *sample, n i
 	if err != nil {
 		return err
 	}
+	allocs1, err := f.workersMetrics(ctx, workerAllocMetrics...)
+	if err != nil {
+		return err
+	}
+	smp.values["worker_allocs"] = (allocs1[0] - allocs0[0]) / float64(n)
+	smp.values["worker_alloc_bytes"] = (allocs1[1] - allocs0[1]) / float64(n)
 	profiles.Wait()
 	if profErr != nil {
 		return profErr
@@ -137,6 +150,25 @@ func throughputKeyfleet(ctx context.Context, e *env, r runInfo, smp *sample, n i
 	smp.values["items_per_s_wall"] = float64(n) / end.Sub(start).Seconds()
 	smp.values["items_per_s_cpu_bound"] = cpuBound(use, n, "nats-server", "redis-server", "workers")
 	return nil
+}
+
+// workerAllocMetrics are the Go runtime's counts of heap allocations and
+// allocated bytes, as every worker's /metrics has them.
+var workerAllocMetrics = []string{"go_memstats_mallocs_total", "go_memstats_alloc_bytes_total"}
+
+// workersMetrics sums each metric over the fleet's workers.
+func (f *fleet) workersMetrics(ctx context.Context, names ...string) ([]float64, error) {
+	sums := make([]float64, len(names))
+	for _, w := range f.workers {
+		for i, name := range names {
+			v, err := w.metric(ctx, name)
+			if err != nil {
+				return nil, err
+			}
+			sums[i] += v
+		}
+	}
+	return sums, nil
 }
 
 // span is the earliest lease grant and the latest finish of the results.
