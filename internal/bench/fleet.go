@@ -234,29 +234,40 @@ func (w *workerProc) ready(ctx context.Context, within time.Duration) (time.Time
 
 // metric sums the samples of a Prometheus metric on the worker's /metrics.
 func (w *workerProc) metric(ctx context.Context, name string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+w.addr+"/metrics", nil)
+	v, err := w.metrics(ctx, name)
 	if err != nil {
 		return 0, err
 	}
+	return v[0], nil
+}
+
+// metrics sums the samples of each metric named, from one read of the
+// worker's /metrics.
+func (w *workerProc) metrics(ctx context.Context, names ...string) ([]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+w.addr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("bench: %s /metrics: %w", w.id, err)
+		return nil, fmt.Errorf("bench: %s /metrics: %w", w.id, err)
 	}
 	defer resp.Body.Close()
-	sum := 0.0
+	sums := make([]float64, len(names))
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, name) || len(line) <= len(name) || (line[len(name)] != ' ' && line[len(name)] != '{') {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err == nil {
-			sum += v
+		for i, name := range names {
+			if !strings.HasPrefix(line, name) || len(line) <= len(name) || (line[len(name)] != ' ' && line[len(name)] != '{') {
+				continue
+			}
+			f := strings.Fields(line)
+			if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+				sums[i] += v
+			}
 		}
 	}
-	return sum, sc.Err()
+	return sums, sc.Err()
 }
 
 // stopWorkers stops every worker still running (SIGTERM, then waits) and

@@ -156,15 +156,16 @@ func throughputKeyfleet(ctx context.Context, e *env, r runInfo, smp *sample, n i
 // allocated bytes, as every worker's /metrics has them.
 var workerAllocMetrics = []string{"go_memstats_mallocs_total", "go_memstats_alloc_bytes_total"}
 
-// workersMetrics sums each metric over the fleet's workers.
+// workersMetrics sums each metric over the fleet's workers, one read of
+// /metrics per worker.
 func (f *fleet) workersMetrics(ctx context.Context, names ...string) ([]float64, error) {
 	sums := make([]float64, len(names))
 	for _, w := range f.workers {
-		for i, name := range names {
-			v, err := w.metric(ctx, name)
-			if err != nil {
-				return nil, err
-			}
+		vs, err := w.metrics(ctx, names...)
+		if err != nil {
+			return nil, err
+		}
+		for i, v := range vs {
 			sums[i] += v
 		}
 	}

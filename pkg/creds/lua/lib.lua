@@ -327,7 +327,7 @@ local function next_token(now)
       -- The counter started from nothing (Redis lost its state): it
       -- follows the clock from here, so tokens keep increasing.
       -- Registration sets it to the clock too; between, tokens grow by at
-      -- most FENCE_BLOCK a step, far slower than the clock.
+      -- most FENCE_BLOCK a call, far slower than the clock.
       fence_last = now + FENCE_BLOCK - 1
       redis.call('SET', K_FENCE, n2s(fence_last))
     end
@@ -611,9 +611,14 @@ end
 -- grant_reply encodes a grant for the step's reply in one string, which
 -- the client reads with one allocation instead of seven:
 -- wid|id|token|expiry_us|cost|granted_us|owner (the owner last: it may
--- hold '|'; IDs and wids never do). A lost grant is 'wid|' (no ID).
+-- hold '|'; IDs and wids never do). A lost grant is 'wid|' (lost_reply:
+-- no ID).
 local function grant_reply(wid, id, token, exp, cost, at, owner)
   return wid .. '|' .. id .. '|' .. token .. '|' .. exp .. '|' .. cost .. '|' .. at .. '|' .. owner
+end
+
+local function lost_reply(wid)
+  return wid .. '|'
 end
 
 -- serve hands freed capacity to the longest-waiting waiters, one grant

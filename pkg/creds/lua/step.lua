@@ -187,7 +187,7 @@ if #pending > 0 then
       redis.call('ZADD', lk, 'XX', n2s(new_exp), member)
       grants[#grants + 1] = grant_reply(wid, id, token, n2s(new_exp), cost, at, owner)
     else
-      grants[#grants + 1] = wid .. '|'
+      grants[#grants + 1] = lost_reply(wid)
     end
   end
 end
