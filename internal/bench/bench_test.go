@@ -311,18 +311,25 @@ median asynq items=20000 concurrency=50 job_ms=0 reps=2 items_per_s=9000.000
 func TestDerive(t *testing.T) {
 	res := &Results{Figures: []Figure{
 		{Scenario: "throughput", ID: "items_per_s", Median: 20000, Min: 18000, Max: 22000, Runs: []float64{18000, 20000, 22000}},
+		{Scenario: "throughput", ID: "items_per_s_1p", Median: 25000, Min: 24000, Max: 26000, Runs: []float64{24000, 25000, 26000}},
 		{Scenario: "peers", ID: "bullmq_noop", Median: 10000, Min: 9000, Max: 11000, Runs: []float64{9000, 10000, 11000}},
 		{Scenario: "peers", ID: "keyfleet_vs_bullmq"},
+		{Scenario: "peers", ID: "keyfleet_1p_vs_bullmq"},
 	}}
 	derive(res)
-	f := res.Figures[2]
-	if f.Median != 2 || math.Abs(f.Min-18000.0/11000) > 1e-9 || math.Abs(f.Max-22000.0/9000) > 1e-9 || len(f.Runs) != 1 || f.Missing != "" {
+	if f := res.Figures[3]; f.Median != 2 || math.Abs(f.Min-18000.0/11000) > 1e-9 || math.Abs(f.Max-22000.0/9000) > 1e-9 || len(f.Runs) != 1 || f.Missing != "" {
 		t.Errorf("derived: %+v", f)
 	}
-	res.Figures = res.Figures[1:]
+	if f := res.Figures[4]; f.Median != 2.5 || math.Abs(f.Min-24000.0/11000) > 1e-9 || math.Abs(f.Max-26000.0/9000) > 1e-9 || f.Missing != "" {
+		t.Errorf("derived for one P: %+v", f)
+	}
+	res.Figures = res.Figures[2:]
 	res.Figures[1] = Figure{Scenario: "peers", ID: "keyfleet_vs_bullmq"}
+	res.Figures[2] = Figure{Scenario: "peers", ID: "keyfleet_1p_vs_bullmq"}
 	derive(res)
-	if f := res.Figures[1]; len(f.Runs) != 0 || f.Missing == "" {
-		t.Errorf("without the throughput scenario: %+v", f)
+	for _, f := range res.Figures[1:] {
+		if len(f.Runs) != 0 || f.Missing == "" {
+			t.Errorf("without the throughput scenario: %+v", f)
+		}
 	}
 }

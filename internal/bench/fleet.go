@@ -58,6 +58,8 @@ type fleetSpec struct {
 	// httpURL configures the http job kind to send items there ("" none);
 	// costFrom is its cost_from.
 	httpURL, costFrom string
+	// workerEnv is added to every worker's environment (e.g. GOMAXPROCS=1).
+	workerEnv []string
 }
 
 // fleet is one run's stream, pool and worker processes.
@@ -157,8 +159,10 @@ func secretEnv(id string) string {
 // stand-in API of scenarios 12 and 13 accepts the same).
 func secretOf(id string) string { return "secret-of-" + id }
 
-func (f *fleet) secretsEnv() []string {
-	var env []string
+// workerEnviron is what a worker of the fleet gets added to its
+// environment: the spec's workerEnv and the credentials' secrets.
+func (f *fleet) workerEnviron() []string {
+	env := append([]string(nil), f.spec.workerEnv...)
 	for _, c := range f.spec.creds {
 		env = append(env, secretEnv(c.id)+"="+secretOf(c.id))
 	}
@@ -182,7 +186,7 @@ func (f *fleet) startWorker(id string) (*workerProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := f.e.start(f.tag+"-"+id, f.e.workerBin, []string{"--config", path, "--id", id}, f.secretsEnv())
+	p, err := f.e.start(f.tag+"-"+id, f.e.workerBin, []string{"--config", path, "--id", id}, f.workerEnviron())
 	if err != nil {
 		return nil, err
 	}

@@ -100,7 +100,7 @@ func connectingRSS(ctx context.Context, e *env, f *fleet) (float64, error) {
 	if err := os.WriteFile(path, cfg, 0o600); err != nil {
 		return 0, fmt.Errorf("bench: %w", err)
 	}
-	p, err := e.start(f.tag+"-silent", e.workerBin, []string{"--config", path, "--id", "silent"}, f.secretsEnv())
+	p, err := e.start(f.tag+"-silent", e.workerBin, []string{"--config", path, "--id", "silent"}, f.workerEnviron())
 	if err != nil {
 		return 0, err
 	}

@@ -43,6 +43,8 @@ var peersScenario = &scenario{
 		{id: "bullmq_5ms", name: "BullMQ: 2,000 × 5 ms jobs, concurrency 50", unit: "items/s"},
 		{id: "keyfleet_vs_bullmq", name: "keyfleet throughput (scenario 1, items/s) ÷ BullMQ no-op", unit: "ratio",
 			note: "the throughput scenario's median ÷ the BullMQ no-op median of the same program run; min and max pair the extremes (keyfleet reserves a credential per item, BullMQ does not)"},
+		{id: "keyfleet_1p_vs_bullmq", name: "… with each worker on one P (GOMAXPROCS=1) ÷ BullMQ no-op", unit: "ratio",
+			note: "BullMQ's worker is one Node process: one thread runs its JavaScript"},
 		{id: "seed_reserving_10", name: "seed, reserving coordinator: 4 keys, 10 threads, 400 × 25 ms: key utilization", unit: "fraction"},
 		{id: "seed_reserving_10_failed", name: "… items failed for want of a key", unit: "count"},
 		{id: "seed_reserving_4", name: "seed, reserving coordinator: 4 keys, 4 threads: key utilization", unit: "fraction"},
@@ -299,18 +301,30 @@ func peersCopy(src string) (string, error) {
 }
 
 // derive fills the figures computed from other scenarios' medians: the
-// ratio of keyfleet's throughput to BullMQ's no-op rate.
+// ratios of keyfleet's throughput (each run of scenario 1) to BullMQ's
+// no-op rate.
 func derive(res *Results) {
+	for _, d := range []struct{ throughput, ratio string }{
+		{"items_per_s", "keyfleet_vs_bullmq"},
+		{"items_per_s_1p", "keyfleet_1p_vs_bullmq"},
+	} {
+		deriveRatio(res, d.throughput, d.ratio)
+	}
+}
+
+// deriveRatio sets figure ratio (of the peers scenario) to throughput
+// figure tp ÷ BullMQ's no-op rate.
+func deriveRatio(res *Results, tpID, ratioID string) {
 	var tp, bull *Figure
 	ratio := -1
 	for i := range res.Figures {
 		f := &res.Figures[i]
 		switch {
-		case f.Scenario == "throughput" && f.ID == "items_per_s" && len(f.Runs) > 0:
+		case f.Scenario == "throughput" && f.ID == tpID && len(f.Runs) > 0:
 			tp = f
 		case f.Scenario == "peers" && f.ID == "bullmq_noop" && len(f.Runs) > 0:
 			bull = f
-		case f.Scenario == "peers" && f.ID == "keyfleet_vs_bullmq":
+		case f.Scenario == "peers" && f.ID == ratioID:
 			ratio = i
 		}
 	}

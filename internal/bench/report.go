@@ -93,7 +93,7 @@ func formatValue(v float64, unit string) string {
 		return "-"
 	}
 	switch unit {
-	case "items/s", "msgs/s", "ops/s", "pairs/s", "starts/s":
+	case "items/s", "msgs/s", "ops/s", "pairs/s", "starts/s", "bytes":
 		return thousands(v)
 	case "ms":
 		if v < 10 {
@@ -106,7 +106,7 @@ func formatValue(v float64, unit string) string {
 		return fmt.Sprintf("%.1f", v)
 	case "MB":
 		return fmt.Sprintf("%.1f", v)
-	case "count", "items", "bytes":
+	case "count", "items":
 		return fmt.Sprintf("%.0f", v)
 	default:
 		return fmt.Sprintf("%.3f", v)
