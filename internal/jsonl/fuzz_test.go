@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"strconv"
 	"testing"
 	"unicode/utf8"
@@ -80,6 +81,32 @@ func FuzzReader(f *testing.F) {
 				t.Fatalf("ID %q returned twice", it.ID)
 			}
 			seen[it.ID] = true
+		}
+	})
+}
+
+// FuzzAppend: AppendString and AppendFloat write the bytes json.Marshal
+// writes for the same string or float64, and refuse what it refuses.
+func FuzzAppend(f *testing.F) {
+	for _, s := range []string{"", "plain", "\"q\" \\ /", "<a href=x>&</a>", "\x00\x01\b\f\n\r\t\x1f\x7f",
+		"\u2028\u2029 é 日本", "bad \xff\xfe utf-8 \xe2\x82", "\xed\xa0\x80"} {
+		f.Add(s, 0.0)
+	}
+	for _, v := range []float64{1, -1.5, 1e-7, 1e-6, 123456789e12, 1e21, 2.5e-300, 0.000123, 1e300, math.NaN(), math.Inf(-1)} {
+		f.Add("x", v)
+	}
+	f.Fuzz(func(t *testing.T, s string, v float64) {
+		want, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := jsonl.AppendString([]byte("prefix"), s); string(got) != "prefix"+string(want) {
+			t.Errorf("AppendString(%q) = %s, json.Marshal: %s", s, got[len("prefix"):], want)
+		}
+		want, err = json.Marshal(v)
+		got, ok := jsonl.AppendFloat(nil, v)
+		if ok != (err == nil) || ok && string(got) != string(want) {
+			t.Errorf("AppendFloat(%v) = %s, %v; json.Marshal: %s, %v", v, got, ok, want, err)
 		}
 	})
 }

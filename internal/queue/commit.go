@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -79,9 +78,9 @@ func (q *Queue) NewCommitter(o CommitterOptions) *Committer {
 // or ErrAckNotConfirmed (the result is stored; the acknowledgement may or
 // may not have been applied).
 func (c *Committer) Commit(ctx context.Context, r Result, msg jetstream.Msg) error {
-	data, err := json.Marshal(r)
+	data, err := r.AppendJSON(nil)
 	if err != nil {
-		return fmt.Errorf("%w: encode result of %q: %w", ErrResultNotStored, r.Item, err)
+		return fmt.Errorf("%w: encode: %w", ErrResultNotStored, err)
 	}
 	if msg.Reply() == "" {
 		return fmt.Errorf("%w: message of %q has no reply subject", ErrResultNotStored, r.Item)

@@ -70,8 +70,10 @@ func DecodeItem(msg jetstream.Msg) (Item, error) {
 		Payload: msg.Data(),
 		Replay:  h.Get(HeaderReplay),
 	}
-	if c, err := strconv.ParseInt(h.Get(HeaderCost), 10, 64); err == nil && c > 0 {
-		it.Cost = c
+	if v := h.Get(HeaderCost); v != "" {
+		if c, err := strconv.ParseInt(v, 10, 64); err == nil && c > 0 {
+			it.Cost = c
+		}
 	}
 	if it.Kind == "" {
 		if i := strings.LastIndexByte(msg.Subject(), '.'); i >= 0 {

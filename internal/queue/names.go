@@ -27,17 +27,35 @@ func MsgID(batch, item string) string { return batch + "/" + item }
 // Token escapes s into one subject token: letters, digits, '-' and '_'
 // stay; every other byte becomes "~XX" (hex). Reversible with Untoken.
 func Token(s string) string {
+	if tokenSafe(s) {
+		return s // most IDs: nothing to escape, nothing to allocate
+	}
 	var b strings.Builder
 	b.Grow(len(s))
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' {
+		if tokenByte(c) {
 			b.WriteByte(c)
 		} else {
 			fmt.Fprintf(&b, "~%02X", c)
 		}
 	}
 	return b.String()
+}
+
+// tokenSafe reports whether Token leaves s as it is.
+func tokenSafe(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !tokenByte(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// tokenByte: the bytes a token keeps as they are.
+func tokenByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
 }
 
 // Untoken reverses Token.

@@ -236,6 +236,18 @@ func FuzzToken(f *testing.F) {
 	})
 }
 
+// TestTokenKeepsPlainIDs: an ID with nothing to escape is its own token,
+// and making it allocates nothing (a worker makes one per result).
+func TestTokenKeepsPlainIDs(t *testing.T) {
+	id := "Item-0001_x"
+	if tok := queue.Token(id); tok != id {
+		t.Fatalf("Token(%q) = %q", id, tok)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = queue.Token(id) }); n != 0 {
+		t.Errorf("%v allocations", n)
+	}
+}
+
 // Attach creates what is missing but never changes an existing consumer;
 // Open updates it.
 func TestAttachDoesNotRewriteTheFleet(t *testing.T) {

@@ -43,7 +43,11 @@ type Result struct {
 
 // PutResult stores an item's outcome (confirmed by the server).
 func (q *Queue) PutResult(ctx context.Context, r Result) error {
-	return q.putRecord(ctx, "result", r.Item, q.ResultSubject(r.Batch, r.Item), r)
+	data, err := r.AppendJSON(nil)
+	if err != nil {
+		return err
+	}
+	return q.store(ctx, "result", r.Item, q.ResultSubject(r.Batch, r.Item), data)
 }
 
 // putRecord stores v, the record (what) of item, on subject, confirmed by
@@ -53,6 +57,12 @@ func (q *Queue) putRecord(ctx context.Context, what, item, subject string, v any
 	if err != nil {
 		return fmt.Errorf("queue: encode %s of %q: %w", what, item, err)
 	}
+	return q.store(ctx, what, item, subject, data)
+}
+
+// store publishes data, the record (what) of item, on subject and waits
+// for the server to confirm it.
+func (q *Queue) store(ctx context.Context, what, item, subject string, data []byte) error {
 	if _, err := q.js.Publish(ctx, subject, data); err != nil {
 		return fmt.Errorf("queue: store %s of %q: %w", what, item, err)
 	}

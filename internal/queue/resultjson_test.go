@@ -1,0 +1,56 @@
+package queue_test
+
+import (
+	"encoding/json"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/keyfleet/keyfleet/internal/queue"
+)
+
+// FuzzResultJSON: Result.AppendJSON writes the bytes json.Marshal writes
+// for the same result, and fails where it fails (a NaN duration, a zone
+// offset of 24 hours or more).
+func FuzzResultJSON(f *testing.F) {
+	now := time.Date(2026, 11, 24, 2, 3, 4, 567891234, time.UTC).UnixNano()
+	f.Add("item-1", "b1", "exec", queue.OutcomeSucceeded, 1, 0.012345, "key-a", "", "out <b>\n", "", false, "w1", now, now, 0)
+	f.Add("i\u2028\xff", "", "", queue.OutcomeFailed, -3, 1e-9, "", "boom: \"quoted\"", "", "base64", true, "", int64(0), now, 3600+1800)
+	f.Add("x", "y", "z", "", math.MaxInt32, math.NaN(), "", "", "", "", false, "", now, now, -7*3600)
+	f.Add("x", "y", "z", "", 0, 2e21, "", "", "", "", false, "", now, int64(math.MaxInt64), 0)
+	f.Add("x", "y", "z", "", 0, 0.5, "", "", "", "", false, "", now, now, 25*3600) // no RFC 3339 form
+	f.Fuzz(func(t *testing.T, item, batch, kind, outcome string, attempts int, dur float64, cred, errText, output, enc string,
+		truncated bool, worker string, leasedNs, finishedNs int64, offsetSec int) {
+		zone := time.FixedZone("z", offsetSec%(30*3600))
+		r := queue.Result{
+			Item: item, Batch: batch, Kind: kind, Outcome: outcome, Attempts: attempts, Duration: dur,
+			CredentialID: cred, Error: errText, Output: output, OutputEncoding: enc, OutputTruncated: truncated,
+			Worker: worker, FinishedAt: time.Unix(0, finishedNs).In(zone),
+		}
+		if leasedNs != 0 {
+			r.LeasedAt = time.Unix(0, leasedNs).In(zone)
+		}
+		want, wantErr := json.Marshal(r)
+		got, err := r.AppendJSON(nil)
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("AppendJSON error %v, json.Marshal error %v", err, wantErr)
+		}
+		if err == nil && string(got) != string(want) {
+			t.Fatalf("AppendJSON:   %s\njson.Marshal: %s", got, want)
+		}
+	})
+}
+
+// TestResultJSONAllocs: a typical result is encoded in one allocation.
+func TestResultJSONAllocs(t *testing.T) {
+	r := queue.Result{Item: "item-000123", Batch: "batch-2026-11-24", Kind: "http", Outcome: queue.OutcomeSucceeded,
+		Attempts: 1, Duration: 0.25, CredentialID: "key-a", Output: `{"answer":"<some text>"}`, Worker: "host-1",
+		LeasedAt: time.Now(), FinishedAt: time.Now()}
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := r.AppendJSON(nil); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 1 {
+		t.Errorf("%v allocations per encoding, want 1", n)
+	}
+}
