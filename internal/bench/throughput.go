@@ -83,9 +83,10 @@ type throughputVariant struct {
 	cpuLabel string
 	// workerEnv is added to the workers' environment.
 	workerEnv []string
-	// all: record every figure of the run (else only items/s, as
-	// itemsFigure).
-	all         bool
+	// headline: the run the scenario's other figures (start-up,
+	// CPU-bound rate, allocations, profiles) are taken from; every run
+	// records its items/s as itemsFigure.
+	headline    bool
 	itemsFigure string
 }
 
@@ -95,7 +96,7 @@ type throughputVariant struct {
 // CPU from the other processes; GOMAXPROCS=1 is what each worker gets in
 // a container limited to one CPU.
 var throughputVariants = []throughputVariant{
-	{cpuLabel: "keyfleet: 2 worker processes", all: true, itemsFigure: "items_per_s"},
+	{cpuLabel: "keyfleet: 2 worker processes", headline: true, itemsFigure: "items_per_s"},
 	{cpuLabel: "keyfleet: 2 worker processes, GOMAXPROCS=1", workerEnv: []string{"GOMAXPROCS=1"}, itemsFigure: "items_per_s_1p"},
 }
 
@@ -131,7 +132,7 @@ func throughputKeyfleet(ctx context.Context, e *env, r runInfo, smp *sample, n i
 	}
 	var profiles sync.WaitGroup
 	var profErr error
-	if e.opts.ProfileDir != "" && r.last() && v.all {
+	if e.opts.ProfileDir != "" && r.last() && v.headline {
 		// Long enough for the run; idle time adds nothing to a CPU profile.
 		secs := int(math.Ceil(float64(n)/4000)) + 1
 		targets := map[string]string{"nats-server": e.natsProfile}
@@ -174,7 +175,7 @@ func throughputKeyfleet(ctx context.Context, e *env, r runInfo, smp *sample, n i
 	use.Wall = last.Sub(first).Seconds()
 	smp.cpu = append(smp.cpu, use)
 	smp.values[v.itemsFigure] = float64(n) / last.Sub(first).Seconds()
-	if v.all {
+	if v.headline {
 		smp.values["items_per_s_wall"] = float64(n) / end.Sub(start).Seconds()
 		smp.values["items_per_s_cpu_bound"] = cpuBound(use, n, "nats-server", "redis-server", "workers")
 		smp.values["worker_allocs"] = (allocs1[0] - allocs0[0]) / float64(n)
