@@ -9,6 +9,10 @@
 // every problem of an input in one pass. Other errors (from the underlying
 // io.Reader) end the reading.
 //
+// The package also holds the JSON pieces hot paths read and write without
+// reflection: Field and Cost scan one field of an object in place;
+// AppendString and AppendFloat write what encoding/json writes.
+//
 // Rules:
 //   - a line holding only spaces, tabs or a carriage return is skipped (it
 //     still counts for the line numbers); a UTF-8 byte order mark at the
