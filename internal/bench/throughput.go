@@ -126,9 +126,11 @@ func throughputKeyfleet(ctx context.Context, e *env, r runInfo, smp *sample, n i
 			return err
 		}
 	}
-	allocs0, err := f.workersMetrics(ctx, workerAllocMetrics...)
-	if err != nil {
-		return err
+	var allocs0 []float64
+	if v.headline {
+		if allocs0, err = f.workersMetrics(ctx, workerAllocMetrics...); err != nil {
+			return err
+		}
 	}
 	var profiles sync.WaitGroup
 	var profErr error
@@ -156,9 +158,11 @@ func throughputKeyfleet(ctx context.Context, e *env, r runInfo, smp *sample, n i
 	if err != nil {
 		return err
 	}
-	allocs1, err := f.workersMetrics(ctx, workerAllocMetrics...)
-	if err != nil {
-		return err
+	var allocs1 []float64
+	if v.headline {
+		if allocs1, err = f.workersMetrics(ctx, workerAllocMetrics...); err != nil {
+			return err
+		}
 	}
 	profiles.Wait()
 	if profErr != nil {
