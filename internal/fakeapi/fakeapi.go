@@ -16,6 +16,12 @@
 //     {"ok":true,"key_label":"key-0","bytes":N,"echo":<the request JSON, if
 //     at most 1 KiB>}
 //
+// Key safety (keysafety.go): a revoked key (Revoke) gets 401 on every
+// request; an item with "refuse": true gets 403 whatever the key (a
+// content rule); "too_large": true gets OpenAI's 429 "Request too large
+// ... Limit N, Requested M"; "retry_after": "<value>" gets a 429 with that
+// Retry-After. None of them counts against the key's limits.
+//
 // For tests of the status mapping, a JSON request body with
 // "insufficient_quota": true gets 429 {"error":{"code":"insufficient_quota"}}
 // and one with "force_status": <int> gets that status; neither counts
@@ -138,6 +144,10 @@ type keyState struct {
 	requests    atomic.Int64
 	ok          atomic.Int64
 	rateLimited atomic.Int64
+	// revoked: every request of the key gets 401 (Revoke); refused counts
+	// the requests refused for the key's or the item's sake.
+	revoked atomic.Bool
+	refused atomic.Int64
 	quota       atomic.Int64
 	forced      atomic.Int64
 	overLimit   atomic.Int64
@@ -217,6 +227,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	k.requests.Add(1)
+	if k.revoked.Load() {
+		k.refused.Add(1)
+		writeRevoked(w)
+		return
+	}
 
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
 	if err != nil {
@@ -234,10 +249,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		InsufficientQuota bool     `json:"insufficient_quota"`
 		Cost              *float64 `json:"cost"`
 		ActualTokens      *int64   `json:"actual_tokens"`
+		itemControls
 	}
 	if len(bytes.TrimSpace(body)) > 0 && (!json.Valid(body) || bytes.TrimSpace(body)[0] == '{' && json.Unmarshal(body, &ctl) != nil) {
 		s.badRequests.Add(1)
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": "invalid_json"})
+		return
+	}
+	if s.answerItemControls(w, k, ctl.itemControls) {
 		return
 	}
 	switch {
@@ -449,6 +468,8 @@ type KeyStats struct {
 	// Quota counts insufficient_quota answers; Forced, force_status ones.
 	Quota  int64 `json:"quota"`
 	Forced int64 `json:"forced"`
+	// Refused counts 401s of a revoked key and 403s of refused items.
+	Refused int64 `json:"refused"`
 	// MaxConcurrent is the most requests of the key seen in progress at
 	// once.
 	MaxConcurrent int64 `json:"max_concurrent"`
@@ -471,6 +492,7 @@ func (s *Server) Stats() Stats {
 			RateLimited:   k.rateLimited.Load(),
 			Quota:         k.quota.Load(),
 			Forced:        k.forced.Load(),
+			Refused:       k.refused.Load(),
 			MaxConcurrent: k.maxActive.Load(),
 			OverLimit:     k.overLimit.Load(),
 			Tokens:        k.tokensUsed.Load(),
