@@ -146,12 +146,12 @@ type keyState struct {
 	rateLimited atomic.Int64
 	// revoked: every request of the key gets 401 (Revoke); refused counts
 	// the requests refused for the key's or the item's sake.
-	revoked atomic.Bool
-	refused atomic.Int64
-	quota       atomic.Int64
-	forced      atomic.Int64
-	overLimit   atomic.Int64
-	tokensUsed  atomic.Int64
+	revoked    atomic.Bool
+	refused    atomic.Int64
+	quota      atomic.Int64
+	forced     atomic.Int64
+	overLimit  atomic.Int64
+	tokensUsed atomic.Int64
 }
 
 // New returns a Server for cfg; its errors name the field at fault.
