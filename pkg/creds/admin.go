@@ -85,18 +85,49 @@ func (p *Pool) SetLimits(ctx context.Context, id string, l Limits) error {
 	return err
 }
 
-// Disable takes a credential out of use until Enable; leases held on it
-// run to their end.
+// Who disabled a credential (CredentialStats.DisabledBy) and who enabled
+// it again (CredentialStats.EnabledBy).
+const (
+	// DisabledByAPI: the pool disabled it on the API's evidence (a rejected
+	// key, a streak of refusals); probes may enable it again.
+	DisabledByAPI = "api"
+	// DisabledByOperator: Disable did (producer creds disable, the
+	// dashboard), or a pool of an older version that did not record who;
+	// only Enable brings it back.
+	DisabledByOperator = "operator"
+	// EnabledByProbe: EnableAfterProbe did, with the probe's cause.
+	EnabledByProbe = "probe"
+	// EnabledByOperator: Enable did.
+	EnabledByOperator = "operator"
+)
+
+// Disable takes a credential out of use until Enable, as an operator's
+// decision: no probe enables it again. Leases held on it run to their
+// end.
 func (p *Pool) Disable(ctx context.Context, id, reason string) error {
 	_, err := p.admin(ctx, id, "disable", reason)
 	return err
 }
 
 // Enable makes a credential usable again: it clears the disabled state,
-// any rest and any learnt pace, and hands it to a waiter.
+// any rest, any learnt pace and any streak of refusals, and hands it to a
+// waiter.
 func (p *Pool) Enable(ctx context.Context, id string) error {
 	_, err := p.admin(ctx, id, "enable")
 	return err
+}
+
+// EnableAfterProbe enables a credential the API disabled, after a probe
+// found that it works again; cause says what the probe saw ("probe GET
+// https://api.example.com/v1/models answered 200") and is kept as the
+// credential's EnabledReason. It does so, in one atomic step, only while
+// the credential is still disabled by the API: a credential an operator
+// disabled (even after the probe began), or one enabled meanwhile, is left
+// alone and EnableAfterProbe reports false. Enabling clears what Enable
+// clears and hands the credential to a waiter.
+func (p *Pool) EnableAfterProbe(ctx context.Context, id, cause string) (bool, error) {
+	n, err := p.admin(ctx, id, "probed", cause)
+	return n == 1, err
 }
 
 // MarkCooling makes a credential rest for d without releasing any lease (a

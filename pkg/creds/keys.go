@@ -17,3 +17,7 @@ func newKeys(base, pool string) keys {
 // channel is the pub/sub channel of one pool handle: grants and timer
 // duties for it.
 func (k keys) channel(instance string) string { return k.prefix + "g:" + instance }
+
+// probe is the fleet-wide claim on probing credential id (ClaimProbe): a
+// string that lapses after the probe interval.
+func (k keys) probe(id string) string { return k.prefix + "probe:" + id }

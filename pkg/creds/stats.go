@@ -67,6 +67,19 @@ type CredentialStats struct {
 	// DisabledReason and DisabledAt are set while disabled.
 	DisabledReason string    `json:"disabled_reason,omitempty"`
 	DisabledAt     time.Time `json:"disabled_at,omitzero"`
+	// DisabledBy, while disabled, says who disabled it: DisabledByAPI (a
+	// probe may enable it again) or DisabledByOperator (also for a
+	// credential disabled before the pool recorded who).
+	DisabledBy string `json:"disabled_by,omitempty"`
+	// EnabledBy, EnabledReason and EnabledAt say who enabled it last
+	// (EnabledByProbe with the probe's cause, or EnabledByOperator), while
+	// it is not disabled; empty when never.
+	EnabledBy     string    `json:"enabled_by,omitempty"`
+	EnabledReason string    `json:"enabled_reason,omitempty"`
+	EnabledAt     time.Time `json:"enabled_at,omitzero"`
+	// Refusals are the items the API refused on it in a row, "<batch>/<item>:
+	// <reason>", oldest first: the evidence that may disable it.
+	Refusals []string `json:"refusals,omitempty"`
 	// StartsInWindow counts starts in the window of Rate (0 without one).
 	StartsInWindow int       `json:"starts_in_window"`
 	LastUsed       time.Time `json:"last_used,omitzero"`
@@ -149,7 +162,7 @@ func decodeStats(reply any) (Stats, error) {
 }
 
 // credFields is the shape of one credential in lua/stats.lua's reply.
-const credFields = 16
+const credFields = 21
 
 func decodeCredential(e any, nowUS int64) (CredentialStats, error) {
 	f, ok := e.([]any)
@@ -165,20 +178,22 @@ func decodeCredential(e any, nowUS int64) (CredentialStats, error) {
 	}
 	var c CredentialStats
 	var err error
-	var limits string
+	var limits, refused string
 	for _, x := range []struct {
 		dst *string
 		i   int
-	}{{&c.ID, 0}, {&limits, 2}, {&c.DisabledReason, 4}, {&c.CoolingReason, 7}, {&c.RestCause, 8}} {
+	}{{&c.ID, 0}, {&limits, 2}, {&c.DisabledReason, 4}, {&c.CoolingReason, 7}, {&c.RestCause, 8},
+		{&c.DisabledBy, 16}, {&c.EnabledBy, 17}, {&c.EnabledReason, 18}, {&refused, 20}} {
 		if *x.dst, err = str(x.i); err != nil {
 			return c, err
 		}
 	}
-	var maxC, disabled, disabledAt, restUntil, paceUS, next int64
+	var maxC, disabled, disabledAt, restUntil, paceUS, next, enabledAt int64
 	for _, x := range []struct {
 		dst *int64
 		i   int
-	}{{&maxC, 1}, {&disabled, 3}, {&disabledAt, 5}, {&restUntil, 6}, {&c.Starts, 10}, {&c.RateLimited, 11}, {&paceUS, 12}, {&next, 13}} {
+	}{{&maxC, 1}, {&disabled, 3}, {&disabledAt, 5}, {&restUntil, 6}, {&c.Starts, 10}, {&c.RateLimited, 11}, {&paceUS, 12}, {&next, 13},
+		{&enabledAt, 19}} {
 		if *x.dst, err = ratelimit.Int64(f[x.i]); err != nil {
 			return c, fmt.Errorf("field %d: %w", x.i, err)
 		}
@@ -225,10 +240,22 @@ func decodeCredential(e any, nowUS int64) (CredentialStats, error) {
 	if next > nowUS {
 		c.NextStart = time.UnixMicro(next)
 	}
+	if refused != "" {
+		c.Refusals = strings.Split(refused, "\n")
+	}
 	if disabled == 1 {
 		c.DisabledAt = time.UnixMicro(disabledAt)
+		if c.DisabledBy != DisabledByAPI {
+			c.DisabledBy = DisabledByOperator
+		}
+		c.EnabledBy, c.EnabledReason = "", ""
 	} else {
-		c.DisabledReason = ""
+		c.DisabledReason, c.DisabledBy = "", ""
+		if c.EnabledBy != "" && enabledAt > 0 {
+			c.EnabledAt = time.UnixMicro(enabledAt)
+		} else {
+			c.EnabledBy, c.EnabledReason = "", ""
+		}
 	}
 	switch {
 	case disabled == 1:

@@ -2,11 +2,16 @@
 -- KEYS[1]  <prefix>creds
 -- ARGV[1]  credential id
 -- ARGV[2]  claim TTL (us), for grants to waiters a change frees
--- ARGV[3]  op: "limits" | "disable" | "enable" | "rest" | "remove"
+-- ARGV[3]  op: "limits" | "disable" | "enable" | "probed" | "rest" | "remove"
 -- ARGV[4..] per op:
 --   limits:  max ("" keeps it), limits ("-" keeps them; "" removes all)
---   disable: reason
---   enable:  (none) clears the disabled state and any rest
+--   disable: reason; disabled_by is "operator" (a probe never enables it)
+--   enable:  (none) clears the disabled state, any rest and any streak of
+--            refusals; enabled_by "operator"
+--   probed:  cause; enables like enable (enabled_by "probe", the cause as
+--            enabled_reason) only if the credential is still disabled by
+--            the API (disabled_by "api"): an operator's disable in between
+--            wins. Returns 0 when it did nothing.
 --   rest:    duration (us), reason, cause; never shortens a longer rest
 --   remove:  (none) deletes the credential and its state; live leases
 --            then fail to renew
@@ -27,10 +32,19 @@ if op == 'limits' then
   end
   recompute_maxcost()
 elseif op == 'disable' then
-  redis.call('HSET', k_cred(id), 'disabled', '1', 'disabled_reason', ARGV[4], 'disabled_at', n2s(now))
-elseif op == 'enable' then
-  redis.call('HDEL', k_cred(id), 'disabled', 'disabled_reason', 'disabled_at', 'pace_us', 'pace_tat', 'pace_floor', 'pace_streak',
-    'pace_widened', 'rest_until', 'rest_reason', 'rest_cause', 'rest_at')
+  redis.call('HSET', k_cred(id), 'disabled', '1', 'disabled_reason', ARGV[4], 'disabled_at', n2s(now), 'disabled_by', 'operator')
+elseif op == 'enable' or op == 'probed' then
+  local by, why = 'operator', ''
+  if op == 'probed' then
+    local f = redis.call('HMGET', k_cred(id), 'disabled', 'disabled_by')
+    if f[1] ~= '1' or f[2] ~= 'api' then
+      return '0'
+    end
+    by, why = 'probe', ARGV[4]
+  end
+  redis.call('HDEL', k_cred(id), 'disabled', 'disabled_reason', 'disabled_at', 'disabled_by', 'pace_us', 'pace_tat', 'pace_floor',
+    'pace_streak', 'pace_widened', 'rest_until', 'rest_reason', 'rest_cause', 'rest_at', 'refused', 'refused_items')
+  redis.call('HSET', k_cred(id), 'enabled_by', by, 'enabled_reason', why, 'enabled_at', n2s(now))
 elseif op == 'rest' then
   ret = set_rest(id, now, tonumber(ARGV[4]), ARGV[5], ARGV[6])
 elseif op == 'remove' then
