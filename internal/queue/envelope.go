@@ -32,8 +32,13 @@ func (q *Queue) message(it Item) *nats.Msg {
 // header is the message header of an item.
 func header(it Item) nats.Header {
 	h := nats.Header{}
-	h.Set(HeaderItem, it.ID)
-	h.Set(HeaderBatch, it.Batch)
+	item, itemEnc := HeaderValue(it.ID)
+	batch, batchEnc := HeaderValue(it.Batch)
+	h.Set(HeaderItem, item)
+	h.Set(HeaderBatch, batch)
+	if itemEnc || batchEnc {
+		h.Set(HeaderIDEncoding, IDEncodingPercent)
+	}
 	h.Set(HeaderKind, it.Kind)
 	if it.Cost > 0 {
 		h.Set(HeaderCost, strconv.FormatInt(it.Cost, 10))
@@ -80,6 +85,11 @@ func DecodeItem(msg jetstream.Msg) (Item, error) {
 			it.Kind = msg.Subject()[i+1:]
 		}
 	}
+	if enc := h.Get(HeaderIDEncoding); enc != "" {
+		if err := decodeIDs(&it, enc); err != nil {
+			return it, err
+		}
+	}
 	switch {
 	case it.ID == "":
 		return it, fmt.Errorf("%w %s (subject %s)", errNoHeader, HeaderItem, msg.Subject())
@@ -87,4 +97,22 @@ func DecodeItem(msg jetstream.Msg) (Item, error) {
 		return it, fmt.Errorf("%w %s (item %q)", errNoHeader, HeaderBatch, it.ID)
 	}
 	return it, nil
+}
+
+// decodeIDs decodes the item and batch IDs of a message that has the
+// HeaderIDEncoding header enc (it is left as it came on an error).
+func decodeIDs(it *Item, enc string) error {
+	if enc != IDEncodingPercent {
+		return fmt.Errorf("queue: unknown %s %q (item %q): written by a newer producer?", HeaderIDEncoding, enc, it.ID)
+	}
+	id, err := IDFromHeader(it.ID)
+	if err != nil {
+		return fmt.Errorf("%w (%s)", err, HeaderItem)
+	}
+	batch, err := IDFromHeader(it.Batch)
+	if err != nil {
+		return fmt.Errorf("%w (%s)", err, HeaderBatch)
+	}
+	it.ID, it.Batch = id, batch
+	return nil
 }

@@ -20,9 +20,124 @@ const (
 // MaxIDLen bounds item and batch IDs (they become subject tokens).
 const MaxIDLen = 512
 
+// HeaderIDEncoding, when a message has it, says how its Keyfleet-Item and
+// Keyfleet-Batch values are encoded: IDEncodingPercent. Messages whose IDs
+// a header carries as they are (nearly all), and those written before the
+// encoding existed, do not have it: their values are the IDs.
+const HeaderIDEncoding = "Keyfleet-Id-Encoding"
+
+// IDEncodingPercent: a '%' and two hex digits stand for a byte (see
+// HeaderValue).
+const IDEncodingPercent = "percent"
+
 // MsgID is the JetStream message ID of an item: enqueueing the same batch
-// again inside the duplicate window adds nothing.
-func MsgID(batch, item string) string { return batch + "/" + item }
+// again inside the duplicate window adds nothing. It is batch + "/" + item
+// for plain IDs; an ID that a header would not carry as it is, and a batch
+// ID holding '/', is percent-encoded (HeaderValue), so that two different
+// items never share a message ID: the encoded part holds a '%', a plain
+// one none, and the batch part never holds a '/'.
+func MsgID(batch, item string) string {
+	b, _ := escapeValue(batch, '/')
+	i, _ := escapeValue(item, 0)
+	return b + "/" + i
+}
+
+// HeaderValue returns id as a header carries it, and whether it had to
+// be encoded. nats.go trims white space off both ends of a header value
+// and turns CR and LF into spaces, and the server drops the leading spaces
+// of a message ID: an ID with white space at either end or a control
+// character would arrive changed, and two items would become one. Such an
+// ID is percent-encoded: its leading and trailing spaces, its control
+// characters (below 0x20 and 0x7F) and its '%' become "%XX" (upper-case
+// hex); every other byte, UTF-8 included, stays. A plain ID is returned
+// as it is, without allocating.
+func HeaderValue(id string) (v string, encoded bool) { return escapeValue(id, 0) }
+
+// IDFromHeader reverses HeaderValue for an encoded value.
+func IDFromHeader(v string) (string, error) {
+	if strings.IndexByte(v, '%') < 0 {
+		return v, nil
+	}
+	b := make([]byte, 0, len(v))
+	for i := 0; i < len(v); i++ {
+		if v[i] != '%' {
+			b = append(b, v[i])
+			continue
+		}
+		hi, ok1 := unhex(v, i+1)
+		lo, ok2 := unhex(v, i+2)
+		if !ok1 || !ok2 {
+			return "", fmt.Errorf("queue: bad escape at byte %d of header value %q", i, v)
+		}
+		b = append(b, hi<<4|lo)
+		i += 2
+	}
+	return string(b), nil
+}
+
+func unhex(s string, i int) (byte, bool) {
+	if i >= len(s) {
+		return 0, false
+	}
+	switch c := s[i]; {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}
+
+// escapeValue is HeaderValue that also encodes also (when not 0).
+func escapeValue(s string, also byte) (string, bool) {
+	lead, trail := spaceRuns(s)
+	if lead == 0 && trail == 0 && valueSafe(s, also) {
+		return s, false
+	}
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, len(s)+2*(lead+trail)+8)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if i < lead || i >= len(s)-trail || !valueByte(c, also) {
+			b = append(b, '%', hex[c>>4], hex[c&15])
+		} else {
+			b = append(b, c)
+		}
+	}
+	return string(b), true
+}
+
+// spaceRuns counts the spaces s starts and ends with (all of them: both,
+// for an ID of spaces only).
+func spaceRuns(s string) (lead, trail int) {
+	for lead < len(s) && s[lead] == ' ' {
+		lead++
+	}
+	if lead == len(s) {
+		return lead, 0
+	}
+	for trail < len(s) && s[len(s)-1-trail] == ' ' {
+		trail++
+	}
+	return lead, trail
+}
+
+// valueSafe reports whether every byte of s is a valueByte.
+func valueSafe(s string, also byte) bool {
+	for i := 0; i < len(s); i++ {
+		if !valueByte(s[i], also) {
+			return false
+		}
+	}
+	return true
+}
+
+// valueByte: the bytes a header value keeps as they are, anywhere.
+func valueByte(c, also byte) bool {
+	return c >= 0x20 && c != 0x7F && c != '%' && (also == 0 || c != also)
+}
 
 // Token escapes s into one subject token: letters, digits, '-' and '_'
 // stay; every other byte becomes "~XX" (hex). Reversible with Untoken.
