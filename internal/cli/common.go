@@ -14,6 +14,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
 	"github.com/keyfleet/keyfleet/internal/logging"
+	"github.com/keyfleet/keyfleet/internal/termsafe"
 )
 
 // globalFlags are taken by every command and subcommand.
@@ -78,11 +79,12 @@ func run(root *cobra.Command, args []string, stderr io.Writer) int {
 	var ee *exitcode.Error
 	if !errors.As(err, &ee) {
 		// cobra's own errors: unknown flags, wrong argument counts.
-		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for usage.\n", root.Name(), err, root.Name())
+		fmt.Fprintf(stderr, "%s: %s\nRun '%s --help' for usage.\n", root.Name(), termsafe.Lines(err.Error()), root.Name())
 		return exitcode.Usage
 	}
 	if ee.Code != exitcode.Failed || ee.Err.Error() != "" {
-		fmt.Fprintf(stderr, "%s: %v\n", root.Name(), err)
+		// Errors quote IDs, job errors and server replies: escaped.
+		fmt.Fprintf(stderr, "%s: %s\n", root.Name(), termsafe.Lines(err.Error()))
 	}
 	return ee.Code
 }

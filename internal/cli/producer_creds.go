@@ -13,6 +13,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
 	"github.com/keyfleet/keyfleet/internal/status"
+	"github.com/keyfleet/keyfleet/internal/termsafe"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
@@ -96,11 +97,11 @@ func (p *producer) showCredential(ctx context.Context, pool *creds.Pool, id, don
 				rate = "none"
 			}
 			fmt.Fprintf(p.stdout, "%s %s: state %s, max_concurrent %d, rate %s, %d in flight.\n",
-				id, done, c.State, c.MaxConcurrent, rate, c.InFlight)
+				termsafe.String(id), done, termsafe.String(c.State), c.MaxConcurrent, termsafe.String(rate), c.InFlight)
 			return nil
 		}
 	}
-	fmt.Fprintf(p.stdout, "%s %s.\n", id, done)
+	fmt.Fprintf(p.stdout, "%s %s.\n", termsafe.String(id), done)
 	return nil
 }
 
@@ -254,7 +255,7 @@ starts: remove it from the configuration files too, or use disable.`,
 				if err := credErr(ctx, pool, id, pool.Remove(ctx, id)); err != nil {
 					return err
 				}
-				fmt.Fprintf(p.stdout, "%s removed from pool %s.\n", id, pool.Name())
+				fmt.Fprintf(p.stdout, "%s removed from pool %s.\n", termsafe.String(id), termsafe.String(pool.Name()))
 				return nil
 			})
 		},

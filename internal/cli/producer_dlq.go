@@ -12,6 +12,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/exitcode"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/termsafe"
 )
 
 func (p *producer) dlqCmd() *cobra.Command {
@@ -81,8 +82,8 @@ payload.`,
 						fmt.Fprintln(tw, "ITEM\tBATCH\tKIND\tATTEMPTS\tREASON\tLAST ERROR\tFAILED AT")
 					}
 					n++
-					_, err := fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", d.Item, d.Batch, d.Kind, d.Attempts, d.Reason,
-						oneLine(d.Error, 80), d.FailedAt.Local().Format("2006-01-02 15:04:05"))
+					_, err := fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", termsafe.String(d.Item), termsafe.String(d.Batch),
+						termsafe.String(d.Kind), d.Attempts, termsafe.String(d.Reason), oneLine(d.Error, 80), d.FailedAt.Local().Format("2006-01-02 15:04:05"))
 					return err
 				})
 				if err != nil {
@@ -103,7 +104,7 @@ func batchNote(batch string) string {
 	if batch == "" {
 		return " (all batches)"
 	}
-	return " in batch " + batch
+	return " in batch " + termsafe.String(batch)
 }
 
 func (p *producer) dlqReplayCmd() *cobra.Command {

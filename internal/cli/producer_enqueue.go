@@ -24,6 +24,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/jobs"
 	"github.com/keyfleet/keyfleet/internal/jsonl"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/termsafe"
 )
 
 // enqueueOptions are the flags and argument of `producer enqueue`.
@@ -149,7 +150,7 @@ func kindFlagUsage() string {
 
 // input is the items file opened for one pass.
 type input struct {
-	name   string // for messages: the path, or "stdin"
+	name   string // for messages: the path (terminal-safe), or "stdin"
 	stdin  io.Reader
 	path   string
 	spool  string // stdin's copy, after the first pass
@@ -253,7 +254,7 @@ func (p *producer) enqueue(cmd *cobra.Command, o enqueueOptions) error {
 			o.kind, cfg.Source, o.kind)
 	}
 
-	in := &input{name: o.file, path: o.file}
+	in := &input{name: termsafe.String(o.file), path: o.file}
 	if o.file == "-" {
 		in = &input{name: "stdin", stdin: p.stdin}
 	} else if st, err := os.Stat(o.file); err != nil {
@@ -322,13 +323,13 @@ func (p *producer) enqueue(cmd *cobra.Command, o enqueueOptions) error {
 	}
 	if rep.Duplicates == 0 {
 		fmt.Fprintf(p.stdout, "Enqueued batch %s: %d items of kind %s from %s (%d new, 0 duplicates).\n",
-			o.batch, check.items, o.kind, in.name, rep.Published)
+			termsafe.String(o.batch), check.items, o.kind, in.name, rep.Published)
 	} else {
 		fmt.Fprintf(p.stdout, "Enqueued batch %s: %d items of kind %s from %s (%d new, %d duplicates: already enqueued, not added again).\n",
-			o.batch, check.items, o.kind, in.name, rep.Published, rep.Duplicates)
+			termsafe.String(o.batch), check.items, o.kind, in.name, rep.Published, rep.Duplicates)
 	}
 	if !o.wait {
-		fmt.Fprintf(p.stdout, "Follow it with: producer status; results with: producer results --batch %s\n", o.batch)
+		fmt.Fprintf(p.stdout, "Follow it with: producer status; results with: producer results --batch %s\n", termsafe.String(o.batch))
 		return nil
 	}
 	return p.follow(ctx, q, o.batch, check.ids, check.items, start)
@@ -367,7 +368,7 @@ func (p *producer) validate(ctx context.Context, in *input, o enqueueOptions, ma
 			if errors.Is(le, jsonl.ErrTooLong) {
 				msg += " (the limit is the NATS server's max_payload)"
 			}
-			fmt.Fprintf(p.stderr, "%s: %s\n", in.name, msg)
+			fmt.Fprintf(p.stderr, "%s: %s\n", in.name, termsafe.String(msg))
 		}
 	}
 	lastNote := time.Now()
@@ -420,10 +421,10 @@ func (p *producer) validate(ctx context.Context, in *input, o enqueueOptions, ma
 func (p *producer) dryRun(in *input, o enqueueOptions, c checked) error {
 	w := bufio.NewWriter(p.stdout)
 	fmt.Fprintf(w, "Dry run: would enqueue %d items of kind %s from %s as batch %s (nothing published;\n",
-		c.items, o.kind, in.name, o.batch)
+		c.items, o.kind, in.name, termsafe.String(o.batch))
 	fmt.Fprintf(w, "sizes checked against NATS's default max payload of 1 MiB, not against a server):\n")
 	err := p.eachItem(in, o, c, func(it jsonl.Item) error {
-		_, err := fmt.Fprintf(w, "  - %s\n", it.ID)
+		_, err := fmt.Fprintf(w, "  - %s\n", termsafe.String(it.ID))
 		return err
 	})
 	if err != nil {
@@ -495,7 +496,7 @@ func (p *producer) publish(ctx context.Context, q *queue.Queue, in *input, o enq
 		if sent&0x3ff == 0 && time.Since(lastNote) >= progressEvery {
 			lastNote = time.Now()
 			r := pub.Report()
-			fmt.Fprintf(p.stderr, "publishing batch %s: %d of %d items confirmed...\n", o.batch, r.Published+r.Duplicates, c.items)
+			fmt.Fprintf(p.stderr, "publishing batch %s: %d of %d items confirmed...\n", termsafe.String(o.batch), r.Published+r.Duplicates, c.items)
 		}
 		return nil
 	})
@@ -507,7 +508,7 @@ func (p *producer) publish(ctx context.Context, q *queue.Queue, in *input, o enq
 	// Part-way: say exactly what the server confirmed.
 	notSent := c.items - sent
 	detail := fmt.Sprintf("%d of %d items of batch %s confirmed (%d new, %d duplicates), %d sent without confirmation, %d not sent",
-		confirmed, c.items, o.batch, rep.Published, rep.Duplicates, rep.Unconfirmed, notSent)
+		confirmed, c.items, termsafe.String(o.batch), rep.Published, rep.Duplicates, rep.Unconfirmed, notSent)
 	fmt.Fprintf(p.stdout, "Enqueue incomplete: %s.\n"+
 		"Rerunning the same command with the same input is safe: items already enqueued are dropped as duplicates.\n", detail)
 	switch {
@@ -538,8 +539,8 @@ func (p *producer) recordBatch(ctx context.Context, q *queue.Queue, o enqueueOpt
 	defer cancel()
 	if _, err := q.AddToBatch(rctx, o.batch, o.kind, rep.Published); err != nil {
 		log.Debug("batch record", zap.Error(err))
-		fmt.Fprintf(p.stderr, "warning: batch %s: %d new items enqueued, but its record (the dashboard's total) was not updated: %v\n",
-			o.batch, rep.Published, err)
+		fmt.Fprintf(p.stderr, "warning: batch %s: %d new items enqueued, but its record (the dashboard's total) was not updated: %s\n",
+			termsafe.String(o.batch), rep.Published, termsafe.String(err.Error()))
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/exitcode"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/termsafe"
 )
 
 func (p *producer) resultsCmd() *cobra.Command {
@@ -102,9 +103,10 @@ func (p *producer) writeResults(ctx context.Context, q *queue.Queue, batch, out 
 	}
 	switch {
 	case n == 0:
-		fmt.Fprintf(p.stderr, "batch %s has no results (not run yet, unknown, or older than queue.results_max_age)\n", batch)
+		fmt.Fprintf(p.stderr, "batch %s has no results (not run yet, unknown, or older than queue.results_max_age)\n", termsafe.String(batch))
 	default:
-		fmt.Fprintf(p.stderr, "%d results of batch %s (%d succeeded, %d failed) written to %s\n", n, batch, n-failed, failed, where)
+		fmt.Fprintf(p.stderr, "%d results of batch %s (%d succeeded, %d failed) written to %s\n", n, termsafe.String(batch), n-failed, failed,
+			termsafe.String(where))
 	}
 	if failed > 0 {
 		return exitcode.With(exitcode.Failed, fmt.Errorf("%d of %d items of batch %s failed", failed, n, batch))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/exitcode"
 	"github.com/keyfleet/keyfleet/internal/status"
+	"github.com/keyfleet/keyfleet/internal/termsafe"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
@@ -73,13 +74,13 @@ It needs NATS and Redis (exit 3 naming the one that cannot be reached).`,
 }
 
 func printStatus(w io.Writer, r status.Report, heartbeatTTL time.Duration) {
-	fmt.Fprintf(w, "Stream %s: %d messages, %s\n", r.Stream.Name, r.Stream.Messages, bytesText(r.Stream.Bytes))
+	fmt.Fprintf(w, "Stream %s: %d messages, %s\n", termsafe.String(r.Stream.Name), r.Stream.Messages, bytesText(r.Stream.Bytes))
 	last := "never"
 	if r.Consumer.LastActive != nil {
 		last = ago(r.At, *r.Consumer.LastActive)
 	}
 	fmt.Fprintf(w, "Consumer %s: %d pending, %d ack pending, %d redelivered, %d waiting pulls, last activity %s\n",
-		r.Consumer.Name, r.Consumer.Pending, r.Consumer.AckPending, r.Consumer.Redelivered, r.Consumer.WaitingPulls, last)
+		termsafe.String(r.Consumer.Name), r.Consumer.Pending, r.Consumer.AckPending, r.Consumer.Redelivered, r.Consumer.WaitingPulls, last)
 	fmt.Fprintf(w, "Dead letters: %d    Results kept: %d\n", r.DeadLetters, r.Results)
 
 	fmt.Fprintf(w, "\nWorkers (%d seen in the last %s):\n", len(r.Workers), heartbeatTTL)
@@ -87,8 +88,9 @@ func printStatus(w io.Writer, r status.Report, heartbeatTTL time.Duration) {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "  ID\tHOST\tSTATE\tBUSY/SLOTS\tDONE\tFAILED\tKINDS\tVERSION\tLAST SEEN")
 		for _, x := range r.Workers {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d/%d\t%d\t%d\t%s\t%s\t%s\n", x.ID, x.Host, x.State, x.Busy, x.Concurrency,
-				x.Done, x.Failed, strings.Join(x.Kinds, ","), x.Version, ago(r.At, x.LastSeen))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d/%d\t%d\t%d\t%s\t%s\t%s\n", termsafe.String(x.ID), termsafe.String(x.Host),
+				termsafe.String(x.State), x.Busy, x.Concurrency, x.Done, x.Failed, termsafe.String(strings.Join(x.Kinds, ",")),
+				termsafe.String(x.Version), ago(r.At, x.LastSeen))
 		}
 		_ = tw.Flush()
 	}
@@ -99,7 +101,7 @@ func printStatus(w io.Writer, r status.Report, heartbeatTTL time.Duration) {
 // printPool prints the pool's totals and a table of its credentials.
 func printPool(w io.Writer, p status.Pool) {
 	fmt.Fprintf(w, "Pool %s: %d %s: %d available, %d leased, %d cooling, %d disabled (%d %s in flight)\n",
-		p.Name, p.Total, plural(p.Total, "credential", "credentials"), p.Available, p.Leased, p.Cooling, p.Disabled,
+		termsafe.String(p.Name), p.Total, plural(p.Total, "credential", "credentials"), p.Available, p.Leased, p.Cooling, p.Disabled,
 		p.InFlight, plural(p.InFlight, "lease", "leases"))
 	if len(p.Credentials) == 0 {
 		fmt.Fprintln(w, "  (no credentials: workers register the ones in their configuration when they start)")
@@ -126,7 +128,8 @@ func printPool(w io.Writer, p status.Pool) {
 			}
 			note += ": " + oneLine(c.CoolingReason, 100)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\n", c.ID, c.State, c.InFlight, c.MaxConcurrent, limitsText(c), used, note)
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\n", termsafe.String(c.ID), termsafe.String(c.State), c.InFlight, c.MaxConcurrent,
+			termsafe.String(limitsText(c)), used, note)
 	}
 	_ = tw.Flush()
 }

@@ -5,15 +5,18 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/keyfleet/keyfleet/internal/exitcode"
 	"github.com/keyfleet/keyfleet/internal/jsonl"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/termsafe"
 )
 
 // maxFailuresShown bounds the failed items listed under the summary.
@@ -43,7 +46,7 @@ func (p *producer) follow(ctx context.Context, q *queue.Queue, batch string, ids
 	type failure struct{ item, err string }
 	failures := map[jsonl.Key]failure{}
 
-	stopProgress := p.showProgress(batch, t, start)
+	stopProgress := p.showProgress(termsafe.String(batch), t, start)
 	err := q.WatchResults(ctx, batch, func(r queue.Result) (bool, error) {
 		k := ids.Key(r.Item)
 		if !ids.Has(k) {
@@ -89,7 +92,7 @@ func (p *producer) follow(ctx context.Context, q *queue.Queue, batch string, ids
 	}
 
 	failed := t.failed.Load()
-	fmt.Fprintf(p.stdout, "\nBatch %s complete:\n", batch)
+	fmt.Fprintf(p.stdout, "\nBatch %s complete:\n", termsafe.String(batch))
 	fmt.Fprintf(p.stdout, "  Total: %d\n", total)
 	fmt.Fprintf(p.stdout, "  Succeeded: %d\n", t.succeeded.Load())
 	fmt.Fprintf(p.stdout, "  Failed: %d\n", failed)
@@ -103,9 +106,9 @@ func (p *producer) follow(ctx context.Context, q *queue.Queue, batch string, ids
 		list = append(list, f)
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].item < list[j].item })
-	fmt.Fprintf(p.stdout, "Failed items (`producer dlq list --batch %s` lists them all):\n", batch)
+	fmt.Fprintf(p.stdout, "Failed items (`producer dlq list --batch %s` lists them all):\n", termsafe.String(batch))
 	for _, f := range list {
-		fmt.Fprintf(p.stdout, "  - %s: %s\n", f.item, oneLine(f.err, 200))
+		fmt.Fprintf(p.stdout, "  - %s: %s\n", termsafe.String(f.item), oneLine(f.err, 200))
 	}
 	if int64(len(list)) < failed {
 		fmt.Fprintf(p.stdout, "  ... and %d more\n", failed-int64(len(list)))
@@ -187,16 +190,19 @@ func progressLine(w io.Writer, batch string, t *tally, elapsed time.Duration) {
 		batch, done, t.total, t.succeeded.Load(), t.failed.Load(), rate, eta)
 }
 
-// oneLine flattens s onto one line of at most n bytes.
+// flatten turns line breaks and tabs into spaces.
+var flatten = strings.NewReplacer("\n", " ", "\r", " ", "\t", " ")
+
+// oneLine flattens text from a job or an API onto one line of at most n
+// bytes (cut at a character's start) and escapes whatever else a terminal
+// could act on (termsafe.String).
 func oneLine(s string, n int) string {
-	b := []byte(s)
-	for i, c := range b {
-		if c == '\n' || c == '\r' || c == '\t' {
-			b[i] = ' '
+	cut := ""
+	if len(s) > n {
+		for back := 0; n > 0 && back < utf8.UTFMax-1 && !utf8.RuneStart(s[n]); back++ {
+			n--
 		}
+		s, cut = s[:n], "…"
 	}
-	if len(b) > n {
-		return string(b[:n]) + "…"
-	}
-	return string(b)
+	return termsafe.String(flatten.Replace(s)) + cut
 }

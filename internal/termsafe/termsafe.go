@@ -26,8 +26,16 @@ const hexDigits = "0123456789abcdef"
 // Everything else is kept as it is, backslashes included: the result is
 // for reading, not for parsing back. When nothing needs escaping, String
 // returns s itself without allocating.
-func String(s string) string {
-	i := firstUnsafe(s)
+func String(s string) string { return escape(s, false) }
+
+// Lines is String for text of several lines, such as an error that lists
+// one problem a line: its line feeds are kept, everything else is escaped
+// as String escapes it.
+func Lines(s string) string { return escape(s, true) }
+
+// escape is String, or Lines when keepLF.
+func escape(s string, keepLF bool) string {
+	i := firstUnsafe(s, keepLF)
 	if i == len(s) {
 		return s
 	}
@@ -37,7 +45,7 @@ func String(s string) string {
 	for i < len(s) {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if unsafeASCII(c) {
+			if unsafeASCII(c, keepLF) {
 				writeByte(&b, c)
 			} else {
 				b.WriteByte(c)
@@ -59,13 +67,13 @@ func String(s string) string {
 	return b.String()
 }
 
-// firstUnsafe is the index of the first byte of s that String escapes, or
+// firstUnsafe is the index of the first byte of s that escape escapes, or
 // len(s).
-func firstUnsafe(s string) int {
+func firstUnsafe(s string, keepLF bool) int {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if unsafeASCII(c) {
+			if unsafeASCII(c, keepLF) {
 				return i
 			}
 			i++
@@ -80,7 +88,9 @@ func firstUnsafe(s string) int {
 	return len(s)
 }
 
-func unsafeASCII(c byte) bool { return c < 0x20 || c == 0x7f }
+func unsafeASCII(c byte, keepLF bool) bool {
+	return (c < 0x20 || c == 0x7f) && !(keepLF && c == '\n')
+}
 
 // unsafeRune reports whether a non-ASCII rune is escaped.
 func unsafeRune(r rune) bool {

@@ -39,16 +39,30 @@ func TestString(t *testing.T) {
 	}
 }
 
+func TestLines(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"", ""},
+		{"config: 2 problems\npool.name: empty\nredis.url: bad", "config: 2 problems\npool.name: empty\nredis.url: bad"},
+		{"a\r\nb\tc\n\x1b[2J\u202e\n", `a\r` + "\n" + `b\tc` + "\n" + `\x1b[2J\u{202e}` + "\n"},
+	} {
+		if got := termsafe.Lines(tc.in); got != tc.want {
+			t.Errorf("Lines(%q):\nwant %q\ngot  %q", tc.in, tc.want, got)
+		}
+	}
+}
+
 // Text that needs no escaping comes back as it is, without an allocation.
 func TestStringSafeDoesNotAllocate(t *testing.T) {
 	in := strings.Repeat("key-a: 429 Too Many Requests — réessayez ", 20)
 	var out string
-	allocs := testing.AllocsPerRun(100, func() { out = termsafe.String(in) })
-	if allocs != 0 {
-		t.Errorf("want 0 allocations for safe text, got %.0f", allocs)
-	}
-	if out != in {
-		t.Error("safe text changed")
+	for name, f := range map[string]func(string) string{"String": termsafe.String, "Lines": termsafe.Lines} {
+		allocs := testing.AllocsPerRun(100, func() { out = f(in) })
+		if allocs != 0 {
+			t.Errorf("%s: want 0 allocations for safe text, got %.0f", name, allocs)
+		}
+		if out != in {
+			t.Errorf("%s: safe text changed", name)
+		}
 	}
 }
 
@@ -85,6 +99,14 @@ func FuzzString(f *testing.F) {
 		}
 		if len(out) < len(in) {
 			t.Fatalf("String(%q) = %q dropped bytes", in, out)
+		}
+		// Lines escapes each line as String does and keeps the line feeds.
+		var want []string
+		for _, line := range strings.Split(in, "\n") {
+			want = append(want, termsafe.String(line))
+		}
+		if got := termsafe.Lines(in); got != strings.Join(want, "\n") {
+			t.Fatalf("Lines(%q) = %q, want %q", in, got, strings.Join(want, "\n"))
 		}
 		// Text of safe characters only is returned unchanged.
 		safe := utf8.ValidString(in)
