@@ -146,6 +146,11 @@ type Pool struct {
 	// Cooldown is how long a credential rests after a rate limit that gave
 	// no Retry-After. Default 60s.
 	Cooldown time.Duration `yaml:"cooldown"`
+	// MaxRest caps every rest a reply asks for (Retry-After in any form,
+	// retry-after-ms, rate-limit resets, an exec job's Retry-After): a
+	// longer one is cut to it, with a warning naming the header. At least
+	// 1s. Default 24h.
+	MaxRest time.Duration `yaml:"max_rest"`
 	// Credentials are the pool's credentials. Default none.
 	Credentials []Credential `yaml:"credentials"`
 	// Cost says where an item's estimated cost comes from, for the
@@ -163,6 +168,13 @@ type Cost struct {
 	// Default 1.
 	Default int64 `yaml:"default"`
 }
+
+// MaxRestDefault is the default of pool.max_rest; MaxRateLimitedDefault of
+// worker.max_rate_limited.
+const (
+	MaxRestDefault        = 24 * time.Hour
+	MaxRateLimitedDefault = 20
+)
 
 // Defaults of pool.cost.
 const (
@@ -274,6 +286,10 @@ type Worker struct {
 	// MaxAttempts bounds the failed runs (transient or timed out) of an
 	// item; then it is dead-lettered. Default 5.
 	MaxAttempts int `yaml:"max_attempts"`
+	// MaxRateLimited bounds the rate-limited runs of an item in a row (they
+	// use no attempt); then it is dead-lettered with the last reason.
+	// Default 20.
+	MaxRateLimited int `yaml:"max_rate_limited"`
 	// RetryBackoff is the wait before the next run after the n-th failure;
 	// the last entry repeats (see RetryDelay). Default [1s, 5s, 30s, 2m].
 	RetryBackoff []time.Duration `yaml:"retry_backoff"`
@@ -425,14 +441,16 @@ func Default() *Config {
 			Name:     "default",
 			LeaseTTL: creds.LeaseTTLDefault,
 			Cooldown: 60 * time.Second,
+			MaxRest:  MaxRestDefault,
 			Cost:     Cost{Field: CostFieldDefault, Default: CostDefault},
 		},
 		Worker: Worker{
-			Concurrency:   3,
-			ShutdownGrace: 20 * time.Second,
-			MaxAttempts:   5,
-			RetryBackoff:  []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute},
-			Heartbeat:     5 * time.Second,
+			Concurrency:    3,
+			ShutdownGrace:  20 * time.Second,
+			MaxAttempts:    5,
+			MaxRateLimited: MaxRateLimitedDefault,
+			RetryBackoff:   []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute},
+			Heartbeat:      5 * time.Second,
 		},
 		Queue: Queue{
 			Stream:          queue.StreamDefault,

@@ -236,6 +236,7 @@ func (c *Config) checkPool(ps *check.List) {
 	}
 	ps.AtLeast("pool.lease_ttl", p.LeaseTTL, time.Second)
 	ps.NotNegative("pool.cooldown", p.Cooldown)
+	ps.AtLeast("pool.max_rest", p.MaxRest, time.Second)
 	firstUse := map[string]string{}
 	for i := range p.Credentials {
 		cr := &p.Credentials[i]
@@ -288,6 +289,7 @@ func (c *Config) checkWorker(ps *check.List) {
 	ps.AtLeastInt("worker.concurrency", w.Concurrency, 1)
 	ps.NotNegative("worker.shutdown_grace", w.ShutdownGrace)
 	ps.AtLeastInt("worker.max_attempts", w.MaxAttempts, 1)
+	ps.AtLeastInt("worker.max_rate_limited", w.MaxRateLimited, 1)
 	if len(w.RetryBackoff) == 0 {
 		ps.Add("worker.retry_backoff", "must list at least one duration, e.g. [1s, 5s, 30s, 2m]")
 	}

@@ -31,6 +31,9 @@ import (
 //	401, 403                   credential rejected
 //	402, or 429 whose body     credential rejected (quota)
 //	mentions insufficient_quota
+//	429 whose body says the    permanent failure, no rest (TooLarge)
+//	request is too large
+//	413                        permanent failure
 //	other 4xx, 3xx             permanent failure
 //	5xx, network errors,       transient failure
 //	timeout
@@ -61,6 +64,12 @@ type HTTPConfig struct {
 	// replaces the estimate in the credential's cost windows. Default ""
 	// (none).
 	CostFrom string `yaml:"cost_from"`
+	// ProbeURL is where a key the API disabled is probed, every
+	// pool.probe_interval: a GET with the key in Header (as Format says)
+	// and Headers, redirects not followed; a 2xx answer enables the key
+	// again. http or https, such as "https://api.example.com/v1/models".
+	// Default "" (no probe).
+	ProbeURL string `yaml:"probe_url"`
 
 	// The fields below are not keys of the config section: the worker sets
 	// them (see Common).
@@ -99,15 +108,13 @@ func (c HTTPConfig) WithDefaults() HTTPConfig {
 // first: a zero Timeout or an empty Method is a problem.
 func (c *HTTPConfig) Check() check.List {
 	var l check.List
-	switch u, err := url.Parse(c.URL); {
-	case c.URL == "":
+	if c.URL == "" {
 		l.Add("url", "must be set, e.g. https://api.example.com/v1/x")
-	case err != nil:
-		l.Add("url", "%s is not a valid URL", check.Quote(secret.RedactURL(c.URL)))
-	case u.Scheme != "http" && u.Scheme != "https":
-		l.Add("url", "scheme %s is not http or https", check.Quote(u.Scheme))
-	case u.Host == "":
-		l.Add("url", "%s names no host", check.Quote(secret.RedactURL(c.URL)))
+	} else {
+		checkHTTPURL(&l, "url", c.URL)
+	}
+	if c.ProbeURL != "" {
+		checkHTTPURL(&l, "probe_url", c.ProbeURL)
 	}
 	if !validToken(c.Method) {
 		l.Add("method", "%s is not an HTTP method", check.Quote(c.Method))
@@ -140,6 +147,19 @@ func (c *HTTPConfig) Check() check.List {
 	}
 	l.Positive("timeout", c.Timeout)
 	return l
+}
+
+// checkHTTPURL adds a problem at key unless raw is an absolute http or
+// https URL with a host.
+func checkHTTPURL(l *check.List, key, raw string) {
+	switch u, err := url.Parse(raw); {
+	case err != nil:
+		l.Add(key, "%s is not a valid URL", check.Quote(secret.RedactURL(raw)))
+	case u.Scheme != "http" && u.Scheme != "https":
+		l.Add(key, "scheme %s is not http or https", check.Quote(u.Scheme))
+	case u.Host == "":
+		l.Add(key, "%s names no host", check.Quote(secret.RedactURL(raw)))
+	}
 }
 
 // The headers the http kind sets on every request.
@@ -268,6 +288,10 @@ func (h *httpHandler) Run(ctx context.Context, item Item, cred Credential) (Outp
 	switch code := resp.StatusCode; {
 	case code == http.StatusTooManyRequests && bytes.Contains(raw, []byte(quotaMarker)):
 		return Output{}, Rejected("insufficient quota (" + status + ")")
+	case code == http.StatusTooManyRequests && TooLarge(raw):
+		// The item can never fit what the key allows, however long it
+		// waits: the item's failure, and no key rests for it.
+		return Output{}, Permanent(fmt.Errorf("http: %s (the request is larger than the key's limit)", status))
 	case code == http.StatusUnauthorized, code == http.StatusForbidden, code == http.StatusPaymentRequired:
 		return Output{}, Rejected(status)
 	case noRetry:

@@ -170,6 +170,9 @@ func TestHTTPAgainstFakeAPI(t *testing.T) {
 		{"500", `{"force_status":500}`, testCred, jobs.OutcomeTransient, "500 Internal Server Error"},
 		{"503", `{"force_status":503}`, testCred, jobs.OutcomeTransient, "503"},
 		{"429 without Retry-After", `{"force_status":429}`, testCred, jobs.OutcomeRateLimited, "429"},
+		{"429 too large for the key", `{"too_large":true}`, testCred, jobs.OutcomePermanent, "larger than the key's limit"},
+		{"413", `{"force_status":413}`, testCred, jobs.OutcomePermanent, "413"},
+		{"refused by a content rule", `{"refuse":true}`, testCred, jobs.OutcomeRejected, "403 Forbidden"},
 	}
 	for _, tt := range tests {
 		_, err := run(tt.payload, tt.cred)
@@ -180,7 +183,7 @@ func TestHTTPAgainstFakeAPI(t *testing.T) {
 			t.Errorf("%s: RetryAfter %v from %q, want 0 from \"\"", tt.name, rl.RetryAfter, rl.Source)
 		}
 	}
-	if st := api.Stats(); st.OverLimit() != 0 || st.Keys[0].OK != 1 || st.Keys[0].RateLimited != 1 || st.Unauthorized != 1 {
+	if st := api.Stats(); st.OverLimit() != 0 || st.Keys[0].OK != 1 || st.Keys[0].RateLimited != 2 || st.Keys[0].Refused != 1 || st.Unauthorized != 1 {
 		t.Errorf("fakeapi stats %+v", st)
 	}
 }

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -108,9 +109,9 @@ func parseRemaining(v string) (int64, bool) {
 	return n, err == nil && n >= 0
 }
 
-// maxReset bounds a reset figure: a day covers every provider's windows,
-// and a larger one is taken as nonsense.
-const maxReset = 24 * time.Hour
+// maxReset is the longest reset read; a longer one is read as this. The
+// worker cuts every rest to pool.max_rest anyway, with a warning.
+const maxReset = time.Duration(math.MaxInt64)
 
 func parseReset(v string, isTime bool, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
@@ -129,13 +130,16 @@ func parseReset(v string, isTime bool, now time.Time) (time.Duration, bool) {
 		if d, err = time.ParseDuration(v); err != nil {
 			// A bare number: seconds, as some gateways send.
 			s, ferr := strconv.ParseFloat(v, 64)
-			if ferr != nil || s < 0 || s > maxReset.Seconds() {
+			if ferr != nil || s < 0 || math.IsNaN(s) {
 				return 0, false
+			}
+			if s >= maxReset.Seconds() {
+				return maxReset, true
 			}
 			d = time.Duration(s * float64(time.Second))
 		}
 	}
-	if d < 0 || d > maxReset {
+	if d < 0 {
 		return 0, false
 	}
 	return d, true

@@ -18,6 +18,12 @@ const (
 	ReasonMaxDeliveries = "out of deliveries"
 	ReasonUndecodable   = "undecodable message"
 	ReasonUnknownKind   = "kind not configured"
+	// ReasonRefused: several keys refused the item (401, 402, 403,
+	// insufficient quota, exit 77): the item's fault, not the keys'.
+	ReasonRefused = "refused by the keys"
+	// ReasonRateLimited: rate limited worker.max_rate_limited times in a
+	// row.
+	ReasonRateLimited = "rate limited too often"
 )
 
 // DeadLetter records an item that failed for good. It holds the item's

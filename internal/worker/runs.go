@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,6 +35,13 @@ type runCount struct {
 	// Lost: earlier runs that never reported (their workers died), counted
 	// as failures now.
 	Lost int
+	// Limited: the rate-limited runs in a row (a failed or refused run
+	// ends the row).
+	Limited int
+	// Refusals: the runs a key refused (401, 402, 403, quota, exit 77);
+	// Refused their texts, one a line ("<credential>: <reason>").
+	Refusals int
+	Refused  string
 }
 
 // itemRuns tracks one delivery of an item.
@@ -51,20 +59,25 @@ func (c *runCounter) forItem(batch, id string, delivery uint64) *itemRuns {
 	return &itemRuns{c: c, batch: batch, id: id, delivery: delivery, wrote: delivery > 1}
 }
 
-func (r *itemRuns) do(ctx context.Context, op string) (runCount, error) {
+func (r *itemRuns) do(ctx context.Context, op string, args ...any) (runCount, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	reply, err := runsScript.Run(ctx, r.c.rdb, []string{r.c.prefix + r.batch + "/" + r.id},
-		op, r.delivery, r.cur.Runs, int64(r.c.ttl.Seconds())).Result()
+		append([]any{op, r.delivery, r.cur.Runs, int64(r.c.ttl.Seconds())}, args...)...).Result()
 	if err != nil {
 		return runCount{}, fmt.Errorf("run counter %s: %w", op, err)
 	}
-	v, err := ratelimit.Int64s(reply, 3)
+	arr, ok := reply.([]any)
+	if !ok || len(arr) != 6 {
+		return runCount{}, fmt.Errorf("run counter %s: unexpected reply %T", op, reply)
+	}
+	v, err := ratelimit.Int64s(arr[:5], 5)
 	if err != nil {
 		return runCount{}, fmt.Errorf("run counter %s: %w", op, err)
 	}
+	refused, _ := arr[5].(string)
 	r.wrote = true
-	return runCount{Runs: int(v[0]), Failures: int(v[1]), Lost: int(v[2])}, nil
+	return runCount{Runs: int(v[0]), Failures: int(v[1]), Lost: int(v[2]), Limited: int(v[3]), Refusals: int(v[4]), Refused: refused}, nil
 }
 
 // start begins a run and returns its number (and what was lost before).
@@ -99,6 +112,30 @@ func (r *itemRuns) settle(ctx context.Context) error {
 		r.cur = st
 	}
 	return err
+}
+
+// limited records that the current run was rate limited; the count says
+// how many in a row.
+func (r *itemRuns) limited(ctx context.Context) (runCount, error) {
+	st, err := r.do(ctx, "limited")
+	if err != nil {
+		st = runCount{Runs: r.cur.Runs, Failures: r.cur.Failures, Limited: r.cur.Limited + 1}
+	}
+	r.cur = st
+	return st, err
+}
+
+// refuse records that a key refused the current run; text is
+// "<credential>: <reason>".
+func (r *itemRuns) refuse(ctx context.Context, text string) (runCount, error) {
+	st, err := r.do(ctx, "refuse", text)
+	if err != nil {
+		st = r.cur
+		st.Refusals++
+		st.Refused = strings.TrimPrefix(st.Refused+"\n"+text, "\n")
+	}
+	r.cur = st
+	return st, err
 }
 
 // handBack records that this delivery ends before running the item again

@@ -7,8 +7,15 @@
 -- ARGV[3]  the run number the worker holds (fail/settle of a first run it
 --          did not record at its start)
 -- ARGV[4]  TTL in seconds (refreshed on every op but done)
--- Returns {runs, failures, lost}: lost is the number of earlier runs that
--- never reported (their workers died), counted as failures by `start`.
+-- ARGV[5]  refuse: the refusal's text ("<credential>: <reason>")
+-- Returns {runs, failures, lost, limited, refusals, refused}: lost is the
+-- number of earlier runs that never reported (their workers died), counted
+-- as failures by `start`; limited the rate-limited runs in a row (a failed
+-- or refused run ends the row); refusals the runs a key refused, refused
+-- their texts, one a line.
+--
+-- ops: start, fail, settle (ended without failing: interrupted), limited
+-- (rate limited), refuse (a key refused the run), norun, done.
 --
 -- A worker records nothing when it starts the first run of an item's first
 -- delivery (the common case costs no write); every other start is
@@ -19,13 +26,16 @@ local k = KEYS[1]
 local op = ARGV[1]
 if op == 'done' then
   redis.call('DEL', k)
-  return {0, 0, 0}
+  return {0, 0, 0, 0, 0, ''}
 end
-local h = redis.call('HMGET', k, 'runs', 'failures', 'open', 'acc')
+local h = redis.call('HMGET', k, 'runs', 'failures', 'open', 'acc', 'limited', 'refusals', 'refused')
 local runs = tonumber(h[1] or '0') or 0
 local fails = tonumber(h[2] or '0') or 0
 local open = h[3] == '1'
 local acc = tonumber(h[4] or '0') or 0
+local limited = tonumber(h[5] or '0') or 0
+local refusals = tonumber(h[6] or '0') or 0
+local refused = h[7] or ''
 local d = tonumber(ARGV[2])
 local held = tonumber(ARGV[3])
 local lost = 0
@@ -44,9 +54,23 @@ if op == 'start' then
 elseif op == 'fail' then
   runs = math.max(runs, held)
   fails = fails + 1
+  limited = 0
   open = false
 elseif op == 'settle' then
   runs = math.max(runs, held)
+  open = false
+elseif op == 'limited' then
+  runs = math.max(runs, held)
+  limited = limited + 1
+  open = false
+elseif op == 'refuse' then
+  runs = math.max(runs, held)
+  refusals = refusals + 1
+  limited = 0
+  if refused ~= '' then
+    refused = refused .. '\n'
+  end
+  refused = refused .. string.sub(ARGV[5] or '', 1, 300)
   open = false
 elseif op == 'norun' then
   open = false
@@ -58,5 +82,11 @@ if open then
   o = '1'
 end
 redis.call('HSET', k, 'runs', runs, 'failures', fails, 'open', o, 'acc', math.max(acc, d))
+if op == 'limited' or limited ~= tonumber(h[5] or '0') then
+  redis.call('HSET', k, 'limited', limited)
+end
+if op == 'refuse' then
+  redis.call('HSET', k, 'refusals', refusals, 'refused', refused)
+end
 redis.call('EXPIRE', k, ARGV[4])
-return {runs, fails, lost}
+return {runs, fails, lost, limited, refusals, refused}

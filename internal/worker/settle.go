@@ -38,7 +38,15 @@ func (w *Worker) settle(pullCtx context.Context, d *delivery, lease *creds.Lease
 	case labelRateLimited:
 		w.metrics.Cooldowns.WithLabelValues(lease.CredentialID, v.restSource).Inc()
 		w.metrics.Items.WithLabelValues(it.Kind, "rate_limited").Inc()
-		w.settleRun(ctx, d)
+		st, err := d.runs.limited(ctx)
+		if err != nil {
+			log.Debug("counting the rate-limited run", zap.Error(err))
+		}
+		if text := afterRateLimit(st, w.cfg.Worker.MaxRateLimited, v.reason); text != "" {
+			res.errText = text
+			w.deadLetterRun(ctx, d, queue.ReasonRateLimited, res)
+			return false
+		}
 		log.Info("credential rate limited: it rests; the item runs again on another credential",
 			zap.String("rest_from", v.restSource), zap.Duration("rest", v.lease.Rest), zap.String("reason", v.reason))
 		return w.againUnlessDraining(pullCtx, d)
@@ -46,9 +54,19 @@ func (w *Worker) settle(pullCtx context.Context, d *delivery, lease *creds.Lease
 	case labelRejected:
 		w.metrics.Rejections.WithLabelValues(lease.CredentialID, rejectCause(it.Kind, v.reason)).Inc()
 		w.metrics.Items.WithLabelValues(it.Kind, "rejected").Inc()
-		w.settleRun(ctx, d)
-		log.Error("credential rejected by the API: disabled until `producer creds enable`; the item runs again on another credential",
-			zap.String("reason", v.reason))
+		st, err := d.runs.refuse(ctx, lease.CredentialID+": "+v.reason)
+		if err != nil {
+			log.Debug("counting the refusal", zap.Error(err))
+		}
+		if text := afterRefusal(st); text != "" {
+			// Several keys refused it: the item's fault, not the keys'.
+			res.errText = text
+			w.deadLetterRun(ctx, d, queue.ReasonRefused, res)
+			return false
+		}
+		log.Warn("the API refused the run on this credential: the item runs again on another one; "+
+			"a credential that refuses several different items in a row is disabled",
+			zap.String("reason", v.reason), zap.Int("refusals", st.Refusals))
 		return w.againUnlessDraining(pullCtx, d)
 
 	case labelPermanent:
@@ -91,10 +109,9 @@ func (w *Worker) endLease(l *creds.Lease, o creds.Outcome, log *zap.Logger) {
 		ctx, cancel := w.settleCtx()
 		defer cancel()
 		switch {
-		case o.Disable != "":
-			if derr := w.pool.Disable(ctx, l.CredentialID, o.Disable); derr != nil {
-				log.Warn("could not disable the credential", zap.Error(derr))
-			}
+		case o.Refused != nil:
+			// A refusal on a lease that was lost meanwhile is not counted:
+			// the key's streak goes on with its next runs.
 		case o.Rest > 0:
 			if _, rerr := w.pool.Rest(ctx, l.CredentialID, o.Rest, o.RestReason, o.RestCause); rerr != nil {
 				log.Warn("could not record the rest", zap.Error(rerr))

@@ -136,8 +136,12 @@ func (w *Worker) runOnce(pullCtx, itemCtx context.Context, d *delivery, h jobs.H
 			log.Warn("a job did not report its cost: the estimate stands (said once per kind)", zap.String("why", w.scrub.String(out.CostNote)))
 		})
 	}
-	v := judge(runEnd{err: jobErr, interrupted: context.Cause(jobCtx), out: out},
-		policy{cooldown: w.cfg.Pool.Cooldown, scrub: w.scrub.String})
+	v := judge(runEnd{err: jobErr, interrupted: context.Cause(jobCtx), out: out, item: queue.MsgID(it.Batch, it.ID)},
+		policy{cooldown: w.cfg.Pool.Cooldown, maxRest: w.cfg.Pool.MaxRest, scrub: w.scrub.String})
+	for _, c := range v.cut {
+		log.Warn("a reply asked for a rest longer than pool.max_rest: cut to it",
+			zap.String("asked", w.scrub.String(c)), zap.Duration("max_rest", w.cfg.Pool.MaxRest))
+	}
 	res := runResult{dur: dur, credID: lease.CredentialID, leasedAt: lease.Acquired, out: out, errText: errText}
 	return w.settle(pullCtx, d, lease, v, res, log, context.Cause(jobCtx))
 }

@@ -1,8 +1,10 @@
 package worker
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/jobs"
@@ -19,6 +21,8 @@ type runEnd struct {
 	interrupted error
 	// out is what the job reported.
 	out jobs.Output
+	// item names the item ("<batch>/<id>") for the pool's refusal streaks.
+	item string
 }
 
 // Labels of a verdict, as metrics and logs name them.
@@ -50,12 +54,17 @@ type verdict struct {
 	restSource string
 	// reason is the rate limit's or the rejection's text, scrubbed.
 	reason string
+	// cut names a rest the reply asked for that pool.max_rest cut
+	// ("Retry-After header asked for 27777h46m39s"), for a warning.
+	cut []string
 }
 
 // policy is what judging needs of the configuration.
 type policy struct {
 	// cooldown is pool.cooldown: the longest rest after bare 429s.
 	cooldown time.Duration
+	// maxRest is pool.max_rest: no rest a reply asks for is longer.
+	maxRest time.Duration
 	// scrub removes secrets from texts.
 	scrub func(string) string
 }
@@ -66,14 +75,15 @@ const minRest = 100 * time.Millisecond
 
 // judge decides what a run comes to.
 func judge(r runEnd, p policy) verdict {
-	lease := creds.Outcome{Cost: r.out.Cost, Signals: poolSignals(r.out.Signals)}
+	var cut []string
+	lease := creds.Outcome{Cost: r.out.Cost, Signals: p.signals(r.out.Signals, &cut)}
 	outcome := jobs.Classify(r.err)
 	switch {
 	case r.err == nil:
 		if r.out.Rest > 0 {
-			lease.Rest, lease.RestReason, lease.RestCause = r.out.Rest, "the job asked for a rest after a success", r.out.RestFrom
+			lease.Rest, lease.RestReason, lease.RestCause = p.capRest(r.out.Rest, r.out.RestFrom, &cut), "the job asked for a rest after a success", r.out.RestFrom
 		}
-		return verdict{label: labelSucceeded, lease: lease}
+		return verdict{label: labelSucceeded, lease: lease, cut: cut}
 
 	case r.interrupted != nil && outcome == jobs.OutcomeTransient:
 		// Shutdown, lost lease or lost message: not the item's fault.
@@ -83,7 +93,7 @@ func judge(r runEnd, p policy) verdict {
 		var rl *jobs.RateLimitedError
 		errors.As(r.err, &rl)
 		lease.RateLimited = true
-		lease.Signals = append(lease.Signals, poolSignals(rl.Signals)...)
+		lease.Signals = append(lease.Signals, p.signals(rl.Signals, &cut)...)
 		v := verdict{label: labelRateLimited, again: true}
 		if rl.Source == "" {
 			// A bare 429: the key's pace adapts fleet-wide; the rest is
@@ -93,30 +103,55 @@ func judge(r runEnd, p policy) verdict {
 			v.reason = p.scrub("429 without Retry-After: " + rl.Detail)
 			lease.RestReason = v.reason
 		} else {
-			lease.Rest = max(rl.RetryAfter, minRest)
+			lease.Rest = max(p.capRest(rl.RetryAfter, rl.Source, &cut), minRest)
 			v.restSource = "retry_after"
 			v.reason = p.scrub(fmt.Sprintf("resting %s (from %s) after: %s", lease.Rest, rl.Source, rl.Detail))
 			lease.RestReason, lease.RestCause = v.reason, rl.Source
 		}
-		v.lease = lease
+		v.lease, v.cut = lease, cut
 		return v
 
 	case outcome == jobs.OutcomeRejected:
+		// One refusal is evidence, not a verdict: the pool disables the
+		// key once it refused several different items in a row, and the
+		// worker dead-letters an item several keys refused (settle).
 		var rej *jobs.RejectedError
 		errors.As(r.err, &rej)
 		reason := p.scrub(rej.Reason)
 		if reason == "" {
 			reason = "rejected by the API"
 		}
-		lease.Disable = reason
-		return verdict{label: labelRejected, lease: lease, again: true, reason: reason}
+		lease.Refused = &creds.Refusal{Item: r.item, Reason: reason}
+		return verdict{label: labelRejected, lease: lease, again: true, reason: reason, cut: cut}
 
 	case outcome == jobs.OutcomePermanent:
-		return verdict{label: labelPermanent, lease: lease, fail: true, dead: queue.ReasonPermanent}
+		return verdict{label: labelPermanent, lease: lease, fail: true, dead: queue.ReasonPermanent, cut: cut}
 
 	default:
-		return verdict{label: labelTransient, lease: lease, fail: true}
+		return verdict{label: labelTransient, lease: lease, fail: true, cut: cut}
 	}
+}
+
+// capRest cuts a rest a reply asked for to pool.max_rest, noting the cut.
+func (p policy) capRest(d time.Duration, from string, cut *[]string) time.Duration {
+	if p.maxRest <= 0 || d <= p.maxRest {
+		return d
+	}
+	*cut = append(*cut, fmt.Sprintf("%s asked for a rest of %s", cmp.Or(from, "the reply"), d))
+	return p.maxRest
+}
+
+// signals turns the API's figures into the pool's, each reset cut to
+// pool.max_rest.
+func (p policy) signals(ss []jobs.Signal, cut *[]string) []creds.Signal {
+	if len(ss) == 0 {
+		return nil
+	}
+	out := make([]creds.Signal, len(ss))
+	for i, s := range ss {
+		out[i] = creds.Signal{Name: s.Name, Tokens: s.Tokens, Remaining: s.Remaining, Reset: p.capRest(s.Reset, s.Name+" header", cut)}
+	}
+	return out
 }
 
 // failurePolicy bounds a failing item's runs.
@@ -140,13 +175,25 @@ func afterFailure(failures int, delivered uint64, p failurePolicy) (dead string,
 	return "", p.delay(failures)
 }
 
-func poolSignals(ss []jobs.Signal) []creds.Signal {
-	if len(ss) == 0 {
-		return nil
+// refusalsToDeadLetter is how many refused runs make an item the
+// culprit: it is dead-lettered, naming the refusals, whichever keys they
+// came from (at most this many keys are asked).
+const refusalsToDeadLetter = 3
+
+// afterRefusal says whether an item a key just refused is dead-lettered,
+// and with what error, from its runs counted so far.
+func afterRefusal(st runCount) (deadText string) {
+	if st.Refusals < refusalsToDeadLetter {
+		return ""
 	}
-	out := make([]creds.Signal, len(ss))
-	for i, s := range ss {
-		out[i] = creds.Signal{Name: s.Name, Tokens: s.Tokens, Remaining: s.Remaining, Reset: s.Reset}
+	return fmt.Sprintf("refused %d times, by: %s", st.Refusals, strings.ReplaceAll(st.Refused, "\n", "; "))
+}
+
+// afterRateLimit says whether an item just rate limited is dead-lettered
+// (worker.max_rate_limited in a row), and with what error.
+func afterRateLimit(st runCount, maxInARow int, reason string) (deadText string) {
+	if maxInARow <= 0 || st.Limited < maxInARow {
+		return ""
 	}
-	return out
+	return fmt.Sprintf("rate limited %d times in a row (worker.max_rate_limited); the last: %s", st.Limited, reason)
 }

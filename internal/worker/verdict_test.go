@@ -16,7 +16,7 @@ import (
 
 // One case per way a run can end: what the lease and the item come to.
 func TestJudge(t *testing.T) {
-	p := policy{cooldown: time.Minute, scrub: func(s string) string { return strings.ReplaceAll(s, "sk-secret", "[REDACTED]") }}
+	p := policy{cooldown: time.Minute, maxRest: time.Hour, scrub: func(s string) string { return strings.ReplaceAll(s, "sk-secret", "[REDACTED]") }}
 	sig := []jobs.Signal{{Name: "x-ratelimit-remaining-tokens", Tokens: true, Remaining: 10, Reset: time.Second}}
 	poolSig := []creds.Signal{{Name: "x-ratelimit-remaining-tokens", Tokens: true, Remaining: 10, Reset: time.Second}}
 	for _, c := range []struct {
@@ -41,9 +41,20 @@ func TestJudge(t *testing.T) {
 		{"bare 429", runEnd{err: &jobs.RateLimitedError{Detail: "429 Too Many Requests", Signals: sig}},
 			verdict{label: labelRateLimited, again: true, restSource: "bare_429", reason: "429 without Retry-After: 429 Too Many Requests",
 				lease: creds.Outcome{RateLimited: true, MaxRest: time.Minute, RestReason: "429 without Retry-After: 429 Too Many Requests", Signals: poolSig}}},
-		{"rejected key", runEnd{err: jobs.Rejected("401 Unauthorized: key sk-secret revoked")},
+		{"rate limited with an absurd Retry-After: cut to max_rest", runEnd{err: jobs.RateLimited(99999999*time.Second, "Retry-After header", "429")},
+			verdict{label: labelRateLimited, again: true, restSource: "retry_after",
+				reason: "resting 1h0m0s (from Retry-After header) after: 429",
+				cut:    []string{"Retry-After header asked for a rest of 27777h46m39s"},
+				lease:  creds.Outcome{RateLimited: true, Rest: time.Hour, RestCause: "Retry-After header", RestReason: "resting 1h0m0s (from Retry-After header) after: 429"}}},
+		{"a reset past max_rest is cut", runEnd{out: jobs.Output{Signals: []jobs.Signal{{Name: "x-ratelimit-reset-requests", Remaining: 0, Reset: 48 * time.Hour}}}},
+			verdict{label: labelSucceeded, cut: []string{"x-ratelimit-reset-requests header asked for a rest of 48h0m0s"},
+				lease: creds.Outcome{Signals: []creds.Signal{{Name: "x-ratelimit-reset-requests", Remaining: 0, Reset: time.Hour}}}}},
+		{"an exec job's Retry-After after a success is cut", runEnd{out: jobs.Output{Rest: 30 * time.Hour, RestFrom: "exec stderr Retry-After"}},
+			verdict{label: labelSucceeded, cut: []string{"exec stderr Retry-After asked for a rest of 30h0m0s"},
+				lease: creds.Outcome{Rest: time.Hour, RestReason: "the job asked for a rest after a success", RestCause: "exec stderr Retry-After"}}},
+		{"refused: evidence against the key and the item, no verdict yet", runEnd{err: jobs.Rejected("401 Unauthorized: key sk-secret revoked"), item: "b/x"},
 			verdict{label: labelRejected, again: true, reason: "401 Unauthorized: key [REDACTED] revoked",
-				lease: creds.Outcome{Disable: "401 Unauthorized: key [REDACTED] revoked"}}},
+				lease: creds.Outcome{Refused: &creds.Refusal{Item: "b/x", Reason: "401 Unauthorized: key [REDACTED] revoked"}}}},
 		{"permanent", runEnd{err: jobs.Permanent(errors.New("400 Bad Request"))},
 			verdict{label: labelPermanent, fail: true, dead: queue.ReasonPermanent}},
 		{"transient", runEnd{err: errors.New("exec: exit status 1")}, verdict{label: labelTransient, fail: true}},
@@ -51,14 +62,50 @@ func TestJudge(t *testing.T) {
 			verdict{label: labelInterrupted}},
 		{"lost lease", runEnd{err: fmt.Errorf("http: %w", context.Canceled), interrupted: errLeaseLost},
 			verdict{label: labelInterrupted}},
-		{"a verdict the job gave before the interruption stands", runEnd{err: jobs.Rejected("403"), interrupted: errLeaseLost},
-			verdict{label: labelRejected, again: true, reason: "403", lease: creds.Outcome{Disable: "403"}}},
+		{"a verdict the job gave before the interruption stands", runEnd{err: jobs.Rejected("403"), interrupted: errLeaseLost, item: "b/y"},
+			verdict{label: labelRejected, again: true, reason: "403", lease: creds.Outcome{Refused: &creds.Refusal{Item: "b/y", Reason: "403"}}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if got := judge(c.run, p); !reflect.DeepEqual(got, c.want) {
 				t.Fatalf("judge:\n got  %+v\n want %+v", got, c.want)
 			}
 		})
+	}
+}
+
+// An item is the culprit once three runs were refused (whatever keys
+// refused them), and not before; it is dead-lettered naming every refusal.
+func TestAfterRefusal(t *testing.T) {
+	for _, c := range []struct {
+		st   runCount
+		want string
+	}{
+		{runCount{Refusals: 1, Refused: "key-a: 403"}, ""},
+		{runCount{Refusals: 2, Refused: "key-a: 403\nkey-b: 403"}, ""},
+		{runCount{Refusals: 3, Refused: "key-a: 403 Forbidden\nkey-b: 403 Forbidden\nkey-c: 401"},
+			"refused 3 times, by: key-a: 403 Forbidden; key-b: 403 Forbidden; key-c: 401"},
+	} {
+		if got := afterRefusal(c.st); got != c.want {
+			t.Errorf("afterRefusal(%+v) = %q, want %q", c.st, got, c.want)
+		}
+	}
+}
+
+// An item rate limited max_rate_limited times in a row is dead-lettered
+// with the last reason.
+func TestAfterRateLimit(t *testing.T) {
+	for _, c := range []struct {
+		limited, max int
+		want         string
+	}{
+		{1, 20, ""},
+		{19, 20, ""},
+		{20, 20, "rate limited 20 times in a row (worker.max_rate_limited); the last: 429 slow down"},
+		{3, 0, ""},
+	} {
+		if got := afterRateLimit(runCount{Limited: c.limited}, c.max, "429 slow down"); got != c.want {
+			t.Errorf("afterRateLimit(%d of %d) = %q, want %q", c.limited, c.max, got, c.want)
+		}
 	}
 }
 

@@ -78,9 +78,29 @@ type Outcome struct {
 	// reset.
 	Signals []Signal
 	// Disable takes the credential out of use, with this reason, until
-	// Enable.
+	// Enable (or a probe: the credential is marked disabled by the API).
 	Disable string
+	// Refused reports that the API refused the run on this credential
+	// (401, 402, 403, insufficient quota): one piece of evidence, not a
+	// verdict. The credential is disabled when it has refused RefusalsToDisable
+	// different items in a row (Item tells them apart); a run it was not
+	// refused on ends the streak. An item refused by every key is the
+	// item's fault, and alone it never disables a key.
+	Refused *Refusal
 }
+
+// Refusal is a refused run: which item, and what the API said.
+type Refusal struct {
+	// Item identifies the item (batch and ID); the streak counts distinct
+	// items.
+	Item string
+	// Reason is the API's answer, shown as the disabled reason.
+	Reason string
+}
+
+// RefusalsToDisable is how many different items a credential must refuse
+// in a row before the pool disables it.
+const RefusalsToDisable = 3
 
 // Signal is one figure an API reported about a key's remaining room, such
 // as OpenAI's x-ratelimit-remaining-tokens with its reset.
@@ -177,6 +197,11 @@ func (p *Pool) settleOp(l *Lease, o Outcome) (chan error, error) {
 		return nil, fmt.Errorf("%w: rest must not be negative, got %s (max %s)", ErrInvalid, o.Rest, o.MaxRest)
 	case o.Disable != "":
 		mode, text = "disable", o.Disable
+	case o.Refused != nil:
+		// An item ID may hold anything: the streak compares it only, so a
+		// line break in it is flattened.
+		item := strings.NewReplacer("\n", " ", "\t", " ").Replace(o.Refused.Item)
+		mode, text = "refuse", item+"\t"+strings.ReplaceAll(o.Refused.Reason, "\n", " ")
 	case o.RateLimited && o.Rest == 0:
 		mode, dur, text = "bare429", o.MaxRest, clean(o.RestReason)
 	case o.Rest > 0:

@@ -11,7 +11,9 @@
 --                           start of cost 1), least recently used first
 --   sched            zset   id -> the moment it may be usable again: the end
 --                           of its rest, of a lease (when full) or of a limit
---   cred:<id>        hash   max, limits, disabled(_reason,_at), cfg_max,
+--   cred:<id>        hash   max, limits, disabled(_reason,_at,_by), cfg_max,
+--                           refused, refused_items (the streak of items
+--                           it refused in a row: text, and item keys),
 --                           cfg_limits, last (start, us), starts, rate_limited, rests,
 --                           pace_us, pace_tat, pace_streak, pace_widened,
 --                           rest_until, rest_reason, rest_cause, rest_at
@@ -169,7 +171,7 @@ local function load(id)
     return cred_cache[id]
   end
   local c = redis.call('HMGET', k_cred(id), 'max', 'limits', 'disabled', 'pace_us', 'pace_tat', 'rest_until', 'last',
-    'starts', 'pace_floor')
+    'starts', 'pace_floor', 'refused_items')
   if not c[1] then
     return nil
   end
@@ -183,6 +185,7 @@ local function load(id)
     last = c[7] or '0',
     starts = tonumber(c[8] or '0') or 0,
     pace_floor = tonumber(c[9] or '0') or 0,
+    refused_items = c[10] or '',
   }
   if cred_cache then
     cred_cache[id] = c
@@ -463,6 +466,45 @@ end
 -- say it cannot take the next start: fewer requests left than the runs
 -- in flight plus one, or fewer tokens than as many estimates. sig is
 -- "<kind>:<remaining>:<reset us>:<name>;..." with kind "req" or "tok".
+-- REFUSALS_TO_DISABLE: how many different items a credential must refuse
+-- in a row before it is disabled (creds.RefusalsToDisable).
+local REFUSALS_TO_DISABLE = 3
+
+-- refuse records that credential id (state c) refused a run: text is
+-- "<item>\t<reason>". The credential keeps the streak of items it refused
+-- in a row (a run it takes ends it, in step's R); one item refused again
+-- adds nothing, so an item the API refuses for its own sake never disables
+-- a key alone. At REFUSALS_TO_DISABLE different items the credential is
+-- disabled by the API, the streak being the reason.
+local function refuse(id, c, now, text)
+  local item, reason = string.match(text, '^(.-)\t(.*)$')
+  item, reason = item or '', reason or text
+  local items = {}
+  for it in string.gmatch(c.refused_items, '[^\n]+') do
+    if it == item then
+      return
+    end
+    items[#items + 1] = it
+  end
+  items[#items + 1] = item
+  local line = item .. ': ' .. reason
+  local prev = redis.call('HGET', k_cred(id), 'refused')
+  local lines = line
+  if prev and prev ~= '' then
+    lines = prev .. '\n' .. line
+  end
+  if #items >= REFUSALS_TO_DISABLE then
+    local why = 'refused ' .. #items .. ' different items in a row: ' .. (string.gsub(lines, '\n', '; '))
+    redis.call('HSET', k_cred(id), 'disabled', '1', 'disabled_reason', why, 'disabled_at', n2s(now), 'disabled_by', 'api')
+    redis.call('HDEL', k_cred(id), 'refused', 'refused_items')
+    c.disabled = true
+    c.refused_items = ''
+    return
+  end
+  c.refused_items = table.concat(items, '\n')
+  redis.call('HSET', k_cred(id), 'refused', lines, 'refused_items', c.refused_items)
+end
+
 local function apply_signals(id, c, now, est, sig)
   if not sig or sig == '' then
     return

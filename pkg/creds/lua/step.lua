@@ -26,7 +26,8 @@
 --                             that said nothing more: widen the pace; dur:
 --                             the longest rest, text: reason) | disable
 --                             (text: reason); sig: the API's figures (see
---                             apply_signals)
+--                             apply_signals) | refuse (text: item, a tab,
+--                             reason: see refuse)
 -- Returns {now, {result per op}, {grant...}, timer_us, queued}
 --   E: {0} queued or {1} (try: served, see grants) | {-1} no credential
 --      usable by this handle | {-2, max, by} the cost never fits (max: the
@@ -140,8 +141,10 @@ while i <= #ARGV do
     if c and live then
       -- A stale lease (expired, released before) changes nothing more.
       if mode == 'disable' then
-        redis.call('HSET', k_cred(id), 'disabled', '1', 'disabled_reason', text, 'disabled_at', n2s(now))
+        redis.call('HSET', k_cred(id), 'disabled', '1', 'disabled_reason', text, 'disabled_at', n2s(now), 'disabled_by', 'api')
         c.disabled = true
+      elseif mode == 'refuse' then
+        refuse(id, c, now, text)
       elseif mode == 'rest' then
         local reason, cause = string.match(text, '^(.-)\t(.*)$')
         set_rest(id, now, dur, reason or text, cause or '', c)
@@ -152,8 +155,13 @@ while i <= #ARGV do
       else
         paced_success(id, c)
       end
-      if mode ~= 'disable' then
+      if mode ~= 'disable' and mode ~= 'refuse' then
         apply_signals(id, c, now, est, sig)
+        if c.refused_items ~= '' then
+          -- The key took a run: its streak of refusals ends.
+          redis.call('HDEL', k_cred(id), 'refused', 'refused_items')
+          c.refused_items = ''
+        end
       end
       reindex(id, now, c)
     end
