@@ -26,8 +26,8 @@ printf "a\n$line\n" >&2
 exit 65
 `
 
-// escapedForms are what the producer shows of hostileScript's line.
-var escapedForms = []string{`\x1b]0;pwned\x07\x1b[31m\u{009b}2J\u{202e}x`}
+// escapedLine is what the producer shows of hostileScript's line.
+const escapedLine = `\x1b]0;pwned\x07\x1b[31m\u{009b}2J\u{202e}x`
 
 // assertTerminalSafe fails if out holds a byte or character a terminal
 // acts on (other than line feeds): a C0 control, DEL, a C1 control, a bidi
@@ -49,15 +49,13 @@ func assertTerminalSafe(t *testing.T, what, out string) {
 	}
 }
 
-// assertEscaped fails unless out is terminal-safe and shows every escaped
-// form of hostileScript's line.
+// assertEscaped fails unless out is terminal-safe and shows
+// hostileScript's line escaped.
 func assertEscaped(t *testing.T, what, out string) {
 	t.Helper()
 	assertTerminalSafe(t, what, out)
-	for _, want := range escapedForms {
-		if !strings.Contains(out, want) {
-			t.Fatalf("%s lacks %s:\n%s", what, want, out)
-		}
+	if !strings.Contains(out, escapedLine) {
+		t.Fatalf("%s lacks %s:\n%s", what, escapedLine, out)
 	}
 }
 
@@ -94,7 +92,7 @@ func TestTerminalSafetyOfJobText(t *testing.T) {
 		t.Fatalf("dlq list:\n%s", r)
 	}
 	assertEscaped(t, "dlq list", r.stdout)
-	if !strings.Contains(r.stdout, `evil-\x1b[1m\u{202e}-1`) || !strings.Contains(r.stdout, "stderr: a " + escapedForms[0]) {
+	if !strings.Contains(r.stdout, `evil-\x1b[1m\u{202e}-1`) || !strings.Contains(r.stdout, "stderr: a "+escapedLine) {
 		t.Fatalf("dlq list: want the ID escaped and the error on one line:\n%s", r.stdout)
 	}
 	// Each record is one line of the table: header, two rows, the count.
@@ -135,7 +133,7 @@ func TestTerminalSafetyOfJobText(t *testing.T) {
 		t.Fatalf("status:\n%s", r)
 	}
 	assertEscaped(t, "status", r.stdout)
-	if !strings.Contains(r.stdout, `disabled: `) || !strings.Contains(r.stdout, "key revoked " + escapedForms[0]) {
+	if !strings.Contains(r.stdout, `disabled: `) || !strings.Contains(r.stdout, "key revoked "+escapedLine) {
 		t.Fatalf("status: want key-a disabled with its reason escaped:\n%s", r.stdout)
 	}
 	r = f.producer(nil, "creds", "list")
