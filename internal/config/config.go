@@ -151,6 +151,12 @@ type Pool struct {
 	// longer one is cut to it, with a warning naming the header. At least
 	// 1s. Default 24h.
 	MaxRest time.Duration `yaml:"max_rest"`
+	// ProbeInterval, when set, makes the workers probe every key the API
+	// disabled (never one an operator disabled) this often, fleet-wide
+	// once per key, with the probe of a job kind (jobs.http.probe_url,
+	// jobs.exec.probe_command); a key that passes is enabled again. At
+	// least 1s. Default 0 (off).
+	ProbeInterval time.Duration `yaml:"probe_interval"`
 	// Credentials are the pool's credentials. Default none.
 	Credentials []Credential `yaml:"credentials"`
 	// Cost says where an item's estimated cost comes from, for the
@@ -406,6 +412,23 @@ func (j Jobs) Section(name string) (jobs.Section, bool) {
 	sec, ok := v.Interface().(jobs.Section)
 	return sec, ok
 }
+
+// ProbeSections returns the section of every configured kind that has a
+// probe (jobs.Probing), by kind name.
+func (j Jobs) ProbeSections() map[string]jobs.Probing {
+	out := map[string]jobs.Probing{}
+	for _, k := range jobs.Kinds() {
+		if sec, ok := j.Section(k.Name); ok {
+			if p, ok := sec.(jobs.Probing); ok && p.HasProbe() {
+				out[k.Name] = p
+			}
+		}
+	}
+	return out
+}
+
+// HasProbe reports whether a configured kind has a probe.
+func (j Jobs) HasProbe() bool { return len(j.ProbeSections()) > 0 }
 
 // ExecJob configures the exec kind: one run of a command per item. The
 // section is the exec kind's own settings type; see jobs.ExecConfig for

@@ -237,6 +237,12 @@ func (c *Config) checkPool(ps *check.List) {
 	ps.AtLeast("pool.lease_ttl", p.LeaseTTL, time.Second)
 	ps.NotNegative("pool.cooldown", p.Cooldown)
 	ps.AtLeast("pool.max_rest", p.MaxRest, time.Second)
+	if p.ProbeInterval != 0 {
+		ps.AtLeast("pool.probe_interval", p.ProbeInterval, time.Second)
+		if !c.Jobs.HasProbe() {
+			ps.Add("pool.probe_interval", "is set, but no job kind has a probe: set jobs.http.probe_url or jobs.exec.probe_command (or 0: no probes)")
+		}
+	}
 	firstUse := map[string]string{}
 	for i := range p.Credentials {
 		cr := &p.Credentials[i]

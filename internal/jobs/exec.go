@@ -98,6 +98,12 @@ type ExecConfig struct {
 	// Env holds variables added to the job's environment. The per-item
 	// KEYFLEET_* names (ExecReservedEnv) cannot be set here. Default none.
 	Env map[string]string `yaml:"env"`
+	// ProbeCommand is run, like Command, to probe a key the API disabled,
+	// every pool.probe_interval: with the key in KEYFLEET_CREDENTIAL_ID and
+	// KEYFLEET_CREDENTIAL_SECRET, an empty stdin and an empty item
+	// (KEYFLEET_ATTEMPT 0); exit 0 enables the key again. Default none (no
+	// probe).
+	ProbeCommand []string `yaml:"probe_command"`
 
 	// The fields below are not keys of the config section: the worker sets
 	// them (see Common).
@@ -128,17 +134,11 @@ func (c ExecConfig) WithDefaults() ExecConfig {
 // NewExec's to check, on the machine that runs them.
 func (c *ExecConfig) Check() check.List {
 	var l check.List
-	switch {
-	case len(c.Command) == 0:
+	if len(c.Command) == 0 {
 		l.Add("command", `must name the program to run, e.g. ["./process.sh"]`)
-	case strings.TrimSpace(c.Command[0]) == "":
-		l.Add("command[0]", "must name the program to run")
 	}
-	for i, arg := range c.Command {
-		if strings.IndexByte(arg, 0) >= 0 {
-			l.Add(fmt.Sprintf("command[%d]", i), "holds a NUL byte")
-		}
-	}
+	checkArgv(&l, "command", c.Command)
+	checkArgv(&l, "probe_command", c.ProbeCommand)
 	l.Positive("timeout", c.Timeout)
 	for _, name := range slices.Sorted(maps.Keys(c.Env)) {
 		key := "env." + name
@@ -153,6 +153,19 @@ func (c *ExecConfig) Check() check.List {
 		}
 	}
 	return l
+}
+
+// checkArgv adds the problems of an argument vector at key: a blank
+// program, a NUL byte.
+func checkArgv(l *check.List, key string, argv []string) {
+	if len(argv) > 0 && strings.TrimSpace(argv[0]) == "" {
+		l.Add(key+"[0]", "must name the program to run")
+	}
+	for i, arg := range argv {
+		if strings.IndexByte(arg, 0) >= 0 {
+			l.Add(fmt.Sprintf("%s[%d]", key, i), "holds a NUL byte")
+		}
+	}
 }
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

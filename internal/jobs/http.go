@@ -155,6 +155,8 @@ func checkHTTPURL(l *check.List, key, raw string) {
 	switch u, err := url.Parse(raw); {
 	case err != nil:
 		l.Add(key, "%s is not a valid URL", check.Quote(secret.RedactURL(raw)))
+	case u.Scheme == "":
+		l.Add(key, "%s is not an absolute URL; want http://host/... or https://host/...", check.Quote(secret.RedactURL(raw)))
 	case u.Scheme != "http" && u.Scheme != "https":
 		l.Add(key, "scheme %s is not http or https", check.Quote(u.Scheme))
 	case u.Host == "":
