@@ -13,6 +13,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
+	"github.com/keyfleet/keyfleet/internal/jobguard"
 	"github.com/keyfleet/keyfleet/internal/version"
 	"github.com/keyfleet/keyfleet/internal/worker"
 )
@@ -35,8 +36,9 @@ acknowledges it. Run as many workers as you like, on any machines.
 
 The first SIGINT/SIGTERM stops pulling, lets running items finish within
 worker.shutdown_grace, hands the rest back for immediate redelivery and exits
-0. A second signal exits at once (leases expire, messages come back after
-the ack wait).
+0. A second signal kills the running jobs and exits at once (leases expire,
+messages come back after the ack wait). However the worker ends, SIGKILL
+included, its exec job processes die with it.
 
 Exit codes: 0 clean shutdown, 2 bad configuration or flags, 3 NATS or Redis
 unreachable at start, 4 interrupted by a second signal or an internal error.`,
@@ -73,6 +75,27 @@ unreachable at start, 4 interrupted by a second signal or an internal error.`,
 }
 
 func runWorker(cfg *config.Config, id string, log *zap.Logger) error {
+	// A job never outlives its worker. Every way out of here ends the job
+	// processes: a normal return (the runs end, and Close makes the guard
+	// kill whatever is still registered), a panic (the recover below), the
+	// second signal (before os.Exit); a SIGKILL or a crash is the guard's
+	// and the jobs' parent-death signal's.
+	guard, err := startJobGuard(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := guard.Close(); err != nil {
+			log.Error("job guard", zap.Error(err))
+		}
+	}()
+	defer func() {
+		if r := recover(); r != nil {
+			guard.KillAll()
+			panic(r)
+		}
+	}()
+
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sigs := make(chan os.Signal, 2)
@@ -85,11 +108,13 @@ func runWorker(cfg *config.Config, id string, log *zap.Logger) error {
 		s = <-sigs
 		log.Warn("second signal: exiting now; leases expire by themselves and messages come back after the ack wait",
 			zap.String("signal", s.String()))
+		guard.KillAll()
+		_ = guard.Close() // so that it is done before its pipe ends with us
 		_ = log.Sync()
 		os.Exit(exitcode.Internal)
 	}()
 
-	w, err := worker.New(worker.Options{Config: cfg, ID: id, Logger: log})
+	w, err := worker.New(worker.Options{Config: cfg, ID: id, Logger: log, JobGuard: guard})
 	if err != nil {
 		return err
 	}
@@ -122,4 +147,17 @@ func runWorker(cfg *config.Config, id string, log *zap.Logger) error {
 		return exitcode.With(exitcode.Internal, fmt.Errorf("worker: %w", err))
 	}
 	return nil
+}
+
+// startJobGuard starts the job guard (see jobguard) when the worker runs
+// processes: the exec kind is configured. Nil otherwise.
+func startJobGuard(cfg *config.Config, log *zap.Logger) (*jobguard.Guard, error) {
+	if cfg.Jobs.Exec == nil {
+		return nil, nil
+	}
+	g, err := jobguard.New(jobguard.Options{OnError: func(err error) { log.Error("job guard", zap.Error(err)) }})
+	if err != nil {
+		return nil, exitcode.With(exitcode.Internal, err)
+	}
+	return g, nil
 }

@@ -58,6 +58,11 @@
 //     group is killed the same way and the item is redelivered.
 //   - when the command exits, whatever it left running in its process group
 //     is killed.
+//   - a job never outlives its worker: when the worker exits or is killed
+//     (SIGKILL included), the command gets SIGKILL (its parent-death
+//     signal) and the worker's job guard, a helper process, kills its
+//     whole process group, within a second (see internal/jobguard). A
+//     process that leaves the group (setsid) is out of reach.
 
 package jobs
 
@@ -81,6 +86,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/check"
+	"github.com/keyfleet/keyfleet/internal/jobguard"
 	"github.com/keyfleet/keyfleet/internal/secret"
 )
 
@@ -117,6 +123,10 @@ type ExecConfig struct {
 	// ScrubEnv names variables of the worker's environment the job must not
 	// see. The worker passes the secret_env names of all its credentials.
 	ScrubEnv []string `yaml:"-"`
+	// Guard registers each run's process group, so that it is killed when
+	// the worker dies (see jobguard). Nil: no guard; each command still
+	// gets SIGKILL as its parent-death signal.
+	Guard *jobguard.Guard `yaml:"-"`
 }
 
 // ExecTimeoutDefault is the default of ExecConfig.Timeout.
@@ -329,10 +339,11 @@ func (h *execHandler) Run(ctx context.Context, item Item, cred Credential) (Outp
 	cmd.Dir = h.cfg.Dir
 	cmd.Env = h.environ(item, cred)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = p.inR, p.outW, p.errW
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return killGroup(cmd.Process) }
 	cmd.WaitDelay = execWaitDelay
-	if err := cmd.Start(); err != nil {
+	// In a process group of its own, with a parent-death signal, under the
+	// guard.
+	if err := h.cfg.Guard.Start(cmd); err != nil {
 		return Output{}, fmt.Errorf("exec: start %s: %w", h.cfg.Command[0], err)
 	}
 	p.closeChildEnds()
@@ -349,10 +360,9 @@ func (h *execHandler) Run(ctx context.Context, item Item, cred Credential) (Outp
 		_ = p.inW.Close()
 	})
 
-	waitErr := cmd.Wait()
-	// The command has exited: kill what it left behind in its group, so
-	// that the pipes close and no stray process keeps the secret.
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	// Once the command has exited, Wait kills what it left behind in its
+	// group, so that the pipes close and no stray process keeps the secret.
+	waitErr := h.cfg.Guard.Wait(cmd)
 	p.drain(&wg)
 	stderr.finish()
 	out := stdout.output()

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/keyfleet/keyfleet/internal/check"
+	"github.com/keyfleet/keyfleet/internal/jobguard"
 	"github.com/keyfleet/keyfleet/internal/secret"
 )
 
@@ -47,6 +48,8 @@ type Common struct {
 	// ScrubEnv names variables of the worker's environment that hold
 	// secrets: a job must not see them.
 	ScrubEnv []string
+	// Guard kills the processes of jobs when the worker dies (nil: none).
+	Guard *jobguard.Guard
 }
 
 // The kinds' names.
@@ -66,7 +69,7 @@ var kinds = []Kind{
 		Section: func() Section { c := ExecConfig{}.WithDefaults(); return &c },
 		New: func(s Section, common Common) (Handler, error) {
 			cfg := *s.(*ExecConfig)
-			cfg.MaxOutput, cfg.Scrubber, cfg.ScrubEnv = common.MaxOutput, common.Scrubber, common.ScrubEnv
+			cfg.MaxOutput, cfg.Scrubber, cfg.ScrubEnv, cfg.Guard = common.MaxOutput, common.Scrubber, common.ScrubEnv, common.Guard
 			return NewExec(cfg)
 		},
 	},

@@ -17,6 +17,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/connect"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
+	"github.com/keyfleet/keyfleet/internal/jobguard"
 	"github.com/keyfleet/keyfleet/internal/jobs"
 	"github.com/keyfleet/keyfleet/internal/metrics"
 	"github.com/keyfleet/keyfleet/internal/queue"
@@ -36,6 +37,9 @@ type Options struct {
 	Logger *zap.Logger
 	// Getenv resolves secret_env (default os.Getenv).
 	Getenv func(string) string
+	// JobGuard kills the job processes if the worker dies (see jobguard);
+	// the caller starts and closes it. Nil: none.
+	JobGuard *jobguard.Guard
 }
 
 // Worker is one worker process.
@@ -55,6 +59,7 @@ type Worker struct {
 	secrets   map[string]secret.Secret
 	scrub     *secret.Scrubber
 	handlers  map[string]jobs.Handler
+	probers   []kindProber // with pool.probe_interval (probe.go)
 	runs      *runCounter
 	keeper    *keeper
 	started   time.Time
@@ -113,7 +118,11 @@ func New(o Options) (*Worker, error) {
 		w.defs = append(w.defs, creds.Credential{ID: c.ID, MaxConcurrent: c.MaxConcurrent, Limits: c.PoolLimits()})
 	}
 	w.scrub = secret.NewScrubber(all...)
-	if w.handlers, err = buildHandlers(cfg, w.scrub); err != nil {
+	if w.handlers, err = buildHandlers(cfg, w.scrub, o.JobGuard); err != nil {
+		return nil, exitcode.With(exitcode.Usage, fmt.Errorf("%s: %w", cfg.Source, err))
+	}
+	probeCommon := jobs.Common{MaxOutput: cfg.Jobs.MaxOutput, Scrubber: w.scrub, ScrubEnv: cfg.SecretEnvNames()}
+	if w.probers, err = buildProbers(cfg, probeCommon); err != nil {
 		return nil, exitcode.With(exitcode.Usage, fmt.Errorf("%s: %w", cfg.Source, err))
 	}
 	w.metrics.Slots.Set(float64(cfg.Worker.Concurrency))
@@ -220,8 +229,8 @@ func (w *Worker) Start(ctx context.Context) error {
 // setStarting sets what Ready says until Start has finished.
 func (w *Worker) setStarting(why string) { w.starting.Store(&why) }
 
-func buildHandlers(cfg *config.Config, scrub *secret.Scrubber) (map[string]jobs.Handler, error) {
-	common := jobs.Common{MaxOutput: cfg.Jobs.MaxOutput, Scrubber: scrub, ScrubEnv: cfg.SecretEnvNames()}
+func buildHandlers(cfg *config.Config, scrub *secret.Scrubber, guard *jobguard.Guard) (map[string]jobs.Handler, error) {
+	common := jobs.Common{MaxOutput: cfg.Jobs.MaxOutput, Scrubber: scrub, ScrubEnv: cfg.SecretEnvNames(), Guard: guard}
 	hs := map[string]jobs.Handler{}
 	for _, k := range jobs.Kinds() {
 		sec, ok := cfg.Jobs.Section(k.Name)
@@ -294,6 +303,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		defer close(hbDone)
 		w.heartbeat(hbCtx)
 	}()
+	probeCtx, stopProbes := context.WithCancel(context.Background())
+	probesDone := make(chan struct{})
+	go func() {
+		defer close(probesDone)
+		w.probeLoop(probeCtx)
+	}()
 	w.log.Info("worker started",
 		zap.Int("concurrency", w.cfg.Worker.Concurrency), zap.String("pool", w.cfg.Pool.Name),
 		zap.Int("credentials", len(w.defs)), zap.Strings("kinds", w.kinds()), zap.String("version", version.Version))
@@ -305,6 +320,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.draining.Store(true)
 	w.noteActivity() // announce the draining state
 	stopPull(errDraining)
+	stopProbes()
 
 	idle := make(chan struct{})
 	go func() {
@@ -326,6 +342,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	stopHB()
 	<-hbDone
+	<-probesDone
 	wctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	if err := w.q.Withdraw(wctx, w.id); err != nil {
 		w.log.Debug("withdraw from registry", zap.Error(err))
