@@ -43,23 +43,23 @@ type state struct {
 	n       int32 // how many edges it has; -1: a dense row
 }
 
-// buildNode is a trie node while the automaton is built.
+// buildNode is a trie node while the automaton is built. Its children are
+// a list, in flat arrays so that building allocates little: its first
+// child, then each child's next sibling (0: none; the root is no child).
 type buildNode struct {
-	kids  []buildEdge
-	depth int32
-	form  bool // a form ends here
-	b64   bool // ... and it is a base64 core
+	first, next int32
+	c           uint16 // the class of the byte that leads here
+	kids        int32  // how many children it has
+	depth       int32
+	form        bool // a form ends here
+	b64         bool // ... and it is a base64 core
 }
 
-type buildEdge struct {
-	c  uint16 // byte class
-	to int32
-}
-
-func (n *buildNode) child(c uint16) int32 {
-	for _, e := range n.kids {
-		if e.c == c {
-			return e.to
+// child returns the child of node s by class c, or -1.
+func child(nodes []buildNode, s int32, c uint16) int32 {
+	for t := nodes[s].first; t != 0; t = nodes[t].next {
+		if nodes[t].c == c {
+			return t
 		}
 	}
 	return -1
@@ -68,7 +68,9 @@ func (n *buildNode) child(c uint16) int32 {
 // newMatcher builds the automaton for forms (none may be empty).
 func newMatcher(forms []form) *matcher {
 	m := &matcher{}
+	size := 1
 	for _, f := range forms {
+		size += len(f.text)
 		for i := 0; i < len(f.text); i++ {
 			if c := f.text[i]; m.class[c] == 0 {
 				m.nclass++
@@ -78,17 +80,27 @@ func newMatcher(forms []form) *matcher {
 	}
 	m.nclass++ // class 0
 
-	// The trie.
-	nodes := []buildNode{{}}
+	// The trie. The root's children are also kept by class, for speed.
+	nodes := make([]buildNode, 1, size)
+	var rootRow [257]int32 // by class; 0: none (in the automaton: back to the root)
 	for _, f := range forms {
 		s := int32(0)
 		for i := 0; i < len(f.text); i++ {
 			c := m.class[f.text[i]]
-			t := nodes[s].child(c)
+			t := int32(-1)
+			if s != 0 {
+				t = child(nodes, s, c)
+			} else if rootRow[c] != 0 {
+				t = rootRow[c]
+			}
 			if t < 0 {
 				t = int32(len(nodes))
-				nodes = append(nodes, buildNode{depth: nodes[s].depth + 1})
-				nodes[s].kids = append(nodes[s].kids, buildEdge{c: c, to: t})
+				nodes = append(nodes, buildNode{next: nodes[s].first, c: c, depth: nodes[s].depth + 1})
+				nodes[s].first = t
+				nodes[s].kids++
+				if s == 0 {
+					rootRow[c] = t
+				}
 			}
 			s = t
 		}
@@ -101,13 +113,9 @@ func newMatcher(forms []form) *matcher {
 	// target (shallower) is complete before the state.
 	n := len(nodes)
 	m.states = make([]state, n)
-	var rootRow [257]int32 // by class; 0: back to the root
-	for _, e := range nodes[0].kids {
-		rootRow[e.c] = e.to
-	}
 	queue := make([]int32, 0, n)
-	for _, e := range nodes[0].kids {
-		queue = append(queue, e.to) // fail = 0
+	for t := nodes[0].first; t != 0; t = nodes[t].next {
+		queue = append(queue, t) // fail = 0
 	}
 	for len(queue) > 0 {
 		s := queue[0]
@@ -121,29 +129,28 @@ func newMatcher(forms []form) *matcher {
 				st.b64 = nodes[s].depth
 			}
 		}
-		for _, e := range nodes[s].kids {
-			g := f
+		for k := nodes[s].first; k != 0; k = nodes[k].next {
+			c, g := nodes[k].c, f
 			for {
 				if g == 0 {
-					g = rootRow[e.c]
+					g = rootRow[c]
 					break
 				}
-				if t := nodes[g].child(e.c); t >= 0 {
+				if t := child(nodes, g, c); t >= 0 {
 					g = t
 					break
 				}
 				g = m.states[g].fail
 			}
-			m.states[e.to].fail = g
-			queue = append(queue, e.to)
+			m.states[k].fail = g
+			queue = append(queue, k)
 		}
 	}
 
 	// Flatten the edges.
 	for s := range nodes {
 		st := &m.states[s]
-		kids := nodes[s].kids
-		if s == 0 || len(kids) >= denseMin {
+		if s == 0 || nodes[s].kids >= denseMin {
 			st.at, st.n = int32(len(m.table)), -1
 			for range m.nclass {
 				m.table = append(m.table, -1)
@@ -154,16 +161,15 @@ func newMatcher(forms []form) *matcher {
 					row[c] = 0
 				}
 			}
-			for _, e := range kids {
-				row[e.c] = e.to
+			for k := nodes[s].first; k != 0; k = nodes[k].next {
+				row[nodes[k].c] = k
 			}
 		} else {
-			st.at, st.n = int32(len(m.edges)), int32(len(kids))
-			for _, e := range kids {
-				m.edges = append(m.edges, uint64(e.to)<<16|uint64(e.c))
+			st.at, st.n = int32(len(m.edges)), nodes[s].kids
+			for k := nodes[s].first; k != 0; k = nodes[k].next {
+				m.edges = append(m.edges, uint64(k)<<16|uint64(nodes[k].c))
 			}
 		}
-		nodes[s].kids = nil // let the trie go as we copy it out
 	}
 	return m
 }

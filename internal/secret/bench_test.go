@@ -75,10 +75,13 @@ func BenchmarkScrubClean10Keys1MiB(b *testing.B)   { benchScrub(b, 10, false) }
 func BenchmarkScrubClean1000Keys1MiB(b *testing.B) { benchScrub(b, 1000, false) }
 
 // BenchmarkNewScrubber1000Keys is the cost of building the automaton, paid
-// once per worker start (and per run without a configured scrubber, for
-// one key).
-func BenchmarkNewScrubber1000Keys(b *testing.B) {
-	ks := benchKeys(1000, rand.New(rand.NewPCG(1, 2)))
+// once per worker start; BenchmarkNewScrubber1Key, per run of a job kind
+// given no scrubber (jobs.scrubberFor).
+func BenchmarkNewScrubber1000Keys(b *testing.B) { benchNew(b, 1000) }
+func BenchmarkNewScrubber1Key(b *testing.B)     { benchNew(b, 1) }
+
+func benchNew(b *testing.B, keys int) {
+	ks := benchKeys(keys, rand.New(rand.NewPCG(1, 2)))
 	b.ReportAllocs()
 	for range b.N {
 		_ = secret.NewScrubber(ks...)
