@@ -74,8 +74,10 @@ func TestSigtermHandsLongItemToAnotherWorkerAtOnce(t *testing.T) {
 // SIGKILL mid-run: the killed worker's items come back after the ack wait,
 // its leases expire, nothing is lost.
 func TestSigkillLosesNothing(t *testing.T) {
-	// Short leases so that the killed worker's keys come back quickly.
-	f := guardedFleetPool(t, "lease_ttl: 2s", "concurrency: 2", "ack_wait: 2s", "SLEEP=0.2")
+	// Short leases so that the killed worker's keys come back quickly. Its
+	// jobs die with it and leave their holds behind: holdGuardScript tells
+	// a stale hold from a live one (an over-use).
+	f := holdGuardedFleet(t, "lease_ttl: 2s", "concurrency: 2", "ack_wait: 2s", "SLEEP=0.2")
 	const n = 40
 	ids := f.publish("b", "exec", n, itemJSON)
 	start := time.Now()
