@@ -121,7 +121,7 @@ func (c *ExecConfig) HasProbe() bool { return len(c.ProbeCommand) > 0 }
 
 // NewProber returns the exec kind's probe: ProbeCommand, run as a job is
 // (Dir, Env, the worker's environment minus every secret_env, its own
-// process group, killed with it on timeout), with the key in
+// process group, killed with it on timeout and when the worker dies), with the key in
 // KEYFLEET_CREDENTIAL_ID and KEYFLEET_CREDENTIAL_SECRET, an empty stdin
 // and an empty item (KEYFLEET_ITEM_ID and KEYFLEET_BATCH empty,
 // KEYFLEET_ATTEMPT 0); exit 0 means the key works. Its errors quote the end
@@ -135,7 +135,7 @@ func (c *ExecConfig) NewProber(common Common, timeout time.Duration) (Prober, er
 	}
 	cfg := *c
 	cfg.Command, cfg.ProbeCommand, cfg.Timeout = c.ProbeCommand, nil, timeout
-	cfg.MaxOutput, cfg.Scrubber, cfg.ScrubEnv = ProbeMaxOutput, common.Scrubber, common.ScrubEnv
+	cfg.MaxOutput, cfg.Scrubber, cfg.ScrubEnv, cfg.Guard = ProbeMaxOutput, common.Scrubber, common.ScrubEnv, common.Guard
 	h, err := NewExec(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("probe_command: %w", err)
