@@ -39,7 +39,7 @@ exit 3
 
 // Each exit code settles as its outcome: a permanent failure runs once and
 // is dead-lettered; a transient one runs max_attempts times, then is
-// dead-lettered; rate limits and a rejected key use up no attempt.
+// dead-lettered; rate limits and a refused key use up no attempt.
 func TestExecOutcomesSettle(t *testing.T) {
 	f := newFleet(t, fleetOptions{
 		Credentials: `- {id: key-a, secret_env: KEY_A}
@@ -112,8 +112,10 @@ func TestExecOutcomesSettle(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range st.Credentials {
-		if c.ID == "key-a" && (c.State != creds.StateDisabled || !strings.Contains(c.DisabledReason, "invalid api key")) {
-			t.Fatalf("key-a after exit 77: %+v", c)
+		// One item refused by key-a is evidence, not a verdict: key-a stays
+		// in use (three different items refused in a row would disable it).
+		if c.ID == "key-a" && c.State == creds.StateDisabled {
+			t.Fatalf("key-a after one item's exit 77: %+v", c)
 		}
 	}
 	if qs := f.queueStats(); qs.Stream.Messages != 0 || qs.DeadLetters != 2 {

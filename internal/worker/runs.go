@@ -39,7 +39,7 @@ type runCount struct {
 	// ends the row).
 	Limited int
 	// Refusals: the runs a key refused (401, 402, 403, quota, exit 77);
-	// Refused their texts, one a line ("<credential>: <reason>").
+	// Refused their texts, one a line ("<credential>\t<reason>").
 	Refusals int
 	Refused  string
 }
@@ -114,6 +114,16 @@ func (r *itemRuns) settle(ctx context.Context) error {
 	return err
 }
 
+// peek reads what earlier deliveries recorded (the keys that refused the
+// item, above all), writing nothing.
+func (r *itemRuns) peek(ctx context.Context) error {
+	st, err := r.do(ctx, "peek")
+	if err == nil {
+		r.cur = st
+	}
+	return err
+}
+
 // limited records that the current run was rate limited; the count says
 // how many in a row.
 func (r *itemRuns) limited(ctx context.Context) (runCount, error) {
@@ -126,7 +136,7 @@ func (r *itemRuns) limited(ctx context.Context) (runCount, error) {
 }
 
 // refuse records that a key refused the current run; text is
-// "<credential>: <reason>".
+// "<credential>\t<reason>".
 func (r *itemRuns) refuse(ctx context.Context, text string) (runCount, error) {
 	st, err := r.do(ctx, "refuse", text)
 	if err != nil {

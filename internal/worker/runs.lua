@@ -7,7 +7,7 @@
 -- ARGV[3]  the run number the worker holds (fail/settle of a first run it
 --          did not record at its start)
 -- ARGV[4]  TTL in seconds (refreshed on every op but done)
--- ARGV[5]  refuse: the refusal's text ("<credential>: <reason>")
+-- ARGV[5]  refuse: the refusal ("<credential>\t<reason>")
 -- Returns {runs, failures, lost, limited, refusals, refused}: lost is the
 -- number of earlier runs that never reported (their workers died), counted
 -- as failures by `start`; limited the rate-limited runs in a row (a failed
@@ -15,7 +15,8 @@
 -- their texts, one a line.
 --
 -- ops: start, fail, settle (ended without failing: interrupted), limited
--- (rate limited), refuse (a key refused the run), norun, done.
+-- (rate limited), refuse (a key refused the run), norun, done, peek
+-- (read only).
 --
 -- A worker records nothing when it starts the first run of an item's first
 -- delivery (the common case costs no write); every other start is
@@ -36,6 +37,9 @@ local acc = tonumber(h[4] or '0') or 0
 local limited = tonumber(h[5] or '0') or 0
 local refusals = tonumber(h[6] or '0') or 0
 local refused = h[7] or ''
+if op == 'peek' then
+  return {runs, fails, 0, limited, refusals, refused}
+end
 local d = tonumber(ARGV[2])
 local held = tonumber(ARGV[3])
 local lost = 0

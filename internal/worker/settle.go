@@ -54,11 +54,11 @@ func (w *Worker) settle(pullCtx context.Context, d *delivery, lease *creds.Lease
 	case labelRejected:
 		w.metrics.Rejections.WithLabelValues(lease.CredentialID, rejectCause(it.Kind, v.reason)).Inc()
 		w.metrics.Items.WithLabelValues(it.Kind, "rejected").Inc()
-		st, err := d.runs.refuse(ctx, lease.CredentialID+": "+v.reason)
+		st, err := d.runs.refuse(ctx, lease.CredentialID+"\t"+v.reason)
 		if err != nil {
 			log.Debug("counting the refusal", zap.Error(err))
 		}
-		if text := afterRefusal(st); text != "" {
+		if text := afterRefusal(st, len(w.cfg.Pool.Credentials)); text != "" {
 			// Several keys refused it: the item's fault, not the keys'.
 			res.errText = text
 			w.deadLetterRun(ctx, d, queue.ReasonRefused, res)

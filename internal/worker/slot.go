@@ -65,6 +65,12 @@ func (w *Worker) handle(pullCtx, runCtx context.Context, msg jetstream.Msg) {
 		}
 		cost = c
 	}
+	if d.delivered > 1 {
+		// What earlier deliveries recorded: which keys refused the item.
+		if err := d.runs.peek(itemCtx); err != nil {
+			d.log.Debug("reading the run counters", zap.Error(err))
+		}
+	}
 	for {
 		lease, err := w.acquire(pullCtx, itemCtx, d, cost)
 		if errors.Is(err, creds.ErrNeverFits) {
@@ -79,6 +85,21 @@ func (w *Worker) handle(pullCtx, runCtx context.Context, msg jetstream.Msg) {
 			}
 			cancel()
 			w.nak(d, 0)
+			return
+		}
+		if refusedAlready(d.runs.cur, lease.CredentialID) {
+			// This key refused the item before: it runs on another one,
+			// and no request goes to this one. The message waits a little
+			// (a key that refuses everything is disabled meanwhile, or
+			// another key frees up).
+			d.log.Debug("the granted key refused this item before: waiting for another", zap.String("credential", lease.CredentialID))
+			w.releaseAbandoned(lease, d.log)
+			sctx, cancel := w.settleCtx()
+			if _, err := d.runs.do(sctx, "norun"); err != nil {
+				d.log.Debug("recording the hand-back", zap.Error(err))
+			}
+			cancel()
+			w.nak(d, refusedKeyWait)
 			return
 		}
 		st, err := d.runs.start(itemCtx)
@@ -105,6 +126,10 @@ func (w *Worker) handle(pullCtx, runCtx context.Context, msg jetstream.Msg) {
 		}
 	}
 }
+
+// refusedKeyWait is how long an item waits when the only key it was given
+// is one that refused it before.
+const refusedKeyWait = time.Second
 
 // runOnce runs the job once on the leased credential and settles the
 // outcome (see judge). It reports whether the item should run again at

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -175,18 +176,46 @@ func afterFailure(failures int, delivered uint64, p failurePolicy) (dead string,
 	return "", p.delay(failures)
 }
 
-// refusalsToDeadLetter is how many refused runs make an item the
-// culprit: it is dead-lettered, naming the refusals, whichever keys they
-// came from (at most this many keys are asked).
-const refusalsToDeadLetter = 3
+// refusalKeysToDeadLetter is how many different keys must refuse an item
+// to make it the culprit: it is dead-lettered, naming the refusals.
+const refusalKeysToDeadLetter = 3
+
+// refusedBy lists the keys that refused an item (st.Refused: one
+// "<credential>\t<reason>" a line), each once, in order, and the
+// refusals as "<credential>: <reason>" texts.
+func refusedBy(st runCount) (keys, texts []string) {
+	for line := range strings.SplitSeq(st.Refused, "\n") {
+		id, reason, ok := strings.Cut(line, "\t")
+		if !ok {
+			continue
+		}
+		if !slices.Contains(keys, id) {
+			keys = append(keys, id)
+		}
+		texts = append(texts, id+": "+reason)
+	}
+	return keys, texts
+}
 
 // afterRefusal says whether an item a key just refused is dead-lettered,
-// and with what error, from its runs counted so far.
-func afterRefusal(st runCount) (deadText string) {
-	if st.Refusals < refusalsToDeadLetter {
+// and with what error: once refusalKeysToDeadLetter different keys
+// refused it, or every key there is (usable, the pool's size) when that
+// is fewer. One key refusing it again does not count again: the worker
+// does not run an item on a key that refused it (refusedAlready).
+func afterRefusal(st runCount, usable int) (deadText string) {
+	keys, texts := refusedBy(st)
+	if len(keys) < min(refusalKeysToDeadLetter, max(usable, 1)) {
 		return ""
 	}
-	return fmt.Sprintf("refused %d times, by: %s", st.Refusals, strings.ReplaceAll(st.Refused, "\n", "; "))
+	return fmt.Sprintf("refused by %d keys: %s", len(keys), strings.Join(texts, "; "))
+}
+
+// refusedAlready reports whether credential id refused the item before:
+// the worker hands such a lease back unused and the item waits for
+// another key.
+func refusedAlready(st runCount, id string) bool {
+	keys, _ := refusedBy(st)
+	return slices.Contains(keys, id)
 }
 
 // afterRateLimit says whether an item just rate limited is dead-lettered

@@ -73,21 +73,31 @@ func TestJudge(t *testing.T) {
 	}
 }
 
-// An item is the culprit once three runs were refused (whatever keys
-// refused them), and not before; it is dead-lettered naming every refusal.
+// An item is the culprit once three different keys refused it (or every
+// key of a smaller pool), and not before; it is dead-lettered naming
+// every refusal. A key is not asked twice for the same item.
 func TestAfterRefusal(t *testing.T) {
 	for _, c := range []struct {
-		st   runCount
-		want string
+		refused string
+		usable  int
+		want    string
 	}{
-		{runCount{Refusals: 1, Refused: "key-a: 403"}, ""},
-		{runCount{Refusals: 2, Refused: "key-a: 403\nkey-b: 403"}, ""},
-		{runCount{Refusals: 3, Refused: "key-a: 403 Forbidden\nkey-b: 403 Forbidden\nkey-c: 401"},
-			"refused 3 times, by: key-a: 403 Forbidden; key-b: 403 Forbidden; key-c: 401"},
+		{"key-a\t403", 5, ""},
+		{"key-a\t403\nkey-b\t403", 5, ""},
+		{"key-a\t403\nkey-a\t403\nkey-a\t403", 5, ""},
+		{"key-a\t403 Forbidden\nkey-b\t403 Forbidden\nkey-c\t401", 5,
+			"refused by 3 keys: key-a: 403 Forbidden; key-b: 403 Forbidden; key-c: 401"},
+		{"key-a\t403", 1, "refused by 1 keys: key-a: 403"},
+		{"key-a\t403\nkey-b\t403", 2, "refused by 2 keys: key-a: 403; key-b: 403"},
 	} {
-		if got := afterRefusal(c.st); got != c.want {
-			t.Errorf("afterRefusal(%+v) = %q, want %q", c.st, got, c.want)
+		st := runCount{Refused: c.refused}
+		if got := afterRefusal(st, c.usable); got != c.want {
+			t.Errorf("afterRefusal(%q, %d keys) = %q, want %q", c.refused, c.usable, got, c.want)
 		}
+	}
+	st := runCount{Refused: "key-a\t403\nkey:b\t401"}
+	if !refusedAlready(st, "key:b") || !refusedAlready(st, "key-a") || refusedAlready(st, "key-c") {
+		t.Errorf("refusedAlready of %q: want key-a and key:b only", st.Refused)
 	}
 }
 

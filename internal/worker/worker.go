@@ -121,7 +121,7 @@ func New(o Options) (*Worker, error) {
 	if w.handlers, err = buildHandlers(cfg, w.scrub, o.JobGuard); err != nil {
 		return nil, exitcode.With(exitcode.Usage, fmt.Errorf("%s: %w", cfg.Source, err))
 	}
-	probeCommon := jobs.Common{MaxOutput: cfg.Jobs.MaxOutput, Scrubber: w.scrub, ScrubEnv: cfg.SecretEnvNames()}
+	probeCommon := jobs.Common{MaxOutput: cfg.Jobs.MaxOutput, Scrubber: w.scrub, ScrubEnv: cfg.SecretEnvNames(), Guard: o.JobGuard}
 	if w.probers, err = buildProbers(cfg, probeCommon); err != nil {
 		return nil, exitcode.With(exitcode.Usage, fmt.Errorf("%s: %w", cfg.Source, err))
 	}
