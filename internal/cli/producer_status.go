@@ -117,10 +117,11 @@ func printPool(w io.Writer, p status.Pool) {
 		note := ""
 		switch {
 		case c.State == creds.StateDisabled:
-			note = "disabled: " + oneLine(c.DisabledReason, 100)
+			note = "disabled: " + oneLine(c.DisabledReason, 100) + " (" + disabledBy(c.DisabledBy)
 			if c.DisabledAt != nil {
-				note += " (" + ago(p.At, *c.DisabledAt) + ")"
+				note += ", " + ago(p.At, *c.DisabledAt)
 			}
+			note += ")"
 		case c.CoolingUntil != nil:
 			note = fmt.Sprintf("resting until %s (in %s)", c.CoolingUntil.Local().Format("15:04:05"), c.CoolingUntil.Sub(p.At).Round(time.Millisecond))
 			if c.RestCause != "" {
@@ -128,10 +129,46 @@ func printPool(w io.Writer, p status.Pool) {
 			}
 			note += ": " + oneLine(c.CoolingReason, 100)
 		}
+		note = joinNotes(note, keyHistory(c, p.At))
 		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\n", termsafe.String(c.ID), termsafe.String(c.State), c.InFlight, c.MaxConcurrent,
 			termsafe.String(limitsText(c)), used, note)
 	}
 	_ = tw.Flush()
+}
+
+// disabledBy says who disabled a key, for the status table.
+func disabledBy(by string) string {
+	if by == creds.DisabledByAPI {
+		return "by the API"
+	}
+	return "by an operator"
+}
+
+// keyHistory is what else a row says about a key that is not disabled: a
+// probe that enabled it again, the API's refusals in a row.
+func keyHistory(c status.Credential, at time.Time) string {
+	if c.State == creds.StateDisabled {
+		return ""
+	}
+	var notes []string
+	if c.EnabledBy == creds.EnabledByProbe {
+		n := "enabled by probe: " + oneLine(c.EnabledReason, 100)
+		if c.EnabledAt != nil {
+			n += " (" + ago(at, *c.EnabledAt) + ")"
+		}
+		notes = append(notes, n)
+	}
+	if k := len(c.Refusals); k > 0 {
+		notes = append(notes, fmt.Sprintf("refused %d %s in a row, last %s", k, plural(k, "item", "items"), oneLine(c.Refusals[k-1], 100)))
+	}
+	return strings.Join(notes, "; ")
+}
+
+func joinNotes(a, b string) string {
+	if a == "" || b == "" {
+		return a + b
+	}
+	return a + "; " + b
 }
 
 // limitsText is one credential's limits with their use: "rate=10/s,burst=1

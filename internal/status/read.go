@@ -65,6 +65,8 @@ func credentialReport(c creds.CredentialStats) Credential {
 		DisabledAt: TimePtr(c.DisabledAt), StartsInWindow: c.StartsInWindow, LastUsed: TimePtr(c.LastUsed),
 		Starts: c.Starts, RateLimited: c.RateLimited, Limits: []Limit{},
 		PaceMS: float64(c.Pace.Microseconds()) / 1000, NextStart: TimePtr(c.NextStart),
+		DisabledBy: c.DisabledBy, Refusals: append([]string{}, c.Refusals...),
+		EnabledBy: c.EnabledBy, EnabledReason: c.EnabledReason, EnabledAt: TimePtr(c.EnabledAt),
 	}
 	if c.State == creds.StateCooling {
 		row.CoolingUntil = TimePtr(c.CoolingUntil)

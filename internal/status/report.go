@@ -47,6 +47,10 @@ import (
 //	                 "pace_ms"        spacing of starts learnt from bare 429s (0: none)
 //	                 "next_start"     when it can take a start (null: now, or disabled)
 //	                 "disabled_reason", "disabled_at"   ("" and null unless disabled)
+//	                 "disabled_by"    api (probes may enable it again) | operator ("" unless disabled)
+//	                 "refusals"       the items the API refused on it in a row, "<batch>/<item>: <reason>"
+//	                 "enabled_by", "enabled_reason", "enabled_at"   its last enable: probe (with
+//	                                  the probe's answer) | operator; "", "" and null when none or disabled
 //	                 "starts_in_window"  starts in the window of "rate" (0 without one)
 //	                 "last_used",
 //	                 "starts"         leases granted so far (cumulative)
@@ -124,6 +128,14 @@ type Credential struct {
 	PaceMS float64 `json:"pace_ms"`
 	// NextStart is when it can take a start; null when now (or disabled).
 	NextStart *time.Time `json:"next_start"`
+	// DisabledBy says who disabled it (creds.DisabledByAPI or
+	// creds.DisabledByOperator); Refusals are the API's refusals in a row;
+	// EnabledBy, EnabledReason and EnabledAt its last enable.
+	DisabledBy    string     `json:"disabled_by"`
+	Refusals      []string   `json:"refusals"`
+	EnabledBy     string     `json:"enabled_by"`
+	EnabledReason string     `json:"enabled_reason"`
+	EnabledAt     *time.Time `json:"enabled_at"`
 }
 
 // Limit is one limit of a credential and its use in its window now.

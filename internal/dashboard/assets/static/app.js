@@ -168,6 +168,25 @@
       c.cooling_reason ? el('div', {class: 'why'}, c.cooling_reason) : null);
   }
 
+  // keyHistory shows what a key went through: the API's refusals in a
+  // row (the evidence that may disable it), and the probe that enabled it
+  // again.
+  function keyHistory(c, now) {
+    const out = [];
+    const refusals = c.refusals || [];
+    if (refusals.length) {
+      out.push(el('div', {class: 'refusals'},
+        el('b', {}, `refused ${plural(refusals.length, 'item', 'items')} in a row:`),
+        el('ul', {}, refusals.map((r) => el('li', {}, r)))));
+    }
+    if (c.state !== 'disabled' && c.enabled_by === 'probe') {
+      out.push(el('div', {class: 'enabled-reason'},
+        el('b', {}, 'enabled by probe: '), c.enabled_reason,
+        c.enabled_at ? el('span', {class: 'muted'}, ` · ${ago(now, c.enabled_at)}`) : null));
+    }
+    return out.length ? el('div', {class: 'history'}, out) : null;
+  }
+
   // Cards are kept per credential and updated in place: a button under
   // the operator's pointer, and the chart, survive every update.
   const cards = new Map(); // id -> {card, body, img, actions, state}
@@ -225,7 +244,9 @@
         rest(c, now) || '',
         c.state === 'disabled' ? el('div', {class: 'disabled-reason'},
           el('b', {}, 'disabled: '), c.disabled_reason || '(no reason given)',
+          el('span', {class: 'muted'}, c.disabled_by === 'api' ? ' · by the API' : ' · by an operator'),
           c.disabled_at ? el('span', {class: 'muted'}, ` · ${ago(now, c.disabled_at)}`) : null) : '',
+        keyHistory(c, now) || '',
         holders.length ? el('ul', {class: 'holders'}, holders, more > 0 ? el('li', {class: 'muted'}, `and ${more} more`) : null) : '',
         el('div', {class: 'muted small'}, `last used ${ago(now, c.last_used)}`));
       if (sample !== chartSample || !k.img.src) {
