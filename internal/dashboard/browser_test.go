@@ -95,6 +95,20 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err := e.pool.Disable(e.ctx, "key-d", "401 Unauthorized: invalid API key"); err != nil {
 		t.Fatal(err)
 	}
+	// A key the API disabled and a probe enabled again shows the probe's
+	// answer.
+	const probeCause = "probe GET https://api.example.com/v1/models answered 200 OK"
+	l, err := e.pool.Acquire(e.ctx, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	probed := l.CredentialID
+	if err := e.pool.Settle(e.ctx, l, creds.Outcome{Disable: "401 Unauthorized"}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := e.pool.EnableAfterProbe(e.ctx, probed, probeCause); err != nil || !ok {
+		t.Fatalf("EnableAfterProbe(%s): %v, %v", probed, ok, err)
+	}
 	docs := map[string]string{"doc-bad": `{"id":"doc-bad"}`}
 	for i := 1; i <= 8; i++ {
 		id := fmt.Sprintf("doc-%02d", i)
@@ -105,15 +119,19 @@ func TestDashboardInBrowser(t *testing.T) {
 	ctx := newBrowser(t, e.ctx)
 	run(t, ctx, "opening the dashboard", chromedp.Navigate(base+"/"))
 	until(t, ctx, "the four keys", `document.querySelectorAll('.cred').length === 4`, 30*time.Second)
-	var cardC, cardD string
+	var cardC, cardD, cardProbed string
 	run(t, ctx, "reading the cards",
 		textOf(`.cred[data-id="key-c"]`, &cardC),
-		textOf(`.cred[data-id="key-d"]`, &cardD))
+		textOf(`.cred[data-id="key-d"]`, &cardD),
+		textOf(`.cred[data-id="`+probed+`"]`, &cardProbed))
+	if !strings.Contains(cardProbed, "enabled by probe: "+probeCause) {
+		t.Errorf("%s's card does not show the probe that enabled it:\n%s", probed, cardProbed)
+	}
 	if !strings.Contains(cardC, "resting until") || !strings.Contains(cardC, "Retry-After 600 s") {
 		t.Errorf("key-c's card does not say it rests and why:\n%s", cardC)
 	}
-	if !strings.Contains(cardD, "disabled") || !strings.Contains(cardD, "invalid API key") {
-		t.Errorf("key-d's card does not say it is disabled and why:\n%s", cardD)
+	if !strings.Contains(cardD, "disabled") || !strings.Contains(cardD, "invalid API key") || !strings.Contains(cardD, "by an operator") {
+		t.Errorf("key-d's card does not say it is disabled, why and by whom:\n%s", cardD)
 	}
 	until(t, ctx, "key-a's chart", `(() => { const i = document.querySelector('.cred[data-id="key-a"] img.chart'); return i && i.complete && i.naturalWidth > 0 })()`, 30*time.Second)
 
