@@ -112,7 +112,9 @@ func (p *producer) credsListCmd() *cobra.Command {
 		Short: "List the credentials with their state and limits",
 		Long: `list shows the pool's totals and one row per credential: state
 (available, busy at its limits, cooling, disabled), in flight, limits, starts
-in the current rate window, and why it is cooling or disabled. --json prints
+in the current rate window, why it is cooling or disabled and who disabled
+it (the API or an operator), the API's refusals in a row, and the probe that
+enabled it again. --json prints
 the pool object of ` + "`producer status --json`" + `.`,
 		Example: `  producer creds list
   producer creds list --json | jq -r '.credentials[] | select(.state=="disabled") | .id'`,
@@ -205,8 +207,8 @@ func (p *producer) credsEnableCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "enable ID",
 		Short: "Put a disabled or cooling credential back into use",
-		Long: `enable clears a credential's disabled state and any cooldown, and wakes
-workers waiting for a credential.`,
+		Long: `enable clears a credential's disabled state, any cooldown and any streak of
+refusals, and wakes workers waiting for a credential.`,
 		Example: `  producer creds enable key-b`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -225,7 +227,8 @@ func (p *producer) credsDisableCmd() *cobra.Command {
 		Short: "Take a credential out of use until it is enabled",
 		Long: `disable stops every worker from taking the credential for new jobs; jobs
 already holding it run to their end. It stays disabled (across worker
-restarts) until ` + "`producer creds enable`" + `.`,
+restarts) until ` + "`producer creds enable`" + `: as an operator's decision, it is
+never probed (pool.probe_interval probes only the keys the API disabled).`,
 		Example: `  producer creds disable key-b --reason "billing issue"`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
