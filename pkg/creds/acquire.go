@@ -31,19 +31,55 @@ func (p *Pool) Acquire(ctx context.Context, owner string) (*Lease, error) {
 // use, a *CostError (ErrNeverFits) when cost is above a cost limit of
 // every one of them, ErrClosed, ErrCanceled, or a Redis error.
 func (p *Pool) AcquireCost(ctx context.Context, owner string, cost int64) (*Lease, error) {
-	if err := checkRequest(owner, cost); err != nil {
+	return p.AcquireWith(ctx, Request{Owner: owner, Cost: cost})
+}
+
+// Request is what an acquire asks for.
+type Request struct {
+	// Owner names the holder (a worker and slot) in stats. Required.
+	Owner string
+	// Cost is the start's estimated cost, charged to cost limits. Zero
+	// means 1.
+	Cost int64
+	// Priority orders the fleet's waiters: 1 first, 5 last; within a
+	// priority, first come, first served. Zero means PriorityDefault.
+	Priority int
+}
+
+// Priorities of a Request: PriorityFirst..PriorityLast, PriorityDefault
+// when not given.
+const (
+	PriorityFirst   = 1
+	PriorityLast    = 5
+	PriorityDefault = 3
+)
+
+// AcquireWith leases a credential like AcquireCost, its place among the
+// fleet's waiters set by r.Priority: a freed credential goes to the oldest
+// waiter of the highest priority that may use it.
+func (p *Pool) AcquireWith(ctx context.Context, r Request) (*Lease, error) {
+	if r.Cost == 0 {
+		r.Cost = 1
+	}
+	if r.Priority == 0 {
+		r.Priority = PriorityDefault
+	}
+	if err := checkRequest(r.Owner, r.Cost); err != nil {
 		return nil, err
+	}
+	if r.Priority < PriorityFirst || r.Priority > PriorityLast {
+		return nil, fmt.Errorf("%w: priority must be %d..%d, got %d", ErrInvalid, PriorityFirst, PriorityLast, r.Priority)
 	}
 	start := time.Now()
 	if ctx.Err() != nil {
 		return nil, canceled(ctx, start)
 	}
-	return p.wait(ctx, owner, cost, false, start)
+	return p.wait(ctx, r.Owner, r.Cost, r.Priority, false, start)
 }
 
 // wait queues a waiter and waits for its result or ctx's end.
-func (p *Pool) wait(ctx context.Context, owner string, cost int64, try bool, start time.Time) (*Lease, error) {
-	w, err := p.d.newWaiter(owner, cost, try)
+func (p *Pool) wait(ctx context.Context, owner string, cost int64, prio int, try bool, start time.Time) (*Lease, error) {
+	w, err := p.d.newWaiter(owner, cost, prio, try)
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +107,7 @@ func (p *Pool) TryAcquire(ctx context.Context, owner string) (*Lease, error) {
 	if err := checkRequest(owner, 1); err != nil {
 		return nil, err
 	}
-	return p.wait(ctx, owner, 1, true, time.Now())
+	return p.wait(ctx, owner, 1, PriorityDefault, true, time.Now())
 }
 
 func checkRequest(owner string, cost int64) error {

@@ -48,6 +48,7 @@ type waiter struct {
 	member string // its entry in the fleet's queue
 	cost   int64
 	owner  string
+	prio   int
 	try    bool
 	queued bool // Redis said it is in the queue
 	sent   bool // its E op went out in a step
@@ -119,7 +120,7 @@ func cutPrefix(s, prefix string) (string, bool) {
 }
 
 // newWaiter registers a waiter and queues its E op.
-func (d *dispatcher) newWaiter(owner string, cost int64, try bool) (*waiter, error) {
+func (d *dispatcher) newWaiter(owner string, cost int64, prio int, try bool) (*waiter, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -127,7 +128,7 @@ func (d *dispatcher) newWaiter(owner string, cost int64, try bool) (*waiter, err
 	}
 	d.seq++
 	wid := d.p.instance + "." + strconv.FormatUint(d.seq, 36)
-	w := &waiter{wid: wid, cost: cost, owner: owner, try: try, res: make(chan waitResult, 1)}
+	w := &waiter{wid: wid, cost: cost, owner: owner, prio: prio, try: try, res: make(chan waitResult, 1)}
 	w.member = wid + "|" + strconv.FormatInt(cost, 10) + "|" + d.p.group + "|" + owner
 	d.waiters[wid] = w
 	d.pushE(w)
@@ -141,7 +142,7 @@ func (d *dispatcher) pushE(w *waiter) {
 		try = "1"
 	}
 	w.queued, w.sent = false, false
-	d.ops = append(d.ops, &op{args: []any{"E", w.wid, w.cost, w.owner, try}, w: w})
+	d.ops = append(d.ops, &op{args: []any{"E", w.wid, w.cost, w.owner, try, w.prio}, w: w})
 	d.kick()
 }
 

@@ -23,8 +23,10 @@
 --   lcs:<id>:<P>     string running sum of lc:<id>:<P>
 --   lg:<id>:<spec>   string GCRA theoretical arrival time (us)
 --   fence            string fencing-token counter
---   waitq            zset   waiter -> arrival number: the fleet's FIFO of
---                           waiters, "<inst>.<n>|<cost>|<group>|<owner>"
+--   waitq            zset   waiter -> priority * 2^40 + arrival number: the
+--                           fleet's queue of waiters, highest priority (1)
+--                           first, then first come first served,
+--                           "<inst>.<n>|<cost>|<group>|<owner>"
 --   wseq             string arrival counter
 --   procs            zset   instance -> alive until (us): pool handles
 --                           with waiters refresh it
@@ -47,6 +49,9 @@ local K_SCHED = PFX .. 'sched'
 local K_FENCE = PFX .. 'fence'
 local K_WAITQ = PFX .. 'waitq'
 local K_WSEQ = PFX .. 'wseq'
+-- PRIO_SPAN separates the priorities of the waiter queue's scores (2^40
+-- arrivals each; scores stay exact doubles up to priority 8).
+local PRIO_SPAN = 1099511627776
 local K_PROCS = PFX .. 'procs'
 local K_MAXCOST = PFX .. 'maxcost'
 local K_TIMER = PFX .. 'timer'

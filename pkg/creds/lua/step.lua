@@ -15,7 +15,8 @@
 --          message came, or its waiters wait); 'q' count its queued
 --          waiters (it has some)
 -- ARGV[7..] operations, each an opcode and its arguments:
---   E wid cost owner try      enqueue a waiter (try=1: only if served now)
+--   E wid cost owner try prio enqueue a waiter (try=1: only if served now);
+--                             prio 1..5 orders the queue before arrival
 --   X wid member              cancel a waiter: leave the queue, or hand
 --                             back a grant it did not claim
 --   R id member est real mode dur text granted sig
@@ -59,8 +60,8 @@ local queue_empty = nil -- known emptiness of the fleet's queue, this step
 while i <= #ARGV do
   local op = ARGV[i]
   if op == 'E' then
-    local wid, cost, owner, try = ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3], ARGV[i + 4]
-    i = i + 5
+    local wid, cost, owner, try, prio = ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3], ARGV[i + 4], tonumber(ARGV[i + 5])
+    i = i + 6
     local granted = false
     if queue_empty == nil then
       queue_empty = redis.call('ZCARD', K_WAITQ) == 0
@@ -86,7 +87,9 @@ while i <= #ARGV do
       else
         local m = wid .. '|' .. n2s(cost) .. '|' .. group .. '|' .. owner
         queue_empty = false
-        redis.call('ZADD', K_WAITQ, redis.call('INCR', K_WSEQ), m)
+        -- Priority first (1 before 5), then arrival: the head of the
+        -- queue is the oldest waiter of the highest priority.
+        redis.call('ZADD', K_WAITQ, n2s(prio * PRIO_SPAN + redis.call('INCR', K_WSEQ)), m)
         redis.call('SADD', k_pw(inst), m)
         if alive_ttl <= 0 then
           alive_ttl = claim_ttl
