@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,7 +30,54 @@ type BatchInfo struct {
 	// added items.
 	EnqueuedAt time.Time `json:"enqueued_at"`
 	UpdatedAt  time.Time `json:"updated_at"`
+	// Priority orders batches: 1 first, 5 last (0 in records written
+	// before priorities: PriorityDefault). Weight shares the keys among
+	// batches of one priority (0 in old records: WeightDefault).
+	Priority int `json:"priority,omitempty"`
+	Weight   int `json:"weight,omitempty"`
+	// State is what an operator made of the batch: BatchRunning (also ""
+	// in old records), BatchPaused or BatchCancelled. Whether it is done
+	// is not recorded: its results say so.
+	State string `json:"state,omitempty"`
+	// History records each change of state: what, when, by whom.
+	History []BatchEvent `json:"history,omitempty"`
+	// Rev is the record's revision in the bucket (not stored): every
+	// change has a higher one.
+	Rev uint64 `json:"-"`
 }
+
+// BatchEvent is one change of a batch's state.
+type BatchEvent struct {
+	At     time.Time `json:"at"`
+	Action string    `json:"action"` // pause, resume, cancel
+	By     string    `json:"by"`     // user@host of the command, or the API's caller
+}
+
+// Batch states (BatchInfo.State).
+const (
+	BatchRunning   = "running"
+	BatchPaused    = "paused"
+	BatchCancelled = "cancelled"
+)
+
+// Priorities and weights of a batch.
+const (
+	PriorityFirst   = 1
+	PriorityLast    = 5
+	PriorityDefault = 3
+	WeightMin       = 1
+	WeightMax       = 1000
+	WeightDefault   = 1
+)
+
+// Prio is the batch's priority, PriorityDefault for an old record.
+func (b BatchInfo) Prio() int { return cmp.Or(b.Priority, PriorityDefault) }
+
+// Wt is the batch's weight, WeightDefault for an old record.
+func (b BatchInfo) Wt() int { return cmp.Or(b.Weight, WeightDefault) }
+
+// Status is the batch's state, BatchRunning for an old record.
+func (b BatchInfo) Status() string { return cmp.Or(b.State, BatchRunning) }
 
 // maxBatchUpdateTries bounds the compare-and-set retries of AddToBatch
 // (each lost race means another producer added to the same batch).
