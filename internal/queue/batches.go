@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
 // BatchInfo is a batch's record, written by enqueue: how many distinct
@@ -60,11 +62,12 @@ const (
 	BatchCancelled = "cancelled"
 )
 
-// Priorities and weights of a batch.
+// Priorities and weights of a batch. A batch's priority is its items'
+// place among the pool's waiters, so the pool's range is the batch's.
 const (
-	PriorityFirst   = 1
-	PriorityLast    = 5
-	PriorityDefault = 3
+	PriorityFirst   = creds.PriorityFirst
+	PriorityLast    = creds.PriorityLast
+	PriorityDefault = creds.PriorityDefault
 	WeightMin       = 1
 	WeightMax       = 1000
 	WeightDefault   = 1
