@@ -86,10 +86,51 @@ func (b BatchInfo) Status() string { return cmp.Or(b.State, BatchRunning) }
 // (each lost race means another producer added to the same batch).
 const maxBatchUpdateTries = 20
 
+// BatchOption changes a batch's record as AddToBatch writes it.
+type BatchOption func(*BatchInfo)
+
+// WithPriority sets the batch's priority (0: keep the record's).
+func WithPriority(p int) BatchOption {
+	return func(b *BatchInfo) {
+		if p != 0 {
+			b.Priority = p
+		}
+	}
+}
+
+// WithWeight sets the batch's weight (0: keep the record's).
+func WithWeight(w int) BatchOption {
+	return func(b *BatchInfo) {
+		if w != 0 {
+			b.Weight = w
+		}
+	}
+}
+
+// ErrNoBatch: the batch has no record.
+var ErrNoBatch = errors.New("queue: no such batch")
+
+// Batch reads batch's record (with its Rev); ErrNoBatch when there is none.
+func (q *Queue) Batch(ctx context.Context, batch string) (BatchInfo, error) {
+	e, err := q.batches.Get(ctx, kvKey(batch))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return BatchInfo{}, fmt.Errorf("%w: %q", ErrNoBatch, batch)
+	}
+	if err != nil {
+		return BatchInfo{}, fmt.Errorf("queue: read batch record %q: %w", batch, err)
+	}
+	var b BatchInfo
+	if err := json.Unmarshal(e.Value(), &b); err != nil {
+		return BatchInfo{}, fmt.Errorf("queue: batch record %q: %w", batch, err)
+	}
+	b.Rev = e.Revision()
+	return b, nil
+}
+
 // AddToBatch adds n new items of kind to batch's record, creating it on the
-// first enqueue. Concurrent enqueues of the same batch add up: the record
-// is updated with a compare-and-set.
-func (q *Queue) AddToBatch(ctx context.Context, batch, kind string, n int) (BatchInfo, error) {
+// first enqueue, and applies opts. Concurrent enqueues of the same batch
+// add up: the record is updated with a compare-and-set.
+func (q *Queue) AddToBatch(ctx context.Context, batch, kind string, n int, opts ...BatchOption) (BatchInfo, error) {
 	key := kvKey(batch)
 	for range maxBatchUpdateTries {
 		now := time.Now().UTC()
@@ -110,6 +151,9 @@ func (q *Queue) AddToBatch(ctx context.Context, batch, kind string, n int) (Batc
 		b.Total += int64(n)
 		b.Kind = addKind(b.Kind, kind)
 		b.UpdatedAt = now
+		for _, o := range opts {
+			o(&b)
+		}
 		data, err := json.Marshal(b)
 		if err != nil {
 			return BatchInfo{}, fmt.Errorf("queue: encode batch record %q: %w", batch, err)
