@@ -1,0 +1,137 @@
+// Package lanes is the fleet's lane schedule: which batch a worker pulls
+// from next. A lane is one batch's items; the schedule gives free slots to
+// the lanes by strict priority across levels 1..5 and by weighted fair
+// share within a level (start-time fair queueing), in one Lua script on
+// Redis, shared by every worker. docs/waiting-model.md describes the
+// model; this package is its Redis half. It does not log.
+package lanes
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed lanes.lua
+var lanesLua string
+
+var script = redis.NewScript(lanesLua)
+
+// Schedule is a handle on one stream's lane schedule.
+type Schedule struct {
+	rdb   redis.Scripter
+	epoch string // KEYS[1]
+}
+
+// New returns the schedule of the work stream named stream. Its keys share
+// one hash tag, so the schedule lives in one Redis Cluster slot.
+func New(rdb redis.Scripter, stream string) *Schedule {
+	return &Schedule{rdb: rdb, epoch: Prefix(stream) + "epoch"}
+}
+
+// Prefix is the prefix of every key of a stream's schedule.
+func Prefix(stream string) string { return "keyfleet:{" + stream + ".lanes}:" }
+
+// States of a lane (the batch's), as Sync takes them.
+const (
+	Running   = "running"
+	Paused    = "paused"
+	Cancelled = "cancelled"
+)
+
+// Lane is what Sync needs of a batch.
+type Lane struct {
+	ID       string
+	State    string // Running, Paused, Cancelled
+	Priority int    // 1..5
+	Weight   int    // >= 1
+	// Gen orders the calls: the batch record's revision. A Sync with a
+	// lower Gen than the last one changes nothing.
+	Gen uint64
+}
+
+// Synced says what Sync did.
+type Synced int
+
+// What Sync did.
+const (
+	// Stale: a newer state of the lane was in already.
+	Stale Synced = iota
+	// Done: the lane is in the schedule (running) or out of it.
+	Done
+	// Drained: the lane was found empty at this generation; it stays out
+	// until a higher generation (items added) registers it.
+	Drained
+)
+
+// Sync registers a running lane (at its level's virtual time, so that it
+// neither gets credit for the time it was not there nor waits behind the
+// credit of others) or takes a paused or cancelled one out.
+func (s *Schedule) Sync(ctx context.Context, l Lane) (Synced, error) {
+	if l.Priority < 1 || l.Priority > 5 || l.Weight < 1 {
+		return Stale, fmt.Errorf("lanes: lane %q: priority %d, weight %d out of range", l.ID, l.Priority, l.Weight)
+	}
+	n, err := script.Run(ctx, s.rdb, []string{s.epoch}, "sync", l.ID, l.State, l.Priority, l.Weight, l.Gen).Int()
+	if err != nil {
+		return Stale, fmt.Errorf("lanes: sync %q: %w", l.ID, err)
+	}
+	return Synced(n), nil
+}
+
+// ErrLost is Pick's answer when Redis lost the schedule: the caller
+// registers the running lanes again (Sync), then picks again.
+var ErrLost = errors.New("lanes: the schedule is lost (Redis lost its state): register the lanes again")
+
+// Pick gives n free slots to the next lane: the lane whose virtual time is
+// lowest among the highest priority's lanes that are not resting after a
+// short fetch. It returns the lane and its share (n), or no lane and how
+// long until a resting lane may be picked (-1: none is registered).
+func (s *Schedule) Pick(ctx context.Context, n int) (lane string, share int, wait time.Duration, err error) {
+	reply, err := script.Run(ctx, s.rdb, []string{s.epoch}, "pick", n).StringSlice()
+	if err != nil {
+		return "", 0, 0, fmt.Errorf("lanes: pick: %w", err)
+	}
+	if len(reply) != 2 {
+		return "", 0, 0, fmt.Errorf("lanes: pick: unexpected reply %q", reply)
+	}
+	v, err := strconv.ParseInt(reply[1], 10, 64)
+	if err != nil {
+		return "", 0, 0, fmt.Errorf("lanes: pick: %w", err)
+	}
+	switch {
+	case reply[0] != "":
+		return reply[0], int(v), 0, nil
+	case v == -2:
+		return "", 0, 0, ErrLost
+	case v < 0:
+		return "", 0, -1, nil
+	}
+	return "", 0, time.Duration(v) * time.Microsecond, nil
+}
+
+// Got reports a fetch from lane that took got of the asked messages: when
+// fewer, the unused share is given back and the lane rests a little
+// (50 ms, doubling to 1 s while it stays empty); a full fetch ends the
+// rest.
+func (s *Schedule) Got(ctx context.Context, lane string, asked, got int) error {
+	if err := script.Run(ctx, s.rdb, []string{s.epoch}, "got", lane, asked, got).Err(); err != nil {
+		return fmt.Errorf("lanes: got %q: %w", lane, err)
+	}
+	return nil
+}
+
+// Drained takes a lane out that holds nothing any more (nothing pending,
+// nothing unacknowledged) as of generation gen; it reports false when the
+// lane was registered again since (items came).
+func (s *Schedule) Drained(ctx context.Context, lane string, gen uint64) (bool, error) {
+	n, err := script.Run(ctx, s.rdb, []string{s.epoch}, "drained", lane, gen).Int()
+	if err != nil {
+		return false, fmt.Errorf("lanes: drained %q: %w", lane, err)
+	}
+	return n == 1, nil
+}

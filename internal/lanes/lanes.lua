@@ -1,0 +1,132 @@
+-- The lane schedule: which batch a worker pulls from next (see
+-- docs/waiting-model.md). One script, every op atomic, on Redis time.
+-- KEYS[1]  <prefix>epoch: exists while the schedule holds its state (a
+--          Redis that lost it has none: the workers register the lanes
+--          again)
+-- ARGV[1]  op, then per op:
+--   sync    lane state prio weight gen   register (state running) or take
+--           out (paused, cancelled) a lane; gen orders the calls
+--   pick    n                            give n slots to the next lane
+--   got     lane asked got               a fetch took fewer than given
+--   drained lane gen                     nothing of the lane is left
+-- Keys under the prefix:
+--   q:<p>     zset  lane -> virtual start time, priority p = 1..5
+--   vt:<p>    string the level's virtual time (the start of the last pick)
+--   lane:<l>  hash  p, w, gen, drained (the gen found empty), dry (until,
+--             us), dryn (dry picks in a row)
+local PFX = string.sub(KEYS[1], 1, -6) -- strip "epoch"
+local K_EPOCH = KEYS[1]
+local SCAN = 16           -- lanes examined per level and pick
+local DRY_MIN = 50000     -- us: the first rest of a lane found empty
+local DRY_MAX = 1000000   -- us: the longest
+local LANE_TTL = 691200   -- s: a lane's hash outlives its batch record (7 days)
+
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local function n2s(x) return string.format('%.0f', x) end
+local function k_q(p) return PFX .. 'q:' .. p end
+local function k_vt(p) return PFX .. 'vt:' .. p end
+local function k_lane(l) return PFX .. 'lane:' .. l end
+local function vt(p) return tonumber(redis.call('GET', k_vt(p)) or '0') or 0 end
+
+local op = ARGV[1]
+if op == 'sync' then
+  local l, state, p, w, gen = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+  redis.call('SET', K_EPOCH, '1')
+  local h = redis.call('HMGET', k_lane(l), 'p', 'gen', 'drained')
+  local oldp, oldgen, drained = tonumber(h[1] or '0') or 0, tonumber(h[2] or '0') or 0, tonumber(h[3] or '-1') or -1
+  if gen < oldgen then
+    return 0 -- a newer state is in already
+  end
+  local score = nil
+  if oldp > 0 then
+    score = redis.call('ZSCORE', k_q(oldp), l)
+    if state ~= 'running' or oldp ~= p then
+      redis.call('ZREM', k_q(oldp), l)
+    end
+  end
+  redis.call('HSET', k_lane(l), 'p', p, 'w', w, 'gen', gen)
+  redis.call('EXPIRE', k_lane(l), LANE_TTL)
+  if state ~= 'running' then
+    return 1
+  end
+  if gen <= drained then
+    return 2 -- found empty at this revision: nothing new came since
+  end
+  if gen > oldgen then
+    -- Something changed (items added, resumed): look at it at once.
+    redis.call('HDEL', k_lane(l), 'dry', 'dryn')
+  end
+  local s = vt(p)
+  if score and oldp == p and tonumber(score) > s then
+    s = tonumber(score) -- keep what it paid already
+  end
+  redis.call('ZADD', k_q(p), s, l)
+  return 1
+elseif op == 'pick' then
+  if redis.call('EXISTS', K_EPOCH) == 0 then
+    return {'', '-2'}
+  end
+  local n = tonumber(ARGV[2])
+  local now = now_us()
+  local soonest = -1
+  for p = 1, 5 do
+    local m = redis.call('ZRANGE', k_q(p), 0, SCAN - 1, 'WITHSCORES')
+    for j = 1, #m, 2 do
+      local l, sc = m[j], tonumber(m[j + 1])
+      local h = redis.call('HMGET', k_lane(l), 'dry', 'w')
+      local dry = tonumber(h[1] or '0') or 0
+      if dry <= now then
+        local w = tonumber(h[2] or '1') or 1
+        local v = vt(p)
+        if sc < v then
+          sc = v -- it was dry meanwhile: no credit for the time it had nothing
+        end
+        redis.call('ZADD', k_q(p), sc + n / w, l)
+        redis.call('SET', k_vt(p), tostring(sc))
+        return {l, tostring(n)}
+      elseif soonest < 0 or dry < soonest then
+        soonest = dry
+      end
+    end
+  end
+  if soonest < 0 then
+    return {'', '-1'}
+  end
+  return {'', n2s(soonest - now)}
+elseif op == 'got' then
+  local l, asked, got = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+  local h = redis.call('HMGET', k_lane(l), 'p', 'w', 'dryn')
+  local p, w, dryn = tonumber(h[1] or '0') or 0, tonumber(h[2] or '1') or 1, tonumber(h[3] or '0') or 0
+  if p == 0 then
+    return 0
+  end
+  if got >= asked then
+    if dryn > 0 then
+      redis.call('HDEL', k_lane(l), 'dry', 'dryn')
+    end
+    return 1
+  end
+  if redis.call('ZSCORE', k_q(p), l) then
+    redis.call('ZINCRBY', k_q(p), -(asked - got) / w, l) -- what it did not use
+  end
+  local rest = math.min(DRY_MIN * 2 ^ dryn, DRY_MAX)
+  redis.call('HSET', k_lane(l), 'dry', n2s(now_us() + rest), 'dryn', dryn + 1)
+  return 1
+elseif op == 'drained' then
+  local l, gen = ARGV[2], tonumber(ARGV[3])
+  local h = redis.call('HMGET', k_lane(l), 'p', 'gen')
+  local p, cur = tonumber(h[1] or '0') or 0, tonumber(h[2] or '0') or 0
+  if cur ~= gen then
+    return 0 -- registered again since: items came
+  end
+  if p > 0 then
+    redis.call('ZREM', k_q(p), l)
+  end
+  redis.call('HSET', k_lane(l), 'drained', gen)
+  redis.call('HDEL', k_lane(l), 'dry', 'dryn')
+  return 1
+end
+return redis.error_reply('lanes: unknown op ' .. tostring(op))

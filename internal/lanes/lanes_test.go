@@ -1,0 +1,183 @@
+package lanes_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/keyfleet/keyfleet/internal/lanes"
+	"github.com/keyfleet/keyfleet/internal/testutil"
+	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
+)
+
+func newSchedule(t *testing.T) (*lanes.Schedule, *redis.Client) {
+	t.Helper()
+	rdb := redistest.Start(t).Client(t)
+	return lanes.New(rdb, redistest.UniqueName(t)), rdb
+}
+
+func sync(t *testing.T, s *lanes.Schedule, l lanes.Lane) lanes.Synced {
+	t.Helper()
+	if l.State == "" {
+		l.State = lanes.Running
+	}
+	if l.Weight == 0 {
+		l.Weight = 1
+	}
+	got, err := s.Sync(context.Background(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// picks makes n picks of one slot each and counts them by lane.
+func picks(t *testing.T, s *lanes.Schedule, n int) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for range n {
+		l, share, _, err := s.Pick(context.Background(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l != "" {
+			out[l] += share
+		}
+	}
+	return out
+}
+
+// A lower priority gets a slot only when every lane above is empty.
+func TestStrictPriority(t *testing.T) {
+	s, _ := newSchedule(t)
+	sync(t, s, lanes.Lane{ID: "bulk", Priority: 3, Gen: 1})
+	if got := picks(t, s, 10); got["bulk"] != 10 {
+		t.Fatalf("alone: %v", got)
+	}
+	sync(t, s, lanes.Lane{ID: "urgent", Priority: 1, Gen: 1})
+	if got := picks(t, s, 50); got["urgent"] != 50 {
+		t.Fatalf("with an urgent lane: %v, want every pick for urgent", got)
+	}
+	// urgent runs dry: bulk gets what it leaves.
+	if err := s.Got(context.Background(), "urgent", 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := picks(t, s, 5); got["bulk"] != 5 {
+		t.Fatalf("urgent dry: %v, want bulk", got)
+	}
+}
+
+// Lanes of one priority share by weight, whatever their arrival order;
+// a lane that joins late starts at the level's virtual time (no burst).
+func TestWeightedFairShare(t *testing.T) {
+	s, _ := newSchedule(t)
+	sync(t, s, lanes.Lane{ID: "a", Priority: 3, Gen: 1})
+	picks(t, s, 1000) // a runs alone for a while
+	sync(t, s, lanes.Lane{ID: "b", Priority: 3, Gen: 1})
+	if got := picks(t, s, 400); got["a"] != 200 || got["b"] != 200 {
+		t.Fatalf("equal weights: %v, want 200/200 (b joined late: no burst, no debt)", got)
+	}
+	sync(t, s, lanes.Lane{ID: "a", Priority: 3, Weight: 3, Gen: 2})
+	got := picks(t, s, 400)
+	if ratio := float64(got["a"]) / float64(got["b"]); ratio < 2.9 || ratio > 3.1 {
+		t.Fatalf("weights 3:1: %v (ratio %.2f)", got, ratio)
+	}
+}
+
+// A lane found empty rests, doubling while it stays empty; Sync with a
+// newer generation (items added) ends the rest at once.
+func TestDryLanes(t *testing.T) {
+	s, _ := newSchedule(t)
+	ctx := context.Background()
+	sync(t, s, lanes.Lane{ID: "x", Priority: 2, Gen: 1})
+	l, _, _, _ := s.Pick(ctx, 4)
+	if l != "x" {
+		t.Fatalf("pick: %q", l)
+	}
+	if err := s.Got(ctx, "x", 4, 0); err != nil {
+		t.Fatal(err)
+	}
+	l, _, wait, err := s.Pick(ctx, 4)
+	if err != nil || l != "" || wait <= 0 || wait > 50*time.Millisecond {
+		t.Fatalf("dry lane: %q %s %v, want nothing for up to 50ms", l, wait, err)
+	}
+	testutil.WaitFor(t, "the dry lane to be picked again", time.Second, func() bool {
+		l, _, _, _ := s.Pick(ctx, 1)
+		return l == "x"
+	})
+	_ = s.Got(ctx, "x", 1, 0)
+	sync(t, s, lanes.Lane{ID: "x", Priority: 2, Gen: 2})
+	if l, _, _, _ := s.Pick(ctx, 1); l != "x" {
+		t.Fatalf("after new items: %q, want x at once", l)
+	}
+}
+
+// Drained takes a lane out; the same generation does not bring it back,
+// a newer one does; a Drained that lost the race to newer items changes
+// nothing. Paused and cancelled lanes are out.
+func TestDrainedAndStates(t *testing.T) {
+	s, _ := newSchedule(t)
+	ctx := context.Background()
+	sync(t, s, lanes.Lane{ID: "x", Priority: 3, Gen: 5})
+	if ok, err := s.Drained(ctx, "x", 4); err != nil || ok {
+		t.Fatalf("drained at an older gen: %v %v", ok, err)
+	}
+	if ok, err := s.Drained(ctx, "x", 5); err != nil || !ok {
+		t.Fatalf("drained: %v %v", ok, err)
+	}
+	if got := sync(t, s, lanes.Lane{ID: "x", Priority: 3, Gen: 5}); got != lanes.Drained {
+		t.Fatalf("sync at the drained gen: %v", got)
+	}
+	if got := picks(t, s, 3); len(got) != 0 {
+		t.Fatalf("drained lane picked: %v", got)
+	}
+	sync(t, s, lanes.Lane{ID: "x", Priority: 3, Gen: 6})
+	if got := picks(t, s, 1); got["x"] != 1 {
+		t.Fatalf("new items: %v", got)
+	}
+	sync(t, s, lanes.Lane{ID: "x", State: lanes.Paused, Priority: 3, Gen: 7})
+	if got := picks(t, s, 3); len(got) != 0 {
+		t.Fatalf("paused lane picked: %v", got)
+	}
+	if got := sync(t, s, lanes.Lane{ID: "x", Priority: 3, Gen: 6}); got != lanes.Stale {
+		t.Fatalf("an older state after a newer: %v, want stale", got)
+	}
+	sync(t, s, lanes.Lane{ID: "x", Priority: 3, Gen: 8})
+	if got := picks(t, s, 1); got["x"] != 1 {
+		t.Fatalf("resumed: %v", got)
+	}
+	sync(t, s, lanes.Lane{ID: "x", State: lanes.Cancelled, Priority: 3, Gen: 9})
+	if l, _, wait, _ := s.Pick(ctx, 1); l != "" || wait != -1 {
+		t.Fatalf("cancelled lane: %q %s", l, wait)
+	}
+}
+
+// A Redis that lost its state says so; registering again brings the
+// schedule back.
+func TestLostSchedule(t *testing.T) {
+	s, rdb := newSchedule(t)
+	ctx := context.Background()
+	sync(t, s, lanes.Lane{ID: "x", Priority: 3, Gen: 1})
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := s.Pick(ctx, 1); !errors.Is(err, lanes.ErrLost) {
+		t.Fatalf("after FLUSHALL: %v, want ErrLost", err)
+	}
+	sync(t, s, lanes.Lane{ID: "x", Priority: 3, Gen: 1})
+	if got := picks(t, s, 1); got["x"] != 1 {
+		t.Fatalf("registered again: %v", got)
+	}
+}
+
+func TestSyncRefusesBadLanes(t *testing.T) {
+	s, _ := newSchedule(t)
+	for _, l := range []lanes.Lane{{ID: "x", State: lanes.Running, Priority: 0, Weight: 1}, {ID: "x", State: lanes.Running, Priority: 3, Weight: 0}} {
+		if _, err := s.Sync(context.Background(), l); err == nil {
+			t.Errorf("%+v: want an error", l)
+		}
+	}
+}
