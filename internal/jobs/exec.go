@@ -1,7 +1,10 @@
 // The exec job kind: the contract with the command.
 //
 // exec runs the configured command once per item, as an argument vector
-// (no shell), in a process group of its own.
+// (no shell), in a process group of its own. With persistent: true it
+// starts the command once per worker slot instead and speaks JSON lines
+// with it: see the contract at the top of persistent.go; what follows here
+// is the contract of a command run per item.
 //
 // What the command gets:
 //
@@ -110,6 +113,12 @@ type ExecConfig struct {
 	// (KEYFLEET_ATTEMPT 0); exit 0 enables the key again. Default none (no
 	// probe).
 	ProbeCommand []string `yaml:"probe_command"`
+	// Persistent starts Command once per worker slot, at the slot's first
+	// item, and keeps it: it reads one JSON line per item on stdin and
+	// answers one on stdout (see the contract at the top of
+	// persistent.go). Timeout then bounds one item's answer. Default false
+	// (a process per item). ProbeCommand runs per probe either way.
+	Persistent bool `yaml:"persistent"`
 
 	// The fields below are not keys of the config section: the worker sets
 	// them (see Common).
@@ -127,6 +136,11 @@ type ExecConfig struct {
 	// the worker dies (see jobguard). Nil: no guard; each command still
 	// gets SIGKILL as its parent-death signal.
 	Guard *jobguard.Guard `yaml:"-"`
+	// Notes receives what persistent handler processes have for the log:
+	// their stderr lines (scrubbed with Scrubber; with a nil Scrubber
+	// stderr is dropped), their starts and failures, rate-limited (see
+	// persistent.go). It is called from several goroutines. Nil: none.
+	Notes func(HandlerNote) `yaml:"-"`
 }
 
 // ExecTimeoutDefault is the default of ExecConfig.Timeout.
@@ -252,6 +266,9 @@ func NewExec(cfg ExecConfig) (Handler, error) {
 	slices.Sort(h.env)
 	for _, name := range cfg.ScrubEnv {
 		h.drop[name] = true
+	}
+	if cfg.Persistent {
+		return newPersistent(h), nil
 	}
 	return h, nil
 }

@@ -135,6 +135,7 @@ func (c *ExecConfig) NewProber(common Common, timeout time.Duration) (Prober, er
 	}
 	cfg := *c
 	cfg.Command, cfg.ProbeCommand, cfg.Timeout = c.ProbeCommand, nil, timeout
+	cfg.Persistent = false // a probe is a process per probe, whatever the jobs are
 	cfg.MaxOutput, cfg.Scrubber, cfg.ScrubEnv, cfg.Guard = ProbeMaxOutput, common.Scrubber, common.ScrubEnv, common.Guard
 	h, err := NewExec(cfg)
 	if err != nil {

@@ -50,6 +50,9 @@ type Common struct {
 	ScrubEnv []string
 	// Guard kills the processes of jobs when the worker dies (nil: none).
 	Guard *jobguard.Guard
+	// Notes receives what persistent exec handlers have for the log
+	// (ExecConfig.Notes). Nil: none.
+	Notes func(HandlerNote)
 }
 
 // The kinds' names.
@@ -70,6 +73,7 @@ var kinds = []Kind{
 		New: func(s Section, common Common) (Handler, error) {
 			cfg := *s.(*ExecConfig)
 			cfg.MaxOutput, cfg.Scrubber, cfg.ScrubEnv, cfg.Guard = common.MaxOutput, common.Scrubber, common.ScrubEnv, common.Guard
+			cfg.Notes = common.Notes
 			return NewExec(cfg)
 		},
 	},

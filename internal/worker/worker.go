@@ -118,7 +118,7 @@ func New(o Options) (*Worker, error) {
 		w.defs = append(w.defs, creds.Credential{ID: c.ID, MaxConcurrent: c.MaxConcurrent, Limits: c.PoolLimits()})
 	}
 	w.scrub = secret.NewScrubber(all...)
-	if w.handlers, err = buildHandlers(cfg, w.scrub, o.JobGuard); err != nil {
+	if w.handlers, err = buildHandlers(cfg, w.scrub, o.JobGuard, w.handlerNote); err != nil {
 		return nil, exitcode.With(exitcode.Usage, fmt.Errorf("%s: %w", cfg.Source, err))
 	}
 	probeCommon := jobs.Common{MaxOutput: cfg.Jobs.MaxOutput, Scrubber: w.scrub, ScrubEnv: cfg.SecretEnvNames(), Guard: o.JobGuard}
@@ -229,8 +229,8 @@ func (w *Worker) Start(ctx context.Context) error {
 // setStarting sets what Ready says until Start has finished.
 func (w *Worker) setStarting(why string) { w.starting.Store(&why) }
 
-func buildHandlers(cfg *config.Config, scrub *secret.Scrubber, guard *jobguard.Guard) (map[string]jobs.Handler, error) {
-	common := jobs.Common{MaxOutput: cfg.Jobs.MaxOutput, Scrubber: scrub, ScrubEnv: cfg.SecretEnvNames(), Guard: guard}
+func buildHandlers(cfg *config.Config, scrub *secret.Scrubber, guard *jobguard.Guard, notes func(jobs.HandlerNote)) (map[string]jobs.Handler, error) {
+	common := jobs.Common{MaxOutput: cfg.Jobs.MaxOutput, Scrubber: scrub, ScrubEnv: cfg.SecretEnvNames(), Guard: guard, Notes: notes}
 	hs := map[string]jobs.Handler{}
 	for _, k := range jobs.Kinds() {
 		sec, ok := cfg.Jobs.Section(k.Name)
@@ -340,6 +340,8 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.log.Error("items did not stop within 15s of cancellation; exiting anyway (their messages come back after the ack wait)")
 		}
 	}
+	// The runs have ended: persistent handler processes end too.
+	w.closeHandlers()
 	stopHB()
 	<-hbDone
 	<-probesDone
