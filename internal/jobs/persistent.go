@@ -164,7 +164,7 @@ type handlerProc struct {
 
 	stderrDone chan struct{} // closed once its stderr reached its end
 	tailMu     sync.Mutex
-	tail       tailBuffer // the end of its stderr, scrubbed (nil scrubber: empty)
+	tail       tailBuffer // the end of its stderr since the current item was sent, scrubbed (nil scrubber: empty)
 }
 
 // Run sends the item to a handler process and reads its answer; see the
@@ -440,6 +440,10 @@ func (h *persistentHandler) start() (*handlerProc, error) {
 // by ctx: its end sets the pipes' deadlines, which ends a blocked write or
 // read.
 func (p *handlerProc) exchange(ctx context.Context, line []byte, limit int) ([]byte, error) {
+	// The stderr quoted in a failure is what this item's run wrote.
+	p.tailMu.Lock()
+	p.tail = tailBuffer{buf: p.tail.buf[:0], max: stderrTailMax}
+	p.tailMu.Unlock()
 	_ = p.in.SetWriteDeadline(time.Time{})
 	_ = p.out.SetReadDeadline(time.Time{})
 	fired := make(chan struct{})
