@@ -1,0 +1,251 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keyfleet/keyfleet/internal/fakeapi"
+	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/pkg/creds"
+	"github.com/keyfleet/keyfleet/pkg/ratelimit"
+)
+
+// The Python examples (examples/python), run with the python3 on the
+// machine against internal/fakeapi, which answers like an OpenAI-style
+// API (usage.total_tokens in every 200).
+
+// examplePath is the path of a file under examples/python.
+func examplePath(t *testing.T, name string) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	p := filepath.Join(filepath.Dir(file), "..", "..", "examples", "python", name)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func python3(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatalf("the Python examples need python3: %v", err)
+	}
+	return p
+}
+
+// exampleAPI is fakeapi with the test keys: key-a is "key-0", key-b
+// "key-1", limited to rateB (zero: unlimited).
+func exampleAPI(t *testing.T, cfg fakeapi.Config, rateB ratelimit.Limit) (*fakeapi.Server, string) {
+	t.Helper()
+	cfg.Keys = []fakeapi.Key{{Secret: testSecrets["key-a"]}, {Secret: testSecrets["key-b"], Rate: rateB}}
+	api, err := fakeapi.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	return api, srv.URL + "/v1/chat/completions"
+}
+
+// The handler speaks the protocol and maps the API's answers: 200 → ok
+// with the reply as output and usage.total_tokens as cost; 429 →
+// rate_limited with its Retry-After (retry-after-ms first); an
+// insufficient-quota 429 and a 401 → rejected; other 4xx → permanent;
+// 5xx and an unreachable API → transient; an item without a prompt →
+// permanent. One process answers them all, and writes nothing else on
+// stdout.
+func TestPythonExampleHandlerAnswers(t *testing.T) {
+	api, url := exampleAPI(t, fakeapi.Config{RateHeaders: "openai"}, ratelimit.Limit{})
+	if err := api.Revoke("key-1", true); err != nil {
+		t.Fatal(err)
+	}
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadURL := "http://" + closed.Addr().String() + "/v1/chat/completions"
+	closed.Close()
+
+	type exchange struct {
+		name   string
+		secret string
+		item   string
+		check  func(a map[string]any) bool
+	}
+	keyA, keyB := testSecrets["key-a"], testSecrets["key-b"]
+	exchanges := []exchange{
+		{"200: ok, output the reply, cost usage.total_tokens", keyA, `{"id":"a","prompt":"Say hi","params":{"actual_tokens":42}}`,
+			func(a map[string]any) bool {
+				out, _ := a["output"].(map[string]any)
+				echo, _ := out["echo"].(map[string]any)
+				msgs, _ := echo["messages"].([]any)
+				return a["status"] == "ok" && a["cost"] == float64(42) && out["key_label"] == "key-0" &&
+					echo["model"] == "gpt-4o-mini" && len(msgs) == 1
+			}},
+		{"200 with messages and a model", keyA, `{"id":"b","model":"m-1","messages":[{"role":"user","content":"x"}]}`,
+			func(a map[string]any) bool {
+				out, _ := a["output"].(map[string]any)
+				echo, _ := out["echo"].(map[string]any)
+				return a["status"] == "ok" && echo["model"] == "m-1" && a["cost"] == float64(1)
+			}},
+		{"429 with Retry-After", keyA, `{"id":"c","prompt":"x","params":{"retry_after":"7"}}`,
+			func(a map[string]any) bool { return a["status"] == "rate_limited" && a["retry_after"] == float64(7) }},
+		{"429 insufficient_quota", keyA, `{"id":"d","prompt":"x","params":{"insufficient_quota":true}}`,
+			func(a map[string]any) bool {
+				return a["status"] == "rejected" && strings.Contains(fmt.Sprint(a["error"]), "exceeded your current quota")
+			}},
+		{"401 revoked key", keyB, `{"id":"e","prompt":"x"}`,
+			func(a map[string]any) bool {
+				return a["status"] == "rejected" && strings.Contains(fmt.Sprint(a["error"]), "HTTP 401: Incorrect API key")
+			}},
+		{"403 content rule", keyA, `{"id":"f","prompt":"x","params":{"refuse":true}}`,
+			func(a map[string]any) bool { return a["status"] == "permanent" && strings.Contains(fmt.Sprint(a["error"]), "HTTP 403") }},
+		{"400", keyA, `{"id":"g","prompt":"x","params":{"force_status":400}}`,
+			func(a map[string]any) bool { return a["status"] == "permanent" }},
+		{"503", keyA, `{"id":"h","prompt":"x","params":{"force_status":503}}`,
+			func(a map[string]any) bool { return a["status"] == "transient" && strings.Contains(fmt.Sprint(a["error"]), "HTTP 503") }},
+		{"no prompt", keyA, `{"id":"i"}`,
+			func(a map[string]any) bool { return a["status"] == "permanent" && strings.Contains(fmt.Sprint(a["error"]), "prompt") }},
+		{"200 after all that, same process", keyA, `{"id":"j","prompt":"again"}`,
+			func(a map[string]any) bool { return a["status"] == "ok" }},
+	}
+	run := func(t *testing.T, apiURL string, exchanges []exchange) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, python3(t), examplePath(t, "handler.py"))
+		cmd.Env = append(os.Environ(), "KEYFLEET_EXAMPLE_API_URL="+apiURL, "KEYFLEET_EXAMPLE_TIMEOUT=10")
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		answers := bufio.NewScanner(stdout)
+		for i, ex := range exchanges {
+			var item json.RawMessage = []byte(ex.item)
+			line, _ := json.Marshal(map[string]any{"id": fmt.Sprint(i), "batch": "b", "attempt": 1, "credential_id": "k",
+				"secret": ex.secret, "item": item})
+			if _, err := stdin.Write(append(line, '\n')); err != nil {
+				t.Fatalf("%s: %v; stderr:\n%s", ex.name, err, stderr.String())
+			}
+			if !answers.Scan() {
+				t.Fatalf("%s: no answer (%v); stderr:\n%s", ex.name, answers.Err(), stderr.String())
+			}
+			var a map[string]any
+			if err := json.Unmarshal(answers.Bytes(), &a); err != nil || !ex.check(a) {
+				t.Errorf("%s: answer %s (%v)", ex.name, answers.Bytes(), err)
+			}
+			if strings.Contains(answers.Text(), ex.secret) {
+				t.Errorf("%s: the answer holds the secret", ex.name)
+			}
+		}
+		stdin.Close()
+		if rest, _ := io.ReadAll(stdout); len(rest) != 0 {
+			t.Errorf("more on stdout after the answers: %q", rest)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("the handler exited with %v at the end of its stdin; stderr:\n%s", err, stderr.String())
+		}
+	}
+	t.Run("fakeapi", func(t *testing.T) { run(t, url, exchanges) })
+	t.Run("unreachable API", func(t *testing.T) {
+		run(t, deadURL, []exchange{{"connection refused", keyA, `{"id":"x","prompt":"x"}`,
+			func(a map[string]any) bool { return a["status"] == "transient" && strings.Contains(fmt.Sprint(a["error"]), "Connection") }}})
+	})
+}
+
+// Through the binaries: 60 items on 2 workers × 2 slots with the example
+// handler, one of the two keys revoked. The revoked key is disabled by
+// the API's evidence, every item succeeds on the other one with the
+// API's reply as output, the rate limit of the good key (20 requests a
+// second, which keyfleet is not told: 429s with retry-after-ms) only
+// slows things down, and the tokens the API reports are what the good
+// key's cost limit counts.
+func TestPythonExampleHandlerFleet(t *testing.T) {
+	api, url := exampleAPI(t, fakeapi.Config{RateHeaders: "openai"}, ratelimit.Limit{N: 20, Period: time.Second})
+	if err := api.Revoke("key-0", true); err != nil {
+		t.Fatal(err)
+	}
+	f := newFleet(t, fleetOptions{
+		Pool: "cost: {field: cost, default: 1}",
+		Credentials: `- {id: key-a, secret_env: KEY_A, max_concurrent: 2}
+- {id: key-b, secret_env: KEY_B, max_concurrent: 2, limits: [{cost: 1000000/h}]}`,
+		Worker: "concurrency: 2\nretry_backoff: [100ms]",
+		Jobs: fmt.Sprintf(`exec:
+  command: [%q, %q]
+  persistent: true
+  timeout: 30s
+  env: {KEYFLEET_EXAMPLE_API_URL: %q}`, python3(t), examplePath(t, "handler.py"), url),
+		Env: []string{"KEY_A=" + testSecrets["key-a"], "KEY_B=" + testSecrets["key-b"]},
+	})
+	const n = 60
+	f.publish("llm", "exec", n, func(id string) string {
+		return fmt.Sprintf(`{"id":%q,"prompt":"Summarise %s","params":{"actual_tokens":17}}`, id, id)
+	})
+	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
+	results := f.waitResults("llm", n, 2*time.Minute)
+	stopFleet(t, 30*time.Second, w1, w2)
+	for id, r := range results {
+		var out struct {
+			KeyLabel string `json:"key_label"`
+			Usage    struct {
+				TotalTokens int `json:"total_tokens"`
+			} `json:"usage"`
+			Echo struct {
+				Messages []struct {
+					Content string `json:"content"`
+				} `json:"messages"`
+			} `json:"echo"`
+		}
+		if r.Outcome != queue.OutcomeSucceeded || r.CredentialID != "key-b" || json.Unmarshal([]byte(r.Output), &out) != nil ||
+			out.KeyLabel != "key-1" || out.Usage.TotalTokens != 17 || len(out.Echo.Messages) != 1 || out.Echo.Messages[0].Content != "Summarise "+id {
+			t.Errorf("%s: %s on %s, output %q, error %q", id, r.Outcome, r.CredentialID, r.Output, r.Error)
+		}
+	}
+	st, err := f.pool().Stats(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range st.Credentials {
+		if c.ID == "key-a" && (c.State != creds.StateDisabled || c.DisabledBy != creds.DisabledByAPI) {
+			t.Errorf("the revoked key: %+v, want disabled by the API", c)
+		}
+		if c.ID != "key-b" {
+			continue
+		}
+		if c.State == creds.StateDisabled {
+			t.Errorf("the good key was disabled: %+v", c)
+		}
+		// Each item was estimated at 1 and used 17 tokens; a rate-limited
+		// run reports none, and its estimate may stay counted.
+		limited := api.Stats().Keys[1].RateLimited
+		if len(c.Limits) != 1 || c.Limits[0].Used < n*17 || c.Limits[0].Used > n*17+limited {
+			t.Errorf("the good key's cost limit counts %+v, want %d tokens (+ up to %d rate-limited runs)", c.Limits, n*17, limited)
+		}
+		t.Logf("key-b: %d 429s from the API; cost limit %+v", limited, c.Limits)
+	}
+	t.Logf("the revoked key got %d requests before it was disabled", api.Stats().Keys[0].Refused)
+	if c := countSecrets(f.logs()); c != 0 {
+		t.Errorf("the logs hold a secret %d times", c)
+	}
+}
