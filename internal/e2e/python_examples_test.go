@@ -112,13 +112,19 @@ func TestPythonExampleHandlerAnswers(t *testing.T) {
 				return a["status"] == "rejected" && strings.Contains(fmt.Sprint(a["error"]), "HTTP 401: Incorrect API key")
 			}},
 		{"403 content rule", keyA, `{"id":"f","prompt":"x","params":{"refuse":true}}`,
-			func(a map[string]any) bool { return a["status"] == "permanent" && strings.Contains(fmt.Sprint(a["error"]), "HTTP 403") }},
+			func(a map[string]any) bool {
+				return a["status"] == "permanent" && strings.Contains(fmt.Sprint(a["error"]), "HTTP 403")
+			}},
 		{"400", keyA, `{"id":"g","prompt":"x","params":{"force_status":400}}`,
 			func(a map[string]any) bool { return a["status"] == "permanent" }},
 		{"503", keyA, `{"id":"h","prompt":"x","params":{"force_status":503}}`,
-			func(a map[string]any) bool { return a["status"] == "transient" && strings.Contains(fmt.Sprint(a["error"]), "HTTP 503") }},
+			func(a map[string]any) bool {
+				return a["status"] == "transient" && strings.Contains(fmt.Sprint(a["error"]), "HTTP 503")
+			}},
 		{"no prompt", keyA, `{"id":"i"}`,
-			func(a map[string]any) bool { return a["status"] == "permanent" && strings.Contains(fmt.Sprint(a["error"]), "prompt") }},
+			func(a map[string]any) bool {
+				return a["status"] == "permanent" && strings.Contains(fmt.Sprint(a["error"]), "prompt")
+			}},
 		{"200 after all that, same process", keyA, `{"id":"j","prompt":"again"}`,
 			func(a map[string]any) bool { return a["status"] == "ok" }},
 	}
@@ -170,7 +176,9 @@ func TestPythonExampleHandlerAnswers(t *testing.T) {
 	t.Run("fakeapi", func(t *testing.T) { run(t, url, exchanges) })
 	t.Run("unreachable API", func(t *testing.T) {
 		run(t, deadURL, []exchange{{"connection refused", keyA, `{"id":"x","prompt":"x"}`,
-			func(a map[string]any) bool { return a["status"] == "transient" && strings.Contains(fmt.Sprint(a["error"]), "Connection") }}})
+			func(a map[string]any) bool {
+				return a["status"] == "transient" && strings.Contains(fmt.Sprint(a["error"]), "Connection")
+			}}})
 	})
 }
 
