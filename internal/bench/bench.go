@@ -90,6 +90,7 @@ var scenarios = []*scenario{
 	gatewayScenario,
 	llmScenario,
 	peersScenario,
+	persistentScenario,
 }
 
 // scenario is one numbered item of the benchmark.

@@ -35,6 +35,7 @@ var quickExcluded = map[string]string{
 	"shard":      "drives Redis and the machine's CPU to saturation by design, which would slow every package testing in parallel",
 	"gateway":    "~15 s of real worker processes even at quick size: learning a pace from bare 429s takes hundreds of requests (okRate, convergence and per1000 are tested)",
 	"llm":        "the stand-in API's windows are 10 s: a quick run lasts at least 11 s by construction",
+	"persistent": "two fleets of worker processes and a python3 process per item of the first: ~10 s at quick size",
 	"peers":      "needs node, npm (a network install on first use) and its own redis-server; 30 s or more per repetition (parsePeers and derive are tested)",
 }
 

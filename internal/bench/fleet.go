@@ -58,6 +58,8 @@ type fleetSpec struct {
 	// httpURL configures the http job kind to send items there ("" none);
 	// costFrom is its cost_from.
 	httpURL, costFrom string
+	// exec is the jobs.exec section as a YAML flow mapping ("" none).
+	exec string
 	// workerEnv is added to every worker's environment (e.g. GOMAXPROCS=1).
 	workerEnv []string
 }
@@ -136,8 +138,14 @@ func (f *fleet) writeConfig(name string, listenPort int) (string, error) {
 		ackWait = 30 * time.Second
 	}
 	fmt.Fprintf(&b, "queue:\n  stream: %s\n  subject_prefix: %s\n  consumer: workers\n  ack_wait: %s\n", f.stream, f.prefix, ackWait)
+	if f.spec.httpURL != "" || f.spec.exec != "" {
+		b.WriteString("jobs:\n")
+	}
+	if f.spec.exec != "" {
+		fmt.Fprintf(&b, "  exec: %s\n", f.spec.exec)
+	}
 	if f.spec.httpURL != "" {
-		fmt.Fprintf(&b, "jobs:\n  http: {url: %q, timeout: 10s", f.spec.httpURL)
+		fmt.Fprintf(&b, "  http: {url: %q, timeout: 10s", f.spec.httpURL)
 		if f.spec.costFrom != "" {
 			fmt.Fprintf(&b, ", cost_from: %s", f.spec.costFrom)
 		}

@@ -37,23 +37,6 @@ func TestWireSizeMatchesFits(t *testing.T) {
 	}
 }
 
-func TestDefaultBatch(t *testing.T) {
-	sum := bytes.Repeat([]byte{0x3f, 0x2a, 0x9c, 0x1b}, 8)
-	for _, tc := range []struct{ path, want string }{
-		{"items.jsonl", "items-3f2a9c1b"},
-		{"/data/run 7/My Items.v2.jsonl", "My-Items.v2-3f2a9c1b"},
-		{"", "stdin-3f2a9c1b"},
-		{".jsonl", "items-3f2a9c1b"},
-	} {
-		if got := defaultBatch(&input{path: tc.path}, sum); got != tc.want {
-			t.Errorf("%q: want %q, got %q", tc.path, tc.want, got)
-		}
-		if err := queue.CheckID("batch", defaultBatch(&input{path: tc.path}, sum)); err != nil {
-			t.Error(err)
-		}
-	}
-}
-
 func TestDefaultKind(t *testing.T) {
 	cfg := config.Default()
 	if k := defaultKind(cfg); k != "exec" {

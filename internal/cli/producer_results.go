@@ -1,9 +1,8 @@
 package cli
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -73,22 +72,14 @@ func (p *producer) writeResults(ctx context.Context, q *queue.Queue, batch, out 
 		_ = tmp.Chmod(0o644)
 		dst = tmp
 	}
-	w := bufio.NewWriterSize(dst, 256<<10)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	var n, failed int
-	err := q.ReadResults(ctx, batch, func(r queue.Result) error {
-		n++
-		if r.Outcome != queue.OutcomeSucceeded {
-			failed++
-		}
-		return enc.Encode(r)
-	})
-	if err != nil {
+	written, err := q.WriteResults(ctx, batch, dst)
+	n, failed := written.Results, written.Failed
+	var werr *queue.WriteError
+	switch {
+	case errors.As(err, &werr):
+		return exitcode.With(exitcode.Usage, werr)
+	case err != nil:
 		return unreachable(fmt.Sprintf("reading the results of batch %s (after %d)", batch, n), err)
-	}
-	if err := w.Flush(); err != nil {
-		return exitcode.With(exitcode.Usage, fmt.Errorf("writing the results: %w", err))
 	}
 	where := "standard output"
 	if tmp != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"strconv"
@@ -15,8 +16,10 @@ import (
 
 // FuzzReader: no input makes the reader panic, loop or break its promises:
 // every item is valid UTF-8, one JSON object whose top-level "id" decodes
-// to the ID (a string, or an integer's text), at most MaxLine bytes, its
-// ID not seen before; line numbers increase; errors are LineErrors.
+// to the ID (a string, or an integer's text), at most MaxLine bytes; line
+// numbers increase; errors are LineErrors; Duplicates names exactly the
+// lines whose ID an earlier item has, with that first line, also when
+// every ID hashes alike (odd inputs) or by the real hash (even ones).
 func FuzzReader(f *testing.F) {
 	for _, s := range []string{
 		"", "\n", `{"id":"a"}`, "{\"id\":1}\n{\"id\":\"1\"}", `{"id":1.5}`, `{"id":null}`, `[1]`,
@@ -28,11 +31,16 @@ func FuzzReader(f *testing.F) {
 	}
 	const maxLine = 64
 	f.Fuzz(func(t *testing.T, data []byte) {
-		rd, err := jsonl.NewReader(bytes.NewReader(data), jsonl.Options{MaxLine: maxLine})
+		opts := jsonl.Options{MaxLine: maxLine}
+		if len(data)%2 == 1 {
+			opts = jsonl.WithHash(opts, func(string) uint64 { return 1 })
+		}
+		rd, err := jsonl.NewReader(bytes.NewReader(data), opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		seen := map[string]bool{}
+		seen := map[string]int{}
+		var wantDups []string
 		last := 0
 		for calls := 0; ; calls++ {
 			if calls > len(data)+2 {
@@ -77,10 +85,21 @@ func FuzzReader(f *testing.F) {
 			} else if _, err := strconv.ParseFloat(it.ID, 64); err != nil || string(raw) != it.ID {
 				t.Fatalf("ID %q from %s", it.ID, raw)
 			}
-			if seen[it.ID] {
-				t.Fatalf("ID %q returned twice", it.ID)
+			if first, ok := seen[it.ID]; ok {
+				wantDups = append(wantDups, fmt.Sprintf("%d<%d %q", it.Line, first, it.ID))
+				continue
 			}
-			seen[it.ID] = true
+			seen[it.ID] = it.Line
+		}
+		var gotDups []string
+		err = rd.Duplicates(bytes.NewReader(data), func(le *jsonl.LineError) {
+			gotDups = append(gotDups, fmt.Sprintf("%d<%d %q", le.Line, le.FirstLine, le.ID))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(gotDups) != fmt.Sprint(wantDups) {
+			t.Fatalf("duplicates: want %v, got %v", wantDups, gotDups)
 		}
 	})
 }

@@ -1,7 +1,7 @@
 // Package jsonl reads work items from JSON Lines: one JSON object per line,
 // each naming its item ID in a field. It streams: memory holds one line at
 // a time (at most Options.MaxLine bytes, however long the input line) and
-// 24 bytes or so per distinct ID for duplicate detection.
+// 8 bytes per ID for duplicate detection (see IDs).
 //
 // Every problem with a line is a *LineError naming the line number and,
 // where it could be read, the ID; it wraps one of the Err* values. After a
@@ -24,7 +24,9 @@
 //     numbers with a fraction or an exponent are errors; so is a field
 //     given twice;
 //   - each ID appears once in the input; a later line with the same ID is
-//     an ErrDuplicateID naming the first line.
+//     an ErrDuplicateID naming the first line. Duplicates are found after
+//     the input is read, not by Next: Reader.Duplicates reads the input
+//     again for the few IDs whose hashes collide and reports each repeat.
 package jsonl
 
 import (
@@ -56,6 +58,9 @@ type Options struct {
 	// AllowDuplicates turns duplicate detection off (and with it the memory
 	// it takes): for a second pass over an input already checked.
 	AllowDuplicates bool
+	// hash replaces the IDs set's first hash (a test seam: see
+	// export_test.go).
+	hash func(string) uint64
 	// CostField, when set, is the top-level field holding an item's
 	// estimated cost (see Cost); CostDefault is the cost of an item
 	// without it.
@@ -111,6 +116,9 @@ func NewReader(r io.Reader, opts Options) (*Reader, error) {
 	}
 	if !opts.AllowDuplicates {
 		rd.ids = NewIDs()
+		if opts.hash != nil {
+			rd.ids.hash = opts.hash
+		}
 	}
 	return rd, nil
 }
@@ -197,9 +205,7 @@ func (r *Reader) item(obj []byte) (Item, *LineError) {
 		cost = c
 	}
 	if r.ids != nil {
-		if first, dup := r.ids.add(sc.id, r.line); dup {
-			return Item{}, &LineError{Line: r.line, ID: sc.id, Err: ErrDuplicateID, FirstLine: first}
-		}
+		r.ids.add(sc.id)
 	}
 	return Item{Line: r.line, ID: sc.id, Raw: obj, Cost: cost}, nil
 }
@@ -228,11 +234,6 @@ func (r *Reader) tooLong(head []byte) error {
 	}
 	n -= int64(len(last) - len(bytes.TrimRight(last, "\r\n")))
 	e.Detail = fmt.Sprintf("the line is %d bytes long, at most %d", n, r.opts.MaxLine)
-	if e.ID != "" && r.ids != nil {
-		if first, dup := r.ids.add(e.ID, r.line); dup {
-			e.Detail += fmt.Sprintf("; its ID is also on line %d", first)
-		}
-	}
 	return e
 }
 
@@ -244,6 +245,58 @@ func (r *Reader) Items() int { return r.items }
 
 // IDs is the set of IDs seen so far (nil with AllowDuplicates).
 func (r *Reader) IDs() *IDs { return r.ids }
+
+// Duplicates finds the repeated IDs of the input this Reader has read to
+// its end: again must give the same bytes once more. It calls fn with an
+// ErrDuplicateID LineError for each line whose ID an earlier line has, in
+// line order, naming that first line; the comparison is exact. Only when
+// some hashes of the set collide (IDs.Suspects) is again read at all, and
+// then only the suspect IDs are kept, so the memory is that of the
+// repeated IDs. It returns again's read error, or an error when again is
+// not the same input (a different number of items).
+func (r *Reader) Duplicates(again io.Reader, fn func(*LineError)) error {
+	if r.ids == nil {
+		return errors.New("jsonl: Duplicates on a Reader with AllowDuplicates")
+	}
+	if r.err != io.EOF {
+		return errors.New("jsonl: Duplicates before the input was read to its end")
+	}
+	if r.ids.Suspects() == 0 {
+		return nil
+	}
+	opts := r.opts
+	opts.AllowDuplicates = true
+	rd, err := NewReader(again, opts)
+	if err != nil {
+		return err
+	}
+	first := map[string]int{}
+	for {
+		it, err := rd.Next()
+		if err == io.EOF {
+			break
+		}
+		var le *LineError
+		if errors.As(err, &le) {
+			continue // not an item, as on the first reading
+		}
+		if err != nil {
+			return err
+		}
+		if !r.ids.suspect(r.ids.hash(it.ID)) {
+			continue
+		}
+		if line, ok := first[it.ID]; ok {
+			fn(&LineError{Line: it.Line, ID: it.ID, Err: ErrDuplicateID, FirstLine: line})
+			continue
+		}
+		first[it.ID] = it.Line
+	}
+	if rd.Items() != r.items {
+		return fmt.Errorf("jsonl: the input read again has %d items, not %d", rd.Items(), r.items)
+	}
+	return nil
+}
 
 // badUTF8 says where the first invalid byte is.
 func badUTF8(b []byte) string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -28,35 +29,58 @@ func (o outcome) String() string {
 	return fmt.Sprintf("line %d id %q: %s", o.line, o.id, o.raw)
 }
 
-// readAll reads r to its end and returns every item and line error.
-func readAll(t *testing.T, r io.Reader, o jsonl.Options) []outcome {
+// readAll reads open() to its end, then (without AllowDuplicates) finds
+// the duplicates by reading open() again, and returns every item and line
+// error in line order; a repeated line is reported as a duplicate, not as
+// an item.
+func readAll(t *testing.T, open func() io.Reader, o jsonl.Options) []outcome {
 	t.Helper()
-	rd, err := jsonl.NewReader(r, o)
+	rd, err := jsonl.NewReader(open(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []outcome
+	problem := func(le *jsonl.LineError) {
+		for _, s := range []error{jsonl.ErrSyntax, jsonl.ErrNotObject, jsonl.ErrNoID, jsonl.ErrEmptyID,
+			jsonl.ErrBadID, jsonl.ErrDuplicateID, jsonl.ErrTooLong, jsonl.ErrNotUTF8} {
+			if errors.Is(le, s) {
+				out = append(out, outcome{line: le.Line, id: le.ID, err: s, first: le.FirstLine})
+			}
+		}
+	}
 	for {
 		it, err := rd.Next()
 		if err == io.EOF {
-			return out
+			break
 		}
 		var le *jsonl.LineError
 		switch {
 		case errors.As(err, &le):
-			for _, s := range []error{jsonl.ErrSyntax, jsonl.ErrNotObject, jsonl.ErrNoID, jsonl.ErrEmptyID,
-				jsonl.ErrBadID, jsonl.ErrDuplicateID, jsonl.ErrTooLong, jsonl.ErrNotUTF8} {
-				if errors.Is(err, s) {
-					out = append(out, outcome{line: le.Line, id: le.ID, err: s, first: le.FirstLine})
-				}
-			}
+			problem(le)
 		case err != nil:
 			t.Fatalf("unexpected error: %v", err)
 		default:
 			out = append(out, outcome{line: it.Line, id: it.ID, raw: string(it.Raw)})
 		}
 	}
+	if o.AllowDuplicates {
+		return out
+	}
+	dups := map[int]bool{}
+	if err := rd.Duplicates(open(), func(le *jsonl.LineError) { dups[le.Line] = true; problem(le) }); err != nil {
+		t.Fatalf("Duplicates: %v", err)
+	}
+	kept := out[:0]
+	for _, o := range out {
+		if !(dups[o.line] && o.err == nil) {
+			kept = append(kept, o)
+		}
+	}
+	sort.SliceStable(kept, func(i, j int) bool { return kept[i].line < kept[j].line })
+	return kept
 }
+
+func text(s string) func() io.Reader { return func() io.Reader { return strings.NewReader(s) } }
 
 func TestReader(t *testing.T) {
 	long := `{"id":"big","pad":"` + strings.Repeat("x", 200) + `"}`
@@ -122,9 +146,9 @@ func TestReader(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := readAll(t, strings.NewReader(tc.in), tc.opts)
+			got := readAll(t, text(tc.in), tc.opts)
 			// The same with a reader that returns one byte at a time.
-			got1 := readAll(t, iotest.OneByteReader(strings.NewReader(tc.in)), tc.opts)
+			got1 := readAll(t, func() io.Reader { return iotest.OneByteReader(strings.NewReader(tc.in)) }, tc.opts)
 			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 				t.Fatalf("want\n%v\ngot\n%v", tc.want, got)
 			}
@@ -136,7 +160,8 @@ func TestReader(t *testing.T) {
 }
 
 func TestLineErrorMessage(t *testing.T) {
-	rd, _ := jsonl.NewReader(strings.NewReader("{\"id\":\"a\"}\n{\"id\":\"a\"}\n{\"x\":1}\n{\"id\":\"b\",,}\n"), jsonl.Options{})
+	in := "{\"id\":\"a\"}\n{\"id\":\"a\"}\n{\"x\":1}\n{\"id\":\"b\",,}\n"
+	rd, _ := jsonl.NewReader(strings.NewReader(in), jsonl.Options{})
 	var msgs []string
 	for {
 		_, err := rd.Next()
@@ -147,10 +172,13 @@ func TestLineErrorMessage(t *testing.T) {
 			msgs = append(msgs, err.Error())
 		}
 	}
+	if err := rd.Duplicates(strings.NewReader(in), func(le *jsonl.LineError) { msgs = append(msgs, le.Error()) }); err != nil {
+		t.Fatal(err)
+	}
 	want := []string{
-		`line 2: item "a": duplicate ID (first on line 1)`,
 		`line 3: no ID: no field "id"`,
 		`line 4: malformed JSON: invalid character ',' looking for beginning of object key string (column 11)`,
+		`line 2: item "a": duplicate ID (first on line 1)`,
 	}
 	if fmt.Sprint(msgs) != fmt.Sprint(want) {
 		t.Fatalf("want\n%q\ngot\n%q", want, msgs)
@@ -161,8 +189,10 @@ func TestLongLineIsNotHeldWhole(t *testing.T) {
 	// 64 MiB of one line, produced on the fly, with a 1 KiB limit: the
 	// reader must skip it with its 1 KiB buffer.
 	const size = 64 << 20
-	body := io.MultiReader(strings.NewReader(`{"id":"huge","pad":"`), &repeatReader{b: 'x', n: size},
-		strings.NewReader("\"}\n{\"id\":\"next\"}\n"))
+	body := func() io.Reader {
+		return io.MultiReader(strings.NewReader(`{"id":"huge","pad":"`), &repeatReader{b: 'x', n: size},
+			strings.NewReader("\"}\n{\"id\":\"next\"}\n"))
+	}
 	got := readAll(t, body, jsonl.Options{MaxLine: 1024})
 	want := []outcome{{line: 1, id: "huge", err: jsonl.ErrTooLong}, {line: 2, id: "next", raw: `{"id":"next"}`}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -210,8 +240,8 @@ func TestCountsAndIDs(t *testing.T) {
 	if rd.Line() != 4 || rd.Items() != 2 || rd.IDs().Len() != 2 {
 		t.Fatalf("lines %d items %d ids %d", rd.Line(), rd.Items(), rd.IDs().Len())
 	}
-	if l, ok := rd.IDs().Line("2"); !ok || l != 3 {
-		t.Fatalf("Line(2) = %d %v", l, ok)
+	if !rd.IDs().Has(rd.IDs().Key("2")) || !rd.IDs().Has(rd.IDs().Key("a")) {
+		t.Fatal("a and 2 are in the set")
 	}
 	if rd.IDs().Has(rd.IDs().Key("zz")) {
 		t.Fatal("zz is not in the set")

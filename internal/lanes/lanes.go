@@ -135,3 +135,13 @@ func (s *Schedule) Drained(ctx context.Context, lane string, gen uint64) (bool, 
 	}
 	return n == 1, nil
 }
+
+// Claim makes owner the one that does what (sweeping a cancelled batch,
+// say) for ttl: it reports false while another owner's claim lives.
+func (s *Schedule) Claim(ctx context.Context, what, owner string, ttl time.Duration) (bool, error) {
+	n, err := script.Run(ctx, s.rdb, []string{s.epoch}, "claim", what, owner, max(ttl.Milliseconds(), 1)).Int()
+	if err != nil {
+		return false, fmt.Errorf("lanes: claim %q: %w", what, err)
+	}
+	return n == 1, nil
+}

@@ -9,6 +9,7 @@
 --   pick    n                            give n slots to the next lane
 --   got     lane asked got               a fetch took fewer than given
 --   drained lane gen                     nothing of the lane is left
+--   claim   what owner ttl_ms            one worker at a time does what
 -- Keys under the prefix:
 --   q:<p>     zset  lane -> virtual start time, priority p = 1..5
 --   vt:<p>    string the level's virtual time (the start of the last pick)
@@ -128,5 +129,10 @@ elseif op == 'drained' then
   redis.call('HSET', k_lane(l), 'drained', gen)
   redis.call('HDEL', k_lane(l), 'dry', 'dryn')
   return 1
+elseif op == 'claim' then
+  if redis.call('SET', PFX .. 'claim:' .. ARGV[2], ARGV[3], 'NX', 'PX', ARGV[4]) then
+    return 1
+  end
+  return 0
 end
 return redis.error_reply('lanes: unknown op ' .. tostring(op))

@@ -215,6 +215,12 @@ func sortBatches(bs []BatchInfo) {
 // WatchBatches calls fn with every batch record and then with every change,
 // until ctx ends (it then returns nil) or the watch fails.
 func (q *Queue) WatchBatches(ctx context.Context, fn func(BatchInfo)) error {
+	return q.WatchBatchesCaughtUp(ctx, fn, nil)
+}
+
+// WatchBatchesCaughtUp is WatchBatches that also calls caughtUp (when not
+// nil) once every record that existed when it began has been passed to fn.
+func (q *Queue) WatchBatchesCaughtUp(ctx context.Context, fn func(BatchInfo), caughtUp func()) error {
 	w, err := q.batches.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		return fmt.Errorf("queue: watch batches: %w", err)
@@ -232,12 +238,16 @@ func (q *Queue) WatchBatches(ctx context.Context, fn func(BatchInfo)) error {
 				return fmt.Errorf("queue: watch batches: the watch ended")
 			}
 			if e == nil {
-				continue // the initial values are all in
+				if caughtUp != nil {
+					caughtUp() // the initial values are all in
+				}
+				continue
 			}
 			var b BatchInfo
 			if err := json.Unmarshal(e.Value(), &b); err != nil {
 				continue
 			}
+			b.Rev = e.Revision()
 			fn(b)
 		}
 	}

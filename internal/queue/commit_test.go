@@ -19,7 +19,7 @@ func fetchAll(t *testing.T, q *queue.Queue, n int) []jetstream.Msg {
 	if _, err := q.Publish(ctx(t), items("b", n)...); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := q.Consumer(ctx(t))
+	cons, err := q.LaneConsumer(ctx(t), "b")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ type Item struct {
 
 // message builds the JetStream message for an item.
 func (q *Queue) message(it Item) *nats.Msg {
-	m := nats.NewMsg(q.itemSubject(it.Kind))
+	m := nats.NewMsg(q.batchSubject(it.Batch, it.Kind))
 	m.Data = it.Payload
 	m.Header = header(it)
 	return m

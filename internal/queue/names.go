@@ -225,14 +225,13 @@ func CheckKind(kind string) error {
 
 var errNoHeader = errors.New("queue: message lacks header")
 
-func (q *Queue) workSubjects() string           { return q.cfg.SubjectPrefix + ".*" }
-func (q *Queue) resultsSubjects() string        { return q.cfg.SubjectPrefix + ".results.>" }
-func (q *Queue) dlqSubjects() string            { return q.cfg.SubjectPrefix + ".dlq.>" }
-func (q *Queue) resultsStream() string          { return q.cfg.Stream + "_RESULTS" }
-func (q *Queue) dlqStream() string              { return q.cfg.Stream + "_DLQ" }
-func (q *Queue) workersBucket() string          { return q.cfg.Stream + "_WORKERS" }
-func (q *Queue) batchesBucket() string          { return q.cfg.Stream + "_BATCHES" }
-func (q *Queue) itemSubject(kind string) string { return q.cfg.SubjectPrefix + "." + kind }
+func (q *Queue) workSubjects() string    { return q.cfg.SubjectPrefix + ".*" }
+func (q *Queue) resultsSubjects() string { return q.cfg.SubjectPrefix + ".results.>" }
+func (q *Queue) dlqSubjects() string     { return q.cfg.SubjectPrefix + ".dlq.>" }
+func (q *Queue) resultsStream() string   { return q.cfg.Stream + "_RESULTS" }
+func (q *Queue) dlqStream() string       { return q.cfg.Stream + "_DLQ" }
+func (q *Queue) workersBucket() string   { return q.cfg.Stream + "_WORKERS" }
+func (q *Queue) batchesBucket() string   { return q.cfg.Stream + "_BATCHES" }
 
 // ResultSubject is where an item's outcome is kept.
 func (q *Queue) ResultSubject(batch, item string) string {

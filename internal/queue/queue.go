@@ -15,6 +15,9 @@ type Queue struct {
 	nc  *nats.Conn
 	js  jetstream.JetStream
 	cfg Config
+	// update: opened with Open (a worker): consumers are brought in line
+	// with cfg; Attach (a producer) uses them as they are.
+	update bool
 
 	work, results, dlq jetstream.Stream
 	workers, batches   jetstream.KeyValue
@@ -47,7 +50,7 @@ func ensure(ctx context.Context, nc *nats.Conn, cfg Config, update bool) (*Queue
 	if err != nil {
 		return nil, fmt.Errorf("queue: jetstream: %w", err)
 	}
-	q := &Queue{nc: nc, js: js, cfg: cfg}
+	q := &Queue{nc: nc, js: js, cfg: cfg, update: update}
 	storage := jetstream.FileStorage
 	if cfg.Memory {
 		storage = jetstream.MemoryStorage
@@ -55,13 +58,16 @@ func ensure(ctx context.Context, nc *nats.Conn, cfg Config, update bool) (*Queue
 	if q.work, err = ensureStream(ctx, cfg.RequestTimeout, js, update, jetstream.StreamConfig{
 		Name:        cfg.Stream,
 		Description: "keyfleet work items",
-		Subjects:    []string{q.workSubjects()},
+		Subjects:    q.workStreamSubjects(),
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     storage,
 		Replicas:    cfg.Replicas,
 		Duplicates:  cfg.DuplicateWindow,
 		Discard:     jetstream.DiscardNew,
 	}); err != nil {
+		return nil, err
+	}
+	if q.work, err = q.withLaneSubjects(ctx, q.work); err != nil {
 		return nil, err
 	}
 	// The results and dead-letter streams keep the latest record of each

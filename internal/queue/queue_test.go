@@ -74,7 +74,7 @@ func TestDeliveredItemDecodes(t *testing.T) {
 	if _, err := q.Publish(ctx(t), in); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := q.Consumer(ctx(t))
+	cons, err := q.LaneConsumer(ctx(t), in.Batch)
 	if err != nil {
 		t.Fatal(err)
 	}

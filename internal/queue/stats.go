@@ -3,7 +3,10 @@ package queue
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Stats describes the queue for `producer status`.
@@ -21,10 +24,12 @@ type StreamStats struct {
 	Bytes    uint64 `json:"bytes"`
 }
 
-// ConsumerStats describes the workers' consumer. Pending + AckPending is
-// the backlog an autoscaler (KEDA's nats-jetstream scaler) reads.
+// ConsumerStats describes the workers' consumers: the old durable (Name)
+// and one per batch lane, summed. Pending + AckPending is the backlog.
 type ConsumerStats struct {
 	Name string `json:"name"`
+	// Lanes is the number of batch consumers summed in.
+	Lanes int `json:"lanes"`
 	// Pending: not yet delivered.
 	Pending uint64 `json:"pending"`
 	// AckPending: delivered, not yet acknowledged (running or waiting).
@@ -44,21 +49,35 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		return st, fmt.Errorf("queue: stream %s: %w", q.cfg.Stream, err)
 	}
 	st.Stream = StreamStats{Name: q.cfg.Stream, Messages: wi.State.Msgs, Bytes: wi.State.Bytes}
-	cons, err := q.Consumer(ctx)
-	if err != nil {
-		return st, err
+	st.Consumer = ConsumerStats{Name: q.cfg.Consumer}
+	found := false
+	infos := q.work.ListConsumers(ctx)
+	for ci := range infos.Info() {
+		if ci.Name == q.cfg.Consumer {
+			found = true
+		} else if ci.Config.FilterSubject == "" || !strings.HasPrefix(ci.Config.FilterSubject, q.cfg.SubjectPrefix+".b.") {
+			continue // not a lane's: an operator's own consumer
+		} else {
+			st.Consumer.Lanes++
+		}
+		st.Consumer.AckPending += ci.NumAckPending
+		st.Consumer.Redelivered += ci.NumRedelivered
+		st.Consumer.Waiting += ci.NumWaiting
+		if ci.Delivered.Last != nil && ci.Delivered.Last.After(st.Consumer.LastActive) {
+			st.Consumer.LastActive = *ci.Delivered.Last
+		}
 	}
-	ci, err := cons.Info(ctx)
-	if err != nil {
-		return st, fmt.Errorf("queue: consumer %s: %w", q.cfg.Consumer, err)
+	if err := infos.Err(); err != nil {
+		return st, fmt.Errorf("queue: consumers of %s: %w", q.cfg.Stream, err)
 	}
-	st.Consumer = ConsumerStats{
-		Name: q.cfg.Consumer, Pending: ci.NumPending, AckPending: ci.NumAckPending,
-		Redelivered: ci.NumRedelivered, Waiting: ci.NumWaiting,
+	if !found {
+		return st, fmt.Errorf("queue: consumer %s: %w", q.cfg.Consumer, jetstream.ErrConsumerNotFound)
 	}
-	if ci.Delivered.Last != nil {
-		st.Consumer.LastActive = *ci.Delivered.Last
-	}
+	// On a work-queue stream every message is either not yet delivered or
+	// unacknowledged; a batch's lane consumer may not exist yet (it is made
+	// when first pulled from), so pending is what the stream holds beyond
+	// the unacknowledged.
+	st.Consumer.Pending = wi.State.Msgs - min(wi.State.Msgs, uint64(max(st.Consumer.AckPending, 0)))
 	di, err := q.dlq.Info(ctx)
 	if err != nil {
 		return st, fmt.Errorf("queue: stream %s: %w", q.dlqStream(), err)

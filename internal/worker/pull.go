@@ -11,18 +11,21 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keyfleet/keyfleet/internal/ctxsleep"
+	"github.com/keyfleet/keyfleet/internal/lanes"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
 // pull fetches exactly as many messages as there are free slots (never a
 // prefetch whose ack wait could run out in a buffer) and starts one
-// goroutine per message. Up to maxFetches fetches may be in flight at once,
-// each asking for the slots free when it is issued: a slot freed while a
-// fetch is on its way is filled by the next one, not held up behind it.
-// A fetch is never cancelled midway (that would drop messages already on
-// their way); each lasts at most pullWait (3s). pull returns when pullCtx
-// ends and its fetches are over; messages that arrive after that are
-// nak'ed for immediate redelivery.
+// goroutine per message. Which batch it fetches from is the lane
+// schedule's answer (docs/waiting-model.md): strict priority, then fair
+// share by weight, fleet-wide. Up to maxFetches fetches may be in flight
+// at once, each asking for the slots free when it is issued. A fetch takes
+// what its lane holds now (it never waits on an empty lane); with nothing
+// to pick, the puller waits for a lane to come back from its rest, for a
+// batch to change (the bucket's watch), or a second. pull returns when
+// pullCtx ends and its fetches are over; messages that arrive after that
+// are nak'ed for immediate redelivery.
 func (w *Worker) pull(pullCtx, runCtx context.Context, slots *sync.WaitGroup) {
 	c := w.cfg.Worker.Concurrency
 	free := make(chan struct{}, c)
@@ -49,18 +52,23 @@ func (w *Worker) pull(pullCtx, runCtx context.Context, slots *sync.WaitGroup) {
 		inFlight.Wait()
 		close(work) // the slot goroutines end once their last item is settled
 	}()
-	pullWait := min(3*time.Second, max(w.cfg.Queue.AckWait/2, 500*time.Millisecond))
+	// The batches known at start come first: a paused or cancelled batch
+	// is known as such before anything of it is pulled.
+	select {
+	case <-w.batches.ready:
+	case <-time.After(10 * time.Second):
+		w.log.Warn("the batch records took more than 10s to read: pulling anyway")
+	case <-pullCtx.Done():
+		return
+	}
 	backoff := newBackoff(100*time.Millisecond, 5*time.Second)
-	// Fetch goroutines report failed fetches here; only this loop uses the
-	// consumer handle and the backoff.
-	failed := make(chan error, maxFetches)
-	for {
-		select {
-		case err := <-failed:
-			w.pullFailed(pullCtx, err, backoff)
-			continue
-		default:
+	giveBack := func(n int) {
+		for range n {
+			free <- struct{}{}
 		}
+		<-fetches
+	}
+	for {
 		select {
 		case fetches <- struct{}{}:
 		case <-pullCtx.Done():
@@ -84,17 +92,29 @@ func (w *Worker) pull(pullCtx, runCtx context.Context, slots *sync.WaitGroup) {
 				break more
 			}
 		}
-		batch, err := w.cons.Fetch(n, jetstream.FetchMaxWait(pullWait))
-		if err == nil {
-			backoff.reset()
-		} else {
-			for range n {
-				free <- struct{}{}
-			}
-			<-fetches
+		lane, share, wait, err := w.pick(pullCtx, n)
+		if err != nil {
+			giveBack(n)
 			w.pullFailed(pullCtx, err, backoff)
 			continue
 		}
+		if lane == "" {
+			giveBack(n)
+			w.idle(pullCtx, wait)
+			continue
+		}
+		cons, err := w.laneConsumer(pullCtx, lane)
+		var batch jetstream.MessageBatch
+		if err == nil {
+			batch, err = cons.FetchNoWait(share)
+		}
+		if err != nil {
+			giveBack(n)
+			w.forgetConsumer(lane)
+			w.pullFailed(pullCtx, err, backoff)
+			continue
+		}
+		backoff.reset()
 		inFlight.Add(1)
 		go func() {
 			defer inFlight.Done()
@@ -117,13 +137,59 @@ func (w *Worker) pull(pullCtx, runCtx context.Context, slots *sync.WaitGroup) {
 			for range n - got {
 				free <- struct{}{}
 			}
-			if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
-				select {
-				case failed <- err:
-				default: // one report is enough
-				}
+			if got < share {
+				w.laneShort(lane, cons, share, got)
+			}
+			if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) &&
+				!errors.Is(err, jetstream.ErrNoMessages) {
+				w.log.Debug("fetch ended with an error", zap.String("lane", lane), zap.Error(err))
 			}
 		}()
+	}
+}
+
+// pick asks the lane schedule where n free slots go. A schedule Redis
+// lost is registered again from the batch records first.
+func (w *Worker) pick(ctx context.Context, n int) (lane string, share int, wait time.Duration, err error) {
+	lane, share, wait, err = w.sched.Pick(ctx, n)
+	if errors.Is(err, lanes.ErrLost) {
+		w.resyncLanes(ctx)
+		lane, share, wait, err = w.sched.Pick(ctx, n)
+		if errors.Is(err, lanes.ErrLost) {
+			return "", 0, -1, nil // nothing registered at all: an idle fleet
+		}
+	}
+	if err != nil {
+		w.redisOK.Store(false)
+	}
+	return lane, share, wait, err
+}
+
+// laneShort reports a fetch that took less than its share: the schedule
+// lets the lane rest; an empty one may be drained.
+func (w *Worker) laneShort(lane string, cons jetstream.Consumer, share, got int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := w.sched.Got(ctx, lane, share, got); err != nil {
+		w.log.Debug("reporting a short fetch", zap.String("lane", lane), zap.Error(err))
+	}
+	if got == 0 {
+		w.checkDrained(ctx, lane, cons)
+	}
+}
+
+// idle waits while no lane can be picked: until the soonest resting lane
+// may be picked again (wait >= 0), a batch changes, or at most a second.
+func (w *Worker) idle(ctx context.Context, wait time.Duration) {
+	if wait < 0 || wait > time.Second {
+		wait = time.Second
+	}
+	t := time.NewTimer(max(wait, time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-w.batches.wake:
+	case <-ctx.Done():
 	}
 }
 
@@ -143,6 +209,9 @@ func (w *Worker) pullFailed(ctx context.Context, err error, b *backoff) {
 			}
 		}
 		cancel()
+		w.batches.mu.Lock()
+		clear(w.batches.cons)
+		w.batches.mu.Unlock()
 	} else {
 		w.log.Warn("pulling messages failed; retrying", zap.Error(err), zap.Duration("in", b.peek()))
 	}

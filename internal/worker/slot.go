@@ -65,6 +65,9 @@ func (w *Worker) handle(pullCtx, runCtx context.Context, msg jetstream.Msg) {
 		}
 		cost = c
 	}
+	if w.heldBack(d) {
+		return
+	}
 	if d.delivered > 1 {
 		// What earlier deliveries recorded: which keys refused the item.
 		if err := d.runs.peek(itemCtx); err != nil {
@@ -85,6 +88,11 @@ func (w *Worker) handle(pullCtx, runCtx context.Context, msg jetstream.Msg) {
 			}
 			cancel()
 			w.nak(d, 0)
+			return
+		}
+		if w.heldBack(d) {
+			// Paused or cancelled while it waited for the key.
+			w.releaseAbandoned(lease, d.log)
 			return
 		}
 		if refusedAlready(d.runs.cur, lease.CredentialID) {
@@ -125,6 +133,40 @@ func (w *Worker) handle(pullCtx, runCtx context.Context, msg jetstream.Msg) {
 			return
 		}
 	}
+}
+
+// heldBack settles an item whose batch an operator paused or cancelled,
+// before it starts: a paused batch's item goes back to its lane (nobody
+// pulls the lane until it is resumed), a cancelled batch's item is
+// recorded as cancelled and deleted. It reports whether it did.
+func (w *Worker) heldBack(d *delivery) bool {
+	state, _ := w.batches.state(d.it.Batch)
+	switch state {
+	case queue.BatchPaused:
+		ctx, cancel := w.settleCtx()
+		defer cancel()
+		if err := d.runs.handBack(ctx); err != nil {
+			d.log.Debug("recording the hand-back", zap.Error(err))
+		}
+		d.log.Debug("the batch is paused: the item goes back to its lane")
+		w.nak(d, 0)
+		return true
+	case queue.BatchCancelled:
+		ctx, cancel := w.settleCtx()
+		defer cancel()
+		if err := w.retry(ctx, "recording a cancelled item", d.log, func(c context.Context) error {
+			return w.q.CancelItem(c, d.msg, d.it, w.id)
+		}); err != nil {
+			d.log.Warn("could not record the cancelled item: it comes back after its ack wait", zap.Error(err))
+			return true
+		}
+		if err := d.runs.done(ctx); err != nil {
+			d.log.Debug("forgetting run counters", zap.Error(err))
+		}
+		d.log.Info("the batch is cancelled: the item is recorded as cancelled and not run")
+		return true
+	}
+	return false
 }
 
 // refusedKeyWait is how long an item waits when the only key it was given
@@ -183,7 +225,8 @@ func (w *Worker) acquire(pullCtx, itemCtx context.Context, d *delivery, cost int
 	b := newBackoff(100*time.Millisecond, 5*time.Second)
 	start := time.Now()
 	for {
-		l, err := w.pool.AcquireCost(ctx, owner, cost)
+		_, prio := w.batches.state(d.it.Batch)
+		l, err := w.pool.AcquireWith(ctx, creds.Request{Owner: owner, Cost: cost, Priority: prio})
 		if err == nil {
 			w.redisOK.Store(true)
 			w.metrics.CredentialWait.Observe(time.Since(start).Seconds())

@@ -19,6 +19,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/exitcode"
 	"github.com/keyfleet/keyfleet/internal/jobguard"
 	"github.com/keyfleet/keyfleet/internal/jobs"
+	"github.com/keyfleet/keyfleet/internal/lanes"
 	"github.com/keyfleet/keyfleet/internal/metrics"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/secret"
@@ -61,6 +62,8 @@ type Worker struct {
 	handlers  map[string]jobs.Handler
 	probers   []kindProber // with pool.probe_interval (probe.go)
 	runs      *runCounter
+	sched     *lanes.Schedule // which batch to pull from (batches.go)
+	batches   *batchView
 	keeper    *keeper
 	started   time.Time
 
@@ -108,6 +111,7 @@ func New(o Options) (*Worker, error) {
 		metrics: metrics.New(),
 		secrets: secrets,
 		started: time.Now(),
+		batches: newBatchView(),
 	}
 	w.activity = make(chan struct{}, 1)
 	w.busy.changed, w.done.changed, w.failed.changed = w.activity, w.activity, w.activity
@@ -210,6 +214,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	// The counters use the plain client: they are written rarely (never on
 	// an item's first successful run) and must end by their deadline.
 	w.runs = &runCounter{rdb: w.rdb, prefix: "keyfleet:runs:" + qcfg.WithDefaults().Stream + ":", ttl: 7 * 24 * time.Hour}
+	w.sched = lanes.New(w.rdb, qcfg.WithDefaults().Stream)
 	w.setStarting("registering the credentials")
 	rctx, cancel := context.WithTimeout(ctx, setupAttemptTimeout)
 	defer cancel()
@@ -292,6 +297,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	runCtx, stopRun := context.WithCancelCause(context.Background())
 	defer stopRun(nil)
 	var slots sync.WaitGroup
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	var watchers sync.WaitGroup
+	watchers.Go(func() { w.watchBatches(watchCtx) })
+	watchers.Go(func() { w.sweepCancelled(watchCtx) })
+	lctx, lcancel := context.WithTimeout(ctx, 5*time.Second)
+	w.syncLegacyLane(lctx)
+	lcancel()
 	pullDone := make(chan struct{})
 	go func() {
 		defer close(pullDone)
@@ -342,6 +355,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	// The runs have ended: persistent handler processes end too.
 	w.closeHandlers()
+	stopWatch()
+	watchers.Wait()
 	stopHB()
 	<-hbDone
 	<-probesDone

@@ -1,0 +1,251 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/keyfleet/keyfleet/internal/lanes"
+	"github.com/keyfleet/keyfleet/internal/queue"
+)
+
+// batchView is what a worker knows of the batches (docs/waiting-model.md):
+// their records, as the bucket's watch delivers them, mirrored into the
+// lane schedule; the lanes' consumers it pulls from; and which lanes it
+// found drained.
+type batchView struct {
+	mu      sync.Mutex
+	records map[string]queue.BatchInfo
+	cons    map[string]jetstream.Consumer
+	swept   map[string]bool // cancelled batches with nothing left
+	// wake tells the puller something changed (a batch enqueued, resumed).
+	wake chan struct{}
+	// ready closes once the records that existed at start are known.
+	ready     chan struct{}
+	readyOnce sync.Once
+}
+
+func newBatchView() *batchView {
+	return &batchView{
+		records: map[string]queue.BatchInfo{}, cons: map[string]jetstream.Consumer{}, swept: map[string]bool{},
+		wake: make(chan struct{}, 1), ready: make(chan struct{}),
+	}
+}
+
+// state is batch's state as last seen (running when unknown: an item of a
+// batch the worker has not heard of yet, or of the previous version).
+func (v *batchView) state(batch string) (state string, prio int) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	b, ok := v.records[batch]
+	if !ok {
+		return queue.BatchRunning, queue.PriorityDefault
+	}
+	return b.Status(), b.Prio()
+}
+
+func (v *batchView) gen(lane string) uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.records[lane].Rev
+}
+
+func (v *batchView) poke() {
+	select {
+	case v.wake <- struct{}{}:
+	default:
+	}
+}
+
+// watchBatches keeps the view: every record and every change of the
+// batches bucket, each mirrored into the lane schedule. It returns when
+// ctx ends; a watch that fails is started again.
+func (w *Worker) watchBatches(ctx context.Context) {
+	b := newBackoff(100*time.Millisecond, 5*time.Second)
+	for ctx.Err() == nil {
+		err := w.q.WatchBatchesCaughtUp(ctx, w.batchChanged, func() {
+			w.batches.readyOnce.Do(func() { close(w.batches.ready) })
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		w.log.Warn("watching the batches failed; watching again", zap.Error(err), zap.Duration("in", b.peek()))
+		b.wait(ctx)
+	}
+}
+
+// batchChanged takes a record the watch delivered.
+func (w *Worker) batchChanged(b queue.BatchInfo) {
+	v := w.batches
+	v.mu.Lock()
+	if old, ok := v.records[b.ID]; ok && old.Rev > b.Rev {
+		v.mu.Unlock()
+		return
+	}
+	v.records[b.ID] = b
+	v.mu.Unlock()
+	if err := w.syncLane(context.Background(), b); err != nil {
+		w.log.Warn("cannot mirror a batch's state into the lane schedule (Redis): it is done again when Redis answers",
+			zap.String("batch", b.ID), zap.Error(err))
+	}
+	v.poke()
+}
+
+func (w *Worker) syncLane(ctx context.Context, b queue.BatchInfo) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := w.sched.Sync(ctx, lanes.Lane{ID: b.ID, State: b.Status(), Priority: b.Prio(), Weight: b.Wt(), Gen: b.Rev})
+	return err
+}
+
+// resyncLanes registers every known batch again (the schedule was lost
+// with Redis's state), and the old durable when it holds messages.
+func (w *Worker) resyncLanes(ctx context.Context) {
+	w.batches.mu.Lock()
+	all := make([]queue.BatchInfo, 0, len(w.batches.records))
+	for _, b := range w.batches.records {
+		all = append(all, b)
+	}
+	w.batches.mu.Unlock()
+	w.log.Info("the lane schedule is empty (did Redis lose its state?): registering the batches again", zap.Int("batches", len(all)))
+	for _, b := range all {
+		if err := w.syncLane(ctx, b); err != nil {
+			w.log.Warn("registering a batch's lane", zap.String("batch", b.ID), zap.Error(err))
+			return
+		}
+	}
+	w.syncLegacyLane(ctx)
+}
+
+// syncLegacyLane registers the old durable's lane while it holds messages
+// the previous version wrote: they are worked off like a batch's, at the
+// default priority.
+func (w *Worker) syncLegacyLane(ctx context.Context) {
+	pending, unacked, err := queue.LaneHolds(ctx, w.cons)
+	if err != nil {
+		w.log.Debug("reading the old consumer", zap.Error(err))
+		return
+	}
+	if pending == 0 && unacked == 0 {
+		return
+	}
+	w.log.Info("messages written by the previous version wait on the old consumer: working them off as one more lane",
+		zap.Uint64("pending", pending), zap.Int("unacknowledged", unacked))
+	gen := uint64(time.Now().UnixMilli())
+	w.batches.mu.Lock()
+	w.batches.records[queue.LegacyLane] = queue.BatchInfo{ID: queue.LegacyLane, Rev: gen}
+	w.batches.mu.Unlock()
+	if _, err := w.sched.Sync(ctx, lanes.Lane{ID: queue.LegacyLane, State: lanes.Running, Priority: queue.PriorityDefault,
+		Weight: queue.WeightDefault, Gen: gen}); err != nil {
+		w.log.Warn("registering the old consumer's lane", zap.Error(err))
+	}
+}
+
+// laneConsumer returns the consumer of lane, opened once.
+func (w *Worker) laneConsumer(ctx context.Context, lane string) (jetstream.Consumer, error) {
+	v := w.batches
+	v.mu.Lock()
+	c, ok := v.cons[lane]
+	v.mu.Unlock()
+	if ok {
+		return c, nil
+	}
+	c, err := w.q.LaneConsumer(ctx, lane)
+	if err != nil {
+		return nil, err
+	}
+	v.mu.Lock()
+	v.cons[lane] = c
+	v.mu.Unlock()
+	return c, nil
+}
+
+// forgetConsumer drops a lane's consumer handle (deleted, or lost).
+func (w *Worker) forgetConsumer(lane string) {
+	w.batches.mu.Lock()
+	delete(w.batches.cons, lane)
+	w.batches.mu.Unlock()
+}
+
+// checkDrained looks at a lane whose fetch came back empty: when its
+// consumer holds nothing (nothing pending, nothing unacknowledged) as of
+// the record it knows, the lane leaves the schedule and its consumer is
+// deleted. A lane with messages out (running, waiting for a redelivery)
+// stays: the schedule lets it rest and looks again.
+func (w *Worker) checkDrained(ctx context.Context, lane string, c jetstream.Consumer) {
+	gen := w.batches.gen(lane)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	pending, unacked, err := queue.LaneHolds(ctx, c)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		w.forgetConsumer(lane)
+		return
+	}
+	if err != nil || pending > 0 || unacked > 0 {
+		return
+	}
+	ok, err := w.sched.Drained(ctx, lane, gen)
+	if err != nil || !ok {
+		return
+	}
+	w.forgetConsumer(lane)
+	if err := w.q.DeleteLaneConsumer(ctx, lane); err != nil {
+		w.log.Debug("deleting a drained lane's consumer", zap.Error(err))
+	}
+}
+
+// sweepCancelled drains cancelled batches once a second: their items not
+// started are recorded as cancelled and their messages deleted, including
+// those that come back after a worker held them (a nak's back-off, a dead
+// worker's ack wait). One worker at a time sweeps a batch.
+func (w *Worker) sweepCancelled(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.batches.mu.Lock()
+		var todo []string
+		for id, b := range w.batches.records {
+			if b.Status() == queue.BatchCancelled && !w.batches.swept[id] {
+				todo = append(todo, id)
+			}
+		}
+		w.batches.mu.Unlock()
+		for _, id := range todo {
+			w.sweep(ctx, id)
+		}
+	}
+}
+
+func (w *Worker) sweep(ctx context.Context, batch string) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if ok, err := w.sched.Claim(ctx, "sweep:"+batch, w.id, 5*time.Second); err != nil || !ok {
+		return
+	}
+	drained, unacked, err := w.q.DrainCancelled(ctx, batch, w.id)
+	if err != nil {
+		w.log.Warn("sweeping a cancelled batch", zap.String("batch", batch), zap.Error(err))
+		return
+	}
+	if drained > 0 {
+		w.log.Info("items of a cancelled batch recorded as cancelled", zap.String("batch", batch), zap.Int("items", drained))
+	}
+	if unacked == 0 {
+		w.batches.mu.Lock()
+		w.batches.swept[batch] = true
+		w.batches.mu.Unlock()
+		w.forgetConsumer(batch)
+		if err := w.q.DeleteLaneConsumer(ctx, batch); err != nil {
+			w.log.Debug("deleting a cancelled batch's consumer", zap.Error(err))
+		}
+	}
+}
