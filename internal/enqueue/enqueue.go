@@ -1,0 +1,551 @@
+// Package enqueue puts a JSON Lines input on the work queue: the one
+// implementation behind `producer enqueue` and the dashboard's
+// POST /api/batches.
+//
+// Run validates the whole input before anything is published (all or
+// nothing), then publishes it with a bounded window of unconfirmed
+// publishes and records the new items in the batch's record. Every
+// message's ID is "<batch>/<item ID>", so enqueueing the same input into
+// the same batch again adds nothing: the server drops the repeats as
+// duplicates, and Run counts them. Run prints nothing: it returns a Report,
+// or an error of one of the kinds in errors.go.
+//
+// The input is read twice: once to validate it, once to publish it; a
+// third time, for the few IDs whose 64-bit hashes collide, when there are
+// any (a repeated ID always is one). A file is opened again for each
+// reading; a stream (standard input, an HTTP body) is copied to a
+// temporary file on the first reading, so memory stays at a line plus 8
+// bytes per item (jsonl.IDs), whatever the size of the input.
+package enqueue
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/keyfleet/keyfleet/internal/jsonl"
+	"github.com/keyfleet/keyfleet/internal/queue"
+)
+
+// Defaults of a Request.
+const (
+	DefaultIDField = "id"
+	// DryRunMaxPayload is what a dry run assumes of the server: NATS's
+	// default max_payload.
+	DryRunMaxPayload = 1 << 20
+	// DefaultMaxProblems bounds the bad lines an InputError lists.
+	DefaultMaxProblems = 20
+	// DefaultProgressEvery spaces the calls of Request.Progress.
+	DefaultProgressEvery = 2 * time.Second
+	// recordTimeout bounds the reading and the writing of the batch
+	// record.
+	recordTimeout = 15 * time.Second
+)
+
+// Source is the input.
+type Source struct {
+	// Name names the input in messages ("items.jsonl", "stdin"). With
+	// Reader it is also the first part of the default batch ID.
+	Name string
+	// Path is a file, opened again for each reading.
+	Path string
+	// Reader, when Path is "", is read once and copied to a temporary
+	// file (in Request.TempDir) for the next readings.
+	Reader io.Reader
+}
+
+// Request is one enqueue.
+type Request struct {
+	Source Source
+	// Kind of the items (required: the front end picks the default).
+	Kind string
+	// Batch ID; "" for the default: the file's name without its extension
+	// (Source.Name for a Reader) and the first 8 hex digits of the
+	// SHA-256 of the content ("items-3f2a9c1b"), so that the same content
+	// gives the same batch.
+	Batch string
+	// IDField is the top-level field holding each item's ID (default
+	// DefaultIDField).
+	IDField string
+	// Priority (queue.PriorityFirst..PriorityLast) and Weight
+	// (queue.WeightMin..WeightMax) of the batch; 0: not given (a new batch
+	// gets queue.PriorityDefault and WeightDefault, an existing one keeps
+	// its own). Given, they replace the batch's.
+	Priority, Weight int
+	// CostField and CostDefault: where an item's estimated cost comes
+	// from (pool.cost); CostField "" reads none.
+	CostField   string
+	CostDefault int64
+	// DryRun validates and publishes nothing; the queue may be nil. List,
+	// if set, is then called with each item's ID in input order.
+	DryRun bool
+	List   func(id string) error
+	// Checked, if set, is called once the whole input is valid and not
+	// empty, before it is listed or published.
+	Checked func(Report)
+	// MaxPayload is the largest message a dry run assumes the server takes
+	// (default DryRunMaxPayload); a real run asks the server.
+	MaxPayload int64
+	// Window bounds the publishes awaiting confirmation (default
+	// queue.DefaultWindow).
+	Window int
+	// MaxProblems bounds the bad lines an InputError lists (default
+	// DefaultMaxProblems); every bad line is counted.
+	MaxProblems int
+	// Progress, if set, is called every ProgressEvery (default
+	// DefaultProgressEvery) while the input is checked and published.
+	Progress      func(Progress)
+	ProgressEvery time.Duration
+	// TempDir is where a Reader is copied ("": os.TempDir()).
+	TempDir string
+}
+
+// Phases of a Progress.
+const (
+	Checking   = "checking"
+	Publishing = "publishing"
+)
+
+// Progress is how far a Run is.
+type Progress struct {
+	Phase string
+	// Lines read (Checking).
+	Lines int
+	// Confirmed of Items (Publishing).
+	Confirmed, Items int
+}
+
+// Report is what a Run did.
+type Report struct {
+	// Batch, Kind and Source (its name) of the enqueue.
+	Batch, Kind, Source string
+	// Lines read and valid Items in them.
+	Lines, Items int
+	// New: stored by the server as new messages; Duplicates: dropped as
+	// already enqueued. After a failure, Unconfirmed were sent without a
+	// confirmation and NotSent were never sent.
+	New, Duplicates, Unconfirmed, NotSent int
+	// Priority and Weight of the batch after the enqueue (what the dry run
+	// would give a new batch).
+	Priority, Weight int
+	DryRun           bool
+	// RecordErr: the items are enqueued, but the batch's record (its
+	// total, as the dashboard shows it) could not be updated.
+	RecordErr error
+	// IDs is the set of the input's item IDs (for following the batch).
+	IDs *jsonl.IDs `json:"-"`
+}
+
+// Incomplete says what a publishing that stopped part-way got confirmed.
+func (r Report) Incomplete() string {
+	return fmt.Sprintf("%d of %d items of batch %s confirmed (%d new, %d duplicates), %d sent without confirmation, %d not sent",
+		r.New+r.Duplicates, r.Items, r.Batch, r.New, r.Duplicates, r.Unconfirmed, r.NotSent)
+}
+
+// withDefaults fills the zero fields and checks the rest.
+func (req Request) withDefaults() (Request, error) {
+	req.IDField = cmp.Or(req.IDField, DefaultIDField)
+	req.MaxPayload = max(req.MaxPayload, 0)
+	if req.MaxPayload == 0 {
+		req.MaxPayload = DryRunMaxPayload
+	}
+	if req.MaxProblems <= 0 {
+		req.MaxProblems = DefaultMaxProblems
+	}
+	if req.ProgressEvery <= 0 {
+		req.ProgressEvery = DefaultProgressEvery
+	}
+	if err := queue.CheckKind(req.Kind); err != nil {
+		return req, invalid("kind", "%v", err)
+	}
+	if req.Batch != "" {
+		if err := queue.CheckID("batch", req.Batch); err != nil {
+			return req, invalid("batch", "%v", err)
+		}
+	}
+	if req.Priority != 0 {
+		if err := CheckPriority(req.Priority); err != nil {
+			return req, err
+		}
+	}
+	if req.Weight != 0 {
+		if err := CheckWeight(req.Weight); err != nil {
+			return req, err
+		}
+	}
+	if req.Source.Path == "" && req.Source.Reader == nil {
+		return req, invalid("source", "no input")
+	}
+	if req.Source.Name == "" {
+		req.Source.Name = req.Source.Path
+	}
+	return req, nil
+}
+
+// CheckPriority reports whether p is a batch priority (a RequestError
+// when not). A front end checks a priority it was given with it: 0 in a
+// Request means "not given".
+func CheckPriority(p int) error {
+	if p < queue.PriorityFirst || p > queue.PriorityLast {
+		return invalid("priority", "%d: want %d (first) to %d (last); default %d",
+			p, queue.PriorityFirst, queue.PriorityLast, queue.PriorityDefault)
+	}
+	return nil
+}
+
+// CheckWeight reports whether w is a batch weight, as CheckPriority.
+func CheckWeight(w int) error {
+	if w < queue.WeightMin || w > queue.WeightMax {
+		return invalid("weight", "%d: want an integer from %d to %d; default %d",
+			w, queue.WeightMin, queue.WeightMax, queue.WeightDefault)
+	}
+	return nil
+}
+
+// Check reports what is wrong with req itself (an ErrInvalid), without
+// reading its input: front ends check their flags or parameters with it
+// before they connect to any server.
+func Check(req Request) error {
+	_, err := req.withDefaults()
+	return err
+}
+
+// Run enqueues req's input on q (nil for a dry run); see the package
+// documentation.
+func Run(ctx context.Context, q *queue.Queue, req Request) (Report, error) {
+	req, err := req.withDefaults()
+	if err != nil {
+		return Report{}, err
+	}
+	if q == nil && !req.DryRun {
+		return Report{}, invalid("queue", "none to publish on")
+	}
+	in := &input{src: req.Source, tempDir: req.TempDir}
+	defer in.close()
+	rep := Report{Batch: req.Batch, Kind: req.Kind, Source: req.Source.Name, DryRun: req.DryRun}
+
+	// The server decides how large an item may be; a dry run assumes.
+	fits := func(it queue.Item) (int, int64, bool) {
+		size, ok := queue.Fits(it, req.MaxPayload)
+		return size, req.MaxPayload, ok
+	}
+	if q != nil && !req.DryRun {
+		fits = q.Fits
+		req.MaxPayload = q.Conn().MaxPayload()
+	}
+
+	c, err := check(ctx, in, req, fits)
+	if err != nil {
+		return rep, err
+	}
+	rep.Lines, rep.Items, rep.IDs = c.lines, c.items, c.ids
+	if rep.Batch == "" {
+		rep.Batch = defaultBatch(req.Source, c.sum)
+	}
+	rep.Priority, rep.Weight = cmp.Or(req.Priority, queue.PriorityDefault), cmp.Or(req.Weight, queue.WeightDefault)
+	if c.items == 0 {
+		return rep, nil
+	}
+	if req.Checked != nil {
+		req.Checked(rep)
+	}
+	if req.DryRun {
+		if req.List == nil {
+			return rep, nil
+		}
+		return rep, eachItem(in, req, c, func(it jsonl.Item) error { return req.List(it.ID) })
+	}
+
+	rec, err := admit(ctx, q, rep.Batch)
+	if err != nil {
+		return rep, err
+	}
+	if rec.ID != "" {
+		rep.Priority, rep.Weight = cmp.Or(req.Priority, rec.Prio()), cmp.Or(req.Weight, rec.Wt())
+	}
+	if err := publish(ctx, q, in, req, c, &rep); err != nil {
+		return rep, err
+	}
+	if rep.New > 0 || rep.Priority != rec.Prio() || rep.Weight != rec.Wt() || rec.ID == "" {
+		rep.RecordErr = record(ctx, q, req, rep)
+	}
+	return rep, nil
+}
+
+// admit is where the batch's state is checked before anything of the
+// input is published: a refusal here leaves the queue untouched. It
+// returns the batch's record (zero when the batch is new).
+func admit(ctx context.Context, q *queue.Queue, batch string) (queue.BatchInfo, error) {
+	rctx, cancel := context.WithTimeout(ctx, recordTimeout)
+	defer cancel()
+	rec, err := q.Batch(rctx, batch)
+	switch {
+	case errors.Is(err, queue.ErrNoBatch):
+		return queue.BatchInfo{}, nil
+	case err != nil && ctx.Err() != nil:
+		return rec, classify(ErrInterrupted, "reading batch %s's record: nothing was enqueued", batch)
+	case err != nil:
+		return rec, classify(ErrUnreachable, "reading batch %s's record (nothing was enqueued): %w", batch, err)
+	}
+	return rec, nil
+}
+
+// record adds the items the server stored as new to the batch's record,
+// with its priority and weight; duplicates add nothing. Its failure is a
+// warning: the items are enqueued all the same.
+func record(ctx context.Context, q *queue.Queue, req Request, rep Report) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	_, err := q.AddToBatch(rctx, rep.Batch, rep.Kind, rep.New, queue.WithPriority(req.Priority), queue.WithWeight(req.Weight))
+	return err
+}
+
+// fitsSlack bounds the message headers of an item with a short ID,
+// beyond 8 bytes per byte of its batch ID and kind.
+const fitsSlack = 8 << 10
+
+// checked is what the first reading learnt.
+type checked struct {
+	items, lines int
+	maxLine      int
+	sum          []byte
+	ids          *jsonl.IDs
+}
+
+// problems keeps the first max bad lines by line number, and counts all.
+type problems struct {
+	max   int
+	count int
+	first []*jsonl.LineError
+}
+
+func (p *problems) add(le *jsonl.LineError) {
+	p.count++
+	i, _ := slices.BinarySearchFunc(p.first, le.Line, func(e *jsonl.LineError, line int) int { return e.Line - line })
+	if i >= p.max {
+		return
+	}
+	p.first = slices.Insert(p.first, i, le)
+	if len(p.first) > p.max {
+		p.first = p.first[:p.max]
+	}
+}
+
+// check reads the whole input: every line is valid, fits the server's
+// max payload, and has an ID no other line has. Any bad line is an
+// *InputError.
+func check(ctx context.Context, in *input, req Request, fits func(queue.Item) (int, int64, bool)) (checked, error) {
+	src, err := in.open(true)
+	if err != nil {
+		return checked{}, err
+	}
+	h := sha256.New()
+	opts := readerOptions(req)
+	opts.MaxLine = int(min(req.MaxPayload, 1<<30))
+	opts.CheckID = func(id string) error { return queue.CheckID("item", id) }
+	rd, err := jsonl.NewReader(io.TeeReader(src, h), opts)
+	if err != nil {
+		return checked{}, invalid("id_field", "%v", err)
+	}
+	batchLen := len(req.Batch)
+	if req.Batch == "" {
+		batchLen = len(defaultBatch(req.Source, make([]byte, sha256.Size)))
+	}
+	batch := strings.Repeat("b", batchLen)
+	// An item whose payload is shorter than roomy, with an ID shorter
+	// than fitsSlack/16 bytes, fits: its message headers (IDs at most
+	// three times their length once encoded, the batch ID twice, a few
+	// fixed ones) take less than fitsSlack.
+	roomy := int(req.MaxPayload) - fitsSlack - 8*(batchLen+len(req.Kind))
+	bad := &problems{max: req.MaxProblems}
+	report := func(le *jsonl.LineError) {
+		if errors.Is(le, jsonl.ErrTooLong) {
+			le.Detail += " (the limit is the NATS server's max_payload)"
+		}
+		bad.add(le)
+	}
+	lastNote := time.Now()
+	for {
+		it, err := rd.Next()
+		if err == io.EOF {
+			break
+		}
+		var le *jsonl.LineError
+		if errors.As(err, &le) {
+			report(le)
+			continue
+		}
+		if err != nil {
+			return checked{}, in.readErr(err)
+		}
+		if len(it.Raw) < roomy && len(it.ID) < fitsSlack/16 {
+			// Far from the limit whatever its headers: the exact size
+			// (which builds the headers) is not needed.
+		} else if size, limit, ok := fits(queue.Item{ID: it.ID, Batch: batch, Kind: req.Kind, Payload: it.Raw, Cost: it.Cost}); !ok {
+			report(&jsonl.LineError{Line: it.Line, ID: it.ID, Err: jsonl.ErrTooLong,
+				Detail: fmt.Sprintf("%d bytes with its message headers, more than the server's max payload of %d", size, limit)})
+		}
+		if rd.Line()&0xfff == 0 {
+			if ctx.Err() != nil {
+				return checked{}, classify(ErrInterrupted, "interrupted while reading %s: nothing was enqueued", in.src.Name)
+			}
+			if req.Progress != nil && time.Since(lastNote) >= req.ProgressEvery {
+				lastNote = time.Now()
+				req.Progress(Progress{Phase: Checking, Lines: rd.Line()})
+			}
+		}
+	}
+	if err := in.endFirst(); err != nil {
+		return checked{}, err
+	}
+	if rd.IDs().Suspects() > 0 {
+		again, err := in.open(false)
+		if err != nil {
+			return checked{}, err
+		}
+		if err := rd.Duplicates(again, bad.add); err != nil {
+			return checked{}, in.changed(err)
+		}
+	}
+	if bad.count > 0 {
+		return checked{}, &InputError{Source: in.src.Name, Lines: rd.Line(), Count: bad.count, Problems: bad.first, DryRun: req.DryRun}
+	}
+	return checked{items: rd.Items(), lines: rd.Line(), maxLine: opts.MaxLine, sum: h.Sum(nil), ids: rd.IDs()}, nil
+}
+
+func readerOptions(req Request) jsonl.Options {
+	return jsonl.Options{IDField: req.IDField, CostField: req.CostField, CostDefault: req.CostDefault}
+}
+
+// eachItem reads the input again and calls fn with each item; the input
+// must be the one check read.
+func eachItem(in *input, req Request, c checked, fn func(jsonl.Item) error) error {
+	src, err := in.open(false)
+	if err != nil {
+		return err
+	}
+	h := sha256.New()
+	opts := readerOptions(req)
+	opts.MaxLine, opts.AllowDuplicates = c.maxLine, true
+	rd, err := jsonl.NewReader(io.TeeReader(src, h), opts)
+	if err != nil {
+		return invalid("id_field", "%v", err)
+	}
+	for {
+		it, err := rd.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return in.changed(err)
+		}
+		if err := fn(it); err != nil {
+			return err
+		}
+	}
+	if rd.Items() != c.items || !equalSum(h, c.sum) {
+		return in.changed(errors.New("its content differs from the first reading"))
+	}
+	return nil
+}
+
+func equalSum(h hash.Hash, sum []byte) bool { return string(h.Sum(nil)) == string(sum) }
+
+// errStop ends the publishing pass when the context ends.
+var errStop = errors.New("enqueue: stopped")
+
+// publish is the second reading of a real run: every item is published
+// and confirmed, or rep says exactly what was.
+func publish(ctx context.Context, q *queue.Queue, in *input, req Request, c checked, rep *Report) error {
+	pub, err := q.NewPublisher(req.Window)
+	if err != nil {
+		return classify(ErrUnreachable, "publishing (nothing was enqueued): %w", err)
+	}
+	// Add and Flush get a context that does not end with ctx: a publish
+	// already sent is waited for (bounded by the publish timeout) so that
+	// the count of confirmed items is exact.
+	pctx := context.WithoutCancel(ctx)
+	sent := 0
+	lastNote := time.Now()
+	passErr := eachItem(in, req, c, func(it jsonl.Item) error {
+		if ctx.Err() != nil {
+			return errStop
+		}
+		if err := pub.Add(pctx, item(rep.Batch, rep.Kind, it)); err != nil {
+			return err
+		}
+		sent++
+		if req.Progress != nil && sent&0x3ff == 0 && time.Since(lastNote) >= req.ProgressEvery {
+			lastNote = time.Now()
+			r := pub.Report()
+			req.Progress(Progress{Phase: Publishing, Confirmed: r.Published + r.Duplicates, Items: c.items})
+		}
+		return nil
+	})
+	pr, flushErr := pub.Flush(pctx)
+	rep.New, rep.Duplicates, rep.Unconfirmed, rep.NotSent = pr.Published, pr.Duplicates, pr.Unconfirmed, c.items-sent
+	if passErr == nil && flushErr == nil && pr.Published+pr.Duplicates == c.items {
+		return nil
+	}
+	// Part-way: the error says exactly what the server confirmed.
+	perr := &PublishError{Report: *rep}
+	switch {
+	case errors.Is(passErr, errStop):
+		perr.Interrupted, perr.Err = true, context.Cause(ctx)
+	case errors.Is(passErr, ErrInput):
+		perr.Err = passErr // the input changed or cannot be read again
+	case flushErr != nil:
+		perr.Err = flushErr
+	case passErr != nil:
+		perr.Err = passErr
+	default:
+		perr.Err = fmt.Errorf("the server confirmed %d of %d publishes", pr.Published+pr.Duplicates, c.items)
+	}
+	return perr
+}
+
+// item is the queue item of one line of the input.
+func item(batch, kind string, it jsonl.Item) queue.Item {
+	return queue.Item{ID: it.ID, Batch: batch, Kind: kind, Payload: append([]byte(nil), it.Raw...), Cost: it.Cost}
+}
+
+// DefaultBatch is the batch ID of an input without --batch:
+// <name>-<8 hex digits of the content's SHA-256>, where name is the file's
+// name without its extension (Source.Name for a Reader).
+func defaultBatch(src Source, sum []byte) string {
+	name := src.Name
+	if src.Path != "" {
+		base := filepath.Base(src.Path)
+		name = strings.TrimSuffix(base, filepath.Ext(base))
+	}
+	return BatchName(name) + "-" + hex.EncodeToString(sum)[:8]
+}
+
+// BatchName keeps a name readable as (the start of) a batch ID: letters,
+// digits, '.', '_' and '-'; anything else becomes '-'; at most 64 bytes;
+// "items" when nothing is left.
+func BatchName(name string) string {
+	b := []byte(name)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	s := strings.Trim(string(b), "-.")
+	if len(s) > 64 {
+		s = s[:64]
+	}
+	if s == "" {
+		s = "items"
+	}
+	return s
+}
