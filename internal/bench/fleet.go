@@ -357,7 +357,9 @@ func (f *fleet) enqueueKind(ctx context.Context, kind string, n int, payload fun
 	if rep.Published != n {
 		return fmt.Errorf("bench: enqueued %d of %d %s items (%d duplicates)", rep.Published, n, kind, rep.Duplicates)
 	}
-	return nil
+	// The batch's record makes the workers pull its lane.
+	_, err = f.q.AddToBatch(ctx, f.batch, kind, rep.Published)
+	return err
 }
 
 // waitResults polls the results stream until it holds n results (one per

@@ -110,8 +110,16 @@ func (q *Queue) DeadLettersToReplay(ctx context.Context, batch string, items []s
 func (q *Queue) Replay(ctx context.Context, d DeadLetter) error {
 	it := Item{ID: d.Item, Batch: d.Batch, Kind: d.Kind, Payload: d.Payload,
 		Replay: strconv.FormatInt(time.Now().UnixNano(), 10)}
+	if b, err := q.Batch(ctx, d.Batch); err == nil && b.Status() == BatchCancelled {
+		return fmt.Errorf("queue: replay %q: batch %q: %w", d.Item, d.Batch, ErrBatchCancelled)
+	}
 	if _, err := q.js.PublishMsg(ctx, q.message(it)); err != nil {
 		return fmt.Errorf("queue: replay %q of batch %q: %w", d.Item, d.Batch, err)
+	}
+	// The batch's record changes (no new item: the replayed one was
+	// counted when first enqueued), which registers its lane again.
+	if _, err := q.AddToBatch(ctx, d.Batch, d.Kind, 0); err != nil {
+		return fmt.Errorf("queue: replayed %q of batch %q: %w", d.Item, d.Batch, err)
 	}
 	// Remove this record only: if the replayed item has already failed
 	// again, its newer record stays.

@@ -120,18 +120,50 @@ func (p *Publisher) Flush(ctx context.Context) (PublishReport, error) {
 // Report is what has been confirmed so far.
 func (p *Publisher) Report() PublishReport { return p.report }
 
-// Publish publishes items one after another through a Publisher: the
-// simple path for tests and small batches.
+// Publish publishes items one after another through a Publisher, then
+// adds what the server stored as new to each batch's record (which makes
+// the workers pull the batch's lane): the simple path for tests and small
+// batches. A batch that is cancelled takes nothing (ErrBatchCancelled).
 func (q *Queue) Publish(ctx context.Context, items ...Item) (PublishReport, error) {
-	p, err := q.NewPublisher(0)
-	if err != nil {
-		return PublishReport{}, err
-	}
+	type key struct{ batch, kind string }
+	var order []key
+	seen := map[key]bool{}
 	for _, it := range items {
-		if err := p.Add(ctx, it); err != nil {
-			break
+		k := key{it.Batch, it.Kind}
+		if !seen[k] {
+			seen[k] = true
+			order = append(order, k)
 		}
 	}
-	rep, err := p.Flush(ctx)
-	return rep, errors.Join(err)
+	for _, k := range order {
+		if b, err := q.Batch(ctx, k.batch); err == nil && b.Status() == BatchCancelled {
+			return PublishReport{}, fmt.Errorf("batch %q: %w", k.batch, ErrBatchCancelled)
+		}
+	}
+	var total PublishReport
+	for _, k := range order {
+		p, err := q.NewPublisher(0)
+		if err != nil {
+			return total, err
+		}
+		for _, it := range items {
+			if it.Batch != k.batch || it.Kind != k.kind {
+				continue
+			}
+			if err := p.Add(ctx, it); err != nil {
+				break
+			}
+		}
+		rep, err := p.Flush(ctx)
+		total.Published += rep.Published
+		total.Duplicates += rep.Duplicates
+		total.Unconfirmed += rep.Unconfirmed
+		if err != nil {
+			return total, errors.Join(err)
+		}
+		if _, err := q.AddToBatch(ctx, k.batch, k.kind, rep.Published); err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }

@@ -27,6 +27,9 @@ type batchView struct {
 	// ready closes once the records that existed at start are known.
 	ready     chan struct{}
 	readyOnce sync.Once
+	// legacyChecked: when the puller last looked at the old durable (only
+	// the puller uses it).
+	legacyChecked time.Time
 }
 
 func newBatchView() *batchView {

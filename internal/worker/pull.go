@@ -148,6 +148,9 @@ func (w *Worker) pull(pullCtx, runCtx context.Context, slots *sync.WaitGroup) {
 	}
 }
 
+// legacyCheckEvery is how often an idle puller looks at the old durable.
+const legacyCheckEvery = 5 * time.Second
+
 // pick asks the lane schedule where n free slots go. A schedule Redis
 // lost is registered again from the batch records first.
 func (w *Worker) pick(ctx context.Context, n int) (lane string, share int, wait time.Duration, err error) {
@@ -183,6 +186,13 @@ func (w *Worker) laneShort(lane string, cons jetstream.Consumer, share, got int)
 func (w *Worker) idle(ctx context.Context, wait time.Duration) {
 	if wait < 0 || wait > time.Second {
 		wait = time.Second
+	}
+	if time.Since(w.batches.legacyChecked) > legacyCheckEvery {
+		// A producer of the previous version may still be publishing.
+		w.batches.legacyChecked = time.Now()
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		w.syncLegacyLane(lctx)
+		cancel()
 	}
 	t := time.NewTimer(max(wait, time.Millisecond))
 	defer t.Stop()
