@@ -22,6 +22,7 @@ type dashboardOptions struct {
 	listen   string
 	tokenEnv string
 	interval time.Duration
+	maxBody  int64
 }
 
 // defaultDashboardListen is loopback: the dashboard is for the operator at
@@ -42,8 +43,20 @@ in flight), the workers (slots busy, done, failed, last seen), the consumer's
 backlog and redeliveries, and the dead letters with their reasons.
 
 Its data is at /api/status: what ` + "`producer status --json`" + ` prints, plus
-"batches" (id, kind, total, done, succeeded, failed, rate, eta_seconds, eta),
-"dead_letter_list" and "dashboard". /healthz answers "ok".
+"batches" (id, kind, priority, weight, state, total, done, succeeded, failed,
+cancelled, rate, eta_seconds, eta), "dead_letter_list" and "dashboard".
+/healthz answers "ok".
+
+It is also the fleet's API for programs in any language:
+  POST /api/batches?kind=K&batch=ID&priority=N&weight=W  (admin token;
+       body: JSON Lines, Content-Type: application/x-ndjson, at most
+       --max-body bytes) enqueues exactly as ` + "`producer enqueue`" + ` does and
+       answers {"batch", "items", "new", "duplicates"}; a bad line: 400
+       naming it, nothing enqueued; over --max-body: 413
+  GET  /api/batches/{id}           the batch: id, kind, priority, weight,
+       state, total, done, succeeded, failed, cancelled (404: unknown)
+  GET  /api/batches/{id}/results   its results as JSON Lines, as
+       ` + "`producer results`" + ` writes them (admin token)
 
 It is read-only unless --admin-token-env names an environment variable
 holding a token (at least 16 characters); then the page offers write
@@ -68,6 +81,7 @@ SIGINT/SIGTERM stop it (exit 0).
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", defaultDashboardListen, "address to serve the dashboard on")
 	f.StringVar(&o.tokenEnv, "admin-token-env", "", "environment variable holding the admin token that write actions need (default: read-only)")
+	f.Int64Var(&o.maxBody, "max-body", dashboard.DefaultMaxEnqueueBody, "largest body POST /api/batches takes, in bytes (larger: 413, nothing enqueued)")
 	f.DurationVar(&o.interval, "interval", dashboard.DefaultInterval, "how often the fleet is read")
 	_ = f.MarkHidden("interval")
 	return cmd
@@ -89,6 +103,9 @@ func (p *producer) dashboard(cmd *cobra.Command, o dashboardOptions) error {
 			return usageErr("--admin-token-env %s: the token is %d characters long, want at least %d", o.tokenEnv, len(token), dashboard.MinTokenLen)
 		}
 	}
+	if o.maxBody < 1 {
+		return usageErr("--max-body %d: want at least 1 byte", o.maxBody)
+	}
 	if o.interval < 100*time.Millisecond {
 		return usageErr("--interval %s: want at least 100ms", o.interval)
 	}
@@ -103,6 +120,10 @@ func (p *producer) dashboard(cmd *cobra.Command, o dashboardOptions) error {
 		Queue: q, Pool: pool, AdminToken: token, Interval: o.interval,
 		Sensitive: append(urlSecrets(cfg.NATS.URL), urlSecrets(cfg.Redis.URL)...),
 		Logger:    log.Named("dashboard"),
+		Enqueue: dashboard.EnqueueDefaults{
+			DefaultKind: defaultKind(cfg), CostField: cfg.Pool.Cost.Field, CostDefault: cfg.Pool.Cost.Default,
+		},
+		MaxEnqueueBody: o.maxBody,
 	})
 	if err != nil {
 		return exitcode.With(exitcode.Usage, err)

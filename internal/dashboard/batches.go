@@ -9,20 +9,29 @@ import (
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
-// Batch is one batch's progress on the page and in /api/status.
+// Batch is one batch's progress: a row of /api/status's "batches" and
+// the object GET /api/batches/{id} answers (`batch show --json`'s keys).
 type Batch struct {
 	ID   string `json:"id"`
 	Kind string `json:"kind"`
+	// Priority and Weight from the batch's record (the defaults without
+	// one).
+	Priority int `json:"priority"`
+	Weight   int `json:"weight"`
+	// State: "paused" or "cancelled" when an operator made it so, else
+	// "done" once every item has an outcome, else "running".
+	State string `json:"state"`
 	// Total is the number of distinct items enqueued (the batch's record);
 	// TotalKnown is false for a batch with results but no record (one
 	// enqueued before records existed).
 	Total      int64 `json:"total"`
 	TotalKnown bool  `json:"total_known"`
-	// Done = Succeeded + Failed: items with an outcome, each counted once
-	// by its latest outcome.
+	// Done = Succeeded + Failed + Cancelled: items with an outcome, each
+	// counted once by its latest outcome.
 	Done      int64 `json:"done"`
 	Succeeded int64 `json:"succeeded"`
 	Failed    int64 `json:"failed"`
+	Cancelled int64 `json:"cancelled"`
 	// Rate is items done per second: over the last minute while the batch
 	// runs, over its whole run once it is complete.
 	Rate float64 `json:"rate"`
@@ -40,8 +49,9 @@ const (
 	rateWindow   = time.Minute // the rate of a running batch is taken over it
 	minRateSpan  = 2 * time.Second
 	maxBatches   = 50 // batches shown, the most recently active first
-	outcomeOK    = uint8(1)
-	outcomeNotOK = uint8(2)
+	outcomeOK        = uint8(1)
+	outcomeNotOK     = uint8(2)
+	outcomeCancelled = uint8(3)
 )
 
 // tally counts each batch's items by their latest outcome, from the
@@ -57,8 +67,8 @@ type tally struct {
 }
 
 type batchTally struct {
-	items             map[uint64]uint8
-	succeeded, failed int64
+	items                        map[uint64]uint8
+	succeeded, failed, cancelled int64
 	kind              string
 	first, last       time.Time // finish times of the results seen
 	samples           []doneSample
@@ -90,25 +100,18 @@ func (t *tally) result(r queue.Result) {
 		b = &batchTally{items: map[uint64]uint8{}, kind: r.Kind}
 		t.batches[r.Batch] = b
 	}
-	now := outcomeOK
-	if r.Outcome != queue.OutcomeSucceeded {
-		now = outcomeNotOK
+	now := outcomeNotOK
+	switch r.Outcome {
+	case queue.OutcomeSucceeded:
+		now = outcomeOK
+	case queue.OutcomeCancelled:
+		now = outcomeCancelled
 	}
 	k := itemHash(r.Item)
-	switch b.items[k] {
-	case now:
-	case outcomeOK:
-		b.succeeded--
-	case outcomeNotOK:
-		b.failed--
-	}
-	if b.items[k] != now {
+	if was := b.items[k]; was != now {
+		*b.count(was)--
+		*b.count(now)++
 		b.items[k] = now
-		if now == outcomeOK {
-			b.succeeded++
-		} else {
-			b.failed++
-		}
 	}
 	if f := r.FinishedAt; !f.IsZero() {
 		if b.first.IsZero() || f.Before(b.first) {
@@ -118,6 +121,20 @@ func (t *tally) result(r queue.Result) {
 			b.last = f
 		}
 	}
+}
+
+// count is the counter of an outcome (a scratch one for none).
+func (b *batchTally) count(outcome uint8) *int64 {
+	switch outcome {
+	case outcomeOK:
+		return &b.succeeded
+	case outcomeNotOK:
+		return &b.failed
+	case outcomeCancelled:
+		return &b.cancelled
+	}
+	var none int64
+	return &none
 }
 
 // caughtUp marks the first reading of the results stream as complete.
@@ -156,26 +173,13 @@ func (t *tally) rows(now time.Time) []Batch {
 			t.batches[id] = b
 		}
 		rec, known := t.records[id]
-		row := Batch{ID: id, Kind: b.kind, TotalKnown: known, Succeeded: b.succeeded, Failed: b.failed}
-		row.Done = row.Succeeded + row.Failed
-		row.Total = row.Done
-		if known {
-			row.Kind, row.Total, row.EnqueuedAt = rec.Kind, rec.Total, timePtr(rec.EnqueuedAt)
-		}
-		row.LastResultAt = timePtr(b.last)
-		row.Complete = known && row.Done >= row.Total
 		if t.ready {
-			b.samples = append(b.samples, doneSample{at: now, done: row.Done})
+			b.samples = append(b.samples, doneSample{at: now, done: b.succeeded + b.failed + b.cancelled})
 			for len(b.samples) > 2 && now.Sub(b.samples[1].at) >= rateWindow {
 				b.samples = b.samples[1:]
 			}
 		}
-		row.Rate = b.rate(row, rec, known)
-		if !row.Complete && known && row.Rate > 0 {
-			secs := float64(row.Total-row.Done) / row.Rate
-			eta := now.Add(time.Duration(secs * float64(time.Second))).UTC()
-			row.ETASeconds, row.ETA = &secs, &eta
-		}
+		row := b.row(id, rec, known, now)
 		last := rec.UpdatedAt
 		if b.last.After(last) {
 			last = b.last
@@ -198,6 +202,52 @@ func (t *tally) rows(now time.Time) []Batch {
 		out = out[:maxBatches]
 	}
 	return out
+}
+
+// batch returns one batch's row at now, with rec its record when known
+// (fresher than the one the watch delivered, by its revision); ok is
+// false when the batch has neither a record nor results.
+func (t *tally) batch(id string, rec queue.BatchInfo, known bool, now time.Time) (Batch, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if old, ok := t.records[id]; ok && (!known || old.Rev > rec.Rev) {
+		rec, known = old, true
+	}
+	b := t.batches[id]
+	if b == nil && !known {
+		return Batch{}, false
+	}
+	if b == nil {
+		b = &batchTally{}
+	}
+	return b.row(id, rec, known, now), true
+}
+
+// row is the batch's Batch at now; rec is its record when known.
+func (b *batchTally) row(id string, rec queue.BatchInfo, known bool, now time.Time) Batch {
+	row := Batch{ID: id, Kind: b.kind, TotalKnown: known, Succeeded: b.succeeded, Failed: b.failed, Cancelled: b.cancelled,
+		Priority: rec.Prio(), Weight: rec.Wt()}
+	row.Done = row.Succeeded + row.Failed + row.Cancelled
+	row.Total = row.Done
+	if known {
+		row.Kind, row.Total, row.EnqueuedAt = rec.Kind, rec.Total, timePtr(rec.EnqueuedAt)
+	}
+	row.LastResultAt = timePtr(b.last)
+	row.Complete = known && row.Done >= row.Total
+	row.State = queue.BatchRunning
+	switch {
+	case known && rec.Status() != queue.BatchRunning:
+		row.State = rec.Status()
+	case row.Complete:
+		row.State = "done"
+	}
+	row.Rate = b.rate(row, rec, known)
+	if !row.Complete && known && row.Rate > 0 {
+		secs := float64(row.Total-row.Done) / row.Rate
+		eta := now.Add(time.Duration(secs * float64(time.Second))).UTC()
+		row.ETASeconds, row.ETA = &secs, &eta
+	}
+	return row
 }
 
 // rate is items/s: over the samples of the last minute while the batch

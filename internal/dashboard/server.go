@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
 
+	"github.com/keyfleet/keyfleet/internal/jobs"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/secret"
 	"github.com/keyfleet/keyfleet/internal/status"
@@ -51,6 +52,26 @@ type Options struct {
 	Sensitive []string
 	// Logger (default: none).
 	Logger *zap.Logger
+	// Enqueue is how POST /api/batches reads items (the configuration's
+	// defaults, as `producer enqueue` reads them).
+	Enqueue EnqueueDefaults
+	// MaxEnqueueBody bounds the body of POST /api/batches (default
+	// DefaultMaxEnqueueBody); a larger one is refused (413).
+	MaxEnqueueBody int64
+}
+
+// EnqueueDefaults are what an enqueue over HTTP takes from the
+// configuration.
+type EnqueueDefaults struct {
+	// DefaultKind is the kind of items enqueued without ?kind= (default
+	// jobs.DefaultKind).
+	DefaultKind string
+	// CostField and CostDefault: pool.cost.
+	CostField   string
+	CostDefault int64
+	// TempDir is where a body is copied while it is enqueued ("":
+	// os.TempDir()).
+	TempDir string
 }
 
 // Server is the dashboard: a collector and its HTTP handlers.
@@ -64,6 +85,8 @@ type Server struct {
 	scrubber *secret.Scrubber
 	page     *template.Template
 	static   http.Handler
+	enq      EnqueueDefaults
+	maxBody  int64
 
 	board *board
 	tally *tally
@@ -91,6 +114,14 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("dashboard: the admin token is %d bytes long, want at least %d", len(o.AdminToken), MinTokenLen)
 	case o.Interval < 0 || o.History < 0:
 		return nil, errors.New("dashboard: Interval and History cannot be negative")
+	case o.MaxEnqueueBody < 0:
+		return nil, errors.New("dashboard: MaxEnqueueBody cannot be negative")
+	}
+	if o.MaxEnqueueBody == 0 {
+		o.MaxEnqueueBody = DefaultMaxEnqueueBody
+	}
+	if o.Enqueue.DefaultKind == "" {
+		o.Enqueue.DefaultKind = jobs.DefaultKind
 	}
 	if o.Interval == 0 {
 		o.Interval = DefaultInterval
@@ -117,7 +148,8 @@ func New(o Options) (*Server, error) {
 		q: o.Queue, pool: o.Pool, token: o.AdminToken, interval: o.Interval, span: o.History,
 		log: o.Logger, scrubber: secret.NewScrubber(sensitive...), page: page,
 		static: http.StripPrefix("/static/", http.FileServerFS(static)),
-		board:  newBoard(), tally: newTally(),
+		enq:    o.Enqueue, maxBody: o.MaxEnqueueBody,
+		board: newBoard(), tally: newTally(),
 		hist: newHistory(int(o.History/o.Interval) + 1),
 		mets: newPoolMetrics(),
 		poke: make(chan struct{}, 1), done: make(chan struct{}),
@@ -176,6 +208,9 @@ func (s *Server) Handler(loopbackOnly bool) http.Handler {
 	mux.Handle("POST /api/creds/enable", s.write(s.enableCredential))
 	mux.Handle("POST /api/creds/disable", s.write(s.disableCredential))
 	mux.Handle("POST /api/dlq/replay", s.write(s.replayDeadLetters))
+	mux.HandleFunc("POST /api/batches", s.enqueueBatch)
+	mux.HandleFunc("GET /api/batches/{id}", s.serveBatch)
+	mux.HandleFunc("GET /api/batches/{id}/results", s.serveResults)
 	// A cross-origin POST (a form on another site) is refused before any
 	// handler runs; the bearer token is the second line of defence.
 	csrf := http.NewCrossOriginProtection()
