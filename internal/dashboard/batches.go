@@ -46,9 +46,9 @@ type Batch struct {
 
 // Rate and listing bounds.
 const (
-	rateWindow   = time.Minute // the rate of a running batch is taken over it
-	minRateSpan  = 2 * time.Second
-	maxBatches   = 50 // batches shown, the most recently active first
+	rateWindow       = time.Minute // the rate of a running batch is taken over it
+	minRateSpan      = 2 * time.Second
+	maxBatches       = 50 // batches shown, the most recently active first
 	outcomeOK        = uint8(1)
 	outcomeNotOK     = uint8(2)
 	outcomeCancelled = uint8(3)
@@ -69,9 +69,9 @@ type tally struct {
 type batchTally struct {
 	items                        map[uint64]uint8
 	succeeded, failed, cancelled int64
-	kind              string
-	first, last       time.Time // finish times of the results seen
-	samples           []doneSample
+	kind                         string
+	first, last                  time.Time // finish times of the results seen
+	samples                      []doneSample
 }
 
 type doneSample struct {
