@@ -8,8 +8,8 @@ collect its results (standard library only).
         --url http://127.0.0.1:8080 --kind exec --batch prompts-1 \
         items.jsonl -o results.jsonl
 
-items.jsonl holds one JSON object per line, each with an "id" (as
-`producer enqueue` takes them). The enqueue is all or nothing and
+items.jsonl holds one JSON object per line, each with an "id" (or the
+--id-field), as `producer enqueue` takes them. The enqueue is all or nothing and
 idempotent: running it again for the same batch adds nothing twice. It
 then prints the batch's progress every half second until every item is
 done, and writes the results (JSON Lines, one per item) to -o (default:
@@ -55,6 +55,8 @@ def enqueue(args, token):
         query["priority"] = args.priority
     if args.weight is not None:
         query["weight"] = args.weight
+    if args.id_field:
+        query["id_field"] = args.id_field
     url = "%s/api/batches?%s" % (args.url, urllib.parse.urlencode(query))
     with open(args.file, "rb") as f:
         size = os.fstat(f.fileno()).st_size
@@ -105,6 +107,7 @@ def main():
     p.add_argument("--batch", required=True, help="batch ID (enqueueing it again adds nothing twice)")
     p.add_argument("--priority", type=int, help="batch priority (default: the fleet's)")
     p.add_argument("--weight", type=int, help="batch weight within its priority (default: the fleet's)")
+    p.add_argument("--id-field", help="field holding each item's ID (default: the fleet's, id)")
     p.add_argument("-o", "--output", default="-", help="where to write the results (default: stdout)")
     args = p.parse_args()
     args.url = args.url.rstrip("/")
