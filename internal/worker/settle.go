@@ -250,11 +250,14 @@ func (w *Worker) releaseLease(ctx context.Context, l *creds.Lease, log *zap.Logg
 	}
 }
 
-// releaseAbandoned releases a lease whose run never started.
+// releaseAbandoned releases a lease whose run never started: the pool
+// learns nothing about the key from it.
 func (w *Worker) releaseAbandoned(l *creds.Lease, log *zap.Logger) {
 	ctx, cancel := w.settleCtx()
 	defer cancel()
-	w.releaseLease(ctx, l, log)
+	if err := w.pool.ReleaseUnused(ctx, l); err != nil && !errors.Is(err, creds.ErrLeaseLost) {
+		log.Warn("releasing the lease failed; it expires by itself", zap.Error(err))
+	}
 }
 
 // settleRun records that a run ended without failing.

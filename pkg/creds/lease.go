@@ -87,6 +87,10 @@ type Outcome struct {
 	// refused on ends the streak. An item refused by every key is the
 	// item's fault, and alone it never disables a key.
 	Refused *Refusal
+	// Unused: the lease ends without having been used (its holder gave it
+	// back before any request): it says nothing about the key, so its pace
+	// and its streak of refusals stay as they are.
+	Unused bool
 }
 
 // Refusal is a refused run: which item, and what the API said.
@@ -119,6 +123,13 @@ type Signal struct {
 // that has waited longest gets it.
 func (p *Pool) Release(ctx context.Context, l *Lease) error {
 	return p.Settle(ctx, l, Outcome{})
+}
+
+// ReleaseUnused ends a lease its holder never used (no request was
+// made): like Release, but it changes nothing of what the pool learnt
+// about the key (its pace, its refusals).
+func (p *Pool) ReleaseUnused(ctx context.Context, l *Lease) error {
+	return p.Settle(ctx, l, Outcome{Unused: true})
 }
 
 // ReleaseCooldown ends the lease and makes the credential rest for d (the
@@ -197,6 +208,8 @@ func (p *Pool) settleOp(l *Lease, o Outcome) (chan error, error) {
 		return nil, fmt.Errorf("%w: rest must not be negative, got %s (max %s)", ErrInvalid, o.Rest, o.MaxRest)
 	case o.Disable != "":
 		mode, text = "disable", o.Disable
+	case o.Unused:
+		mode = "unused"
 	case o.Refused != nil:
 		// An item ID may hold anything: the streak compares it only, so a
 		// line break in it is flattened.

@@ -40,6 +40,14 @@ func TestRefusalStreak(t *testing.T) {
 	}
 
 	refuseOn(t, p, "k", "b/x", "401 Unauthorized")
+	// A lease given back unused says nothing about the key.
+	l0 := mustAcquire(t, p, "w")
+	if err := p.ReleaseUnused(ctx, l0); err != nil {
+		t.Fatal(err)
+	}
+	if c := credStats(t, p, "k"); len(c.Refusals) != 2 {
+		t.Fatalf("after an unused lease: want the streak kept, got %+v", c)
+	}
 	// A success ends the streak.
 	l := mustAcquire(t, p, "w")
 	if err := p.Release(ctx, l); err != nil {

@@ -28,7 +28,8 @@
 --                             the longest rest, text: reason) | disable
 --                             (text: reason); sig: the API's figures (see
 --                             apply_signals) | refuse (text: item, a tab,
---                             reason: see refuse)
+--                             reason: see refuse) | unused (never used:
+--                             nothing learnt about the key)
 -- Returns {now, {result per op}, {grant...}, timer_us, queued}
 --   E: {0} queued or {1} (try: served, see grants) | {-1} no credential
 --      usable by this handle | {-2, max, by} the cost never fits (max: the
@@ -148,6 +149,8 @@ while i <= #ARGV do
         c.disabled = true
       elseif mode == 'refuse' then
         refuse(id, c, now, text)
+      elseif mode == 'unused' then
+        -- given back before any request: nothing learnt about the key
       elseif mode == 'rest' then
         local reason, cause = string.match(text, '^(.-)\t(.*)$')
         set_rest(id, now, dur, reason or text, cause or '', c)
@@ -158,7 +161,7 @@ while i <= #ARGV do
       else
         paced_success(id, c)
       end
-      if mode ~= 'disable' and mode ~= 'refuse' then
+      if mode ~= 'disable' and mode ~= 'refuse' and mode ~= 'unused' then
         apply_signals(id, c, now, est, sig)
         if c.refused_items ~= '' then
           -- The key took a run: its streak of refusals ends.
