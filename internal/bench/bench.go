@@ -91,6 +91,7 @@ var scenarios = []*scenario{
 	llmScenario,
 	peersScenario,
 	persistentScenario,
+	httpEnqueueScenario,
 }
 
 // scenario is one numbered item of the benchmark.

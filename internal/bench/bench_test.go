@@ -25,18 +25,19 @@ var quickCovered = []string{"footprint", "acquirecost", "limits"}
 // quickExcluded are the scenarios TestQuick leaves out, and why; their
 // arithmetic has unit tests below.
 var quickExcluded = map[string]string{
-	"throughput": "not run by make test before the scenarios 8-14 were added either: ~11 s of two worker processes at quick size",
-	"enqueue":    "not run by make test before the scenarios 8-14 were added either",
-	"contended":  "not run by make test before the scenarios 8-14 were added either: ~11 s at quick size",
-	"rate":       "not run by make test before the scenarios 8-14 were added either: ~7 s at quick size",
-	"handoff":    "not run by make test before the scenarios 8-14 were added either",
-	"shutdown":   "not run by make test before the scenarios 8-14 were added either: waits out a 1 s grace and a 2.5 s job",
-	"scale":      "opens up to 1,000 pool handles (2,000 Redis connections) for ~12 s even at quick size; under -race it measures the race detector (clipBusy is tested)",
-	"shard":      "drives Redis and the machine's CPU to saturation by design, which would slow every package testing in parallel",
-	"gateway":    "~15 s of real worker processes even at quick size: learning a pace from bare 429s takes hundreds of requests (okRate, convergence and per1000 are tested)",
-	"llm":        "the stand-in API's windows are 10 s: a quick run lasts at least 11 s by construction",
-	"persistent": "two fleets of worker processes and a python3 process per item of the first: ~10 s at quick size",
-	"peers":      "needs node, npm (a network install on first use) and its own redis-server; 30 s or more per repetition (parsePeers and derive are tested)",
+	"throughput":  "not run by make test before the scenarios 8-14 were added either: ~11 s of two worker processes at quick size",
+	"enqueue":     "not run by make test before the scenarios 8-14 were added either",
+	"contended":   "not run by make test before the scenarios 8-14 were added either: ~11 s at quick size",
+	"rate":        "not run by make test before the scenarios 8-14 were added either: ~7 s at quick size",
+	"handoff":     "not run by make test before the scenarios 8-14 were added either",
+	"shutdown":    "not run by make test before the scenarios 8-14 were added either: waits out a 1 s grace and a 2.5 s job",
+	"scale":       "opens up to 1,000 pool handles (2,000 Redis connections) for ~12 s even at quick size; under -race it measures the race detector (clipBusy is tested)",
+	"shard":       "drives Redis and the machine's CPU to saturation by design, which would slow every package testing in parallel",
+	"gateway":     "~15 s of real worker processes even at quick size: learning a pace from bare 429s takes hundreds of requests (okRate, convergence and per1000 are tested)",
+	"llm":         "the stand-in API's windows are 10 s: a quick run lasts at least 11 s by construction",
+	"persistent":  "two fleets of worker processes and a python3 process per item of the first: ~10 s at quick size",
+	"httpenqueue": "writes a file of 1,000,000 items (45 MB) and dry-runs it even at quick size, beside a dashboard process",
+	"peers":       "needs node, npm (a network install on first use) and its own redis-server; 30 s or more per repetition (parsePeers and derive are tested)",
 }
 
 func TestEveryScenarioCoveredOrExcluded(t *testing.T) {
