@@ -221,9 +221,16 @@ local function fit_at(id, c, now, cost)
     t = c.rest_until
   end
   local n = held(id, c, now)
-  if n >= c.max then
-    -- room comes back when n-max+1 live leases have ended
-    local e = redis.call('ZRANGEBYSCORE', k_leases(id), '(' .. n2s(now), '+inf', 'WITHSCORES', 'LIMIT', n - c.max, 1)
+  local cap = c.max
+  if c.refused_items ~= '' then
+    -- On probation: a key that refused the last items it ran takes one
+    -- request at a time until it takes one, so that it is disabled after
+    -- at most REFUSALS_TO_DISABLE requests sent after the first refusal.
+    cap = 1
+  end
+  if n >= cap then
+    -- room comes back when n-cap+1 live leases have ended
+    local e = redis.call('ZRANGEBYSCORE', k_leases(id), '(' .. n2s(now), '+inf', 'WITHSCORES', 'LIMIT', n - cap, 1)
     if #e > 0 and tonumber(e[2]) > t then
       t = tonumber(e[2])
     end
