@@ -21,6 +21,7 @@ func Read(ctx context.Context, q *queue.Queue, pool *creds.Pool) (Report, error)
 	rep.Stream = Stream{Name: qs.Stream.Name, Messages: qs.Stream.Messages, Bytes: qs.Stream.Bytes}
 	rep.Consumer = Consumer{
 		Name: qs.Consumer.Name, Pending: qs.Consumer.Pending, AckPending: qs.Consumer.AckPending,
+		Backlog:     qs.Consumer.Pending + uint64(max(qs.Consumer.AckPending, 0)),
 		Redelivered: qs.Consumer.Redelivered, WaitingPulls: qs.Consumer.Waiting, LastActive: TimePtr(qs.Consumer.LastActive),
 	}
 	rep.DeadLetters, rep.Results = qs.DeadLetters, qs.Results

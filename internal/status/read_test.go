@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/status"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
@@ -36,8 +38,28 @@ func TestReadReport(t *testing.T) {
 	if err := pool.Disable(ctx, "key-b", "billing issue"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.Publish(ctx, queue.Item{ID: "i1", Batch: "b1", Kind: "sleep", Payload: []byte(`{"id":"i1"}`)}); err != nil {
+	// Two batches, so two lanes; one item of b1 delivered and not yet
+	// acknowledged: the backlog sums what every lane holds.
+	if _, err := q.Publish(ctx,
+		queue.Item{ID: "i1", Batch: "b1", Kind: "sleep", Payload: []byte(`{"id":"i1"}`)},
+		queue.Item{ID: "i2", Batch: "b1", Kind: "sleep", Payload: []byte(`{"id":"i2"}`)},
+		queue.Item{ID: "i3", Batch: "b2", Kind: "sleep", Payload: []byte(`{"id":"i3"}`)},
+	); err != nil {
 		t.Fatal(err)
+	}
+	lane, err := q.LaneConsumer(ctx, "b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.LaneConsumer(ctx, "b2"); err != nil {
+		t.Fatal(err)
+	}
+	batch, err := lane.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(collect(batch.Messages())); n != 1 {
+		t.Fatalf("fetched %d messages of b1's lane, want 1", n)
 	}
 	if err := q.Announce(ctx, queue.WorkerInfo{ID: "w1", State: "running", Concurrency: 4, Busy: 2, Done: 7}); err != nil {
 		t.Fatal(err)
@@ -47,8 +69,8 @@ func TestReadReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Stream.Name != "ST" || rep.Stream.Messages != 1 || rep.Consumer.Pending != 1 {
-		t.Errorf("stream/consumer: want ST with 1 message pending, got %+v %+v", rep.Stream, rep.Consumer)
+	if c := rep.Consumer; rep.Stream.Name != "ST" || rep.Stream.Messages != 3 || c.Pending != 2 || c.AckPending != 1 || c.Backlog != 3 {
+		t.Errorf("stream/consumer: want ST with 3 messages, 2 pending, 1 ack pending, backlog 3; got %+v %+v", rep.Stream, rep.Consumer)
 	}
 	if len(rep.Workers) != 1 || rep.Workers[0].Busy != 2 || rep.Workers[0].Done != 7 || rep.Workers[0].Kinds == nil {
 		t.Errorf("workers: want w1 busy 2 done 7 with kinds [], got %+v", rep.Workers)
@@ -77,6 +99,15 @@ func TestReadReport(t *testing.T) {
 			t.Errorf("report lacks %q: %s", k, data)
 		}
 	}
+	cons := m["consumer"].(map[string]any)
+	for _, k := range []string{"name", "pending", "ack_pending", "backlog", "redelivered", "waiting_pulls", "last_active"} {
+		if _, ok := cons[k]; !ok {
+			t.Errorf("consumer lacks %q: %v", k, cons)
+		}
+	}
+	if b, ok := cons["backlog"].(float64); !ok || b != 3 {
+		t.Errorf("consumer.backlog = %v, want the number 3 (KEDA's metrics-api scaler reads it)", cons["backlog"])
+	}
 	row := m["pool"].(map[string]any)["credentials"].([]any)[0].(map[string]any)
 	for _, k := range []string{"id", "state", "max_concurrent", "rate", "in_flight", "holders", "cooling_until",
 		"cooling_reason", "disabled_reason", "disabled_at", "starts_in_window", "last_used", "starts", "rate_limited"} {
@@ -84,4 +115,13 @@ func TestReadReport(t *testing.T) {
 			t.Errorf("credential row lacks %q: %v", k, row)
 		}
 	}
+}
+
+// collect drains a fetch's messages.
+func collect(ch <-chan jetstream.Msg) []jetstream.Msg {
+	var out []jetstream.Msg
+	for m := range ch {
+		out = append(out, m)
+	}
+	return out
 }

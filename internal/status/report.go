@@ -19,9 +19,10 @@ import (
 //	{
 //	  "at":       time the status was read (the producer's clock)
 //	  "stream":   {"name", "messages", "bytes"}  the work stream: items waiting or running
-//	  "consumer": {"name",
+//	  "consumer": {"name"           queue.consumer (the durable of the previous version)
 //	               "pending"        items not yet delivered to a worker
 //	               "ack_pending"    items delivered and not yet settled (running or waiting for a credential)
+//	               "backlog"        pending + ack_pending: every item not yet settled (what an autoscaler reads)
 //	               "redelivered"    of those, delivered more than once
 //	               "waiting_pulls"  pull requests of idle worker slots
 //	               "last_active"}   the consumer's last delivery (null: never)
@@ -76,12 +77,19 @@ type Stream struct {
 	Bytes    uint64 `json:"bytes"`
 }
 
-// Consumer is the workers' durable consumer: its backlog is Pending +
-// AckPending (what an autoscaler reads).
+// Consumer is the workers' consumers, summed: one per batch (its lane)
+// and the old durable, queue.consumer (Name), which holds only items
+// written by the previous version. No single JetStream consumer holds the
+// backlog, so an autoscaler reads Backlog here (KEDA's metrics-api scaler
+// at consumer.backlog of the dashboard's /api/status), not a consumer's
+// figures on the NATS monitoring port.
 type Consumer struct {
-	Name         string     `json:"name"`
-	Pending      uint64     `json:"pending"`
-	AckPending   int        `json:"ack_pending"`
+	Name       string `json:"name"`
+	Pending    uint64 `json:"pending"`
+	AckPending int    `json:"ack_pending"`
+	// Backlog is Pending + AckPending: every item not yet settled
+	// (waiting, running, waiting for a key or for a redelivery).
+	Backlog      uint64     `json:"backlog"`
 	Redelivered  int        `json:"redelivered"`
 	WaitingPulls int        `json:"waiting_pulls"`
 	LastActive   *time.Time `json:"last_active"`
