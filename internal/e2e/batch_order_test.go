@@ -22,7 +22,7 @@ func orderFleet(t *testing.T) *fleet {
 		Worker:      "concurrency: 2\nshutdown_grace: 5s",
 		// A killed worker's unacknowledged items come back soon.
 		Queue: "ack_wait: 2s",
-		Env:         []string{"KEY_A=" + testSecrets["key-a"], "KEY_B=" + testSecrets["key-b"]},
+		Env:   []string{"KEY_A=" + testSecrets["key-a"], "KEY_B=" + testSecrets["key-b"]},
 	})
 }
 
