@@ -21,6 +21,9 @@ type Batch struct {
 	// State: "paused" or "cancelled" when an operator made it so, else
 	// "done" once every item has an outcome, else "running".
 	State string `json:"state"`
+	// LastChange: the latest pause, resume or cancel (what, when, by
+	// whom); null when none.
+	LastChange *queue.BatchEvent `json:"last_change"`
 	// Total is the number of distinct items enqueued (the batch's record);
 	// TotalKnown is false for a batch with results but no record (one
 	// enqueued before records existed).
@@ -240,6 +243,9 @@ func (b *batchTally) row(id string, rec queue.BatchInfo, known bool, now time.Ti
 		row.State = rec.Status()
 	case row.Complete:
 		row.State = "done"
+	}
+	if n := len(rec.History); known && n > 0 {
+		row.LastChange = &rec.History[n-1]
 	}
 	row.Rate = b.rate(row, rec, known)
 	if !row.Complete && known && row.Rate > 0 {

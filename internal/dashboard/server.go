@@ -211,6 +211,9 @@ func (s *Server) Handler(loopbackOnly bool) http.Handler {
 	mux.HandleFunc("POST /api/batches", s.enqueueBatch)
 	mux.HandleFunc("GET /api/batches/{id}", s.serveBatch)
 	mux.HandleFunc("GET /api/batches/{id}/results", s.serveResults)
+	for _, action := range []string{queue.ActionPause, queue.ActionResume, queue.ActionCancel} {
+		mux.HandleFunc("POST /api/batches/{id}/"+action, s.steerBatch(action))
+	}
 	// A cross-origin POST (a form on another site) is refused before any
 	// handler runs; the bearer token is the second line of defence.
 	csrf := http.NewCrossOriginProtection()

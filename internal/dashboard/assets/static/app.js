@@ -83,7 +83,8 @@
     toast.timer = setTimeout(() => { t.hidden = true; }, 5000);
   }
 
-  async function act(path, body, what) {
+  // act posts a write action; done(reply) may describe its effect.
+  async function act(path, body, what, done) {
     const token = ($('token') || {}).value || '';
     if (!token) {
       toast('Enter the admin token first (top right).', true);
@@ -99,6 +100,7 @@
       });
       const out = await resp.json().catch(() => ({}));
       if (!resp.ok) toast(`${what}: refused (${resp.status}): ${out.error || resp.statusText}`, true);
+      else if (done) toast(`${what}: ${done(out)}.`);
       else toast(`${what}: done${out.replayed !== undefined ? ` (${plural(out.replayed, 'item', 'items')} back on the queue)` : ''}.`);
     } catch (e) {
       toast(`${what}: ${e}`, true);
@@ -110,36 +112,106 @@
 
   // ---- sections ---------------------------------------------------------
 
+  // Batch rows are kept per batch and their cells updated in place: a
+  // button under the operator's pointer survives every update.
+  const batchRows = new Map(); // id -> {tr, cells, actions, key}
+  const batchHead = ['Batch', 'Kind', '#Prio', '#Weight', 'State', 'Progress (succeeded · failed · cancelled)',
+    '#Failed', '#Cancelled', '#Items/s', '#ETA', 'Enqueued'];
+  const batchTable = table(readOnly ? batchHead : batchHead.concat(['']), [], {class: 'batches'});
+  const batchEmpty = el('p', {class: 'muted'}, 'No batches yet: `producer enqueue` records each batch\'s total here.');
+
+  function batchRowFor(id) {
+    let r = batchRows.get(id);
+    if (!r) {
+      const cells = batchHead.map(() => el('td'));
+      const actions = el('td', {class: 'batch-actions'});
+      r = {tr: el('tr', {'data-batch': id}, cells, readOnly ? null : actions), cells, actions, key: null};
+      batchRows.set(id, r);
+    }
+    return r;
+  }
+
+  function setCell(td, cls, ...kids) {
+    td.className = cls || '';
+    td.replaceChildren(...kids.flat().filter((k) => k !== null && k !== undefined && k !== false));
+  }
+
+  // batchAction asks the server to pause, resume or cancel a batch.
+  function batchAction(b, action) {
+    if (action === 'cancel' && !confirm(`Cancel batch ${b.id}? Its ${num(Math.max(0, b.total - b.done))} items not started ` +
+      'will never run (they are reported as cancelled), and it takes no new items. This cannot be undone.')) return;
+    act(`/api/batches/${encodeURIComponent(b.id)}/${action}`, {}, `${action} ${b.id}`, (out) =>
+      `now ${out.state}` + (out.drained !== undefined ? `, ${plural(out.drained, 'item', 'items')} not started recorded as cancelled` : '') +
+      (out.warning ? ` (${out.warning})` : ''));
+  }
+
+  // lastChange says who last paused, resumed or cancelled a batch.
+  function lastChange(b, now) {
+    const c = b.last_change;
+    if (!c) return null;
+    const verb = {pause: 'paused', resume: 'resumed', cancel: 'cancelled'}[c.action] || c.action;
+    return el('div', {class: 'muted small last-change', title: c.at}, `${verb} by ${c.by} · ${ago(now, c.at)}`);
+  }
+
   function renderBatches(s) {
     const bs = s.batches || [];
-    if (bs.length === 0) {
-      return el('p', {class: 'muted'}, 'No batches yet: `producer enqueue` records each batch\'s total here.');
-    }
+    if (bs.length === 0) return batchEmpty;
+    const now = Date.parse(s.at);
     const rows = bs.map((b) => {
+      const r = batchRowFor(b.id);
+      const c = r.cells;
       const total = b.total_known ? b.total : Math.max(b.done, 1);
-      const ok = el('span', {class: 'fill ok'});
-      const bad = el('span', {class: 'fill bad'});
-      ok.style.width = (100 * b.succeeded / total) + '%';
-      bad.style.width = (100 * b.failed / total) + '%';
+      const fill = (cls, n) => {
+        const f = el('span', {class: 'fill ' + cls});
+        f.style.width = (100 * n / total) + '%';
+        return f;
+      };
       const pct = b.total_known && b.total > 0 ? Math.min(100, Math.floor(100 * b.done / b.total)) : null;
       const text = b.total_known ? `${num(b.done)} / ${num(b.total)}${pct !== null ? ` (${pct}%)` : ''}` : `${num(b.done)} / ?`;
       let eta = '–';
       if (b.complete) eta = 'done';
+      else if (b.state === 'paused' || b.state === 'cancelled') eta = b.state;
       else if (b.eta_seconds !== null && b.eta_seconds !== undefined) eta = dur(b.eta_seconds);
       else if (b.total_known && s.dashboard.results_caught_up && b.last_result_at &&
-        Date.parse(s.at) - Date.parse(b.last_result_at) > 60000) eta = 'stalled';
-      return el('tr', {'data-batch': b.id, 'data-done': b.done, 'data-total': b.total, class: b.complete ? 'complete' : ''},
-        el('td', {class: 'id'}, b.id),
-        el('td', {}, b.kind || '–'),
-        el('td', {class: 'progress-cell'},
-          el('span', {class: 'progress'}, ok, bad),
-          el('span', {class: 'progress-text'}, text)),
-        el('td', {class: 'num' + (b.failed ? ' bad-text' : '')}, num(b.failed)),
-        el('td', {class: 'num'}, rate(b.rate)),
-        el('td', {class: 'num'}, eta),
-        el('td', {class: 'muted'}, b.enqueued_at ? ago(Date.parse(s.at), b.enqueued_at) : '–'));
+        now - Date.parse(b.last_result_at) > 60000) eta = 'stalled';
+      const tr = r.tr;
+      r.b = b;
+      tr.dataset.done = b.done;
+      tr.dataset.total = b.total;
+      tr.dataset.state = b.state;
+      tr.dataset.cancelled = b.cancelled;
+      tr.className = b.complete || b.state === 'cancelled' ? 'complete' : '';
+      setCell(c[0], 'id', b.id);
+      setCell(c[1], '', b.kind || '–');
+      setCell(c[2], 'num', b.priority);
+      setCell(c[3], 'num', b.weight);
+      setCell(c[4], 'state-cell', el('span', {class: 'badge bst ' + b.state}, b.state), lastChange(b, now));
+      setCell(c[5], 'progress-cell',
+        el('span', {class: 'progress'}, fill('ok', b.succeeded), fill('bad', b.failed), fill('cancelled', b.cancelled)),
+        el('span', {class: 'progress-text'}, text));
+      setCell(c[6], 'num' + (b.failed ? ' bad-text' : ''), num(b.failed));
+      setCell(c[7], 'num cancelled-count', num(b.cancelled));
+      setCell(c[8], 'num', rate(b.rate));
+      setCell(c[9], 'num', eta);
+      setCell(c[10], 'muted', b.enqueued_at ? ago(now, b.enqueued_at) : '–');
+      // The buttons are drawn again only when what they offer changes.
+      const live = !b.complete && b.state !== 'cancelled';
+      const key = `${b.state}/${live}`;
+      if (!readOnly && r.key !== key) {
+        r.key = key;
+        r.actions.replaceChildren(...[
+          b.state === 'running' && live ? actionButton('Pause', () => batchAction(r.b, 'pause'), 'pause') : null,
+          b.state === 'paused' ? actionButton('Resume', () => batchAction(r.b, 'resume'), 'resume') : null,
+          live ? actionButton('Cancel…', () => batchAction(r.b, 'cancel'), 'danger cancel') : null,
+        ].filter(Boolean));
+      }
+      return tr;
     });
-    return table(['Batch', 'Kind', 'Progress (succeeded · failed)', '#Failed', '#Items/s', '#ETA', 'Enqueued'], rows, {class: 'batches'});
+    for (const id of batchRows.keys()) {
+      if (!bs.some((b) => b.id === id)) batchRows.delete(id);
+    }
+    replaceIfChanged(batchTable.tBodies[0], rows);
+    return batchTable;
   }
 
   // limits lists what limits a credential: each with its use in its
@@ -343,7 +415,7 @@
       err.hidden = true;
     }
     $('updated').textContent = `updated ${clock(s.at)}`;
-    $('batches').replaceChildren(renderBatches(s));
+    replaceIfChanged($('batches'), [renderBatches(s)]);
     replaceIfChanged($('pool'), renderPool(s));
     $('workers').replaceChildren(renderWorkers(s));
     $('queue').replaceChildren(...renderQueue(s));
