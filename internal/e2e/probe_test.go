@@ -131,9 +131,14 @@ func TestProbeEnablesKeyTheAPIDisabled(t *testing.T) {
 	testutil.WaitForEvery(t, "key-a enabled by a probe", 30*time.Second, 20*time.Millisecond, func() bool {
 		return cred("key-a").State != creds.StateDisabled
 	})
-	if took := time.Since(flipped); took > interval+time.Second {
-		t.Errorf("key-a came back %s after the API took it again; want at most %s", took.Round(time.Millisecond), interval+time.Second)
+	back := time.Since(flipped)
+	if back > interval+time.Second {
+		t.Errorf("key-a came back %s after the API took it again; want at most %s", back.Round(time.Millisecond), interval+time.Second)
 	}
+	recordRow(reliabilityRow{Scenario: "Key safety: a key the API disabled recovers (probe)", Items: 0, Took: back,
+		Passed: back <= interval+time.Second && probes.of(secretB) == 0,
+		Note: fmt.Sprintf("back %s after the API took it again (bound probe_interval %s + 1s); operator-disabled key probed %d times (bound 0)",
+			back.Round(10*time.Millisecond), interval, probes.of(secretB))})
 	c := cred("key-a")
 	wantCause := "probe GET " + srv.URL + "/v1/models answered 200 OK"
 	if c.State != creds.StateAvailable || c.EnabledBy != creds.EnabledByProbe || c.EnabledReason != wantCause || c.EnabledAt.IsZero() {
