@@ -6,46 +6,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/batchview"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
 // Batch is one batch's progress: a row of /api/status's "batches" and
 // the object GET /api/batches/{id} answers (`batch show --json`'s keys).
-type Batch struct {
-	ID   string `json:"id"`
-	Kind string `json:"kind"`
-	// Priority and Weight from the batch's record (the defaults without
-	// one).
-	Priority int `json:"priority"`
-	Weight   int `json:"weight"`
-	// State: "paused" or "cancelled" when an operator made it so, else
-	// "done" once every item has an outcome, else "running".
-	State string `json:"state"`
-	// LastChange: the latest pause, resume or cancel (what, when, by
-	// whom); null when none.
-	LastChange *queue.BatchEvent `json:"last_change"`
-	// Total is the number of distinct items enqueued (the batch's record);
-	// TotalKnown is false for a batch with results but no record (one
-	// enqueued before records existed).
-	Total      int64 `json:"total"`
-	TotalKnown bool  `json:"total_known"`
-	// Done = Succeeded + Failed + Cancelled: items with an outcome, each
-	// counted once by its latest outcome.
-	Done      int64 `json:"done"`
-	Succeeded int64 `json:"succeeded"`
-	Failed    int64 `json:"failed"`
-	Cancelled int64 `json:"cancelled"`
-	// Rate is items done per second: over the last minute while the batch
-	// runs, over its whole run once it is complete.
-	Rate float64 `json:"rate"`
-	// ETASeconds and ETA: when the rest will be done at Rate (null when
-	// complete, unknown or stalled).
-	ETASeconds   *float64   `json:"eta_seconds"`
-	ETA          *time.Time `json:"eta"`
-	Complete     bool       `json:"complete"`
-	EnqueuedAt   *time.Time `json:"enqueued_at"`
-	LastResultAt *time.Time `json:"last_result_at"`
-}
+// It is internal/batchview's, which the CLI shows too.
+type Batch = batchview.Batch
 
 // Rate and listing bounds.
 const (
@@ -226,33 +194,13 @@ func (t *tally) batch(id string, rec queue.BatchInfo, known bool, now time.Time)
 	return b.row(id, rec, known, now), true
 }
 
-// row is the batch's Batch at now; rec is its record when known.
+// row is the batch's Batch at now; rec is its record when known. The row
+// and its state are batchview's; the rate is taken from this tally's
+// samples.
 func (b *batchTally) row(id string, rec queue.BatchInfo, known bool, now time.Time) Batch {
-	row := Batch{ID: id, Kind: b.kind, TotalKnown: known, Succeeded: b.succeeded, Failed: b.failed, Cancelled: b.cancelled,
-		Priority: rec.Prio(), Weight: rec.Wt()}
-	row.Done = row.Succeeded + row.Failed + row.Cancelled
-	row.Total = row.Done
-	if known {
-		row.Kind, row.Total, row.EnqueuedAt = rec.Kind, rec.Total, timePtr(rec.EnqueuedAt)
-	}
-	row.LastResultAt = timePtr(b.last)
-	row.Complete = known && row.Done >= row.Total
-	row.State = queue.BatchRunning
-	switch {
-	case known && rec.Status() != queue.BatchRunning:
-		row.State = rec.Status()
-	case row.Complete:
-		row.State = "done"
-	}
-	if n := len(rec.History); known && n > 0 {
-		row.LastChange = &rec.History[n-1]
-	}
-	row.Rate = b.rate(row, rec, known)
-	if !row.Complete && known && row.Rate > 0 {
-		secs := float64(row.Total-row.Done) / row.Rate
-		eta := now.Add(time.Duration(secs * float64(time.Second))).UTC()
-		row.ETASeconds, row.ETA = &secs, &eta
-	}
+	row := batchview.Row(id, rec, known, batchview.Tally{Succeeded: b.succeeded, Failed: b.failed, Cancelled: b.cancelled,
+		Kind: b.kind, First: b.first, Last: b.last})
+	row.SetRate(b.rate(row, rec, known), now)
 	return row
 }
 
@@ -278,12 +226,4 @@ func (b *batchTally) rate(row Batch, rec queue.BatchInfo, known bool) float64 {
 		return 0
 	}
 	return float64(last.done-first.done) / span.Seconds()
-}
-
-func timePtr(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	t = t.UTC()
-	return &t
 }

@@ -1,0 +1,165 @@
+// Package batchview builds the view of a batch that `producer batch` and
+// the dashboard show: its priority, weight, state and progress, counted
+// from its record and its results. Front ends only format a Batch; the
+// definition of a row and of its state is Row and State, here, so the CLI
+// and the web page cannot disagree.
+//
+// The dashboard keeps its own streaming counts (it follows the results)
+// and builds each row with Row; the CLI reads the record and the results
+// once with Read or List.
+package batchview
+
+import (
+	"time"
+
+	"github.com/keyfleet/keyfleet/internal/queue"
+)
+
+// States of a Batch: the record's (queue.BatchRunning, queue.BatchPaused,
+// queue.BatchCancelled) and StateDone.
+const (
+	StateRunning   = queue.BatchRunning
+	StatePaused    = queue.BatchPaused
+	StateCancelled = queue.BatchCancelled
+	// StateDone: every item has an outcome and the batch was not
+	// cancelled.
+	StateDone = "done"
+)
+
+// Batch is one batch's row: `batch show --json`'s object, an element of
+// `batch list --json`, a row of the dashboard's /api/status "batches" and
+// the object GET /api/batches/{id} answers. Keys may be added, never
+// removed.
+type Batch struct {
+	ID   string `json:"id"`
+	Kind string `json:"kind"`
+	// Priority and Weight from the batch's record (the defaults without
+	// one).
+	Priority int `json:"priority"`
+	Weight   int `json:"weight"`
+	// State (see State): cancelled, done, paused or running.
+	State string `json:"state"`
+	// LastChange: the latest pause, resume or cancel (what, when, by
+	// whom); null when none.
+	LastChange *queue.BatchEvent `json:"last_change"`
+	// Total is the number of distinct items enqueued (the batch's record);
+	// TotalKnown is false for a batch with results but no record (one
+	// enqueued before records existed): Total is then Done.
+	Total      int64 `json:"total"`
+	TotalKnown bool  `json:"total_known"`
+	// Done = Succeeded + Failed + Cancelled: items with an outcome, each
+	// counted once by its latest outcome.
+	Done      int64 `json:"done"`
+	Succeeded int64 `json:"succeeded"`
+	Failed    int64 `json:"failed"`
+	Cancelled int64 `json:"cancelled"`
+	// Rate is items done per second: lately while the batch runs, over its
+	// whole run once it is complete (0: unknown).
+	Rate float64 `json:"rate"`
+	// ETASeconds and ETA: when the rest will be done at Rate (null when
+	// complete, unknown or stalled).
+	ETASeconds *float64   `json:"eta_seconds"`
+	ETA        *time.Time `json:"eta"`
+	// Complete: every item enqueued has an outcome (the batch may have been
+	// cancelled all the same: see State).
+	Complete     bool       `json:"complete"`
+	EnqueuedAt   *time.Time `json:"enqueued_at"`
+	LastResultAt *time.Time `json:"last_result_at"`
+	// History lists the operators' changes of state (pause, resume,
+	// cancel): when, what, by whom (user@host); [] when none.
+	History []queue.BatchEvent `json:"history"`
+}
+
+// Tally is what a batch's results say: its items counted once each by
+// their latest outcome.
+type Tally struct {
+	Succeeded, Failed, Cancelled int64
+	// Kind of the results (for a batch without a record).
+	Kind string
+	// First and Last are the earliest and latest finish times seen.
+	First, Last time.Time
+}
+
+// Done is the number of items with an outcome.
+func (t Tally) Done() int64 { return t.Succeeded + t.Failed + t.Cancelled }
+
+// Add counts one more item whose latest outcome is outcome, finished at
+// at (zero: unknown).
+func (t *Tally) Add(outcome string, at time.Time) {
+	switch outcome {
+	case queue.OutcomeSucceeded:
+		t.Succeeded++
+	case queue.OutcomeCancelled:
+		t.Cancelled++
+	default:
+		t.Failed++
+	}
+	if at.IsZero() {
+		return
+	}
+	if t.First.IsZero() || at.Before(t.First) {
+		t.First = at
+	}
+	if at.After(t.Last) {
+		t.Last = at
+	}
+}
+
+// State is a batch's state as shown, from its record (known: it has one)
+// and its results: "cancelled" when an operator cancelled it; else "done"
+// once every item enqueued has an outcome; else "paused" when an operator
+// paused it; else "running". A batch without a record is "running".
+func State(rec queue.BatchInfo, known bool, t Tally) string {
+	switch {
+	case !known:
+		return StateRunning
+	case rec.Status() == queue.BatchCancelled:
+		return StateCancelled
+	case t.Done() >= rec.Total:
+		return StateDone
+	case rec.Status() == queue.BatchPaused:
+		return StatePaused
+	}
+	return StateRunning
+}
+
+// Row is batch id's row from its record (known: it has one) and the tally
+// of its results. Rate and ETA are the caller's (SetRate): how a rate is
+// taken depends on whether it follows the results or reads them once.
+func Row(id string, rec queue.BatchInfo, known bool, t Tally) Batch {
+	row := Batch{ID: id, Kind: t.Kind, TotalKnown: known, Succeeded: t.Succeeded, Failed: t.Failed, Cancelled: t.Cancelled,
+		Priority: rec.Prio(), Weight: rec.Wt(), History: []queue.BatchEvent{}}
+	row.Done = t.Done()
+	row.Total = row.Done
+	if known {
+		row.Kind, row.Total, row.EnqueuedAt = rec.Kind, rec.Total, timePtr(rec.EnqueuedAt)
+		if n := len(rec.History); n > 0 {
+			row.History = rec.History
+			row.LastChange = &rec.History[n-1]
+		}
+	}
+	row.LastResultAt = timePtr(t.Last)
+	row.Complete = known && row.Done >= row.Total
+	row.State = State(rec, known, t)
+	return row
+}
+
+// SetRate sets the row's Rate and, while items are left, its ETA at now.
+func (b *Batch) SetRate(rate float64, now time.Time) {
+	b.Rate = rate
+	b.ETASeconds, b.ETA = nil, nil
+	if b.Complete || !b.TotalKnown || rate <= 0 || b.State == StateCancelled {
+		return
+	}
+	secs := float64(b.Total-b.Done) / rate
+	eta := now.Add(time.Duration(secs * float64(time.Second))).UTC()
+	b.ETASeconds, b.ETA = &secs, &eta
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}

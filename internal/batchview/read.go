@@ -1,0 +1,214 @@
+package batchview
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/keyfleet/keyfleet/internal/queue"
+)
+
+// Rate of a batch read once: the items finished within rateWindow before
+// the reading, over that window (or over the time since its first result,
+// when shorter, if at least minRateSpan).
+const (
+	rateWindow  = time.Minute
+	minRateSpan = 2 * time.Second
+)
+
+// ErrNoBatch: the batch has neither a record nor results.
+var ErrNoBatch = queue.ErrNoBatch
+
+// Read returns batch id's row, read now: its results, then its record
+// (so that an item enqueued meanwhile is in the total rather than done
+// beyond it). It fails with ErrNoBatch when the batch has neither a
+// record nor results.
+func Read(ctx context.Context, q *queue.Queue, id string) (Batch, error) {
+	now := time.Now()
+	c := newCounter(now)
+	if err := q.ReadResults(ctx, id, c.add); err != nil {
+		return Batch{}, fmt.Errorf("reading the results of batch %q: %w", id, err)
+	}
+	rec, err := q.Batch(ctx, id)
+	known := err == nil
+	if err != nil && !errors.Is(err, queue.ErrNoBatch) {
+		return Batch{}, err
+	}
+	bc := c.batches[id]
+	if !known && bc == nil {
+		return Batch{}, fmt.Errorf("%w: %q (never enqueued, or its record and results are gone)", ErrNoBatch, id)
+	}
+	return c.row(id, rec, known, now), nil
+}
+
+// List returns the row of every batch, read now: those with a record,
+// newest first, then those with results only, the most recently finished
+// first.
+func List(ctx context.Context, q *queue.Queue) ([]Batch, error) {
+	now := time.Now()
+	c := newCounter(now)
+	if err := q.ReadResults(ctx, "", c.add); err != nil {
+		return nil, fmt.Errorf("reading the results: %w", err)
+	}
+	recs, err := q.Batches(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Batch, 0, max(len(recs), len(c.batches)))
+	seen := make(map[string]bool, len(recs))
+	for _, rec := range recs {
+		seen[rec.ID] = true
+		out = append(out, c.row(rec.ID, rec, true, now))
+	}
+	var rest []Batch
+	for id := range c.batches {
+		if !seen[id] {
+			rest = append(rest, c.row(id, queue.BatchInfo{}, false, now))
+		}
+	}
+	sort.Slice(rest, func(i, j int) bool {
+		a, b := rest[i].LastResultAt, rest[j].LastResultAt
+		if a != nil && b != nil && !a.Equal(*b) {
+			return a.After(*b)
+		}
+		return rest[i].ID < rest[j].ID
+	})
+	return append(out, rest...), nil
+}
+
+// counter counts the results of one reading of the results stream. The
+// reading gives the latest result of every item, but a result stored
+// while it reads (an item's new outcome) comes too: each item is counted
+// once, by the last result read. An item is kept as one 64-bit word (a
+// 61-bit hash of its ID and 3 bits of outcome), 8 bytes a result.
+type counter struct {
+	seed    maphash.Seed
+	now     time.Time
+	batches map[string]*batchCount
+}
+
+type batchCount struct {
+	words       []uint64
+	kind        string
+	first, last time.Time
+}
+
+// The low 3 bits of a word.
+const (
+	wordOK        = 1
+	wordFailed    = 2
+	wordCancelled = 3
+	wordOutcome   = 3
+	wordRecent    = 4 // finished within rateWindow before the reading
+	wordBits      = 3
+)
+
+func newCounter(now time.Time) *counter {
+	return &counter{seed: maphash.MakeSeed(), now: now, batches: map[string]*batchCount{}}
+}
+
+func (c *counter) add(r queue.Result) error {
+	b := c.batches[r.Batch]
+	if b == nil {
+		b = &batchCount{kind: r.Kind}
+		c.batches[r.Batch] = b
+	}
+	w := maphash.String(c.seed, r.Item) << wordBits
+	switch r.Outcome {
+	case queue.OutcomeSucceeded:
+		w |= wordOK
+	case queue.OutcomeCancelled:
+		w |= wordCancelled
+	default:
+		w |= wordFailed
+	}
+	if f := r.FinishedAt; !f.IsZero() {
+		if !f.Before(c.now.Add(-rateWindow)) {
+			w |= wordRecent
+		}
+		if b.first.IsZero() || f.Before(b.first) {
+			b.first = f
+		}
+		if f.After(b.last) {
+			b.last = f
+		}
+	}
+	b.words = append(b.words, w)
+	return nil
+}
+
+// tally counts batch id's items by their last result read, and those
+// finished lately.
+func (c *counter) tally(id string) (t Tally, recent int64) {
+	b := c.batches[id]
+	if b == nil {
+		return Tally{}, 0
+	}
+	// A stable sort by hash keeps the reading's order among one item's
+	// results: the last of a run of equal hashes is the latest.
+	slices.SortStableFunc(b.words, func(x, y uint64) int {
+		switch x, y = x>>wordBits, y>>wordBits; {
+		case x < y:
+			return -1
+		case x > y:
+			return 1
+		}
+		return 0
+	})
+	for i, w := range b.words {
+		if i+1 < len(b.words) && b.words[i+1]>>wordBits == w>>wordBits {
+			continue
+		}
+		switch w & wordOutcome {
+		case wordOK:
+			t.Succeeded++
+		case wordCancelled:
+			t.Cancelled++
+		default:
+			t.Failed++
+		}
+		if w&wordRecent != 0 {
+			recent++
+		}
+	}
+	t.Kind, t.First, t.Last = b.kind, b.first, b.last
+	return t, recent
+}
+
+// row is batch id's row with its rate at now: over its whole run once it
+// is complete, else the items finished lately.
+func (c *counter) row(id string, rec queue.BatchInfo, known bool, now time.Time) Batch {
+	t, recent := c.tally(id)
+	row := Row(id, rec, known, t)
+	row.SetRate(rateOnce(row, rec, known, t, recent, now), now)
+	return row
+}
+
+// rateOnce is a rate read once: items/s over the whole run once the batch
+// is complete (from its enqueue or first result to its last result), else
+// the items finished within rateWindow before now over that window (or
+// since the first result, when that is shorter but at least minRateSpan).
+func rateOnce(row Batch, rec queue.BatchInfo, known bool, t Tally, recent int64, now time.Time) float64 {
+	if row.Complete {
+		from := t.First
+		if known && !rec.EnqueuedAt.IsZero() && (from.IsZero() || rec.EnqueuedAt.Before(from)) {
+			from = rec.EnqueuedAt
+		}
+		if span := t.Last.Sub(from).Seconds(); span > 0 {
+			return float64(row.Done) / span
+		}
+		return 0
+	}
+	if t.First.IsZero() || recent == 0 {
+		return 0
+	}
+	span := min(rateWindow, now.Sub(t.First))
+	if span < minRateSpan {
+		return 0
+	}
+	return float64(recent) / span.Seconds()
+}
