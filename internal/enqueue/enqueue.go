@@ -49,6 +49,12 @@ const (
 	// recordTimeout bounds the reading and the writing of the batch
 	// record.
 	recordTimeout = 15 * time.Second
+	// cancelCheckEvery spaces the readings of the batch's record while a
+	// long input is published: a cancel seen stops the publishing.
+	cancelCheckEvery = time.Second
+	// drainTimeout bounds recording as cancelled what an enqueue that
+	// raced a cancel published (the workers' sweeper does the rest).
+	drainTimeout = 30 * time.Second
 )
 
 // Source is the input.
@@ -107,6 +113,10 @@ type Request struct {
 	ProgressEvery time.Duration
 	// TempDir is where a Reader is copied ("": os.TempDir()).
 	TempDir string
+	// By names who enqueues (user@host), for the results of items it
+	// records as cancelled when the batch is cancelled while it publishes
+	// (default "enqueue").
+	By string
 }
 
 // Phases of a Progress.
@@ -265,26 +275,66 @@ func Run(ctx context.Context, q *queue.Queue, req Request) (Report, error) {
 		return rep, eachItem(in, req, c, func(it jsonl.Item) error { return req.List(it.ID) })
 	}
 
-	rec, err := admit(ctx, q, rep.Batch)
+	rec, err := admit(ctx, q, rep)
 	if err != nil {
 		return rep, err
 	}
 	if rec.ID != "" {
 		rep.Priority, rep.Weight = cmp.Or(req.Priority, rec.Prio()), cmp.Or(req.Weight, rec.Wt())
 	}
-	if err := publish(ctx, q, in, req, c, &rep); err != nil {
+	err = publish(ctx, q, in, req, c, &rep)
+	if err != nil && !errors.Is(err, errCancelled) {
 		return rep, err
 	}
+	raced := err != nil
+	var now queue.BatchInfo
+	recorded := false
 	if rep.New > 0 || rep.Priority != rec.Prio() || rep.Weight != rec.Wt() || rec.ID == "" {
-		rep.RecordErr = record(ctx, q, req, rep)
+		// The record's total counts the new items even when the batch was
+		// cancelled meanwhile: they are cancelled with the rest. The record
+		// as written says whether it is cancelled now.
+		now, rep.RecordErr = record(ctx, q, req, rep)
+		recorded = rep.RecordErr == nil
+	}
+	if !raced && !recorded {
+		now = reread(ctx, q, rep.Batch)
+	}
+	if raced || now.Status() == queue.BatchCancelled {
+		return rep, cancelledMeanwhile(ctx, q, req, rep)
 	}
 	return rep, nil
 }
 
+// errCancelled stops a publishing when the batch's record says it is
+// cancelled.
+var errCancelled = errors.New("enqueue: the batch was cancelled while publishing")
+
+// reread reads the batch's record again after publishing (zero when it
+// cannot be read: a cancel that this misses drains what was published
+// itself, and the workers' sweeper drains what comes back later).
+func reread(ctx context.Context, q *queue.Queue, batch string) queue.BatchInfo {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	rec, _ := q.Batch(rctx, batch)
+	return rec
+}
+
+// cancelledMeanwhile is the end of an enqueue that raced a cancel: what
+// it published is recorded as cancelled (those messages the cancel's own
+// drain did not take) and the error says exactly what was published.
+func cancelledMeanwhile(ctx context.Context, q *queue.Queue, req Request, rep Report) error {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainTimeout)
+	defer cancel()
+	drained, _, err := q.DrainCancelled(dctx, rep.Batch, cmp.Or(req.By, "enqueue"))
+	return &CancelledError{Report: rep, Raced: true, Drained: drained, DrainErr: err}
+}
+
 // admit is where the batch's state is checked before anything of the
-// input is published: a refusal here leaves the queue untouched. It
-// returns the batch's record (zero when the batch is new).
-func admit(ctx context.Context, q *queue.Queue, batch string) (queue.BatchInfo, error) {
+// input is published: a refusal here leaves the queue untouched (a
+// cancelled batch takes no new items: a *CancelledError). It returns the
+// batch's record (zero when the batch is new).
+func admit(ctx context.Context, q *queue.Queue, rep Report) (queue.BatchInfo, error) {
+	batch := rep.Batch
 	rctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	defer cancel()
 	rec, err := q.Batch(rctx, batch)
@@ -295,18 +345,20 @@ func admit(ctx context.Context, q *queue.Queue, batch string) (queue.BatchInfo, 
 		return rec, classify(ErrInterrupted, "reading batch %s's record: nothing was enqueued", batch)
 	case err != nil:
 		return rec, classify(ErrUnreachable, "reading batch %s's record (nothing was enqueued): %w", batch, err)
+	case rec.Status() == queue.BatchCancelled:
+		return rec, &CancelledError{Report: rep}
 	}
 	return rec, nil
 }
 
 // record adds the items the server stored as new to the batch's record,
-// with its priority and weight; duplicates add nothing. Its failure is a
-// warning: the items are enqueued all the same.
-func record(ctx context.Context, q *queue.Queue, req Request, rep Report) error {
+// with its priority and weight; duplicates add nothing. It returns the
+// record as written. Its failure is a warning: the items are enqueued all
+// the same.
+func record(ctx context.Context, q *queue.Queue, req Request, rep Report) (queue.BatchInfo, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	_, err := q.AddToBatch(rctx, rep.Batch, rep.Kind, rep.New, queue.WithPriority(req.Priority), queue.WithWeight(req.Weight))
-	return err
+	return q.AddToBatch(rctx, rep.Batch, rep.Kind, rep.New, queue.WithPriority(req.Priority), queue.WithWeight(req.Weight))
 }
 
 // fitsSlack bounds the message headers of an item with a short ID,
@@ -475,10 +527,17 @@ func publish(ctx context.Context, q *queue.Queue, in *input, req Request, c chec
 	// the count of confirmed items is exact.
 	pctx := context.WithoutCancel(ctx)
 	sent := 0
-	lastNote := time.Now()
+	lastNote, lastCheck := time.Now(), time.Now()
 	passErr := eachItem(in, req, c, func(it jsonl.Item) error {
 		if ctx.Err() != nil {
 			return errStop
+		}
+		if sent&0xff == 0 && time.Since(lastCheck) >= cancelCheckEvery {
+			// A long input: is the batch cancelled meanwhile?
+			lastCheck = time.Now()
+			if reread(ctx, q, rep.Batch).Status() == queue.BatchCancelled {
+				return errCancelled
+			}
 		}
 		if err := pub.Add(pctx, item(rep.Batch, rep.Kind, it)); err != nil {
 			return err
@@ -495,6 +554,9 @@ func publish(ctx context.Context, q *queue.Queue, in *input, req Request, c chec
 	rep.New, rep.Duplicates, rep.Unconfirmed, rep.NotSent = pr.Published, pr.Duplicates, pr.Unconfirmed, c.items-sent
 	if passErr == nil && flushErr == nil && pr.Published+pr.Duplicates == c.items {
 		return nil
+	}
+	if errors.Is(passErr, errCancelled) && flushErr == nil {
+		return errCancelled // the report says what was published
 	}
 	// Part-way: the error says exactly what the server confirmed.
 	perr := &PublishError{Report: *rep}

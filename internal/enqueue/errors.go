@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/keyfleet/keyfleet/internal/jsonl"
+	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
 // The kinds of failure; every error Run returns is one of them (test with
@@ -26,7 +27,53 @@ var (
 	// ErrInterrupted: the context ended; a *PublishError says what was
 	// published before. CLI exit 130.
 	ErrInterrupted = errors.New("enqueue: interrupted")
+	// ErrCancelled: the batch is cancelled and takes no new items (a
+	// *CancelledError). Nothing was enqueued, unless the batch was
+	// cancelled while the enqueue published: the error then says what
+	// was published (those items are cancelled with the rest of the
+	// batch). CLI exit 2, HTTP 409.
+	ErrCancelled = errors.New("enqueue: the batch is cancelled")
 )
+
+// CancelledError is an enqueue into a cancelled batch (ErrCancelled; it
+// is also a queue.ErrBatchCancelled).
+type CancelledError struct {
+	// Report says what was published before the cancel was seen: nothing
+	// when Raced is false.
+	Report Report
+	// Raced: the batch was cancelled while the enqueue published. What
+	// was published is cancelled with the rest of the batch: Drained of
+	// its items were recorded cancelled by this enqueue; the others by
+	// the cancel or the workers, or they had run already.
+	Raced   bool
+	Drained int
+	// DrainErr: recording the published items as cancelled failed here
+	// (the workers' sweeper does it within seconds).
+	DrainErr error
+}
+
+func (e *CancelledError) Error() string {
+	r := e.Report
+	if !e.Raced {
+		return fmt.Sprintf("batch %s is cancelled: it takes no new items; nothing was enqueued (enqueue into another batch ID)", r.Batch)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "batch %s was cancelled while this enqueue published: %d of its %d items were published (%d new, %d duplicates) "+
+		"and are cancelled with the rest of the batch, %d of them recorded cancelled by this enqueue",
+		r.Batch, r.New+r.Duplicates, r.Items, r.New, r.Duplicates, e.Drained)
+	if e.DrainErr != nil {
+		fmt.Fprintf(&b, " (recording the rest failed here: %v; the workers record them within seconds)", e.DrainErr)
+	}
+	if r.Unconfirmed > 0 {
+		fmt.Fprintf(&b, "; %d were sent without a confirmation (cancelled too if the server stored them)", r.Unconfirmed)
+	}
+	if r.NotSent > 0 {
+		fmt.Fprintf(&b, "; %d were not published", r.NotSent)
+	}
+	return b.String()
+}
+
+func (e *CancelledError) Unwrap() []error { return []error{ErrCancelled, queue.ErrBatchCancelled} }
 
 // RequestError is an ErrInvalid: Field of the Request ("kind", "batch",
 // "id_field", "priority", "weight") is wrong.
