@@ -8,6 +8,7 @@ package deploy_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +29,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/keyfleet/keyfleet/internal/config"
+	"github.com/keyfleet/keyfleet/internal/dashboard"
+	"github.com/keyfleet/keyfleet/internal/status"
 )
 
 // root is the repository root, seen from this package's directory.
@@ -845,7 +848,11 @@ type k8sScaledObject struct {
 		} `yaml:"scaleTargetRef"`
 		MinReplicaCount *int `yaml:"minReplicaCount"`
 		MaxReplicaCount *int `yaml:"maxReplicaCount"`
-		Triggers        []struct {
+		Fallback        *struct {
+			FailureThreshold int `yaml:"failureThreshold"`
+			Replicas         int `yaml:"replicas"`
+		} `yaml:"fallback"`
+		Triggers []struct {
 			Type     string         `yaml:"type"`
 			Metadata map[string]any `yaml:"metadata"`
 		} `yaml:"triggers"`
@@ -855,12 +862,42 @@ type k8sScaledObject struct {
 type k8sService struct {
 	Spec struct {
 		Selector map[string]string `yaml:"selector"`
-		Ports    []struct {
-			Name       string `yaml:"name"`
-			Port       int    `yaml:"port"`
-			TargetPort any    `yaml:"targetPort"`
-		} `yaml:"ports"`
+		Ports    []k8sServicePort  `yaml:"ports"`
 	} `yaml:"spec"`
+}
+
+type k8sServicePort struct {
+	Name       string `yaml:"name"`
+	Port       int    `yaml:"port"`
+	TargetPort any    `yaml:"targetPort"`
+}
+
+type k8sNetworkPolicy struct {
+	Spec struct {
+		PodSelector struct {
+			MatchLabels map[string]string `yaml:"matchLabels"`
+		} `yaml:"podSelector"`
+		PolicyTypes []string         `yaml:"policyTypes"`
+		Ingress     []k8sIngressRule `yaml:"ingress"`
+	} `yaml:"spec"`
+}
+
+type k8sIngressRule struct {
+	From  []k8sPolicyPeer `yaml:"from"`
+	Ports []k8sPolicyPort `yaml:"ports"`
+}
+
+type k8sPolicyPeer struct {
+	NamespaceSelector *struct {
+		MatchLabels map[string]string `yaml:"matchLabels"`
+	} `yaml:"namespaceSelector"`
+	PodSelector *struct {
+		MatchLabels map[string]string `yaml:"matchLabels"`
+	} `yaml:"podSelector"`
+}
+
+type k8sPolicyPort struct {
+	Port any `yaml:"port"`
 }
 
 // loadK8s parses every document of deploy/kubernetes/*.yaml.
@@ -931,55 +968,103 @@ type k8sFixture struct {
 	secret     k8sSecret
 	cfg        *config.Config
 	configPath string
+	configKey  string // the ConfigMap key the workers read
+
+	worker workload // deployObj, deploy and container together
+	// The dashboard (producer dashboard), which the ScaledObject reads.
+	dash          workload
+	dashCfg       *config.Config
+	dashConfigKey string
+}
+
+// workload is a Deployment and its one container.
+type workload struct {
+	obj       k8sObject
+	deploy    k8sDeployment
+	container k8sContainer
 }
 
 func loadK8sFixture(t *testing.T) k8sFixture {
 	t.Helper()
 	var f k8sFixture
 	f.objs = loadK8s(t)
-	f.deployObj = only(t, f.objs, "Deployment", &f.deploy)
+	worker := deploymentRunning(t, f.objs, "worker")
+	f.worker, f.deployObj, f.deploy, f.container = worker, worker.obj, worker.deploy, worker.container
+	f.dash = deploymentRunning(t, f.objs, "producer", "dashboard")
 	f.secretObj = only(t, f.objs, "Secret", &f.secret)
 	var cm k8sConfigMap
 	cmObj := only(t, f.objs, "ConfigMap", &cm)
 
-	cs := f.deploy.Spec.Template.Spec.Containers
-	if len(cs) != 1 {
-		t.Fatalf("%s: %d containers, want 1 (the worker)", f.deployObj.file, len(cs))
-	}
-	f.container = cs[0]
+	f.cfg, f.configPath, f.configKey = containerConfig(t, worker, cmObj, cm)
+	f.dashCfg, _, f.dashConfigKey = containerConfig(t, f.dash, cmObj, cm)
+	return f
+}
 
-	// Where the worker reads its config, and which ConfigMap key that is.
-	argv := append(slices.Clone(f.container.Command), f.container.Args...)
-	f.configPath = flagValue(argv, "--config")
-	if f.configPath == "" {
-		t.Fatalf("%s: the worker's args %q have no --config", f.deployObj.file, argv)
+// deploymentRunning returns the one Deployment whose container's args
+// start with prog (the image's entrypoint is tini, so args name the
+// program). Every Deployment has one container.
+func deploymentRunning(t *testing.T, objs []k8sObject, prog ...string) workload {
+	t.Helper()
+	var found []workload
+	for _, o := range objs {
+		if o.Kind != "Deployment" {
+			continue
+		}
+		var d k8sDeployment
+		if err := o.node.Decode(&d); err != nil {
+			t.Fatalf("%s: %v", o.file, err)
+		}
+		cs := d.Spec.Template.Spec.Containers
+		if len(cs) != 1 {
+			t.Fatalf("%s: Deployment %s has %d containers, want 1", o.file, o.Metadata.Name, len(cs))
+		}
+		if len(cs[0].Args) >= len(prog) && slices.Equal(cs[0].Args[:len(prog)], prog) {
+			found = append(found, workload{obj: o, deploy: d, container: cs[0]})
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("deploy/kubernetes: %d Deployments run %q, want 1", len(found), strings.Join(prog, " "))
+	}
+	return found[0]
+}
+
+// containerConfig loads the config a container reads, exactly as it
+// would: the ConfigMap key mounted at its --config path, with its
+// environment. It returns the config, the path and the key.
+func containerConfig(t *testing.T, w workload, cmObj k8sObject, cm k8sConfigMap) (*config.Config, string, string) {
+	t.Helper()
+	c := w.container
+	argv := append(slices.Clone(c.Command), c.Args...)
+	configPath := flagValue(argv, "--config")
+	if configPath == "" {
+		t.Fatalf("%s: the args %q have no --config", w.obj.file, argv)
 	}
 	var key string
-	for _, m := range f.container.VolumeMounts {
-		v := volumeByName(f.deploy, m.Name)
+	for _, m := range c.VolumeMounts {
+		v := volumeByName(w.deploy, m.Name)
 		if v == nil || v.ConfigMap == nil || v.ConfigMap.Name != cmObj.Metadata.Name {
 			continue
 		}
 		switch {
-		case m.SubPath != "" && m.MountPath == f.configPath:
+		case m.SubPath != "" && m.MountPath == configPath:
 			key = m.SubPath
-		case m.SubPath == "" && path.Dir(f.configPath) == path.Clean(m.MountPath):
-			key = path.Base(f.configPath)
+		case m.SubPath == "" && path.Dir(configPath) == path.Clean(m.MountPath):
+			key = path.Base(configPath)
 		}
 	}
 	if key == "" {
-		t.Fatalf("%s: --config %s is not a file of the ConfigMap %s mounted in the container", f.deployObj.file, f.configPath, cmObj.Metadata.Name)
+		t.Fatalf("%s: --config %s is not a file of the ConfigMap %s mounted in the container", w.obj.file, configPath, cmObj.Metadata.Name)
 	}
 	text, ok := cm.Data[key]
 	if !ok {
-		t.Fatalf("%s: the ConfigMap %s has no key %q (the worker's --config %s)", cmObj.file, cmObj.Metadata.Name, key, f.configPath)
+		t.Fatalf("%s: the ConfigMap %s has no key %q (%s's --config %s)", cmObj.file, cmObj.Metadata.Name, key, w.obj.Metadata.Name, configPath)
 	}
 	file := filepath.Join(t.TempDir(), key)
 	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	env := map[string]string{}
-	for _, e := range f.container.Env {
+	for _, e := range c.Env {
 		if e.Value != nil {
 			env[e.Name] = *e.Value
 		}
@@ -993,8 +1078,7 @@ func loadK8sFixture(t *testing.T) k8sFixture {
 	if err != nil {
 		t.Fatalf("%s: the ConfigMap's %s does not load: %v", cmObj.file, key, err)
 	}
-	f.cfg = cfg
-	return f
+	return cfg, configPath, key
 }
 
 func volumeByName(d k8sDeployment, name string) *k8sVolume {
@@ -1083,7 +1167,8 @@ func TestKubernetesManifests(t *testing.T) {
 				t.Errorf("deployment: %s port %v, want metrics (%s)", p.name, p.probe.HTTPGet.Port, port)
 			}
 		}
-		// The metrics Service, if any, selects the workers and targets the port.
+		// Each Service selects the pods of exactly one Deployment (the
+		// workers' metrics, the dashboard) and targets a port of it.
 		for _, o := range f.objs {
 			if o.Kind != "Service" {
 				continue
@@ -1092,14 +1177,27 @@ func TestKubernetesManifests(t *testing.T) {
 			if err := o.node.Decode(&s); err != nil {
 				t.Fatal(err)
 			}
-			for k, v := range s.Spec.Selector {
-				if f.deploy.Spec.Template.Metadata.Labels[k] != v {
-					t.Errorf("%s: selector %s=%s matches no worker pod", o.file, k, v)
+			var selected []workload
+			for _, w := range []workload{f.worker, f.dash} {
+				if len(s.Spec.Selector) > 0 && labelsMatch(s.Spec.Selector, w.deploy.Spec.Template.Metadata.Labels) {
+					selected = append(selected, w)
 				}
 			}
+			if len(selected) != 1 {
+				t.Errorf("%s: Service %s selects the pods of %d Deployments (selector %v), want exactly one", o.file, o.Metadata.Name, len(selected), s.Spec.Selector)
+				continue
+			}
+			w := selected[0]
 			for _, p := range s.Spec.Ports {
-				if tp := fmt.Sprint(p.TargetPort); tp != "metrics" && tp != port {
-					t.Errorf("%s: targetPort %v, want metrics", o.file, p.TargetPort)
+				if _, ok := containerPort(w.container, p.TargetPort); !ok {
+					t.Errorf("%s: Service %s targetPort %v is no port of %s's container", o.file, o.Metadata.Name, p.TargetPort, w.obj.Metadata.Name)
+				}
+			}
+			if w.obj.Metadata.Name == f.deployObj.Metadata.Name {
+				for _, p := range s.Spec.Ports {
+					if tp := fmt.Sprint(p.TargetPort); tp != "metrics" && tp != port {
+						t.Errorf("%s: targetPort %v, want metrics", o.file, p.TargetPort)
+					}
 				}
 			}
 		}
@@ -1117,34 +1215,8 @@ func TestKubernetesManifests(t *testing.T) {
 	})
 
 	t.Run("resources and security", func(t *testing.T) {
-		c := f.container
-		for _, r := range []string{"cpu", "memory"} {
-			if c.Resources.Requests[r] == "" {
-				t.Errorf("deployment: no resources.requests.%s", r)
-			}
-		}
-		if c.Resources.Limits["memory"] == "" {
-			t.Errorf("deployment: no resources.limits.memory")
-		}
-		pod := f.deploy.Spec.Template.Spec.SecurityContext
-		csc := c.SecurityContext
-		nonRoot := (pod != nil && pod.RunAsNonRoot != nil && *pod.RunAsNonRoot) || (csc != nil && csc.RunAsNonRoot != nil && *csc.RunAsNonRoot)
-		if !nonRoot {
-			t.Errorf("deployment: want securityContext.runAsNonRoot: true")
-		}
-		if csc == nil || csc.ReadOnlyRootFilesystem == nil || !*csc.ReadOnlyRootFilesystem {
-			t.Errorf("deployment: want the container's securityContext.readOnlyRootFilesystem: true")
-		}
-		if csc == nil || csc.AllowPrivilegeEscalation == nil || *csc.AllowPrivilegeEscalation {
-			t.Errorf("deployment: want the container's securityContext.allowPrivilegeEscalation: false")
-		}
-		// The image's USER is the uid the pod runs as.
-		if uid, ok := dockerfileUID(t); ok {
-			for _, sc := range []*k8sSecurityContext{pod, csc} {
-				if sc != nil && sc.RunAsUser != nil && *sc.RunAsUser != uid {
-					t.Errorf("deployment: runAsUser %d, the Dockerfile's USER is %d", *sc.RunAsUser, uid)
-				}
-			}
+		for _, w := range []workload{f.worker, f.dash} {
+			checkPodHardened(t, w)
 		}
 	})
 
@@ -1217,6 +1289,64 @@ func TestKubernetesManifests(t *testing.T) {
 	})
 }
 
+// checkPodHardened checks a Deployment's resources and security context:
+// requests and a memory limit, non-root as the image's USER, a read-only
+// root filesystem, no privilege escalation.
+func checkPodHardened(t *testing.T, w workload) {
+	t.Helper()
+	c, name := w.container, w.obj.Metadata.Name
+	for _, r := range []string{"cpu", "memory"} {
+		if c.Resources.Requests[r] == "" {
+			t.Errorf("deployment %s: no resources.requests.%s", name, r)
+		}
+	}
+	if c.Resources.Limits["memory"] == "" {
+		t.Errorf("deployment %s: no resources.limits.memory", name)
+	}
+	pod := w.deploy.Spec.Template.Spec.SecurityContext
+	csc := c.SecurityContext
+	nonRoot := (pod != nil && pod.RunAsNonRoot != nil && *pod.RunAsNonRoot) || (csc != nil && csc.RunAsNonRoot != nil && *csc.RunAsNonRoot)
+	if !nonRoot {
+		t.Errorf("deployment %s: want securityContext.runAsNonRoot: true", name)
+	}
+	if csc == nil || csc.ReadOnlyRootFilesystem == nil || !*csc.ReadOnlyRootFilesystem {
+		t.Errorf("deployment %s: want the container's securityContext.readOnlyRootFilesystem: true", name)
+	}
+	if csc == nil || csc.AllowPrivilegeEscalation == nil || *csc.AllowPrivilegeEscalation {
+		t.Errorf("deployment %s: want the container's securityContext.allowPrivilegeEscalation: false", name)
+	}
+	// The image's USER is the uid the pod runs as.
+	if uid, ok := dockerfileUID(t); ok {
+		for _, sc := range []*k8sSecurityContext{pod, csc} {
+			if sc != nil && sc.RunAsUser != nil && *sc.RunAsUser != uid {
+				t.Errorf("deployment %s: runAsUser %d, the Dockerfile's USER is %d", name, *sc.RunAsUser, uid)
+			}
+		}
+	}
+}
+
+// labelsMatch reports whether every label of sel is one of labels.
+func labelsMatch(sel, labels map[string]string) bool {
+	for k, v := range sel {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// containerPort resolves a port given by name or number to one of the
+// container's ports.
+func containerPort(c k8sContainer, ref any) (k8sPort, bool) {
+	s := fmt.Sprint(ref)
+	for _, p := range c.Ports {
+		if p.Name == s || strconv.Itoa(p.ContainerPort) == s {
+			return p, true
+		}
+	}
+	return k8sPort{}, false
+}
+
 // secretFileMounted reports whether file is a key of the Secret, mounted as
 // a file at that path.
 func secretFileMounted(f k8sFixture, file, secretName string, keys map[string]bool) bool {
@@ -1268,8 +1398,20 @@ func TestKEDAScaledObject(t *testing.T) {
 	} else if *so.Spec.MinReplicaCount < 0 || *so.Spec.MaxReplicaCount < 1 || *so.Spec.MinReplicaCount > *so.Spec.MaxReplicaCount {
 		t.Errorf("%s: minReplicaCount %d, maxReplicaCount %d", o.file, *so.Spec.MinReplicaCount, *so.Spec.MaxReplicaCount)
 	}
-	if len(so.Spec.Triggers) != 1 || so.Spec.Triggers[0].Type != "nats-jetstream" {
-		t.Fatalf("%s: want one trigger of type nats-jetstream", o.file)
+	if fb := so.Spec.Fallback; fb != nil && so.Spec.MinReplicaCount != nil && so.Spec.MaxReplicaCount != nil {
+		if fb.FailureThreshold < 1 || fb.Replicas < max(*so.Spec.MinReplicaCount, 1) || fb.Replicas > *so.Spec.MaxReplicaCount {
+			t.Errorf("%s: fallback failureThreshold %d replicas %d, want >= 1 and at least one worker, at most maxReplicaCount", o.file, fb.FailureThreshold, fb.Replicas)
+		}
+	}
+	if len(so.Spec.Triggers) != 1 {
+		t.Fatalf("%s: %d triggers, want one of type metrics-api", o.file, len(so.Spec.Triggers))
+	}
+	switch typ := so.Spec.Triggers[0].Type; typ {
+	case "metrics-api":
+	case "nats-jetstream":
+		t.Fatalf("%s: the nats-jetstream scaler reads one consumer, and each batch has its own (the old durable %s holds only items of the previous version): it would see about 0 and scale the workers down while batches wait; want metrics-api on the dashboard's consumer.backlog", o.file, f.cfg.Queue.Consumer)
+	default:
+		t.Fatalf("%s: trigger of type %s, want metrics-api", o.file, typ)
 	}
 	md := so.Spec.Triggers[0].Metadata
 	str := func(k string) string {
@@ -1284,42 +1426,265 @@ func TestKEDAScaledObject(t *testing.T) {
 		}
 		return s
 	}
-	// The nats-jetstream scaler's parameters (KEDA docs and
-	// pkg/scalers/nats_jetstream_scaler.go): it reads pending + ack pending
-	// of the consumer from the monitoring endpoint's /jsz.
-	known := []string{"natsServerMonitoringEndpoint", "account", "accountID", "stream", "consumer", "lagThreshold", "activationLagThreshold", "useHttps"}
+	// The metrics-api scaler's parameters (KEDA docs, scalers/metrics-api):
+	// it GETs url and reads the number at valueLocation.
+	known := []string{"url", "format", "valueLocation", "targetValue", "activationTargetValue", "unsafeSsl", "authMode",
+		"method", "keyParamName", "aggregateFromKubeServiceEndpoints", "aggregationType"}
 	for k := range md {
 		if !slices.Contains(known, k) {
-			t.Errorf("%s: trigger metadata %q is not a parameter of the nats-jetstream scaler", o.file, k)
+			t.Errorf("%s: trigger metadata %q is not a parameter of the metrics-api scaler", o.file, k)
 		}
 	}
-	if got := str("stream"); got != f.cfg.Queue.Stream {
-		t.Errorf("%s: stream %q, want queue.stream %q", o.file, got, f.cfg.Queue.Stream)
+	if v, ok := md["format"]; ok && v != "json" {
+		t.Errorf("%s: format %v, want json (/api/status is JSON)", o.file, v)
 	}
-	if got := str("consumer"); got != f.cfg.Queue.Consumer {
-		t.Errorf("%s: consumer %q, want queue.consumer %q", o.file, got, f.cfg.Queue.Consumer)
+	if v, ok := md["aggregateFromKubeServiceEndpoints"]; ok && v != "false" {
+		t.Errorf("%s: aggregateFromKubeServiceEndpoints %v would add up the backlog of every dashboard replica", o.file, v)
 	}
-	if str("account") == "" {
-		t.Errorf("%s: account is empty ($G when NATS has no accounts)", o.file)
-	}
-	for _, k := range []string{"lagThreshold", "activationLagThreshold"} {
-		n, err := strconv.ParseInt(str(k), 10, 64)
-		if err != nil || n < 0 || (k == "lagThreshold" && n < 1) {
-			t.Errorf("%s: %s %q, want a positive integer", o.file, k, md[k])
+	for _, k := range []string{"targetValue", "activationTargetValue"} {
+		n, err := strconv.ParseFloat(str(k), 64)
+		if err != nil || n < 0 || (k == "targetValue" && n <= 0) {
+			t.Errorf("%s: %s %q, want a positive number", o.file, k, md[k])
 		}
 	}
-	ep := str("natsServerMonitoringEndpoint")
-	host, port, err := net.SplitHostPort(ep)
-	if err != nil || strings.Contains(ep, "://") {
-		t.Fatalf("%s: natsServerMonitoringEndpoint %q, want host:port (no scheme)", o.file, ep)
+
+	t.Run("url is the dashboard's /api/status", func(t *testing.T) {
+		raw := str("url")
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" {
+			t.Fatalf("%s: url %q, want http://<service>.<namespace>.svc.cluster.local:<port>/api/status", o.file, raw)
+		}
+		if u.Scheme != "http" {
+			t.Errorf("%s: url %q: the dashboard serves plain http", o.file, raw)
+		}
+		if u.Path != "/api/status" || u.RawQuery != "" {
+			t.Errorf("%s: url path %q, want /api/status", o.file, u.RequestURI())
+		}
+		// KEDA's operator resolves the name from its own namespace: the
+		// Service's namespace must be in the name.
+		labels := strings.Split(u.Hostname(), ".")
+		if len(labels) < 2 || (len(labels) > 2 && labels[2] != "svc") {
+			t.Fatalf("%s: url host %q, want <service>.<namespace>.svc.cluster.local (the operator runs in its own namespace)", o.file, u.Hostname())
+		}
+		svcObj, svc := serviceNamed(t, f.objs, labels[0], labels[1])
+		if svc == nil {
+			t.Fatalf("%s: url host %q names no Service %s in namespace %s", o.file, u.Hostname(), labels[0], labels[1])
+		}
+		if !labelsMatch(svc.Spec.Selector, f.dash.deploy.Spec.Template.Metadata.Labels) || len(svc.Spec.Selector) == 0 {
+			t.Errorf("%s: Service %s does not select the dashboard's pods", svcObj.file, svcObj.Metadata.Name)
+		}
+		port := u.Port()
+		if port == "" {
+			port = "80"
+		}
+		i := slices.IndexFunc(svc.Spec.Ports, func(p k8sServicePort) bool { return strconv.Itoa(p.Port) == port })
+		if i < 0 {
+			t.Fatalf("%s: url port %s is no port of the Service %s", o.file, port, svcObj.Metadata.Name)
+		}
+		cp, ok := containerPort(f.dash.container, svc.Spec.Ports[i].TargetPort)
+		if !ok {
+			t.Fatalf("%s: Service %s port %s targets %v, no port of the dashboard", svcObj.file, svcObj.Metadata.Name, port, svc.Spec.Ports[i].TargetPort)
+		}
+		if _, lport := dashboardListen(t, f.dash); lport != strconv.Itoa(cp.ContainerPort) {
+			t.Errorf("%s: url reaches the dashboard's port %d, but it listens on %s", o.file, cp.ContainerPort, lport)
+		}
+	})
+
+	// valueLocation must reach the backlog in what /api/status serves (a
+	// dashboard.Snapshot), not pending or ack pending alone.
+	t.Run("valueLocation is the backlog", func(t *testing.T) {
+		loc := str("valueLocation")
+		var snap dashboard.Snapshot
+		snap.Consumer = status.Consumer{Pending: 5, AckPending: 7, Backlog: 12}
+		data, err := json.Marshal(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := jsonPath(data, loc)
+		if err != nil {
+			t.Fatalf("%s: valueLocation %q in /api/status: %v", o.file, loc, err)
+		}
+		if n, ok := v.(float64); !ok || n != 12 {
+			t.Errorf("%s: valueLocation %q reads %v from /api/status, want the backlog (pending 5 + ack pending 7 = 12)", o.file, loc, v)
+		}
+	})
+}
+
+// jsonPath reads the value at a dot-separated path of object keys (the
+// subset of GJSON's syntax the ScaledObject may use).
+func jsonPath(data []byte, loc string) (any, error) {
+	if loc == "" || strings.ContainsAny(loc, `*?#@|\!()[]{}`) {
+		return nil, fmt.Errorf("want a plain path of keys such as consumer.backlog")
 	}
-	if port != "8222" {
-		t.Errorf("%s: natsServerMonitoringEndpoint port %s, want the monitoring port 8222", o.file, port)
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		return nil, err
 	}
-	natsURL, _, _ := strings.Cut(f.cfg.NATS.URL, ",")
-	if u, err := url.Parse(strings.TrimSpace(natsURL)); err == nil && u.Hostname() != host {
-		t.Errorf("%s: natsServerMonitoringEndpoint host %s, but the workers use NATS at %s", o.file, host, u.Hostname())
+	for key := range strings.SplitSeq(loc, ".") {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("%q: not an object", key)
+		}
+		if v, ok = m[key]; !ok {
+			return nil, fmt.Errorf("no key %q", key)
+		}
 	}
+	return v, nil
+}
+
+// serviceNamed returns the Service name in namespace ns, or nil.
+func serviceNamed(t *testing.T, objs []k8sObject, name, ns string) (k8sObject, *k8sService) {
+	t.Helper()
+	for _, o := range objs {
+		if o.Kind != "Service" || o.Metadata.Name != name || o.Metadata.Namespace != ns {
+			continue
+		}
+		var s k8sService
+		if err := o.node.Decode(&s); err != nil {
+			t.Fatalf("%s: %v", o.file, err)
+		}
+		return o, &s
+	}
+	return k8sObject{}, nil
+}
+
+// dashboardListen returns the host and port of the dashboard's --listen
+// (the CLI's default is 127.0.0.1:8080).
+func dashboardListen(t *testing.T, w workload) (string, string) {
+	t.Helper()
+	listen := flagValue(w.container.Args, "--listen")
+	if listen == "" {
+		listen = "127.0.0.1:8080"
+	}
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		t.Fatalf("%s: --listen %q: %v", w.obj.file, listen, err)
+	}
+	return host, port
+}
+
+// TestKubernetesDashboard checks the dashboard the ScaledObject reads: the
+// workers' config and image, reachable in the pod, read-only, without the
+// credentials' secrets, probed, and admitted by its NetworkPolicy.
+func TestKubernetesDashboard(t *testing.T) {
+	f := loadK8sFixture(t)
+	d := f.dash
+	c, file := d.container, d.obj.file
+
+	t.Run("same config and image as the workers", func(t *testing.T) {
+		if f.dashConfigKey != f.configKey {
+			t.Errorf("%s: the dashboard reads the ConfigMap key %q, the workers %q", file, f.dashConfigKey, f.configKey)
+		}
+		w, g := f.cfg, f.dashCfg
+		for _, p := range [][3]string{
+			{"queue.stream", w.Queue.Stream, g.Queue.Stream},
+			{"queue.consumer", w.Queue.Consumer, g.Queue.Consumer},
+			{"pool.name", w.Pool.Name, g.Pool.Name},
+			{"nats.url", w.NATS.URL, g.NATS.URL},
+			{"redis.url", w.Redis.URL, g.Redis.URL},
+		} {
+			if p[1] != p[2] {
+				t.Errorf("%s: the dashboard's %s is %q, the workers' %q: it would read another fleet", file, p[0], p[2], p[1])
+			}
+		}
+		if c.Image != f.container.Image {
+			t.Errorf("%s: image %q, the workers' %q", file, c.Image, f.container.Image)
+		}
+		if len(c.Command) > 0 {
+			t.Errorf("%s: command %q replaces the image's tini entrypoint; use args", file, c.Command)
+		}
+		if r := d.deploy.Spec.Replicas; r == nil || *r < 1 {
+			t.Errorf("%s: want replicas >= 1: the ScaledObject reads it", file)
+		}
+	})
+
+	t.Run("listens in the pod", func(t *testing.T) {
+		host, port := dashboardListen(t, d)
+		if isLoopback(host) {
+			t.Errorf("%s: --listen %s is loopback: the probes, the Service and KEDA cannot reach it (want --listen 0.0.0.0:%s)", file, net.JoinHostPort(host, port), port)
+		}
+		p, ok := containerPort(c, port)
+		if !ok {
+			t.Fatalf("%s: --listen port %s is no containerPort", file, port)
+		}
+		for _, pr := range []struct {
+			name  string
+			probe *k8sProbe
+			paths []string
+		}{{"livenessProbe", c.LivenessProbe, []string{"/healthz"}}, {"readinessProbe", c.ReadinessProbe, []string{"/healthz", "/api/status"}}} {
+			if pr.probe == nil || pr.probe.HTTPGet == nil {
+				t.Errorf("%s: no %s httpGet", file, pr.name)
+				continue
+			}
+			if !slices.Contains(pr.paths, pr.probe.HTTPGet.Path) {
+				t.Errorf("%s: %s path %q, want one of %q", file, pr.name, pr.probe.HTTPGet.Path, pr.paths)
+			}
+			if got, ok := containerPort(c, pr.probe.HTTPGet.Port); !ok || got != p {
+				t.Errorf("%s: %s port %v, want the dashboard's %s", file, pr.name, pr.probe.HTTPGet.Port, port)
+			}
+		}
+	})
+
+	t.Run("read-only, no credentials", func(t *testing.T) {
+		// KEDA needs no token for /api/status; a token, if any, comes from
+		// a Secret.
+		if name := flagValue(c.Args, "--admin-token-env"); name != "" {
+			i := slices.IndexFunc(c.Env, func(e k8sEnvVar) bool { return e.Name == name })
+			if i < 0 || c.Env[i].ValueFrom == nil || c.Env[i].ValueFrom.SecretKeyRef == nil {
+				t.Errorf("%s: --admin-token-env %s is not an env var from a Secret", file, name)
+			}
+		}
+		// The dashboard never reads a credential's secret: it gets none.
+		keys := f.secretObj.Metadata.Name
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == keys {
+				t.Errorf("%s: env %s comes from the credentials' Secret %s, which the dashboard does not need", file, e.Name, keys)
+			}
+		}
+		for _, e := range c.EnvFrom {
+			if e.SecretRef != nil && e.SecretRef.Name == keys {
+				t.Errorf("%s: envFrom the credentials' Secret %s, which the dashboard does not need", file, keys)
+			}
+		}
+		for _, v := range d.deploy.Spec.Template.Spec.Volumes {
+			if v.Secret != nil && v.Secret.SecretName == keys {
+				t.Errorf("%s: volume %s mounts the credentials' Secret %s, which the dashboard does not need", file, v.Name, keys)
+			}
+		}
+	})
+
+	t.Run("network policy admits KEDA", func(t *testing.T) {
+		_, port := dashboardListen(t, d)
+		podLabels := d.deploy.Spec.Template.Metadata.Labels
+		for _, o := range f.objs {
+			if o.Kind != "NetworkPolicy" {
+				continue
+			}
+			var np k8sNetworkPolicy
+			if err := o.node.Decode(&np); err != nil {
+				t.Fatal(err)
+			}
+			if !labelsMatch(np.Spec.PodSelector.MatchLabels, podLabels) {
+				continue
+			}
+			if len(np.Spec.PolicyTypes) > 0 && !slices.Contains(np.Spec.PolicyTypes, "Ingress") {
+				continue
+			}
+			// KEDA's operator runs in its own namespace: some rule must
+			// admit another namespace on the dashboard's port.
+			admitted := slices.ContainsFunc(np.Spec.Ingress, func(r k8sIngressRule) bool {
+				portOK := len(r.Ports) == 0 || slices.ContainsFunc(r.Ports, func(p k8sPolicyPort) bool {
+					got, ok := containerPort(c, p.Port)
+					return p.Port == nil || (ok && strconv.Itoa(got.ContainerPort) == port)
+				})
+				fromOK := len(r.From) == 0 || slices.ContainsFunc(r.From, func(p k8sPolicyPeer) bool { return p.NamespaceSelector != nil })
+				return portOK && fromOK
+			})
+			if !admitted {
+				t.Errorf("%s: NetworkPolicy %s admits no other namespace on the dashboard's port %s: KEDA could not read the backlog", o.file, o.Metadata.Name, port)
+			}
+		}
+	})
 }
 
 // ---------------------------------------------------------------------------
