@@ -92,6 +92,7 @@ var scenarios = []*scenario{
 	peersScenario,
 	persistentScenario,
 	httpEnqueueScenario,
+	batchesScenario,
 }
 
 // scenario is one numbered item of the benchmark.
@@ -133,20 +134,25 @@ type figSpec struct {
 
 // goal is a target: the figure's statistic compared with a value.
 type goal struct {
-	op    string // ">=" or "<="
+	op    string // ">=", "<=" or "in" (value ≤ statistic ≤ hi)
 	value float64
+	hi    float64 // the upper bound of "in"
 	// on is the statistic compared: "median" (default) or "worst" (the
 	// worst run: min for >=, max for <=), for "never" targets.
 	on string
 }
 
-func atLeast(v float64) *goal { return &goal{op: ">=", value: v} }
-func atMost(v float64) *goal  { return &goal{op: "<=", value: v} }
+func atLeast(v float64) *goal     { return &goal{op: ">=", value: v} }
+func atMost(v float64) *goal      { return &goal{op: "<=", value: v} }
+func within(lo, hi float64) *goal { return &goal{op: "in", value: lo, hi: hi} }
 func never(op string, v float64) *goal {
 	return &goal{op: op, value: v, on: "worst"}
 }
 
 func (g *goal) text(unit string) string {
+	if g.op == "in" {
+		return formatValue(g.value, unit) + "–" + formatValue(g.hi, unit)
+	}
 	s := "≥ "
 	if g.op == "<=" {
 		s = "≤ "
@@ -167,8 +173,11 @@ func (g *goal) met(f Figure) bool {
 			v = f.Max
 		}
 	}
-	if g.op == ">=" {
+	switch g.op {
+	case ">=":
 		return v >= g.value
+	case "in":
+		return v >= g.value && v <= g.hi
 	}
 	return v <= g.value
 }

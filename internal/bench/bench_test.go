@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
+	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
 // quickCovered are the scenarios TestQuick runs at their quick sizes in
@@ -37,6 +38,7 @@ var quickExcluded = map[string]string{
 	"llm":         "the stand-in API's windows are 10 s: a quick run lasts at least 11 s by construction",
 	"persistent":  "two fleets of worker processes and a python3 process per item of the first: ~10 s at quick size",
 	"httpenqueue": "writes a file of 1,000,000 items (45 MB) and dry-runs it even at quick size, beside a dashboard process",
+	"batches":     "~8 s of two fleets of worker processes even at quick size, and its fair-share windows are wall-clock by construction (doneIn, startsAfter and within are tested)",
 	"peers":       "needs node, npm (a network install on first use) and its own redis-server; 30 s or more per repetition (parsePeers and derive are tested)",
 }
 
@@ -210,6 +212,35 @@ func TestGoal(t *testing.T) {
 	}
 	if !never("<=", 1).met(f) || never("<=", 0.995).met(f) {
 		t.Error("≤ in every run compares the max")
+	}
+	if !within(0.9, 1.1).met(f) || within(1.0, 1.1).met(f) || within(0.9, 0.98).met(f) {
+		t.Error("within compares the median with both bounds")
+	}
+	if got := within(2.7, 3.3).text("×"); got != "2.700–3.300" {
+		t.Errorf("within's text: %q", got)
+	}
+}
+
+func TestBatchesCounts(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	rs := []queue.Result{
+		{Item: "a", Outcome: queue.OutcomeSucceeded, LeasedAt: at(-30), FinishedAt: at(-10)}, // before the window
+		{Item: "b", Outcome: queue.OutcomeSucceeded, LeasedAt: at(-20), FinishedAt: at(0)},   // at its start: in
+		{Item: "c", Outcome: queue.OutcomeSucceeded, LeasedAt: at(500), FinishedAt: at(520)},
+		{Item: "d", Outcome: queue.OutcomeFailed, LeasedAt: at(600), FinishedAt: at(620)},     // not done
+		{Item: "e", Outcome: queue.OutcomeSucceeded, LeasedAt: at(980), FinishedAt: at(1000)}, // at its end: out
+		{Item: "f", Outcome: queue.OutcomeCancelled, FinishedAt: at(1100)},
+		{Item: "g", Outcome: queue.OutcomeCancelled, FinishedAt: at(1200)},
+	}
+	if done, cancelled := doneIn(rs, at(0), at(1000)); done != 2 || cancelled != 2 {
+		t.Errorf("doneIn: %d done, %d cancelled; want 2, 2", done, cancelled)
+	}
+	if last, n := startsAfter(rs, at(550)); last != 430*time.Millisecond || n != 2 {
+		t.Errorf("startsAfter 550 ms: %s, %d; want 430ms, 2 (cancelled items never started)", last, n)
+	}
+	if last, n := startsAfter(rs, at(2000)); last != 0 || n != 0 {
+		t.Errorf("startsAfter, nothing later: %s, %d", last, n)
 	}
 }
 
