@@ -110,8 +110,8 @@ func TestBatchActions(t *testing.T) {
 	// in the record with who made it.
 	code, r := action("steer", "pause")
 	if code != http.StatusOK || r.ID != "steer" || r.State != queue.BatchPaused || r.Total != 5 || r.Priority != 3 || r.Weight != 1 ||
-		r.LastChange == nil || r.LastChange.Action != queue.ActionPause || r.LastChange.By != "dashboard@127.0.0.1" {
-		t.Fatalf("pause: want 200 and batch steer paused by dashboard@127.0.0.1, got %d %+v (last change %+v)", code, r, r.LastChange)
+		len(r.History) != 1 || r.History[0].Action != queue.ActionPause || r.History[0].By != "dashboard@127.0.0.1" {
+		t.Fatalf("pause: want 200 and batch steer paused by dashboard@127.0.0.1, got %d %+v", code, r)
 	}
 	if b := record("steer"); b.Status() != queue.BatchPaused || len(b.History) != 1 || b.History[0].By != "dashboard@127.0.0.1" ||
 		time.Since(b.History[0].At) > time.Minute {
@@ -120,7 +120,7 @@ func TestBatchActions(t *testing.T) {
 	if code, r := action("steer", "pause"); code != http.StatusConflict || !strings.Contains(r.Error, "paused already") {
 		t.Errorf("pause a paused batch: want 409, got %d %+v", code, r)
 	}
-	if code, r := action("steer", "resume"); code != http.StatusOK || r.State != queue.BatchRunning || r.LastChange.Action != queue.ActionResume {
+	if code, r := action("steer", "resume"); code != http.StatusOK || r.State != queue.BatchRunning || len(r.History) != 2 || r.History[1].Action != queue.ActionResume {
 		t.Errorf("resume: want 200 running, got %d %+v", code, r)
 	}
 	if code, _ := action("steer", "resume"); code != http.StatusConflict {
@@ -168,7 +168,7 @@ func TestBatchActions(t *testing.T) {
 		}
 		return false
 	})
-	if row.State != queue.BatchCancelled || row.Done != 5 || row.LastChange == nil || row.LastChange.Action != queue.ActionCancel {
+	if row.State != queue.BatchCancelled || row.Done != 5 || len(row.History) != 4 || row.History[3].Action != queue.ActionCancel {
 		t.Errorf("the row of steer: want cancelled, 5 done, last change cancel; got %+v", row)
 	}
 

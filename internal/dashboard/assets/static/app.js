@@ -147,7 +147,7 @@
 
   // lastChange says who last paused, resumed or cancelled a batch.
   function lastChange(b, now) {
-    const c = b.last_change;
+    const c = b.last_change || (b.history || [])[(b.history || []).length - 1];
     if (!c) return null;
     const verb = {pause: 'paused', resume: 'resumed', cancel: 'cancelled'}[c.action] || c.action;
     return el('div', {class: 'muted small last-change', title: c.at}, `${verb} by ${c.by} · ${ago(now, c.at)}`);
