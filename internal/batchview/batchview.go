@@ -83,28 +83,6 @@ type Tally struct {
 // Done is the number of items with an outcome.
 func (t Tally) Done() int64 { return t.Succeeded + t.Failed + t.Cancelled }
 
-// Add counts one more item whose latest outcome is outcome, finished at
-// at (zero: unknown).
-func (t *Tally) Add(outcome string, at time.Time) {
-	switch outcome {
-	case queue.OutcomeSucceeded:
-		t.Succeeded++
-	case queue.OutcomeCancelled:
-		t.Cancelled++
-	default:
-		t.Failed++
-	}
-	if at.IsZero() {
-		return
-	}
-	if t.First.IsZero() || at.Before(t.First) {
-		t.First = at
-	}
-	if at.After(t.Last) {
-		t.Last = at
-	}
-}
-
 // State is a batch's state as shown, from its record (known: it has one)
 // and its results: "cancelled" when an operator cancelled it; else "done"
 // once every item enqueued has an outcome; else "paused" when an operator

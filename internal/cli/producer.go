@@ -69,7 +69,8 @@ func newProducerCmd(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 		Long: `producer is keyfleet's operator tool: it enqueues JSON Lines items on the
 NATS JetStream work queue (and can wait for their outcomes), shows the state
 of the queue, the workers and the credential pool, changes credentials for
-the running fleet, exports results and replays dead letters; dashboard
+the running fleet, lists, pauses, resumes and cancels batches, exports
+results and replays dead letters; dashboard
 serves all of it as a live web page.
 
 ` + configHelp + `
@@ -80,6 +81,11 @@ serves all of it as a live web page.
 
   # what is going on
   producer status --config kf.yaml
+
+  # the batches; hold one back, or stop one for good
+  producer batch list
+  producer batch pause items-3f2a9c1b
+  producer batch cancel items-3f2a9c1b
 
   # take a key out of use, then export a batch's results
   producer creds disable key-b --reason "billing issue"
@@ -93,7 +99,7 @@ serves all of it as a live web page.
 		SilenceUsage:  true,
 	}
 	p.g.register(root)
-	root.AddCommand(p.enqueueCmd(), p.statusCmd(), p.credsCmd(), p.resultsCmd(), p.dlqCmd(), p.dashboardCmd())
+	root.AddCommand(p.enqueueCmd(), p.statusCmd(), p.batchCmd(), p.credsCmd(), p.resultsCmd(), p.dlqCmd(), p.dashboardCmd())
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)

@@ -91,8 +91,15 @@ nothing and needing no server; it assumes NATS's default max payload of
 --wait then follows the batch until every item of the input has an outcome:
 a progress bar on a terminal (done/failed/total, rate, ETA), a plain line
 every 2 s otherwise (on standard error), then a summary on standard output:
-Total, Succeeded, Failed, Duration, Items/s. It exits 1 if any item failed.
-Ctrl-C stops the waiting, not the batch (exit 130).
+Total, Succeeded, Failed, Cancelled, Duration, Items/s. It exits 1 if any
+item failed or was cancelled (a batch cancelled while it waits: every item
+that never ran is counted cancelled, and the waiting ends). Ctrl-C stops the
+waiting, not the batch (exit 130).
+
+A cancelled batch takes no new items: enqueueing into it is refused and
+nothing is published (exit 2). If the batch is cancelled while enqueue
+publishes, enqueue stops, says exactly how many items were published and
+records them as cancelled with the rest of the batch (exit 2).
 
 ` + exitCodesHelp,
 		Example: `  # enqueue items.jsonl (batch items-<hash>) and wait for the outcomes
@@ -118,7 +125,7 @@ Ctrl-C stops the waiting, not the batch (exit 130).
 	f.IntVar(&o.weight, "weight", queue.WeightDefault, fmt.Sprintf("the batch's share of the keys among batches of its priority: %d to %d; kept like --priority",
 		queue.WeightMin, queue.WeightMax))
 	f.BoolVar(&o.dryRun, "dry-run", false, "validate and list the items; publish nothing (needs no server)")
-	f.BoolVar(&o.wait, "wait", false, "wait until every item has an outcome, then print a summary; exit 1 if any failed")
+	f.BoolVar(&o.wait, "wait", false, "wait until every item has an outcome, then print a summary; exit 1 if any failed or was cancelled")
 	f.IntVar(&o.window, "window", queue.DefaultWindow, "publishes awaiting confirmation at once")
 	_ = f.MarkHidden("window")
 	return cmd
@@ -186,6 +193,7 @@ func (p *producer) enqueue(cmd *cobra.Command, o enqueueOptions) error {
 		Kind: o.kind, Batch: o.batch, IDField: o.idField, Priority: o.priority, Weight: o.weight,
 		CostField: cfg.Pool.Cost.Field, CostDefault: cfg.Pool.Cost.Default,
 		DryRun: o.dryRun, MaxPayload: dryRunMaxPayload, Window: o.window, MaxProblems: maxProblemsShown,
+		By: operator(),
 	}
 	req.Source = enqueue.Source{Name: termsafe.String(o.file), Path: o.file}
 	if o.file == "-" {
@@ -328,6 +336,8 @@ func enqueueErr(err error) error {
 			re.Field = "id-field"
 		}
 		return usageErr("--%s: %v", re.Field, re.Err)
+	case errors.Is(err, enqueue.ErrCancelled):
+		return exitcode.With(exitcode.Usage, err)
 	case errors.Is(err, enqueue.ErrInterrupted):
 		return exitcode.With(exitcode.Interrupted, err)
 	case errors.Is(err, enqueue.ErrUnreachable):

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -25,16 +26,18 @@ as JSON Lines (standard output, or FILE with -o), streaming: a batch of
 millions of items works. Each line is the result record as the worker
 stored it:
 
-  item, batch, kind, outcome (succeeded | failed), attempts (runs of the
+  item, batch, kind, outcome (succeeded | failed | cancelled: the batch was
+  cancelled before the item ran), attempts (runs of the
   item), duration (seconds, of the last run), credential_id, error, output
   (exec stdout or http body, at most jobs.max_output bytes; base64 when
   output_encoding is "base64"), output_truncated, worker, finished_at
 
-Items still queued or running have no line yet. -o writes FILE atomically
+Items still queued or running have no line yet. After a cancel, every item
+of the batch has exactly one line. -o writes FILE atomically
 (a temporary file renamed at the end).
 
-Exit 1 when any item of the batch failed (the file is complete all the
-same), 0 otherwise; 3 when NATS cannot be reached.`,
+Exit 1 when any item of the batch failed or was cancelled (the file is
+complete all the same), 0 otherwise; 3 when NATS cannot be reached.`,
 		Example: `  producer results --batch items-3f2a9c1b > results.jsonl
   producer results --batch items-3f2a9c1b -o results.jsonl
   producer results --batch items-3f2a9c1b | jq -r 'select(.outcome=="failed") | .item'`,
@@ -72,8 +75,9 @@ func (p *producer) writeResults(ctx context.Context, q *queue.Queue, batch, out 
 		_ = tmp.Chmod(0o644)
 		dst = tmp
 	}
-	written, err := q.WriteResults(ctx, batch, dst)
-	n, failed := written.Results, written.Failed
+	cw := &cancelledCounter{w: dst}
+	written, err := q.WriteResults(ctx, batch, cw)
+	n, failed, cancelled := written.Results, written.Failed-cw.n, cw.n
 	var werr *queue.WriteError
 	switch {
 	case errors.As(err, &werr):
@@ -95,12 +99,46 @@ func (p *producer) writeResults(ctx context.Context, q *queue.Queue, batch, out 
 	switch {
 	case n == 0:
 		fmt.Fprintf(p.stderr, "batch %s has no results (not run yet, unknown, or older than queue.results_max_age)\n", termsafe.String(batch))
+	case cancelled > 0:
+		fmt.Fprintf(p.stderr, "%d results of batch %s (%d succeeded, %d failed, %d cancelled) written to %s\n", n, termsafe.String(batch),
+			n-failed-cancelled, failed, cancelled, termsafe.String(where))
 	default:
 		fmt.Fprintf(p.stderr, "%d results of batch %s (%d succeeded, %d failed) written to %s\n", n, termsafe.String(batch), n-failed, failed,
 			termsafe.String(where))
 	}
-	if failed > 0 {
+	switch {
+	case cancelled > 0:
+		return exitcode.With(exitcode.Failed, fmt.Errorf("%d of %d items of batch %s failed and %d were cancelled", failed, n, batch, cancelled))
+	case failed > 0:
 		return exitcode.With(exitcode.Failed, fmt.Errorf("%d of %d items of batch %s failed", failed, n, batch))
 	}
 	return nil
+}
+
+// cancelledOutcome is how a cancelled item's line says its outcome. It
+// cannot occur inside a JSON string (its quotes would be escaped there),
+// so counting it in the lines written counts the cancelled items.
+const cancelledOutcome = `"outcome":"` + queue.OutcomeCancelled + `"`
+
+// cancelledCounter passes the results through to w and counts the
+// cancelled ones (WriteResults counts them with the failed).
+type cancelledCounter struct {
+	w    io.Writer
+	n    int
+	tail []byte // the end of the last write: a match may span two
+}
+
+func (c *cancelledCounter) Write(p []byte) (int, error) {
+	pat := []byte(cancelledOutcome)
+	// The matches that span the last write and this one (tail and head are
+	// each shorter than a match), then those inside this one.
+	joint := append(c.tail, p[:min(len(p), len(pat)-1)]...)
+	c.n += bytes.Count(joint, pat) + bytes.Count(p, pat)
+	src := p
+	if len(p) < len(pat)-1 {
+		src = joint
+	}
+	keep := min(len(src), len(pat)-1)
+	c.tail = append(c.tail[:0:0], src[len(src)-keep:]...)
+	return c.w.Write(p)
 }

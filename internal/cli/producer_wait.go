@@ -27,52 +27,105 @@ const (
 	stateNone uint8 = iota
 	stateSucceeded
 	stateFailed
+	stateCancelled
 )
+
+// outcomeState is the state a result's outcome puts its item in.
+func outcomeState(outcome string) uint8 {
+	switch outcome {
+	case queue.OutcomeSucceeded:
+		return stateSucceeded
+	case queue.OutcomeCancelled:
+		return stateCancelled
+	}
+	return stateFailed
+}
 
 // tally counts the items of the input by their latest outcome.
 type tally struct {
-	total             int
-	succeeded, failed atomic.Int64
+	total                        int
+	succeeded, failed, cancelled atomic.Int64
 }
 
-func (t *tally) done() int64 { return t.succeeded.Load() + t.failed.Load() }
+// done counts the items with an outcome: a cancelled item is done.
+func (t *tally) done() int64 { return t.succeeded.Load() + t.failed.Load() + t.cancelled.Load() }
+
+// counter is the count of items in state (nil for stateNone).
+func (t *tally) counter(state uint8) *atomic.Int64 {
+	switch state {
+	case stateSucceeded:
+		return &t.succeeded
+	case stateFailed:
+		return &t.failed
+	case stateCancelled:
+		return &t.cancelled
+	}
+	return nil
+}
+
+// itemStates keeps the latest state of each item of the input: a byte an
+// item, at its place in the input's IDs set (jsonl.IDs.Index), so that
+// following a batch of 10M items costs 10 MB on top of the set's 8 bytes
+// an item. The items whose first hashes collide (never, in practice) are
+// kept apart in a map.
+type itemStates struct {
+	ids    *jsonl.IDs
+	at     []uint8
+	shared map[jsonl.Key]uint8
+}
+
+func newItemStates(ids *jsonl.IDs) *itemStates {
+	return &itemStates{ids: ids, at: make([]uint8, ids.Len()), shared: map[jsonl.Key]uint8{}}
+}
+
+// set records item k's state now and returns the one it had; ok is false
+// when k is not an item of the input (another input's in the same batch).
+func (s *itemStates) set(k jsonl.Key, now uint8) (was uint8, ok bool) {
+	i, ok := s.ids.Index(k)
+	if !ok {
+		return stateNone, false
+	}
+	if s.ids.Shared(k) {
+		was, s.shared[k] = s.shared[k], now
+		return was, true
+	}
+	was, s.at[i] = s.at[i], now
+	return was, true
+}
 
 // follow waits until every item of ids (the input, total items) has an
 // outcome in batch, showing progress on stderr, then prints the summary.
-// Each item counts once, by its latest outcome, however often it ran.
+// Each item counts once, by its latest outcome, however often it ran. An
+// item of a cancelled batch that never ran has the outcome "cancelled"
+// (the cancel and the workers record one for every such item), so
+// following a batch that is cancelled ends too.
 func (p *producer) follow(ctx context.Context, q *queue.Queue, batch string, ids *jsonl.IDs, total int, start time.Time) error {
 	t := &tally{total: total}
-	states := make(map[jsonl.Key]uint8, total)
+	states := newItemStates(ids)
 	type failure struct{ item, err string }
 	failures := map[jsonl.Key]failure{}
 
 	stopProgress := p.showProgress(termsafe.String(batch), t, start)
 	err := q.WatchResults(ctx, batch, func(r queue.Result) (bool, error) {
 		k := ids.Key(r.Item)
-		if !ids.Has(k) {
+		now := outcomeState(r.Outcome)
+		was, ok := states.set(k, now)
+		switch {
+		case !ok:
 			return true, nil // another input's item in the same batch
-		}
-		now := stateSucceeded
-		if r.Outcome != queue.OutcomeSucceeded {
-			now = stateFailed
-		}
-		switch states[k] {
-		case now:
+		case was == now:
 			return t.done() < int64(total), nil
-		case stateSucceeded:
-			t.succeeded.Add(-1)
-		case stateFailed:
-			t.failed.Add(-1)
 		}
-		states[k] = now
-		if now == stateSucceeded {
-			t.succeeded.Add(1)
-			delete(failures, k)
-		} else {
-			t.failed.Add(1)
+		if c := t.counter(was); c != nil {
+			c.Add(-1)
+		}
+		t.counter(now).Add(1)
+		if now == stateFailed {
 			if len(failures) < maxFailuresShown {
 				failures[k] = failure{item: r.Item, err: r.Error}
 			}
+		} else {
+			delete(failures, k)
 		}
 		return t.done() < int64(total), nil
 	})
@@ -91,15 +144,23 @@ func (p *producer) follow(ctx context.Context, q *queue.Queue, batch string, ids
 			batch, done, total, follow), err)
 	}
 
-	failed := t.failed.Load()
+	failed, cancelled := t.failed.Load(), t.cancelled.Load()
 	fmt.Fprintf(p.stdout, "\nBatch %s complete:\n", termsafe.String(batch))
 	fmt.Fprintf(p.stdout, "  Total: %d\n", total)
 	fmt.Fprintf(p.stdout, "  Succeeded: %d\n", t.succeeded.Load())
 	fmt.Fprintf(p.stdout, "  Failed: %d\n", failed)
+	fmt.Fprintf(p.stdout, "  Cancelled: %d\n", cancelled)
 	fmt.Fprintf(p.stdout, "  Duration: %.2fs\n", elapsed.Seconds())
 	fmt.Fprintf(p.stdout, "  Items/s: %.1f\n", float64(total)/max(elapsed.Seconds(), 1e-3))
-	if failed == 0 {
+	if cancelled > 0 {
+		fmt.Fprintf(p.stdout, "The batch was cancelled: %d %s never ran (`producer results --batch %s` lists them as cancelled).\n",
+			cancelled, plural(int(cancelled), "item", "items"), termsafe.String(batch))
+	}
+	if failed == 0 && cancelled == 0 {
 		return nil
+	}
+	if failed == 0 {
+		return exitcode.With(exitcode.Failed, fmt.Errorf("%d of %d items were cancelled", cancelled, total))
 	}
 	list := make([]failure, 0, len(failures))
 	for _, f := range failures {
@@ -112,6 +173,9 @@ func (p *producer) follow(ctx context.Context, q *queue.Queue, batch string, ids
 	}
 	if int64(len(list)) < failed {
 		fmt.Fprintf(p.stdout, "  ... and %d more\n", failed-int64(len(list)))
+	}
+	if cancelled > 0 {
+		return exitcode.With(exitcode.Failed, fmt.Errorf("%d of %d items failed and %d were cancelled", failed, total, cancelled))
 	}
 	return exitcode.With(exitcode.Failed, fmt.Errorf("%d of %d items failed", failed, total))
 }
@@ -140,9 +204,13 @@ func (p *producer) showProgress(batch string, t *tally, start time.Time) (stop f
 			tick := time.NewTicker(200 * time.Millisecond)
 			defer tick.Stop()
 			for {
-				ok, failed := t.succeeded.Load(), t.failed.Load()
-				bar.Describe(fmt.Sprintf("%d ok, %d failed", ok, failed))
-				_ = bar.Set64(ok + failed)
+				ok, failed, cancelled := t.succeeded.Load(), t.failed.Load(), t.cancelled.Load()
+				if cancelled > 0 {
+					bar.Describe(fmt.Sprintf("%d ok, %d failed, %d cancelled", ok, failed, cancelled))
+				} else {
+					bar.Describe(fmt.Sprintf("%d ok, %d failed", ok, failed))
+				}
+				_ = bar.Set64(ok + failed + cancelled)
 				select {
 				case <-quit:
 					if t.done() == int64(t.total) {
@@ -186,8 +254,12 @@ func progressLine(w io.Writer, batch string, t *tally, elapsed time.Duration) {
 	if rate > 0 {
 		eta = time.Duration(float64(int64(t.total)-done) / rate * float64(time.Second)).Round(time.Second).String()
 	}
-	fmt.Fprintf(w, "batch %s: %d/%d items done (%d succeeded, %d failed), %.1f items/s, ETA %s\n",
-		batch, done, t.total, t.succeeded.Load(), t.failed.Load(), rate, eta)
+	cancelled := ""
+	if c := t.cancelled.Load(); c > 0 {
+		cancelled = fmt.Sprintf(", %d cancelled", c)
+	}
+	fmt.Fprintf(w, "batch %s: %d/%d items done (%d succeeded, %d failed%s), %.1f items/s, ETA %s\n",
+		batch, done, t.total, t.succeeded.Load(), t.failed.Load(), cancelled, rate, eta)
 }
 
 // flatten turns line breaks and tabs into spaces.

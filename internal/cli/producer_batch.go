@@ -1,0 +1,358 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/keyfleet/keyfleet/internal/batchview"
+	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/termsafe"
+)
+
+// actionTimeout bounds a pause, resume or cancel: reading and writing the
+// record, and a cancel's drain of the items not started (the workers'
+// sweeper drains what is left).
+const actionTimeout = 30 * time.Second
+
+func (p *producer) batchCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "batch",
+		Short: "List batches, show one, pause, resume or cancel one",
+		Long: `batch shows the batches and steers them (see "Batches" in the README).
+
+  list [--json]       every batch: priority, weight, state, progress
+  show ID [--json]    one batch, with the history of its changes
+  pause ID            no new item of the batch starts; items running finish
+  resume ID           a paused batch goes on
+  cancel ID           no new item starts; items not started never run and
+                      are recorded as cancelled; the batch takes no new items
+
+A batch's state is "running", "paused", "cancelled", or "done" once every
+item has an outcome (and it was not cancelled). The counts come from the
+results: each item once, by its latest outcome; done = succeeded + failed +
+cancelled.
+
+pause, resume and cancel change the batch's record in NATS (the state's
+home: it outlives every process and a Redis restart), recording who
+(user@host) and when; every worker sees the change within a second of the
+command's return. A change that does not apply is refused with exit 2: an
+unknown batch, pausing a paused or done batch, resuming a running one,
+cancelling a done one, any change of a cancelled batch.
+
+` + exitCodesHelp,
+		Example: `  producer batch list
+  producer batch show items-3f2a9c1b --json | jq .state
+  producer batch pause items-3f2a9c1b
+  producer batch cancel items-3f2a9c1b`,
+		Args: cobra.NoArgs,
+	}
+	cmd.AddCommand(p.batchListCmd(), p.batchShowCmd(),
+		p.batchActionCmd(queue.ActionPause, "No new item of the batch starts (items running finish)"),
+		p.batchActionCmd(queue.ActionResume, "A paused batch goes on"),
+		p.batchActionCmd(queue.ActionCancel, "No new item starts; those not started are recorded cancelled and leave the stream"))
+	return cmd
+}
+
+func (p *producer) batchListCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List every batch: priority, weight, state and progress",
+		Long: `list shows every batch with a record (newest first), then those with results
+only (enqueued by an older version).
+
+--json prints a JSON array of the objects "batch show --json" prints.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return p.withQueue(cmd, func(ctx context.Context, q *queue.Queue) error {
+				bs, err := batchview.List(ctx, q)
+				if err != nil {
+					return unreachable("reading the batches", err)
+				}
+				if asJSON {
+					return writeJSON(p.stdout, bs)
+				}
+				printBatches(p.stdout, bs, time.Now())
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	return cmd
+}
+
+func (p *producer) batchShowCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one batch: priority, weight, state, progress and its history",
+		Long: `show prints one batch. --json prints one object with at least:
+  id, kind, priority, weight, state (running | paused | cancelled | done),
+  last_change {at, action, by} (null: none), total, total_known, done,
+  succeeded, failed, cancelled, rate (items/s), eta_seconds, eta, complete,
+  enqueued_at, last_result_at, history [{at, action, by}]
+Times are RFC 3339 or null.
+
+An unknown batch is exit 2.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			if err := queue.CheckID("batch", id); err != nil {
+				return usageErr("%v", err)
+			}
+			return p.withQueue(cmd, func(ctx context.Context, q *queue.Queue) error {
+				b, err := readBatch(ctx, q, id)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(p.stdout, b)
+				}
+				printBatch(p.stdout, b, time.Now())
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	return cmd
+}
+
+// readBatch is batchview.Read with the CLI's exit codes: an unknown batch
+// is a usage error.
+func readBatch(ctx context.Context, q *queue.Queue, id string) (batchview.Batch, error) {
+	b, err := batchview.Read(ctx, q, id)
+	switch {
+	case errors.Is(err, batchview.ErrNoBatch):
+		return b, usageErr("no batch %s (never enqueued, or its record and results are gone; `producer batch list` lists them)", termsafe.String(id))
+	case err != nil:
+		return b, unreachable(fmt.Sprintf("reading batch %s", termsafe.String(id)), err)
+	}
+	return b, nil
+}
+
+func (p *producer) batchActionCmd(action, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:   action + " ID",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			if err := queue.CheckID("batch", id); err != nil {
+				return usageErr("%v", err)
+			}
+			return p.withQueue(cmd, func(ctx context.Context, q *queue.Queue) error {
+				ctx, cancel := context.WithTimeout(ctx, actionTimeout)
+				defer cancel()
+				return p.steerBatch(ctx, q, id, action)
+			})
+		},
+	}
+}
+
+// steerBatch applies action to batch id and says what happened in one
+// line; a change that does not apply is a usage error (exit 2) saying why.
+func (p *producer) steerBatch(ctx context.Context, q *queue.Queue, id, action string) error {
+	name := termsafe.String(id)
+	rec, err := q.Batch(ctx, id)
+	switch {
+	case errors.Is(err, queue.ErrNoBatch):
+		return usageErr("no batch %s (never enqueued, or its record is gone; `producer batch list` lists them)", name)
+	case err != nil:
+		return unreachable(fmt.Sprintf("reading batch %s", name), err)
+	}
+	if err := checkAction(rec, action); err != nil {
+		return err
+	}
+	if action != queue.ActionResume {
+		if err := refuseDone(ctx, q, rec, action); err != nil {
+			return err
+		}
+	}
+	by := operator()
+	rec, err = q.SetBatchState(ctx, id, action, by)
+	if err != nil {
+		if errors.Is(err, queue.ErrBatchCancelled) || errors.Is(err, queue.ErrBatchState) {
+			// Changed meanwhile by someone else: say it as it is now.
+			if cerr := checkAction(rec, action); cerr != nil {
+				return cerr
+			}
+			return usageErr("%v", err)
+		}
+		return unreachable(fmt.Sprintf("changing batch %s", name), err)
+	}
+	switch action {
+	case queue.ActionPause:
+		fmt.Fprintf(p.stdout, "Paused batch %s: no new item of it starts; items already running finish. Resume it with: producer batch resume %s\n",
+			name, name)
+	case queue.ActionResume:
+		fmt.Fprintf(p.stdout, "Resumed batch %s: its items start again.\n", name)
+	case queue.ActionCancel:
+		// The record says cancelled: no worker starts an item of it any
+		// more. What is not out with a worker is recorded cancelled here.
+		drained, out, err := q.DrainCancelled(ctx, id, by)
+		if err != nil {
+			return unreachable(fmt.Sprintf("batch %s is cancelled (no item of it starts), and %d items not started were recorded cancelled; "+
+				"recording the others stopped (the workers record them within seconds)", name, drained), err)
+		}
+		fmt.Fprintf(p.stdout, "Cancelled batch %s: %d %s not started %s recorded cancelled and removed from the stream; "+
+			"%d %s out with workers (running ones finish and record their own outcome, the others are recorded cancelled).\n",
+			name, drained, plural(drained, "item", "items"), plural(drained, "was", "were"), out, plural(out, "was", "were"))
+	}
+	return nil
+}
+
+// checkAction refuses an action that does not apply to the batch's
+// record as it is (exit 2).
+func checkAction(rec queue.BatchInfo, action string) error {
+	name := termsafe.String(rec.ID)
+	switch st := rec.Status(); {
+	case st == queue.BatchCancelled:
+		by := ""
+		if n := len(rec.History); n > 0 {
+			e := rec.History[n-1]
+			by = fmt.Sprintf(" (by %s at %s)", termsafe.String(e.By), e.At.Local().Format(time.DateTime))
+		}
+		return usageErr("batch %s is cancelled%s: it cannot be %s", name, by, pastTense(action))
+	case action == queue.ActionPause && st == queue.BatchPaused:
+		return usageErr("batch %s is paused already (resume it with: producer batch resume %s)", name, name)
+	case action == queue.ActionResume && st != queue.BatchPaused:
+		return usageErr("batch %s is not paused: it is %s", name, st)
+	}
+	return nil
+}
+
+// refuseDone refuses to pause or cancel a batch whose items all have an
+// outcome (exit 2). A batch whose lane still holds messages is not done:
+// its results are read only when the lane holds none.
+func refuseDone(ctx context.Context, q *queue.Queue, rec queue.BatchInfo, action string) error {
+	if c, err := q.LaneConsumer(ctx, rec.ID); err == nil {
+		if pending, unacked, err := queue.LaneHolds(ctx, c); err == nil && pending+uint64(unacked) > 0 {
+			return nil
+		}
+	}
+	b, err := readBatch(ctx, q, rec.ID)
+	if err != nil {
+		return err
+	}
+	if b.State == batchview.StateDone {
+		return usageErr("batch %s is done (%d of %d items have an outcome: %d succeeded, %d failed, %d cancelled): nothing is left to %s",
+			termsafe.String(rec.ID), b.Done, b.Total, b.Succeeded, b.Failed, b.Cancelled, action)
+	}
+	return nil
+}
+
+func pastTense(action string) string {
+	switch action {
+	case queue.ActionPause:
+		return "paused"
+	case queue.ActionResume:
+		return "resumed"
+	case queue.ActionCancel:
+		return "cancelled again"
+	}
+	return action
+}
+
+// operator names who runs the command: user@host.
+func operator() string {
+	name := "unknown"
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	return name + "@" + host
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// printBatches prints the batches as a table.
+func printBatches(w io.Writer, bs []batchview.Batch, now time.Time) {
+	if len(bs) == 0 {
+		fmt.Fprintln(w, "No batches.")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "BATCH\tKIND\tPRIORITY\tWEIGHT\tSTATE\tDONE\tSUCCEEDED\tFAILED\tCANCELLED\tRATE\tETA\tLAST CHANGE")
+	for _, b := range bs {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n",
+			termsafe.String(b.ID), termsafe.String(b.Kind), b.Priority, b.Weight, b.State, progress(b),
+			b.Succeeded, b.Failed, b.Cancelled, rateText(b.Rate), etaText(b), lastChange(b, now))
+	}
+	_ = tw.Flush()
+}
+
+// printBatch prints one batch.
+func printBatch(w io.Writer, b batchview.Batch, now time.Time) {
+	fmt.Fprintf(w, "Batch %s\n", termsafe.String(b.ID))
+	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
+	fmt.Fprintf(tw, "  Kind:\t%s\n", termsafe.String(b.Kind))
+	fmt.Fprintf(tw, "  Priority:\t%d (1 first .. 5 last)\n", b.Priority)
+	fmt.Fprintf(tw, "  Weight:\t%d\n", b.Weight)
+	fmt.Fprintf(tw, "  State:\t%s\n", b.State)
+	fmt.Fprintf(tw, "  Done:\t%s: %d succeeded, %d failed, %d cancelled\n", progress(b), b.Succeeded, b.Failed, b.Cancelled)
+	fmt.Fprintf(tw, "  Rate:\t%s, ETA %s\n", rateText(b.Rate), etaText(b))
+	if b.EnqueuedAt != nil {
+		fmt.Fprintf(tw, "  Enqueued:\t%s (%s)\n", b.EnqueuedAt.Local().Format(time.DateTime), ago(now, *b.EnqueuedAt))
+	}
+	if b.LastResultAt != nil {
+		fmt.Fprintf(tw, "  Last result:\t%s (%s)\n", b.LastResultAt.Local().Format(time.DateTime), ago(now, *b.LastResultAt))
+	}
+	_ = tw.Flush()
+	if len(b.History) == 0 {
+		fmt.Fprintln(w, "  History: no pause, resume or cancel")
+		return
+	}
+	fmt.Fprintln(w, "  History:")
+	for _, e := range b.History {
+		fmt.Fprintf(w, "    %s  %-6s by %s\n", e.At.Local().Format(time.DateTime), termsafe.String(e.Action), termsafe.String(e.By))
+	}
+}
+
+// progress is "done/total" ("done/?" when the total is not known).
+func progress(b batchview.Batch) string {
+	if !b.TotalKnown {
+		return fmt.Sprintf("%d/?", b.Done)
+	}
+	return fmt.Sprintf("%d/%d", b.Done, b.Total)
+}
+
+func rateText(r float64) string {
+	if r <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f/s", r)
+}
+
+func etaText(b batchview.Batch) string {
+	if b.ETASeconds == nil {
+		return "-"
+	}
+	return (time.Duration(*b.ETASeconds * float64(time.Second))).Round(time.Second).String()
+}
+
+// lastChange is the batch's latest pause, resume or cancel: "cancel by
+// alice@host 3m ago", or "-".
+func lastChange(b batchview.Batch, now time.Time) string {
+	if b.LastChange == nil {
+		return "-"
+	}
+	e := b.LastChange
+	return strings.Join([]string{termsafe.String(e.Action), "by", termsafe.String(e.By), ago(now, e.At)}, " ")
+}
