@@ -45,7 +45,9 @@ import (
 // 8 credentials of max_concurrent 64), 20,000 items of 0 ms enqueued
 // before the workers start, either in one batch or in 100 batches of 200;
 // items/s from the first lease to the last result, as scenario 1 counts
-// them. The two alternate which goes first from one run to the next.
+// them, the CPU per item of every process (less sensitive than items/s to
+// the rest of the machine) and the workers' messages per fetch. The two
+// alternate which goes first from one run to the next.
 var batchesScenario = &scenario{
 	name:  "batches",
 	title: "17. batches: priority, fair share, cancel",
@@ -61,6 +63,9 @@ var batchesScenario = &scenario{
 		{id: "many_ratio", name: "items/s with 100 active batches ÷ with one batch (20,000 items, 0 ms, 2 workers × 64)", unit: "×", goal: atLeast(0.9)},
 		{id: "many_per_s", name: "… 100 batches of 200 items, items/s (first lease → last result)", unit: "items/s"},
 		{id: "one_per_s", name: "… one batch of 20,000 items, items/s", unit: "items/s"},
+		{id: "one_fetch", name: "… messages per pull request (fetch), one batch", unit: "msgs",
+			note: "keyfleet_fetch_messages of the workers: a fetch asks one lane for as many as the free slots"},
+		{id: "many_fetch", name: "… messages per pull request (fetch), 100 batches", unit: "msgs"},
 		{id: "many_cpu_ratio", name: "… CPU per item, every process: 100 batches ÷ one batch", unit: "×",
 			note: "less sensitive than items/s to what else runs on the machine; see the CPU table"},
 		{id: "cancel_last_start", name: "cancel returned → the batch's last start, worst of 5 cancels", unit: "s", goal: never("<=", 1),
@@ -438,6 +443,13 @@ func batchesThroughput(ctx context.Context, e *env, r runInfo, sz batchesSizes, 
 	profiles.Wait()
 	if profErr != nil {
 		return 0, profErr
+	}
+	fetches, err := f.workersMetrics(ctx, "keyfleet_fetch_messages_count", "keyfleet_fetch_messages_sum")
+	if err != nil {
+		return 0, err
+	}
+	if fetches[0] > 0 {
+		smp.values[tag+"_fetch"] = fetches[1] / fetches[0]
 	}
 	workersCPU, err := f.stopWorkers(ctx)
 	if err != nil {
