@@ -22,7 +22,7 @@
 // One file per scenario: throughput.go, enqueue.go, contended.go, rate.go,
 // handoff.go, shutdown.go, footprint.go, scale.go, acquirecost.go,
 // shard.go, limits.go, gateway.go, llm.go, peers.go, persistent.go,
-// httpenqueue.go; the
+// httpenqueue.go, batches.go; the
 // ceilings in ceiling.go. Scenarios 8-11 measure pkg/creds in process, many pool
 // handles each with its own Redis client standing for as many processes
 // (handles.go); 12 and 13 run worker processes against internal/fakeapi
@@ -31,5 +31,6 @@
 // from a copy in the user's cache directory; 15 runs worker processes
 // with a Python handler, persistent and a process per item; 16 enqueues
 // over HTTP through a `producer dashboard` process and measures the peak
-// RSS of a dry run of 10,000,000 items.
+// RSS of a dry run of 10,000,000 items; 17 steers batches on worker
+// processes (priority, fair share, weights, cancel, 100 batches ÷ one).
 package bench
