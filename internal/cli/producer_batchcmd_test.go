@@ -131,6 +131,8 @@ func TestBatchCommands(t *testing.T) {
 		{[]string{"batch", "pause", "finished"}, "batch finished is done (3 of 3 items have an outcome: 2 succeeded, 1 failed, 0 cancelled): nothing is left to pause"},
 		{[]string{"batch", "cancel", "finished"}, "nothing is left to cancel"},
 		{[]string{"batch", "pause"}, "accepts 1 arg"},
+		{[]string{"enqueue", "--kind", "sleep", "--priority", "6", input("p.jsonl", "p")}, "--priority: 6: want 1 (first) to 5 (last); default 3"},
+		{[]string{"enqueue", "--kind", "sleep", "--weight", "1001", input("w.jsonl", "w")}, "--weight: 1001: want an integer from 1 to 1000; default 1"},
 	} {
 		_, errb := mustRun(2, c.args...)
 		if !strings.Contains(errb, c.want) || strings.Count(strings.TrimSpace(errb), "\n") > 1 {
