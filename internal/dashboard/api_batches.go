@@ -153,11 +153,12 @@ type problem struct {
 }
 
 // enqueueFailed answers a failed enqueue: 400 for a bad body (naming its
-// lines) or query, 413 for a body over the bound, 503 when NATS failed
-// (with what it confirmed).
+// lines) or query, 409 for a cancelled batch, 413 for a body over the
+// bound, 503 when NATS failed (with what it confirmed).
 func (s *Server) enqueueFailed(rw http.ResponseWriter, r *http.Request, rep enqueue.Report, err error) {
 	var ie *enqueue.InputError
 	var pe *enqueue.PublishError
+	var ce *enqueue.CancelledError
 	var mbe *http.MaxBytesError
 	code := http.StatusServiceUnavailable
 	body := map[string]any{"error": s.scrub(err.Error())}
@@ -172,6 +173,12 @@ func (s *Server) enqueueFailed(rw http.ResponseWriter, r *http.Request, rep enqu
 			list = append(list, problem{Line: le.Line, ID: le.ID, FirstLine: le.FirstLine, Error: le.Error()})
 		}
 		body["bad_lines"], body["lines"], body["problems"] = ie.Count, ie.Lines, list
+	case errors.As(err, &ce):
+		// The batch is cancelled: it takes no new items (and what an
+		// enqueue racing the cancel published is cancelled with it).
+		code = http.StatusConflict
+		body["batch"], body["items"], body["new"], body["duplicates"] = ce.Report.Batch, ce.Report.Items, ce.Report.New, ce.Report.Duplicates
+		body["raced"], body["cancelled_here"] = ce.Raced, ce.Drained
 	case errors.As(err, &pe):
 		body["batch"], body["items"], body["new"], body["duplicates"] = pe.Report.Batch, pe.Report.Items, pe.Report.New, pe.Report.Duplicates
 		body["unconfirmed"], body["not_sent"] = pe.Report.Unconfirmed, pe.Report.NotSent

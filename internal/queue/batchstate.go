@@ -104,20 +104,22 @@ func (q *Queue) PutResultIfAbsent(ctx context.Context, r Result) (bool, error) {
 
 // CancelItem records a cancelled batch's item that never ran (its result
 // says cancelled, unless it has one) and terminates its message, which
-// deletes it from the stream.
-func (q *Queue) CancelItem(ctx context.Context, msg jetstream.Msg, it Item, by string) error {
-	if _, err := q.PutResultIfAbsent(ctx, Result{
+// deletes it from the stream. It reports whether it recorded the item as
+// cancelled (false: the item had a result already).
+func (q *Queue) CancelItem(ctx context.Context, msg jetstream.Msg, it Item, by string) (bool, error) {
+	stored, err := q.PutResultIfAbsent(ctx, Result{
 		Item: it.ID, Batch: it.Batch, Kind: it.Kind, Outcome: OutcomeCancelled,
 		Error: "the batch was cancelled before the item ran", Worker: by, FinishedAt: time.Now().UTC(),
-	}); err != nil {
-		return err
+	})
+	if err != nil {
+		return false, err
 	}
-	return Term(ctx, q.nc, msg, "batch cancelled")
+	return stored, Term(ctx, q.nc, msg, "batch cancelled")
 }
 
 // DrainCancelled takes every message of a cancelled batch that is not out
-// with a worker, records each item as cancelled and deletes it. It
-// returns how many it took, and what the batch's consumer still holds
+// with a worker, records each item as cancelled (unless it has a result)
+// and deletes it. It returns how many it recorded cancelled, and what the batch's consumer still holds
 // (messages out with workers, or coming back later).
 func (q *Queue) DrainCancelled(ctx context.Context, batch, by string) (drained int, unacked int, err error) {
 	c, err := q.LaneConsumer(ctx, batch)
@@ -136,10 +138,13 @@ func (q *Queue) DrainCancelled(ctx context.Context, batch, by string) (drained i
 			if derr != nil {
 				it = Item{ID: fmt.Sprintf("message-%s", msg.Subject()), Batch: batch}
 			}
-			if err := q.CancelItem(ctx, msg, it, by); err != nil {
+			stored, err := q.CancelItem(ctx, msg, it, by)
+			if err != nil {
 				return drained, 0, err
 			}
-			drained++
+			if stored {
+				drained++
+			}
 		}
 		if err := msgs.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			return drained, 0, fmt.Errorf("queue: fetch from batch %q: %w", batch, err)

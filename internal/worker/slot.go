@@ -155,7 +155,8 @@ func (w *Worker) heldBack(d *delivery) bool {
 		ctx, cancel := w.settleCtx()
 		defer cancel()
 		if err := w.retry(ctx, "recording a cancelled item", d.log, func(c context.Context) error {
-			return w.q.CancelItem(c, d.msg, d.it, w.id)
+			_, err := w.q.CancelItem(c, d.msg, d.it, w.id)
+			return err
 		}); err != nil {
 			d.log.Warn("could not record the cancelled item: it comes back after its ack wait", zap.Error(err))
 			return true
