@@ -90,6 +90,30 @@ func (q *Queue) LaneConsumer(ctx context.Context, lane string) (jetstream.Consum
 	return c, nil
 }
 
+// LaneMessages counts the messages of lane still in the stream: on a
+// work-queue stream a message stays until it is acknowledged or
+// terminated, so 0 means the lane is drained, whatever state its consumer
+// is in (one being created or electing a leader may report nothing
+// pending while messages wait). It reads the stream's per-subject counts
+// for the lane's subjects: one per kind of the batch.
+func (q *Queue) LaneMessages(ctx context.Context, lane string) (uint64, error) {
+	filter := q.cfg.SubjectPrefix + ".b." + Token(lane) + ".>"
+	if lane == LegacyLane {
+		filter = q.workSubjects()
+	}
+	sctx, cancel := context.WithTimeout(ctx, q.cfg.RequestTimeout)
+	defer cancel()
+	si, err := q.work.Info(sctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return 0, fmt.Errorf("queue: messages of batch %q: %w", lane, noAnswer(ctx, q.cfg.RequestTimeout, err))
+	}
+	var n uint64
+	for _, c := range si.State.Subjects {
+		n += c
+	}
+	return n, nil
+}
+
 // LaneHolds reports what a lane's consumer still holds: messages not yet
 // delivered, and delivered ones not yet acknowledged (running, waiting
 // for a key, or waiting for a redelivery).

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -174,21 +173,18 @@ func (w *Worker) forgetConsumer(lane string) {
 	w.batches.mu.Unlock()
 }
 
-// checkDrained looks at a lane whose fetch came back empty: when its
-// consumer holds nothing (nothing pending, nothing unacknowledged) as of
-// the record it knows, the lane leaves the schedule and its consumer is
-// deleted. A lane with messages out (running, waiting for a redelivery)
-// stays: the schedule lets it rest and looks again.
-func (w *Worker) checkDrained(ctx context.Context, lane string, c jetstream.Consumer) {
+// checkDrained looks at a lane whose fetch came back empty: when the
+// stream holds none of its messages (a message stays until it is
+// acknowledged or terminated) as of the record it knows, the lane leaves
+// the schedule and its consumer is deleted. A lane with messages left
+// (running, waiting for a redelivery, or behind a consumer still being
+// made) stays: the schedule lets it rest and looks again.
+func (w *Worker) checkDrained(ctx context.Context, lane string) {
 	gen := w.batches.gen(lane)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	pending, unacked, err := queue.LaneHolds(ctx, c)
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		w.forgetConsumer(lane)
-		return
-	}
-	if err != nil || pending > 0 || unacked > 0 {
+	n, err := w.q.LaneMessages(ctx, lane)
+	if err != nil || n > 0 {
 		return
 	}
 	ok, err := w.sched.Drained(ctx, lane, gen)

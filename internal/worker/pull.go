@@ -138,7 +138,7 @@ func (w *Worker) pull(pullCtx, runCtx context.Context, slots *sync.WaitGroup) {
 				free <- struct{}{}
 			}
 			if got < share {
-				w.laneShort(lane, cons, share, got)
+				w.laneShort(lane, share, got)
 			}
 			if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) &&
 				!errors.Is(err, jetstream.ErrNoMessages) {
@@ -170,14 +170,14 @@ func (w *Worker) pick(ctx context.Context, n int) (lane string, share int, wait 
 
 // laneShort reports a fetch that took less than its share: the schedule
 // lets the lane rest; an empty one may be drained.
-func (w *Worker) laneShort(lane string, cons jetstream.Consumer, share, got int) {
+func (w *Worker) laneShort(lane string, share, got int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := w.sched.Got(ctx, lane, share, got); err != nil {
 		w.log.Debug("reporting a short fetch", zap.String("lane", lane), zap.Error(err))
 	}
 	if got == 0 {
-		w.checkDrained(ctx, lane, cons)
+		w.checkDrained(ctx, lane)
 	}
 }
 
