@@ -300,18 +300,26 @@ func checkProgram(prog, dir string) error {
 
 func (h *execHandler) Kind() string { return KindExec }
 
-// environ builds the job's environment for one run.
-func (h *execHandler) environ(item Item, cred Credential) []string {
+// baseEnviron is the environment every process a job kind starts gets:
+// the worker's minus the names in drop (every secret_env) and every
+// KEYFLEET_* variable, plus the configured env; room is left for extra
+// more.
+func baseEnviron(drop map[string]bool, configured []string, extra int) []string {
 	parent := os.Environ()
-	env := make([]string, 0, len(parent)+len(h.env)+6)
+	env := make([]string, 0, len(parent)+len(configured)+extra)
 	for _, kv := range parent {
 		name, _, _ := strings.Cut(kv, "=")
-		if h.drop[name] || strings.HasPrefix(name, envPrefix) {
+		if drop[name] || strings.HasPrefix(name, envPrefix) {
 			continue
 		}
 		env = append(env, kv)
 	}
-	env = append(env, h.env...)
+	return append(env, configured...)
+}
+
+// environ builds the job's environment for one run.
+func (h *execHandler) environ(item Item, cred Credential) []string {
+	env := baseEnviron(h.drop, h.env, 6)
 	return append(env,
 		envItemID+"="+item.ID,
 		envBatch+"="+item.Batch,

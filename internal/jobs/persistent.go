@@ -380,17 +380,7 @@ func (h *persistentHandler) Close() error {
 // environ is the handler processes' environment: the worker's minus
 // every secret_env and KEYFLEET_* variable, plus Env and KEYFLEET_KIND.
 func (h *persistentHandler) environ() []string {
-	parent := os.Environ()
-	env := make([]string, 0, len(parent)+len(h.env)+1)
-	for _, kv := range parent {
-		name, _, _ := strings.Cut(kv, "=")
-		if h.drop[name] || strings.HasPrefix(name, envPrefix) {
-			continue
-		}
-		env = append(env, kv)
-	}
-	env = append(env, h.env...)
-	return append(env, envKind+"="+KindExec)
+	return append(baseEnviron(h.drop, h.env, 1), envKind+"="+KindExec)
 }
 
 // start starts a handler process under the job guard.
