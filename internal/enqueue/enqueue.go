@@ -153,6 +153,9 @@ type Report struct {
 	RecordErr error
 	// IDs is the set of the input's item IDs (for following the batch).
 	IDs *jsonl.IDs `json:"-"`
+	// recorded: of New, those already added to the batch's record while
+	// publishing (each second of a long input).
+	recorded int
 }
 
 // Incomplete says what a publishing that stopped part-way got confirmed.
@@ -289,11 +292,11 @@ func Run(ctx context.Context, q *queue.Queue, req Request) (Report, error) {
 	raced := err != nil
 	var now queue.BatchInfo
 	recorded := false
-	if rep.New > 0 || rep.Priority != rec.Prio() || rep.Weight != rec.Wt() || rec.ID == "" {
+	if rep.New > rep.recorded || rep.Priority != rec.Prio() || rep.Weight != rec.Wt() || rec.ID == "" {
 		// The record's total counts the new items even when the batch was
 		// cancelled meanwhile: they are cancelled with the rest. The record
 		// as written says whether it is cancelled now.
-		now, rep.RecordErr = record(ctx, q, req, rep)
+		now, rep.RecordErr = record(ctx, q, req, rep, rep.New-rep.recorded)
 		recorded = rep.RecordErr == nil
 	}
 	if !raced && !recorded {
@@ -351,14 +354,15 @@ func admit(ctx context.Context, q *queue.Queue, rep Report) (queue.BatchInfo, er
 	return rec, nil
 }
 
-// record adds the items the server stored as new to the batch's record,
+// record adds n items the server stored as new to the batch's record,
 // with its priority and weight; duplicates add nothing. It returns the
 // record as written. Its failure is a warning: the items are enqueued all
-// the same.
-func record(ctx context.Context, q *queue.Queue, req Request, rep Report) (queue.BatchInfo, error) {
+// the same. A change of the record is what registers the batch's lane
+// with the workers.
+func record(ctx context.Context, q *queue.Queue, req Request, rep Report, n int) (queue.BatchInfo, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	return q.AddToBatch(rctx, rep.Batch, rep.Kind, rep.New, queue.WithPriority(req.Priority), queue.WithWeight(req.Weight))
+	return q.AddToBatch(rctx, rep.Batch, rep.Kind, n, queue.WithPriority(req.Priority), queue.WithWeight(req.Weight))
 }
 
 // fitsSlack bounds the message headers of an item with a short ID,
@@ -533,9 +537,23 @@ func publish(ctx context.Context, q *queue.Queue, in *input, req Request, c chec
 			return errStop
 		}
 		if sent&0xff == 0 && time.Since(lastCheck) >= cancelCheckEvery {
-			// A long input: is the batch cancelled meanwhile?
+			// A long input: what the server stored so far goes into the
+			// batch's record now (the workers start on it while the rest is
+			// published), and the record says whether the batch was
+			// cancelled meanwhile.
 			lastCheck = time.Now()
-			if reread(ctx, q, rep.Batch).Status() == queue.BatchCancelled {
+			rec, n := queue.BatchInfo{}, pub.Report().Published-rep.recorded
+			if n > 0 {
+				if r, err := record(ctx, q, req, *rep, n); err == nil {
+					rep.recorded += n
+					rec = r
+				} else {
+					rec = reread(ctx, q, rep.Batch)
+				}
+			} else {
+				rec = reread(ctx, q, rep.Batch)
+			}
+			if rec.Status() == queue.BatchCancelled {
 				return errCancelled
 			}
 		}
