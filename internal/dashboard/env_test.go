@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,9 +13,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/dashboard"
@@ -128,25 +124,7 @@ func (e *env) startWorker(id string) {
 // ends and returns its base URL.
 func (e *env) startDashboard(token string) string {
 	e.t.Helper()
-	srv, err := dashboard.New(dashboard.Options{Queue: e.q, Pool: e.pool, AdminToken: token, Interval: 200 * time.Millisecond,
-		Logger: zaptest.NewLogger(e.t, zaptest.Level(zap.WarnLevel))})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(e.ctx)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, l) }()
-	e.t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			e.t.Errorf("dashboard: %v", err)
-		}
-	})
-	return "http://" + l.Addr().String()
+	return e.startDashboardWith(dashboard.Options{AdminToken: token})
 }
 
 // enqueue publishes items as `producer enqueue` does, batch record
