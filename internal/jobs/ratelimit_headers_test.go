@@ -52,6 +52,12 @@ func TestParseRateHeaders(t *testing.T) {
 				{Name: "anthropic-ratelimit-input-tokens-remaining", Tokens: true, Remaining: 3000, Reset: 30500 * time.Millisecond},
 				{Name: "anthropic-ratelimit-output-tokens-remaining", Remaining: 100, Reset: 0},
 			}}},
+		{"a reset beyond a day is kept for the worker to cut", h(
+			"anthropic-ratelimit-tokens-remaining", "0", "anthropic-ratelimit-tokens-reset", "2100-01-01T00:00:00Z"),
+			jobs.RateReport{Signals: []jobs.Signal{
+				{Name: "anthropic-ratelimit-tokens-remaining", Tokens: true, Remaining: 0,
+					Reset: time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC).Sub(now)},
+			}}},
 		{"half pairs and junk are left out", h(
 			"x-ratelimit-remaining-requests", "5",
 			"x-ratelimit-remaining-tokens", "-1", "x-ratelimit-reset-tokens", "1s",
@@ -81,7 +87,9 @@ func FuzzParseRateHeaders(f *testing.F) {
 			t.Fatalf("negative retry-after %s", r.RetryAfter)
 		}
 		for _, s := range r.Signals {
-			if s.Remaining < 0 || s.Reset < 0 || s.Reset > 24*time.Hour {
+			// Long resets are kept: the worker cuts every rest to
+			// pool.max_rest, with a warning naming the header.
+			if s.Remaining < 0 || s.Reset < 0 {
 				t.Fatalf("signal %+v", s)
 			}
 		}
