@@ -20,8 +20,11 @@ type Credential struct {
 	// Empty: none.
 	Rate string
 	// Limits are the credential's limits (see Limit); a start needs room
-	// in every one.
+	// in every one that applies to it (unscoped, or of its scope).
 	Limits []Limit
+	// Groups are the key groups the credential belongs to (a kind's
+	// `credentials` names them); shown in stats. Each is a ValidID.
+	Groups []string
 }
 
 // MaxIDLength bounds a credential ID and a pool name.
@@ -92,6 +95,11 @@ func parseDefs(defs []Credential) ([]string, error) {
 		}
 		if d.MaxConcurrent < 1 {
 			errs = append(errs, &DefinitionError{i, "max_concurrent", fmt.Sprintf("must be at least 1, got %d", d.MaxConcurrent)})
+		}
+		for j, g := range d.Groups {
+			if err := ValidID(g); err != nil {
+				errs = append(errs, &DefinitionError{i, fmt.Sprintf("groups[%d]", j), err.Error()})
+			}
 		}
 		ls, err := d.limits()
 		if err != nil {

@@ -31,6 +31,17 @@ const (
 
 // Limit is one limit of a credential. Parse one with ParseLimit; the zero
 // value is not a valid limit.
+//
+// Adding a kind of limit touches these places, and no others:
+//  1. a LimitKind constant here, its rule in Validate, its text in
+//     ParseLimit and String, its letter in encode and decodeLimits;
+//  2. its Lua in lua/lib.lua: parse_limits reads the letter, lim_keys,
+//     lim_when, lim_take and lim_use give its keys, answer, charge and use
+//     (a new algorithm goes in pkg/ratelimit as a *_lib.lua);
+//  3. its YAML: internal/config decodes {rate|cost, burst, scope} straight
+//     into this type (decodeLimit) and config/reference.yaml shows it;
+//  4. a row in limits_test.go's table and, for a new algorithm, a
+//     precision figure in internal/bench/limits.go.
 type Limit struct {
 	Kind   LimitKind
 	N      int64
@@ -38,6 +49,10 @@ type Limit struct {
 	// Burst is the number of back-to-back starts of a LimitSmooth; 0 for
 	// the other kinds.
 	Burst int
+	// Scope, when set, makes the limit count and bind only starts whose
+	// Request.Scope is the same (an API's limit per model); empty: every
+	// start on the credential. See ValidScope.
+	Scope string
 }
 
 // ErrBadLimit is wrapped by every error ParseLimit and Limit.Validate
@@ -78,8 +93,13 @@ func ParseLimit(spec string) (Limit, error) {
 			cost = v
 		case "burst":
 			burst = v
+		case "scope":
+			if err := ValidScope(v); err != nil {
+				return bad("scope %v", err)
+			}
+			l.Scope = v
 		default:
-			return bad("unknown part %q (want rate, cost or burst)", k)
+			return bad("unknown part %q (want rate, cost, burst or scope)", k)
 		}
 	}
 	switch {
@@ -98,7 +118,7 @@ func ParseLimit(spec string) (Limit, error) {
 	if err != nil {
 		return bad("%v", strings.TrimPrefix(err.Error(), ratelimit.ErrBadRate.Error()+" "))
 	}
-	l = Limit{Kind: kind, N: int64(r.N), Period: r.Period}
+	l = Limit{Kind: kind, N: int64(r.N), Period: r.Period, Scope: l.Scope}
 	if burst != "" {
 		b, err := strconv.Atoi(burst)
 		if err != nil || b < 1 {
@@ -125,31 +145,71 @@ func (l Limit) Validate() error {
 	case l.Kind != LimitSmooth && l.Burst != 0:
 		return fmt.Errorf("%w: burst applies to smooth rate limits only", ErrBadLimit)
 	}
+	if l.Scope != "" {
+		if err := ValidScope(l.Scope); err != nil {
+			return fmt.Errorf("%w: scope %w", ErrBadLimit, err)
+		}
+	}
+	return nil
+}
+
+// MaxScopeLength bounds a scope.
+const MaxScopeLength = 128
+
+// ValidScope reports whether s can be a scope (a limit's, a request's):
+// 1 to MaxScopeLength printable ASCII characters other than space and
+// the separators ',', ';', '=', '|' (a model name such as "gpt-4o",
+// "models/gemini-1.5-pro" or "claude-3-5-sonnet@20240620" is one).
+func ValidScope(s string) error {
+	switch {
+	case s == "":
+		return errors.New("is empty")
+	case len(s) > MaxScopeLength:
+		return fmt.Errorf("is %d bytes long, at most %d", len(s), MaxScopeLength)
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c >= 0x7f || strings.IndexByte(",;=|", c) >= 0 {
+			return fmt.Errorf("%q holds %q: use printable characters other than space , ; = |", s, s[i:i+1])
+		}
+	}
 	return nil
 }
 
 // String writes the limit as ParseLimit reads it.
 func (l Limit) String() string {
 	r := ratelimit.Limit{N: int(l.N), Period: l.Period}.String()
+	var s string
 	switch l.Kind {
 	case LimitCost:
-		return "cost=" + r
+		s = "cost=" + r
 	case LimitSmooth:
-		return fmt.Sprintf("rate=%s,burst=%d", r, l.Burst)
+		s = fmt.Sprintf("rate=%s,burst=%d", r, l.Burst)
+	default:
+		s = "rate=" + r
 	}
-	return "rate=" + r
+	if l.Scope != "" {
+		s += ",scope=" + l.Scope
+	}
+	return s
 }
 
-// encode writes the limit for the pool's scripts (see lua/lib.lua).
+// encode writes the limit for the pool's scripts (see lua/lib.lua): a
+// letter, the numbers, and "=<scope>" for a scoped limit.
 func (l Limit) encode() string {
 	p := l.Period.Microseconds()
+	var s string
 	switch l.Kind {
 	case LimitCost:
-		return fmt.Sprintf("c%d/%d", l.N, p)
+		s = fmt.Sprintf("c%d/%d", l.N, p)
 	case LimitSmooth:
-		return fmt.Sprintf("g%d/%d/%d", l.N, p, l.Burst)
+		s = fmt.Sprintf("g%d/%d/%d", l.N, p, l.Burst)
+	default:
+		s = fmt.Sprintf("w%d/%d", l.N, p)
 	}
-	return fmt.Sprintf("w%d/%d", l.N, p)
+	if l.Scope != "" {
+		s += "=" + l.Scope
+	}
+	return s
 }
 
 func encodeLimits(ls []Limit) string {
@@ -164,6 +224,7 @@ func encodeLimits(ls []Limit) string {
 func decodeLimits(s string) []Limit {
 	var out []Limit
 	for _, part := range strings.Split(s, ";") {
+		part, scope, _ := strings.Cut(part, "=")
 		if len(part) < 2 {
 			continue
 		}
@@ -180,7 +241,7 @@ func decodeLimits(s string) []Limit {
 		if !ok {
 			continue
 		}
-		l := Limit{N: vals[0], Period: time.Duration(vals[1]) * time.Microsecond}
+		l := Limit{N: vals[0], Period: time.Duration(vals[1]) * time.Microsecond, Scope: scope}
 		switch part[0] {
 		case 'w':
 			l.Kind = LimitWindow
