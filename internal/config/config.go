@@ -162,6 +162,17 @@ type Pool struct {
 	// Cost says where an item's estimated cost comes from, for the
 	// credentials' cost limits.
 	Cost Cost `yaml:"cost"`
+	// Scope says where an item's scope comes from (its model, say): a
+	// limit with `scope: S` binds only items whose scope is S. Default:
+	// none (no item has a scope; scoped limits are an error).
+	Scope Scope `yaml:"scope"`
+}
+
+// Scope says how an item's scope is read.
+type Scope struct {
+	// Field is the item's top-level field holding its scope, a string
+	// (creds.ValidScope); an item without it has none. Default "" (off).
+	Field string `yaml:"field"`
 }
 
 // Cost says how much of a cost limit (tokens, credits, rows) an item
@@ -212,8 +223,11 @@ type Credential struct {
 	// limits: [{rate: 60/m}]. Default "" (no limit).
 	RateText string `yaml:"rate"`
 	// Limits are more limits of the credential; a start needs room in
-	// every one. Default none.
+	// every one that applies to it. Default none.
 	Limits []Limit `yaml:"limits"`
+	// Groups are the key groups the credential is in, which a kind's
+	// `credentials` may name. Default none.
+	Groups []string `yaml:"groups"`
 }
 
 // Limit is one limit of a credential, as the file writes it:
@@ -388,6 +402,22 @@ type Jobs struct {
 	// HTTP configures the http kind; nil (the default) means not
 	// configured.
 	HTTP *HTTPJob `yaml:"http"`
+	// Kinds are named kinds of work: items enqueued with --kind <name>
+	// run as the kind says, on the keys it may use. Default none.
+	Kinds map[string]Kind `yaml:"kinds"`
+}
+
+// Kind is a named kind of work: exactly one of HTTP and Exec, and the
+// keys it may use.
+type Kind struct {
+	// HTTP: one request per item, as jobs.http.
+	HTTP *HTTPJob `yaml:"http"`
+	// Exec: one run of a command per item (or a persistent handler), as
+	// jobs.exec.
+	Exec *ExecJob `yaml:"exec"`
+	// Credentials are the key groups or credential IDs the kind's items
+	// may use. Default: every key of the pool.
+	Credentials []string `yaml:"credentials"`
 }
 
 // Section returns the settings section of the job kind called name and
