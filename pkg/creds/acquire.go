@@ -44,6 +44,10 @@ type Request struct {
 	// Priority orders the fleet's waiters: 1 first, 5 last; within a
 	// priority, first come, first served. Zero means PriorityDefault.
 	Priority int
+	// Scope is the start's scope (its model, say): the credential's limits
+	// with this scope bind it as well as the unscoped ones. Empty: only
+	// the unscoped limits. See ValidScope.
+	Scope string
 }
 
 // Priorities of a Request: PriorityFirst..PriorityLast, PriorityDefault
@@ -57,7 +61,36 @@ const (
 // AcquireWith leases a credential like AcquireCost, its place among the
 // fleet's waiters set by r.Priority: a freed credential goes to the oldest
 // waiter of the highest priority that may use it.
+//
+// Waiters of different classes (handle group and scope) do not hold each
+// other back: a waiter that cannot be served yet keeps back only the later
+// waiters of its class and the credentials it waits for in their unscoped
+// limits.
 func (p *Pool) AcquireWith(ctx context.Context, r Request) (*Lease, error) {
+	r, err := r.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if ctx.Err() != nil {
+		return nil, canceled(ctx, start)
+	}
+	return p.wait(ctx, r, false, start)
+}
+
+// TryAcquireWith leases a credential for r at once, or returns an
+// *UnavailableError (ErrNoneAvailable) without waiting: no credential of
+// r's class has room now, or waiters it shares them with come first.
+// ErrNeverFits and ErrPoolEmpty as AcquireWith.
+func (p *Pool) TryAcquireWith(ctx context.Context, r Request) (*Lease, error) {
+	r, err := r.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return p.wait(ctx, r, true, time.Now())
+}
+
+func (r Request) withDefaults() (Request, error) {
 	if r.Cost == 0 {
 		r.Cost = 1
 	}
@@ -65,21 +98,22 @@ func (p *Pool) AcquireWith(ctx context.Context, r Request) (*Lease, error) {
 		r.Priority = PriorityDefault
 	}
 	if err := checkRequest(r.Owner, r.Cost); err != nil {
-		return nil, err
+		return r, err
 	}
 	if r.Priority < PriorityFirst || r.Priority > PriorityLast {
-		return nil, fmt.Errorf("%w: priority must be %d..%d, got %d", ErrInvalid, PriorityFirst, PriorityLast, r.Priority)
+		return r, fmt.Errorf("%w: priority must be %d..%d, got %d", ErrInvalid, PriorityFirst, PriorityLast, r.Priority)
 	}
-	start := time.Now()
-	if ctx.Err() != nil {
-		return nil, canceled(ctx, start)
+	if r.Scope != "" {
+		if err := ValidScope(r.Scope); err != nil {
+			return r, fmt.Errorf("%w: scope %w", ErrInvalid, err)
+		}
 	}
-	return p.wait(ctx, r.Owner, r.Cost, r.Priority, false, start)
+	return r, nil
 }
 
 // wait queues a waiter and waits for its result or ctx's end.
-func (p *Pool) wait(ctx context.Context, owner string, cost int64, prio int, try bool, start time.Time) (*Lease, error) {
-	w, err := p.d.newWaiter(owner, cost, prio, try)
+func (p *Pool) wait(ctx context.Context, r Request, try bool, start time.Time) (*Lease, error) {
+	w, err := p.d.newWaiter(r, try)
 	if err != nil {
 		return nil, err
 	}
@@ -104,10 +138,7 @@ func (p *Pool) wait(ctx context.Context, owner string, cost int64, prio int, try
 // *UnavailableError (matching ErrNoneAvailable) that says when the next
 // rest, lease or window ends.
 func (p *Pool) TryAcquire(ctx context.Context, owner string) (*Lease, error) {
-	if err := checkRequest(owner, 1); err != nil {
-		return nil, err
-	}
-	return p.wait(ctx, owner, 1, PriorityDefault, true, time.Now())
+	return p.TryAcquireWith(ctx, Request{Owner: owner})
 }
 
 func checkRequest(owner string, cost int64) error {

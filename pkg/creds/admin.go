@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/keyfleet/keyfleet/pkg/ratelimit"
@@ -21,10 +22,10 @@ func (p *Pool) Register(ctx context.Context, defs []Credential) error {
 	if err != nil {
 		return err
 	}
-	args := make([]any, 0, 1+3*len(defs))
+	args := make([]any, 0, 1+4*len(defs))
 	args = append(args, p.waiterTTL.Microseconds())
 	for i, d := range defs {
-		args = append(args, d.ID, d.MaxConcurrent, enc[i])
+		args = append(args, d.ID, d.MaxConcurrent, enc[i], strings.Join(d.Groups, ","))
 	}
 	if err := registerScript.Run(ctx, p.scripts, []string{p.keys.creds}, args...).Err(); err != nil {
 		return fmt.Errorf("creds: register %d credentials in pool %q: %w", len(defs), p.name, err)

@@ -49,6 +49,7 @@ type waiter struct {
 	cost   int64
 	owner  string
 	prio   int
+	scope  string
 	try    bool
 	queued bool // Redis said it is in the queue
 	sent   bool // its E op went out in a step
@@ -120,7 +121,7 @@ func cutPrefix(s, prefix string) (string, bool) {
 }
 
 // newWaiter registers a waiter and queues its E op.
-func (d *dispatcher) newWaiter(owner string, cost int64, prio int, try bool) (*waiter, error) {
+func (d *dispatcher) newWaiter(r Request, try bool) (*waiter, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -128,8 +129,12 @@ func (d *dispatcher) newWaiter(owner string, cost int64, prio int, try bool) (*w
 	}
 	d.seq++
 	wid := d.p.instance + "." + strconv.FormatUint(d.seq, 36)
-	w := &waiter{wid: wid, cost: cost, owner: owner, prio: prio, try: try, res: make(chan waitResult, 1)}
-	w.member = wid + "|" + strconv.FormatInt(cost, 10) + "|" + d.p.group + "|" + owner
+	w := &waiter{wid: wid, cost: r.Cost, owner: r.Owner, prio: r.Priority, scope: r.Scope, try: try, res: make(chan waitResult, 1)}
+	class := d.p.group
+	if r.Scope != "" {
+		class += "=" + r.Scope
+	}
+	w.member = wid + "|" + strconv.FormatInt(r.Cost, 10) + "|" + class + "|" + r.Owner
 	d.waiters[wid] = w
 	d.pushE(w)
 	d.startLocked()
@@ -142,7 +147,7 @@ func (d *dispatcher) pushE(w *waiter) {
 		try = "1"
 	}
 	w.queued, w.sent = false, false
-	d.ops = append(d.ops, &op{args: []any{"E", w.wid, w.cost, w.owner, try, w.prio}, w: w})
+	d.ops = append(d.ops, &op{args: []any{"E", w.wid, w.cost, w.owner, try, w.prio, w.scope}, w: w})
 	d.kick()
 }
 

@@ -47,7 +47,9 @@ type CredentialStats struct {
 	ID            string `json:"id"`
 	State         string `json:"state"`
 	MaxConcurrent int    `json:"max_concurrent"`
-	// Rate is the first exact-window rate limit ("" when none), N/period.
+	// Groups are the key groups it is in (Credential.Groups).
+	Groups []string `json:"groups,omitempty"`
+	// Rate is the first unscoped exact-window rate limit ("" when none), N/period.
 	Rate string `json:"rate,omitempty"`
 	// Limits are every limit, with its use now.
 	Limits []LimitStats `json:"limits"`
@@ -94,6 +96,9 @@ type LimitStats struct {
 	// Limit as ParseLimit reads it: "rate=10/s,burst=1".
 	Limit string    `json:"limit"`
 	Kind  LimitKind `json:"kind"`
+	// Scope is the limit's scope: it binds only starts of that scope
+	// (empty: every start).
+	Scope string `json:"scope,omitempty"`
 	// Used of Of: starts (or cost units) in the window; for a smooth rate,
 	// the burst's cells in use.
 	Used int64 `json:"used"`
@@ -162,7 +167,7 @@ func decodeStats(reply any) (Stats, error) {
 }
 
 // credFields is the shape of one credential in lua/stats.lua's reply.
-const credFields = 21
+const credFields = 22
 
 func decodeCredential(e any, nowUS int64) (CredentialStats, error) {
 	f, ok := e.([]any)
@@ -178,12 +183,12 @@ func decodeCredential(e any, nowUS int64) (CredentialStats, error) {
 	}
 	var c CredentialStats
 	var err error
-	var limits, refused string
+	var limits, refused, groups string
 	for _, x := range []struct {
 		dst *string
 		i   int
 	}{{&c.ID, 0}, {&limits, 2}, {&c.DisabledReason, 4}, {&c.CoolingReason, 7}, {&c.RestCause, 8},
-		{&c.DisabledBy, 16}, {&c.EnabledBy, 17}, {&c.EnabledReason, 18}, {&refused, 20}} {
+		{&c.DisabledBy, 16}, {&c.EnabledBy, 17}, {&c.EnabledReason, 18}, {&refused, 20}, {&groups, 21}} {
 		if *x.dst, err = str(x.i); err != nil {
 			return c, err
 		}
@@ -218,12 +223,12 @@ func decodeCredential(e any, nowUS int64) (CredentialStats, error) {
 				return c, fmt.Errorf("limit %d use: %w", i, err)
 			}
 		}
-		s := LimitStats{Limit: l.String(), Kind: l.Kind, Used: v[0], Of: v[1]}
+		s := LimitStats{Limit: l.String(), Kind: l.Kind, Scope: l.Scope, Used: v[0], Of: v[1]}
 		if v[2] > 0 {
 			s.NextRoom = time.UnixMicro(v[2])
 		}
 		c.Limits = append(c.Limits, s)
-		if l.Kind == LimitWindow && c.Rate == "" {
+		if l.Kind == LimitWindow && l.Scope == "" && c.Rate == "" {
 			c.Rate = strings.TrimPrefix(l.String(), "rate=")
 			c.StartsInWindow = int(v[0])
 		}
@@ -242,6 +247,9 @@ func decodeCredential(e any, nowUS int64) (CredentialStats, error) {
 	}
 	if refused != "" {
 		c.Refusals = strings.Split(refused, "\n")
+	}
+	if groups != "" {
+		c.Groups = strings.Split(groups, ",")
 	}
 	if disabled == 1 {
 		c.DisabledAt = time.UnixMicro(disabledAt)

@@ -85,6 +85,8 @@ local SCAN_MAX = 16      -- waiters examined per call beyond those served
 --   w<N>/<P>        at most N starts in any window of P us (exact log)
 --   g<N>/<P>/<B>    smooth: at most B back to back, then one every P/N us
 --   c<N>/<P>        at most N cost units in any window of P us (exact log)
+-- each optionally followed by =<scope>: the limit counts and binds only
+-- starts of that scope (an API's limit per model); without, every start.
 ---------------------------------------------------------------------------
 
 local function parse_limits(s)
@@ -94,21 +96,34 @@ local function parse_limits(s)
   end
   for spec in string.gmatch(s, '[^;]+') do
     local kind = string.sub(spec, 1, 1)
-    local n, p, b = string.match(spec, '^%a(%d+)/(%d+)/?(%d*)$')
+    local nums, scope = string.match(spec, '^([^=]*)=?(.*)$')
+    local n, p, b = string.match(nums, '^%a(%d+)/(%d+)/?(%d*)$')
     if n then
-      out[#out + 1] = {kind = kind, n = tonumber(n), p = tonumber(p), b = tonumber(b) or 1, spec = spec}
+      out[#out + 1] = {kind = kind, n = tonumber(n), p = tonumber(p), b = tonumber(b) or 1, spec = spec, scope = scope}
     end
   end
   return out
 end
 
+-- applies: whether limit l binds a start of `scope` ('' none): an
+-- unscoped limit binds every start, a scoped one only its scope's.
+local function applies(l, scope)
+  return l.scope == '' or l.scope == scope
+end
+
+-- lim_keys: a scoped limit's keys end in '|<scope>' ('|' is never in a
+-- scope), so limits of one period but different scopes never share one.
 local function lim_keys(id, l)
+  local sfx = ''
+  if l.scope ~= '' then
+    sfx = '|' .. l.scope
+  end
   if l.kind == 'c' then
-    return PFX .. 'lc:' .. id .. ':' .. l.p, PFX .. 'lcs:' .. id .. ':' .. l.p
+    return PFX .. 'lc:' .. id .. ':' .. l.p .. sfx, PFX .. 'lcs:' .. id .. ':' .. l.p .. sfx
   elseif l.kind == 'g' then
     return PFX .. 'lg:' .. id .. ':' .. l.spec
   end
-  return PFX .. 'lw:' .. id .. ':' .. l.p
+  return PFX .. 'lw:' .. id .. ':' .. l.p .. sfx
 end
 
 -- lim_when: the earliest moment (>= now) a start of `cost` fits in limit
@@ -209,10 +224,12 @@ local function held(id, c, now)
 end
 
 -- fit_at: the earliest moment (>= now) at which credential id (state c)
--- can take a start of `cost`: the latest of the end of its rest, the end
--- of a lease when it is full, its learnt pace and each limit's answer.
--- -1: disabled; -2: the cost never fits one of its limits.
-local function fit_at(id, c, now, cost)
+-- can take a start of `cost` in `scope` ('' or nil: none; then only the
+-- unscoped limits count): the latest of the end of its rest, the end of a
+-- lease when it is full, its learnt pace and the answer of each limit
+-- that applies. -1: disabled; -2: the cost never fits one of its limits.
+local function fit_at(id, c, now, cost, scope)
+  scope = scope or ''
   if c.disabled then
     return -1
   end
@@ -239,12 +256,14 @@ local function fit_at(id, c, now, cost)
     t = c.pace_tat
   end
   for _, l in ipairs(c.limits) do
-    local w = lim_when(id, l, now, cost)
-    if w < 0 then
-      return -2
-    end
-    if w > t then
-      t = w
+    if applies(l, scope) then
+      local w = lim_when(id, l, now, cost)
+      if w < 0 then
+        return -2
+      end
+      if w > t then
+        t = w
+      end
     end
   end
   return t
@@ -354,15 +373,18 @@ local function next_token(now)
 end
 
 -- grant leases credential id (state c, checked to fit) to owner for
--- ttl_us, charging every limit at once. Returns token, expiry.
-local function grant(id, c, now, owner, cost, ttl_us)
+-- ttl_us, charging every limit that applies to `scope` at once. Returns
+-- token, expiry.
+local function grant(id, c, now, owner, cost, ttl_us, scope)
   local token = next_token(now)
   local exp = now + ttl_us
   held(id, c, now)
   redis.call('ZADD', k_leases(id), n2s(exp), token .. '|' .. owner)
   c.held = c.held + 1
   for _, l in ipairs(c.limits) do
-    lim_take(id, l, now, token, cost)
+    if applies(l, scope or '') then
+      lim_take(id, l, now, token, cost)
+    end
   end
   if c.pace_us > 0 then
     local tat = c.pace_tat
@@ -541,11 +563,21 @@ end
 -- Waiters
 ---------------------------------------------------------------------------
 
--- A waiter member: "<inst>.<n>|<cost>|<group>|<owner>".
+-- A waiter member: "<inst>.<n>|<cost>|<group>[=<scope>]|<owner>".
 local function parse_waiter(m)
-  local wid, cost, group, owner = string.match(m, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  local wid, cost, class, owner = string.match(m, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
   local inst = string.match(wid or '', '^([^.]*)')
-  return wid, inst, tonumber(cost) or 1, group or '', owner or ''
+  local group, scope = string.match(class or '', '^([^=]*)=?(.*)$')
+  return wid, inst, tonumber(cost) or 1, group or '', owner or '', scope or ''
+end
+
+-- waiter_member writes a waiter's member (see parse_waiter).
+local function waiter_member(wid, cost, group, scope, owner)
+  local class = group
+  if scope ~= '' then
+    class = group .. '=' .. scope
+  end
+  return wid .. '|' .. n2s(cost) .. '|' .. class .. '|' .. owner
 end
 
 local function alive(inst, now)
@@ -564,14 +596,25 @@ local function reap(inst)
   redis.call('ZREM', K_PROCS, inst)
 end
 
--- max_cost: the largest cost a handle of `group` can ever start (-1: no
--- credential; math.huge: no cost limit on some credential).
-local function max_cost(group)
-  local v = redis.call('HGET', K_MAXCOST, group)
-  if v == 'inf' then
-    return math.huge
+-- max_cost: the largest cost a handle of `group` can ever start in
+-- `scope` (-1: no credential; math.huge: no cost limit on some
+-- credential), and the field of K_MAXCOST it comes from (its ':by' field
+-- names the limit that sets it). A scope no limit names has the group's.
+local function max_cost(group, scope)
+  local f = group
+  local v = nil
+  if scope ~= '' then
+    f = group .. '=' .. scope
+    v = redis.call('HGET', K_MAXCOST, f)
   end
-  return tonumber(v or '-1') or -1
+  if not v then
+    f = group
+    v = redis.call('HGET', K_MAXCOST, f)
+  end
+  if v == 'inf' then
+    return math.huge, f
+  end
+  return tonumber(v or '-1') or -1, f
 end
 
 -- recompute_maxcost refreshes max_cost for every group, and which
@@ -586,27 +629,48 @@ local function recompute_maxcost()
     end
     return n2s(x)
   end
+  -- per[scope][id]: the largest cost credential id takes in scope ('':
+  -- the unscoped limits only); by[scope][id]: the limit that sets it.
+  local scopes = {['' ] = true}
+  local loaded = {}
   for _, id in ipairs(ids) do
     local c = load(id)
     if c then
+      loaded[id] = c
+      for _, l in ipairs(c.limits) do
+        scopes[l.scope] = true
+      end
+    end
+  end
+  local per, by = {}, {}
+  for sc in pairs(scopes) do
+    per[sc], by[sc] = {}, {}
+    for id, c in pairs(loaded) do
       local m = math.huge
       for _, l in ipairs(c.limits) do
-        if l.kind == 'c' and l.n < m then
+        if l.kind == 'c' and applies(l, sc) and l.n < m then
           m = l.n
-          by[id] = id .. ' ' .. l.spec
+          by[sc][id] = id .. ' ' .. l.spec
         end
       end
-      per[id] = m
+      per[sc][id] = m
     end
   end
   local function set(g, members)
-    local gm, gby = -1, ''
-    for _, id in ipairs(members) do
-      if per[id] and per[id] > gm then
-        gm, gby = per[id], by[id] or ''
+    for sc in pairs(scopes) do
+      local gm, gby = -1, ''
+      for _, id in ipairs(members) do
+        local m = per[sc][id]
+        if m and m > gm then
+          gm, gby = m, by[sc][id] or ''
+        end
       end
+      local f = g
+      if sc ~= '' then
+        f = g .. '=' .. sc
+      end
+      redis.call('HSET', K_MAXCOST, f, enc(gm), f .. ':by', gby)
     end
-    redis.call('HSET', K_MAXCOST, g, enc(gm), g .. ':by', gby)
   end
   redis.call('DEL', K_MAXCOST)
   set('', ids)
@@ -635,31 +699,41 @@ local function in_group(group, id)
   return v
 end
 
-local function pick(now, cost, group)
+-- pick(now, cost, group, scope, reserved): reserved (nil: none) holds
+-- the credentials waiters ahead are waiting for; they are passed over.
+-- When nothing fits, the fourth result lists the credentials this waiter
+-- waits for in what it shares with others (a full unscoped limit, not
+-- only its scope's): the waiters behind it may not take them.
+local function pick(now, cost, group, scope, reserved)
+  scope = scope or ''
   local cands = redis.call('ZRANGE', K_READY, 0, CANDIDATES - 1)
   local hol, allowed = -1, false
+  local shared = {}
   for _, id in ipairs(cands) do
-    if in_group(group, id) then
+    if in_group(group, id) and not (reserved and reserved[id]) then
       allowed = true
       local c = load(id)
       local t = -1
       if c then
-        t = fit_at(id, c, now, cost)
+        t = fit_at(id, c, now, cost, scope)
       end
       if t == now then
         return id, c
       end
-      if t > now and cost > 1 then
-        -- ready for smaller costs: stays ready
+      if t > now and (cost > 1 or scope ~= '') then
+        -- ready for smaller costs or other scopes: stays ready
         if hol < 0 or t < hol then
           hol = t
+        end
+        if scope == '' or fit_at(id, c, now, cost, '') > now then
+          shared[#shared + 1] = id
         end
       elseif t ~= -2 then
         reindex(id, now, c) -- not usable after all (state changed)
       end
     end
   end
-  return nil, hol, allowed or #cands == 0
+  return nil, hol, allowed or #cands == 0, shared
 end
 
 -- grant_reply encodes a grant for the step's reply in one string, which
@@ -679,10 +753,15 @@ end
 -- per waiter, in arrival order. A waiter of the calling instance gets a
 -- full lease (returned in the reply); one of another instance gets a
 -- lease with the short claim TTL, recorded in gr:<inst>, and one message
--- on that instance's channel. A waiter that cannot be served stops the
--- queue (first come, first served), unless it may use none of the ready
--- credentials (WithOnly), which lets the next one try. Dead instances'
--- waiters are dropped on the way.
+-- on that instance's channel. A waiter that cannot be served holds back
+-- only what it shares with the waiters behind it (no head-of-line
+-- blocking across classes): the later waiters of its class (its group
+-- and scope: first come, first served within a class) and the
+-- credentials it waits for in their unscoped limits (so that a large
+-- cost is not starved by smaller ones). A waiter of another class may
+-- take any other credential, such as one only the first waiter's scope
+-- has used up, or one of another group. Dead instances' waiters are
+-- dropped on the way.
 -- queue_empty: the caller knows nobody waits. Returns the grants of the
 -- caller, hol (see pick) and whether anybody was waiting.
 local function serve(now, caller, lease_ttl, claim_ttl, max_grants, queue_empty)
@@ -696,6 +775,7 @@ local function serve(now, caller, lease_ttl, claim_ttl, max_grants, queue_empty)
   if redis.call('ZCARD', K_READY) == 0 then
     return mine, hol, true -- a saturated pool: nothing to hand out
   end
+  local blocked, reserved = {}, {}
   while served < max_grants and scanned < max_grants + SCAN_MAX do
     local w = redis.call('ZRANGE', K_WAITQ, idx, idx)
     if #w == 0 then
@@ -703,17 +783,20 @@ local function serve(now, caller, lease_ttl, claim_ttl, max_grants, queue_empty)
     end
     scanned = scanned + 1
     local m = w[1]
-    local wid, inst, cost, group, owner = parse_waiter(m)
+    local wid, inst, cost, group, owner, scope = parse_waiter(m)
+    local class = group .. '=' .. scope
     if inst ~= caller and not alive(inst, now) then
       reap(inst)
+    elseif blocked[class] then
+      idx = idx + 1 -- behind a waiter of its class that waits
     else
-      local id, c, allowed = pick(now, cost, group)
+      local id, c, allowed, shared = pick(now, cost, group, scope, reserved)
       if id then
         local ttl = claim_ttl
         if inst == caller then
           ttl = lease_ttl
         end
-        local token, exp = grant(id, c, now, owner, cost, ttl)
+        local token, exp = grant(id, c, now, owner, cost, ttl, scope)
         redis.call('ZREM', K_WAITQ, m)
         redis.call('SREM', k_pw(inst), m)
         served = served + 1
@@ -724,8 +807,16 @@ local function serve(now, caller, lease_ttl, claim_ttl, max_grants, queue_empty)
           notify[inst] = true
         end
       elseif allowed then
-        hol = c -- pick's second result: when the head's cost fits
-        break
+        -- pick's second result: when its cost fits; the timer comes at the
+        -- earliest of the blocked waiters'.
+        if c > 0 and (hol < 0 or c < hol) then
+          hol = c
+        end
+        blocked[class] = true
+        for _, k in ipairs(shared) do
+          reserved[k] = true
+        end
+        idx = idx + 1
       else
         idx = idx + 1
       end

@@ -1,7 +1,8 @@
 -- Register (sync) credential definitions.
 -- KEYS[1]  <prefix>creds
 -- ARGV[1]  claim TTL (us), for grants to waiters this frees
--- ARGV[2..] groups of 3: id, max, limits (the encoded list; '' none)
+-- ARGV[2..] groups of 4: id, max, limits (the encoded list; '' none),
+--           key groups (','-separated; shown in stats)
 -- A credential new to the pool gets the given limits. For a known one, the
 -- limits are replaced only when the definition changed since the last
 -- register (cfg_* fields hold what was last registered), so a limit set at
@@ -14,9 +15,14 @@ if redis.call('EXISTS', K_FENCE) == 0 then
   redis.call('SET', K_FENCE, n2s(now))
 end
 local written = 0
-for i = 2, #ARGV, 3 do
-  local id, max, lims = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+for i = 2, #ARGV, 4 do
+  local id, max, lims, groups = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local k = k_cred(id)
+  if groups == '' then
+    redis.call('HDEL', k, 'groups')
+  else
+    redis.call('HSET', k, 'groups', groups)
+  end
   local cfg = redis.call('HMGET', k, 'cfg_max', 'cfg_limits')
   if cfg[1] ~= max or (cfg[2] or '') ~= lims then
     redis.call('HSET', k, 'max', max, 'limits', lims, 'cfg_max', max, 'cfg_limits', lims)

@@ -15,8 +15,11 @@
 --          message came, or its waiters wait); 'q' count its queued
 --          waiters (it has some)
 -- ARGV[7..] operations, each an opcode and its arguments:
---   E wid cost owner try prio enqueue a waiter (try=1: only if served now);
---                             prio 1..5 orders the queue before arrival
+--   E wid cost owner try prio scope
+--                             enqueue a waiter (try=1: only if served now);
+--                             prio 1..5 orders the queue before arrival;
+--                             scope ('' none) picks the scoped limits that
+--                             bind it
 --   X wid member              cancel a waiter: leave the queue, or hand
 --                             back a grant it did not claim
 --   R id member est real mode dur text granted sig
@@ -61,17 +64,18 @@ local queue_empty = nil -- known emptiness of the fleet's queue, this step
 while i <= #ARGV do
   local op = ARGV[i]
   if op == 'E' then
-    local wid, cost, owner, try, prio = ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3], ARGV[i + 4], tonumber(ARGV[i + 5])
-    i = i + 6
+    local wid, cost, owner, try, prio, scope =
+      ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3], ARGV[i + 4], tonumber(ARGV[i + 5]), ARGV[i + 6]
+    i = i + 7
     local granted = false
     if queue_empty == nil then
       queue_empty = redis.call('ZCARD', K_WAITQ) == 0
     end
     if queue_empty then
       -- Nobody waits: take a credential at once, without queueing.
-      local id, c = pick(now, cost, group)
+      local id, c = pick(now, cost, group, scope)
       if id then
-        local token, exp = grant(id, c, now, owner, cost, lease_ttl)
+        local token, exp = grant(id, c, now, owner, cost, lease_ttl, scope)
         fast[#fast + 1] = grant_reply(wid, id, token, n2s(exp), n2s(cost), n2s(now), owner)
         results[#results + 1] = {1}
         granted = true
@@ -80,13 +84,13 @@ while i <= #ARGV do
     if not granted then
       -- It waits, unless no credential of its handle exists or its cost
       -- never fits one.
-      local mc = max_cost(group)
+      local mc, mcf = max_cost(group, scope)
       if mc < 0 then
         results[#results + 1] = {-1}
       elseif cost > mc then
-        results[#results + 1] = {-2, n2s(mc), redis.call('HGET', K_MAXCOST, group .. ':by') or ''}
+        results[#results + 1] = {-2, n2s(mc), redis.call('HGET', K_MAXCOST, mcf .. ':by') or ''}
       else
-        local m = wid .. '|' .. n2s(cost) .. '|' .. group .. '|' .. owner
+        local m = waiter_member(wid, cost, group, scope, owner)
         queue_empty = false
         -- Priority first (1 before 5), then arrival: the head of the
         -- queue is the oldest waiter of the highest priority.

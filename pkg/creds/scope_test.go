@@ -1,0 +1,201 @@
+package creds_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/keyfleet/keyfleet/pkg/creds"
+)
+
+func limit(t *testing.T, spec string) creds.Limit {
+	t.Helper()
+	l, err := creds.ParseLimit(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func tryWith(t *testing.T, p *creds.Pool, r creds.Request) *creds.Lease {
+	t.Helper()
+	l, err := p.TryAcquireWith(context.Background(), r)
+	if err != nil && !errors.Is(err, creds.ErrNoneAvailable) {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// A scoped limit counts and binds only starts of its scope; unscoped
+// limits bind every start.
+func TestScopedLimits(t *testing.T) {
+	e := newEnv(t)
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 100, Groups: []string{"llm"}, Limits: []creds.Limit{
+		limit(t, "rate=5/h"), limit(t, "rate=2/h,scope=gpt-4o"), limit(t, "cost=100/h,scope=gpt-4o-mini"),
+	}})
+	for i := range 2 {
+		if tryWith(t, p, creds.Request{Owner: "a", Scope: "gpt-4o"}) == nil {
+			t.Fatalf("gpt-4o start %d refused", i+1)
+		}
+	}
+	if tryWith(t, p, creds.Request{Owner: "a", Scope: "gpt-4o"}) != nil {
+		t.Fatal("a third gpt-4o start got a key past rate=2/h,scope=gpt-4o")
+	}
+	if tryWith(t, p, creds.Request{Owner: "b", Scope: "gpt-4o-mini", Cost: 60}) == nil {
+		t.Fatal("gpt-4o-mini refused: the gpt-4o limit bound it")
+	}
+	if tryWith(t, p, creds.Request{Owner: "b", Scope: "gpt-4o-mini", Cost: 60}) != nil {
+		t.Fatal("gpt-4o-mini went past cost=100/h,scope=gpt-4o-mini")
+	}
+	if tryWith(t, p, creds.Request{Owner: "c"}) == nil {
+		t.Fatal("an unscoped start refused: scoped limits bound it")
+	}
+	// The unscoped rate=5/h has counted all four starts: one more.
+	if tryWith(t, p, creds.Request{Owner: "d", Scope: "other"}) == nil {
+		t.Fatal("a fifth start refused under rate=5/h")
+	}
+	if tryWith(t, p, creds.Request{Owner: "d", Scope: "other"}) != nil {
+		t.Fatal("a sixth start got a key past the unscoped rate=5/h")
+	}
+	_, err := p.TryAcquireWith(context.Background(), creds.Request{Owner: "e", Scope: "gpt-4o-mini", Cost: 101})
+	var ce *creds.CostError
+	if !errors.As(err, &ce) || ce.Max != 100 {
+		t.Fatalf("cost 101 in gpt-4o-mini: want a CostError with max 100, got %v", err)
+	}
+	if l := tryWith(t, p, creds.Request{Owner: "e", Scope: "gpt-4o", Cost: 101}); l != nil {
+		t.Fatal("rate=5/h is used up")
+	}
+	cs := credStats(t, p, "k")
+	if len(cs.Groups) != 1 || cs.Groups[0] != "llm" {
+		t.Errorf("groups %v, want [llm]", cs.Groups)
+	}
+	want := map[string]int64{"": 5, "gpt-4o": 2, "gpt-4o-mini": 60}
+	for _, ls := range cs.Limits {
+		if ls.Used != want[ls.Scope] {
+			t.Errorf("limit %s (scope %q) used %d, want %d", ls.Limit, ls.Scope, ls.Used, want[ls.Scope])
+		}
+	}
+	if cs.Rate != "5/h" {
+		t.Errorf("rate %q, want the unscoped 5/h", cs.Rate)
+	}
+	if _, err := p.TryAcquireWith(context.Background(), creds.Request{Owner: "x", Scope: "a b"}); !errors.Is(err, creds.ErrInvalid) {
+		t.Errorf("a scope with a space: %v, want ErrInvalid", err)
+	}
+}
+
+// A waiter blocked by its scope's limit does not hold back a waiter of
+// another scope queued behind it: the freed key goes to the one it fits.
+func TestNoHeadOfLineBlockingAcrossScopes(t *testing.T) {
+	e := newEnv(t)
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 1, Limits: []creds.Limit{limit(t, "rate=1/h,scope=a")}})
+	ctx := context.Background()
+	first := tryWith(t, p, creds.Request{Owner: "a0", Scope: "a"}) // a's one start this hour
+	if first == nil {
+		t.Fatal("the first start of scope a was refused")
+	}
+	if err := p.Release(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	held := tryWith(t, p, creds.Request{Owner: "b0", Scope: "b"})
+	if held == nil {
+		t.Fatal("scope b refused")
+	}
+	aGot := make(chan error, 1)
+	go func() {
+		_, err := p.AcquireWith(ctxT(t, 20*time.Second), creds.Request{Owner: "a1", Scope: "a"})
+		aGot <- err
+	}()
+	e.waitQueued(p, 1)
+	bGot := make(chan *creds.Lease, 1)
+	go func() {
+		l, err := p.AcquireWith(ctxT(t, 20*time.Second), creds.Request{Owner: "b1", Scope: "b"})
+		if err != nil {
+			t.Error(err)
+		}
+		bGot <- l
+	}()
+	e.waitQueued(p, 2)
+	if err := p.Release(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-bGot:
+		if l == nil {
+			t.Fatal("b1 got no lease")
+		}
+	case err := <-aGot:
+		t.Fatalf("a1 was served past its scope's limit: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("b1 waited behind a1, whose scope is at its limit (head-of-line blocking)")
+	}
+	select {
+	case err := <-aGot:
+		t.Fatalf("a1 ended: %v", err)
+	default:
+	}
+}
+
+// A waiter of one key group whose keys are busy for its cost does not
+// hold back a waiter of another group that has room.
+func TestNoHeadOfLineBlockingAcrossGroups(t *testing.T) {
+	e := newEnv(t)
+	defs := []creds.Credential{
+		{ID: "llm-1", MaxConcurrent: 5, Limits: []creds.Limit{limit(t, "cost=100/h")}},
+		{ID: "emb-1", MaxConcurrent: 1},
+	}
+	e.register(e.pool(), defs...)
+	llm := e.pool(creds.WithOnly("llm-1"))
+	emb := e.pool(creds.WithOnly("emb-1"))
+	ctx := context.Background()
+	if l, err := llm.AcquireCost(ctxT(t, 5*time.Second), "llm0", 60); err != nil {
+		t.Fatal(err)
+	} else if err := llm.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	held, err := emb.Acquire(ctxT(t, 5*time.Second), "emb0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		// 60 more does not fit the hour's 100 before an hour: it waits.
+		_, _ = llm.AcquireCost(ctxT(t, 20*time.Second), "llm1", 60)
+	}()
+	e.waitQueued(llm, 1)
+	got := make(chan error, 1)
+	go func() {
+		_, err := emb.Acquire(ctxT(t, 20*time.Second), "emb1")
+		got <- err
+	}()
+	e.waitQueued(emb, 2)
+	if err := emb.Release(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the emb waiter waited behind an llm waiter whose cost does not fit (head-of-line blocking)")
+	}
+}
+
+// Within what waiters share, first come first served holds: a large cost
+// waiting for a key's unscoped cost limit is not overtaken on that key by
+// a smaller cost of another scope.
+func TestSharedLimitKeepsOrder(t *testing.T) {
+	e := newEnv(t)
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 5, Limits: []creds.Limit{limit(t, "cost=100/h")}})
+	ctx := context.Background()
+	if l := tryWith(t, p, creds.Request{Owner: "x", Cost: 60, Scope: "a"}); l == nil {
+		t.Fatal("refused")
+	} else if err := p.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = p.AcquireWith(ctxT(t, 20*time.Second), creds.Request{Owner: "big", Cost: 60, Scope: "a"}) }()
+	e.waitQueued(p, 1)
+	if l := tryWith(t, p, creds.Request{Owner: "small", Cost: 10, Scope: "b"}); l != nil {
+		t.Fatal("a smaller cost of another scope overtook the waiter for the key's shared cost limit")
+	}
+}
