@@ -33,11 +33,9 @@ package config
 import (
 	"cmp"
 	"reflect"
-	"strconv"
-	"strings"
+	"slices"
 	"time"
 
-	"github.com/keyfleet/keyfleet/internal/check"
 	"github.com/keyfleet/keyfleet/internal/jobs"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/pkg/creds"
@@ -215,74 +213,39 @@ type Credential struct {
 	// MaxConcurrent is how many jobs may hold the credential at once.
 	// Default 1.
 	MaxConcurrent int `yaml:"max_concurrent"`
-	// Rate is the parsed RateText; the zero Limit means no rate limit.
-	// Validate sets it from RateText. Not a YAML key.
-	Rate ratelimit.Limit `yaml:"-"`
-	// RateText is the optional rate as written, in ratelimit.ParseLimit
-	// syntax: "60/m" is at most 60 starts in any 60 s window; short for
-	// limits: [{rate: 60/m}]. Default "" (no limit).
-	RateText string `yaml:"rate"`
+	// Rate is the optional rate, N/PERIOD as ratelimit.ParseLimit reads
+	// it: "60/m" is at most 60 starts in any 60 s window; short for
+	// limits: [{rate: 60/m}]. Default: the zero Limit (none; "" in the
+	// file).
+	Rate ratelimit.Limit `yaml:"rate"`
 	// Limits are more limits of the credential; a start needs room in
-	// every one that applies to it. Default none.
-	Limits []Limit `yaml:"limits"`
+	// every one that applies to it (unscoped, or of its scope). The file
+	// writes each as {rate: N/P} (at most N starts in any window P,
+	// exact), {rate: N/P, burst: B} (smooth: at most B back to back, then
+	// one every P/N), or {cost: N/P} (at most N cost units in any window
+	// P, exact), each with an optional scope: S (it binds only items of
+	// scope S; needs pool.scope.field). The decoder reads each straight
+	// into a creds.Limit (decodeLimit). Default none.
+	Limits []creds.Limit `yaml:"limits"`
 	// Groups are the key groups the credential is in, which a kind's
-	// `credentials` may name. Default none.
+	// `credentials` may name; each a creds.ValidID. Default none.
 	Groups []string `yaml:"groups"`
 }
 
-// Limit is one limit of a credential, as the file writes it:
-// {rate: N/P} at most N starts in any window P (exact), {rate: N/P,
-// burst: B} smooth (at most B back to back, then one every P/N), {cost:
-// N/P} at most N cost units in any window P (exact).
-type Limit struct {
-	// Rate is N/PERIOD of starts.
-	Rate string `yaml:"rate"`
-	// Burst makes Rate smooth: at least 1.
-	Burst *int `yaml:"burst"`
-	// Cost is N/PERIOD of cost units.
-	Cost string `yaml:"cost"`
-	// Parsed is the limit Validate read. Not a YAML key.
-	Parsed creds.Limit `yaml:"-"`
-}
-
-// Spec writes the limit as creds.ParseLimit (and producer creds set
-// --limit) reads it.
-func (l Limit) Spec() string {
-	var parts []string
-	if l.Rate != "" {
-		parts = append(parts, "rate="+l.Rate)
-	}
-	if l.Burst != nil {
-		parts = append(parts, "burst="+strconv.Itoa(*l.Burst))
-	}
-	if l.Cost != "" {
-		parts = append(parts, "cost="+l.Cost)
-	}
-	return strings.Join(parts, ",")
-}
-
-func (l *Limit) check(ps *check.List, key string) {
-	p, err := creds.ParseLimit(l.Spec())
-	if err != nil {
-		ps.Add(key, "%s", strings.TrimPrefix(err.Error(), creds.ErrBadLimit.Error()+" "))
-		return
-	}
-	l.Parsed = p
-}
-
-// PoolLimits is every limit of the credential (rate and limits), as the
-// pool takes them.
+// PoolLimits is every limit of the credential as the pool takes them:
+// Rate (as a creds.LimitWindow) first, then Limits.
 func (c Credential) PoolLimits() []creds.Limit {
 	var out []creds.Limit
 	if !c.Rate.IsZero() {
 		out = append(out, creds.RateLimit(c.Rate))
 	}
-	for _, l := range c.Limits {
-		if l.Parsed.N > 0 {
-			out = append(out, l.Parsed)
-		}
-	}
-	return out
+	return append(out, c.Limits...)
+}
+
+// namedBy reports whether name, in a kind's `credentials`, names the
+// credential: its ID or one of its groups.
+func (c Credential) namedBy(name string) bool {
+	return c.ID == name || slices.Contains(c.Groups, name)
 }
 
 // maxConcurrentDefault is the default of a credential's max_concurrent.
@@ -408,7 +371,10 @@ type Jobs struct {
 }
 
 // Kind is a named kind of work: exactly one of HTTP and Exec, and the
-// keys it may use.
+// keys it may use. Its name is a queue.CheckKindName and no built-in
+// kind's. Its section is checked as jobs.http's or jobs.exec's; its probe
+// (probe_url, probe_command) is not run yet: ProbeSections has the
+// built-in kinds' alone.
 type Kind struct {
 	// HTTP: one request per item, as jobs.http.
 	HTTP *HTTPJob `yaml:"http"`
@@ -416,8 +382,79 @@ type Kind struct {
 	// jobs.exec.
 	Exec *ExecJob `yaml:"exec"`
 	// Credentials are the key groups or credential IDs the kind's items
-	// may use. Default: every key of the pool.
+	// may use (Config.KindKeys). Default: every key of the pool.
 	Credentials []string `yaml:"credentials"`
+}
+
+// section returns the built-in kind that runs the kind's items (http or
+// exec) and its settings; ok is false unless exactly one of HTTP and Exec
+// is set.
+func (k Kind) section() (base jobs.Kind, sec jobs.Section, ok bool) {
+	var name string
+	switch {
+	case k.HTTP != nil && k.Exec == nil:
+		name, sec = jobs.KindHTTP, k.HTTP
+	case k.Exec != nil && k.HTTP == nil:
+		name, sec = jobs.KindExec, k.Exec
+	default:
+		return jobs.Kind{}, nil, false
+	}
+	base, ok = jobs.Lookup(name)
+	return base, sec, ok
+}
+
+// KindNames returns the names of the named kinds (jobs.kinds), sorted.
+// The built-in kinds (jobs.Kinds) are not among them.
+func (j Jobs) KindNames() []string {
+	names := make([]string, 0, len(j.Kinds))
+	for name := range j.Kinds {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// KindSection says how items of kind name run: the built-in kind that
+// runs them (for a named kind, http or exec, whichever its section is),
+// that kind's settings (nil for a kind that takes none, such as sleep),
+// and whether name is a configured kind (Section's rule for a built-in
+// kind; a named kind always is). A worker builds the handler of name
+// with base.New(sec, common).
+func (j Jobs) KindSection(name string) (base jobs.Kind, sec jobs.Section, ok bool) {
+	if k, named := j.Kinds[name]; named {
+		return k.section()
+	}
+	if base, ok = jobs.Lookup(name); !ok {
+		return jobs.Kind{}, nil, false
+	}
+	if sec, ok = j.Section(name); !ok {
+		return jobs.Kind{}, nil, false
+	}
+	return base, sec, true
+}
+
+// KindKeys returns the IDs of the credentials that items of kind may use,
+// sorted, each once: those whose ID or one of whose groups the kind's
+// `credentials` names. Nil means every key of the pool: a built-in kind,
+// a named kind without `credentials`, or a kind the configuration does
+// not define.
+func (c *Config) KindKeys(kind string) []string {
+	k, ok := c.Jobs.Kinds[kind]
+	if !ok || k.Credentials == nil {
+		return nil
+	}
+	var ids []string
+	for _, cr := range c.Pool.Credentials {
+		if slices.ContainsFunc(k.Credentials, cr.namedBy) {
+			ids = append(ids, cr.ID)
+		}
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	if ids == nil {
+		ids = []string{} // names no key: no key, not every key
+	}
+	return ids
 }
 
 // Section returns the settings section of the job kind called name and
@@ -443,8 +480,9 @@ func (j Jobs) Section(name string) (jobs.Section, bool) {
 	return sec, ok
 }
 
-// ProbeSections returns the section of every configured kind that has a
-// probe (jobs.Probing), by kind name.
+// ProbeSections returns the section of every configured built-in kind
+// that has a probe (jobs.Probing), by kind name. Named kinds' probes are
+// not among them (the worker probes with the built-in kinds' alone).
 func (j Jobs) ProbeSections() map[string]jobs.Probing {
 	out := map[string]jobs.Probing{}
 	for _, k := range jobs.Kinds() {

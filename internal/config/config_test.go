@@ -207,8 +207,7 @@ jobs:
 	}
 	wantCreds := []config.Credential{
 		{ID: "a", SecretEnv: "A", MaxConcurrent: 1},
-		{ID: "b", SecretFile: "/run/secrets/b", MaxConcurrent: 4, RateText: "5/30s",
-			Rate: ratelimit.Limit{N: 5, Period: 30 * time.Second}},
+		{ID: "b", SecretFile: "/run/secrets/b", MaxConcurrent: 4, Rate: ratelimit.Limit{N: 5, Period: 30 * time.Second}},
 	}
 	if !reflect.DeepEqual(c.Pool.Credentials, wantCreds) {
 		t.Errorf("credentials:\nwant %+v\ngot  %+v", wantCreds, c.Pool.Credentials)

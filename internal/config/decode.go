@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,9 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/keyfleet/keyfleet/pkg/creds"
+	"github.com/keyfleet/keyfleet/pkg/ratelimit"
 )
 
 // Decoding is one walk over the YAML node tree of one document, against
@@ -34,7 +38,10 @@ import (
 //     method, so that the keys a file leaves out keep their defaults while
 //     a key written as 0 stays 0 (and validation says so);
 //   - an int field tagged `config:"size"` takes a size with a unit
-//     (65536, 64KiB, "1 MiB").
+//     (65536, 64KiB, "1 MiB");
+//   - a ratelimit.Limit is written N/PERIOD (ratelimit.ParseLimit), and a
+//     creds.Limit as a mapping {rate|cost: N/PERIOD, burst: B, scope: S}
+//     (decodeLimit): each is read once, straight into its type.
 
 // keyLines maps key paths ("pool.credentials[0].max_concurrent") to the
 // line of the file where each is set: the key's line, or a list item's.
@@ -144,7 +151,11 @@ func syntaxProblem(err error) problem {
 // make it expand a small file into an enormous tree.
 const walkBudget = 200_000
 
-var unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
+var (
+	unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
+	rateType        = reflect.TypeFor[ratelimit.Limit]()
+	limitType       = reflect.TypeFor[creds.Limit]()
+)
 
 // decoder decodes a node tree into a Go value, collecting every problem
 // with its line and key path, and the line of every key.
@@ -189,6 +200,12 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path, hint string) {
 	switch {
 	case hint == "size":
 		d.size(n, line, v, path)
+		return
+	case t == rateType:
+		d.rate(n, line, v, path)
+		return
+	case t == limitType:
+		d.decodeLimit(n, line, v, path)
 		return
 	case reflect.PointerTo(t).Implements(unmarshalerType):
 		if err := n.Decode(v.Addr().Interface()); err != nil {
@@ -368,6 +385,99 @@ func (d *decoder) size(n *yaml.Node, line int, v reflect.Value, path string) {
 		return
 	}
 	v.SetInt(int64(s))
+}
+
+// rate decodes N/PERIOD (ratelimit.ParseLimit: 60/m, 5/30s) into a
+// ratelimit.Limit; an empty string is the zero Limit (none).
+func (d *decoder) rate(n *yaml.Node, line int, v reflect.Value, path string) {
+	var s string
+	if n.Kind != yaml.ScalarNode || n.Decode(&s) != nil {
+		d.ps.addLine(line, path, "want N/PERIOD (e.g. 60/m), got %s", describe(n))
+		return
+	}
+	if strings.TrimSpace(s) == "" {
+		v.SetZero()
+		return
+	}
+	l, err := ratelimit.ParseLimit(s)
+	if err != nil {
+		d.ps.addLine(line, path, "%s", strings.TrimPrefix(err.Error(), ratelimit.ErrBadRate.Error()+" "))
+		return
+	}
+	v.Set(reflect.ValueOf(l))
+}
+
+// limitFile is a creds.Limit as the file writes it (Credential.Limits).
+type limitFile struct {
+	Rate  ratelimit.Limit `yaml:"rate"`  // N/PERIOD of starts
+	Burst *int            `yaml:"burst"` // makes Rate smooth
+	Cost  ratelimit.Limit `yaml:"cost"`  // N/PERIOD of cost units
+	Scope *string         `yaml:"scope"` // binds only items of this scope
+}
+
+// decodeLimit decodes a limit of a credential, {rate|cost: N/PERIOD,
+// burst: B, scope: S}, into a creds.Limit: its keys as any mapping's
+// (unknown keys, types and lines), then the limit they make, checked by
+// creds.Limit.Validate. A problem names the key at fault.
+func (d *decoder) decodeLimit(n *yaml.Node, line int, v reflect.Value, path string) {
+	var f limitFile
+	before := len(d.ps)
+	d.value(n, reflect.ValueOf(&f).Elem(), path, "")
+	if len(d.ps) > before {
+		return
+	}
+	l, key, msg := f.limit()
+	if msg != "" {
+		if key != "" {
+			path = joinKey(path, key)
+		}
+		d.ps.addLine(cmp.Or(d.lines.find(path), line), path, "%s", msg)
+		return
+	}
+	v.Set(reflect.ValueOf(l))
+}
+
+// limit returns the limit f writes, or the key at fault ("" for the
+// whole limit) and what is wrong.
+func (f limitFile) limit() (l creds.Limit, key, msg string) {
+	rate, cost := !f.Rate.IsZero(), !f.Cost.IsZero()
+	switch {
+	case rate && cost:
+		return l, "", "a limit is either a rate or a cost, not both: give two limits"
+	case !rate && !cost:
+		return l, "", "give rate: N/PERIOD (starts) or cost: N/PERIOD (cost units), e.g. {rate: 500/m}"
+	case cost && f.Burst != nil:
+		return l, "burst", "applies to rate limits only"
+	case rate:
+		l = creds.RateLimit(f.Rate)
+	default:
+		l = creds.Limit{Kind: creds.LimitCost, N: int64(f.Cost.N), Period: f.Cost.Period}
+	}
+	if f.Burst != nil {
+		if *f.Burst < 1 {
+			return l, "burst", fmt.Sprintf("must be at least 1, got %d", *f.Burst)
+		}
+		l.Kind, l.Burst = creds.LimitSmooth, *f.Burst
+	}
+	if f.Scope != nil {
+		if *f.Scope == "" {
+			return l, "scope", "is empty; leave scope out for a limit on every start"
+		}
+		if err := creds.ValidScope(*f.Scope); err != nil {
+			return l, "scope", err.Error()
+		}
+		l.Scope = *f.Scope
+	}
+	if err := l.Validate(); err != nil {
+		return l, "", limitMsg(err)
+	}
+	return l, "", ""
+}
+
+// limitMsg is a creds.Limit.Validate error without its "creds: bad
+// limit: " prefix (the key path says which limit).
+func limitMsg(err error) string {
+	return strings.TrimPrefix(err.Error(), creds.ErrBadLimit.Error()+": ")
 }
 
 func parseSize(text string) (int, bool) {

@@ -131,7 +131,7 @@ func TestLoadErrors(t *testing.T) {
 		{
 			name: "bad rate",
 			yaml: "pool:\n  credentials:\n    - {id: a, secret_env: A, rate: 60/m}\n    - {id: b, secret_env: B, rate: 60/w}\n",
-			want: []string{`config: FILE: line 4: pool.credentials[1].rate: ratelimit: bad rate "60/w": period "w" is neither a unit (s, m, h, d) nor a duration like 30s`},
+			want: []string{`config: FILE: line 4: pool.credentials[1].rate: "60/w": period "w" is neither a unit (s, m, h, d) nor a duration like 30s`},
 		},
 		{
 			name: "concurrency 0",
@@ -177,10 +177,118 @@ func TestLoadErrors(t *testing.T) {
 			name: "bad limits",
 			yaml: "pool:\n  credentials:\n    - id: a\n      secret_env: A\n      limits:\n        - {rate: 10/s, burst: 0}\n        - {cost: 5/w}\n        - {rate: 1/s, cost: 5/s}\n        - {cost: 5/s, burst: 2}\n",
 			want: []string{
-				`config: FILE: line 6: pool.credentials[0].limits[0]: "rate=10/s,burst=0": burst "0" must be a whole number of at least 1`,
-				`config: FILE: line 7: pool.credentials[0].limits[1]: "cost=5/w": "5/w": period "w" is neither a unit (s, m, h, d) nor a duration like 30s`,
-				`config: FILE: line 8: pool.credentials[0].limits[2]: "rate=1/s,cost=5/s": a limit is either a rate or a cost, not both: give two limits`,
-				`config: FILE: line 9: pool.credentials[0].limits[3]: "burst=2,cost=5/s": burst applies to rate limits only`,
+				`config: FILE: line 6: pool.credentials[0].limits[0].burst: must be at least 1, got 0`,
+				`config: FILE: line 7: pool.credentials[0].limits[1].cost: "5/w": period "w" is neither a unit (s, m, h, d) nor a duration like 30s`,
+				`config: FILE: line 8: pool.credentials[0].limits[2]: a limit is either a rate or a cost, not both: give two limits`,
+				`config: FILE: line 9: pool.credentials[0].limits[3].burst: applies to rate limits only`,
+			},
+		},
+		{
+			name: "bad limits, block style",
+			yaml: "pool:\n  scope: {field: model}\n  credentials:\n    - id: a\n      secret_env: A\n      limits:\n" +
+				"        - rate: 10/s\n          burst: two\n" +
+				"        - burst: 2\n" +
+				"        - 500/m\n" +
+				"        - cost: 5/s\n          scop: gpt-4o\n" +
+				"        - cost: 5/s\n          scope: gpt 4o\n" +
+				"        - cost: 5/s\n          scope: ''\n" +
+				"        - rate: [5/s]\n",
+			want: []string{
+				`config: FILE: line 8: pool.credentials[0].limits[0].burst: "two" is not a whole number`,
+				`config: FILE: line 9: pool.credentials[0].limits[1]: give rate: N/PERIOD (starts) or cost: N/PERIOD (cost units), e.g. {rate: 500/m}`,
+				`config: FILE: line 10: pool.credentials[0].limits[2]: want a mapping of keys, got "500/m"`,
+				`config: FILE: line 12: unknown key "pool.credentials[0].limits[3].scop" (did you mean "scope"?)`,
+				`config: FILE: line 14: pool.credentials[0].limits[4].scope: "gpt 4o" holds " ": use printable characters other than space , ; = |`,
+				`config: FILE: line 16: pool.credentials[0].limits[5].scope: is empty; leave scope out for a limit on every start`,
+				`config: FILE: line 17: pool.credentials[0].limits[6].rate: want N/PERIOD (e.g. 60/m), got a list`,
+			},
+		},
+		{
+			name: "a period the pool cannot keep",
+			yaml: "pool:\n  credentials:\n    - id: a\n      secret_env: A\n      rate: 1/1.0000005s\n      limits: [{cost: 5/1.0000005s}]\n",
+			want: []string{
+				`config: FILE: line 6: pool.credentials[0].limits[0]: period 1.0000005s is not a whole number of microseconds`,
+			},
+		},
+		{
+			name: "a rate the pool cannot keep",
+			yaml: "pool:\n  credentials:\n    - id: a\n      secret_env: A\n      rate: 1/1.0000005s\n",
+			want: []string{
+				`config: FILE: line 5: pool.credentials[0].rate: period 1.0000005s is not a whole number of microseconds`,
+			},
+		},
+		{
+			name: "a scoped limit without pool.scope.field",
+			yaml: "pool:\n  credentials:\n    - id: a\n      secret_env: A\n      limits:\n        - rate: 5/s\n          scope: gpt-4o\n        - {cost: 100/m, scope: gpt-4o-mini}\n",
+			want: []string{
+				`config: FILE: line 7: pool.credentials[0].limits[0].scope: a scoped limit needs pool.scope.field (the items' field holding their scope, e.g. model)`,
+				`config: FILE: line 8: pool.credentials[0].limits[1].scope: a scoped limit needs pool.scope.field (the items' field holding their scope, e.g. model)`,
+			},
+		},
+		{
+			name: "scope and cost fields",
+			yaml: "pool:\n  scope: {field: meta.model}\n  cost:\n    field: ' tokens'\n",
+			want: []string{
+				`config: FILE: line 4: pool.cost.field: " tokens": a field name has no surrounding white space or control characters`,
+				`config: FILE: line 2: pool.scope.field: "meta.model": name an item's top-level field; a path into it (a.b) is not read`,
+			},
+		},
+		{
+			name: "credential groups",
+			yaml: "pool:\n  credentials:\n    - id: a\n      secret_env: A\n      groups:\n        - llm\n        - 'my group'\n        - ''\n",
+			want: []string{
+				`config: FILE: line 7: pool.credentials[0].groups[1]: "my group": want at most 128 letters, digits, '_', '.', ':', '@' or '-'`,
+				`config: FILE: line 8: pool.credentials[0].groups[2]: "": want at most 128 letters, digits, '_', '.', ':', '@' or '-'`,
+			},
+		},
+		{
+			name: "kind names",
+			yaml: "jobs:\n  kinds:\n    chat.v2: {http: {url: 'https://a.example/x'}}\n    http: {http: {url: 'https://a.example/x'}}\n    'my kind': {exec: {command: [x]}}\n",
+			want: []string{
+				`config: FILE: line 3: jobs.kinds.chat.v2: "chat.v2": a kind's name holds only letters, digits, '_' and '-' (it is a subject token)`,
+				`config: FILE: line 4: jobs.kinds.http: "http" is a built-in kind (configure it as jobs.http); name yours differently`,
+				`config: FILE: line 5: jobs.kinds.my kind: "my kind": a kind's name holds only letters, digits, '_' and '-' (it is a subject token)`,
+			},
+		},
+		{
+			name: "kind with both or neither of http and exec",
+			yaml: "jobs:\n  kinds:\n    both:\n      http: {url: 'https://a.example/x'}\n      exec: {command: [x]}\n    neither:\n      credentials: []\n",
+			want: []string{
+				`config: FILE: line 3: jobs.kinds.both: set exactly one of http or exec`,
+				`config: FILE: line 6: jobs.kinds.neither: set exactly one of http or exec`,
+				`config: FILE: line 7: jobs.kinds.neither.credentials: lists no key; leave it out for every key of the pool`,
+			},
+		},
+		{
+			name: "kind sections are checked as jobs.http and jobs.exec",
+			yaml: "jobs:\n  kinds:\n    chat:\n      http:\n        url: 'ftp://a.example/x'\n        format: 'Bearer {token}'\n    resize:\n      exec: {timeout: 0s}\n",
+			want: []string{
+				`config: FILE: line 5: jobs.kinds.chat.http.url: scheme "ftp" is not http or https`,
+				`config: FILE: line 6: jobs.kinds.chat.http.format: must contain {secret}, where the credential's secret goes (e.g. "Bearer {secret}")`,
+				`config: FILE: line 8: jobs.kinds.resize.exec.command: must name the program to run, e.g. ["./process.sh"]`,
+				`config: FILE: line 8: jobs.kinds.resize.exec.timeout: must be more than 0, got 0s`,
+			},
+		},
+		{
+			name: "kind credentials that name no key",
+			yaml: "pool:\n  credentials:\n    - {id: key-a, secret_env: A, groups: [llm]}\n    - {id: key-b, secret_env: B}\n" +
+				"jobs:\n  kinds:\n    chat:\n      http: {url: 'https://a.example/x'}\n      credentials:\n        - llm\n        - key-b\n        - emb\n        - key-c\n",
+			want: []string{
+				`config: FILE: line 12: jobs.kinds.chat.credentials[2]: "emb" names no key: no credential has it as its id or among its groups`,
+				`config: FILE: line 13: jobs.kinds.chat.credentials[3]: "key-c" names no key: no credential has it as its id or among its groups`,
+			},
+		},
+		{
+			name: "kind defined twice",
+			yaml: "jobs:\n  kinds:\n    chat: {http: {url: 'https://a.example/x'}}\n    embed: {exec: {command: [x]}}\n    chat: {exec: {command: [y]}}\n",
+			want: []string{`config: FILE: line 5: key "jobs.kinds.chat" is set twice (also line 3)`},
+		},
+		{
+			name: "unknown key in a kind",
+			yaml: "jobs:\n  kinds:\n    chat:\n      htp: {url: 'https://a.example/x'}\n      credential: [llm]\n",
+			want: []string{
+				`config: FILE: line 4: unknown key "jobs.kinds.chat.htp" (did you mean "http"?)`,
+				`config: FILE: line 5: unknown key "jobs.kinds.chat.credential" (did you mean "credentials"?)`,
 			},
 		},
 		{

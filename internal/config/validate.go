@@ -2,29 +2,31 @@ package config
 
 import (
 	"fmt"
-	"github.com/keyfleet/keyfleet/pkg/creds"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/keyfleet/keyfleet/internal/check"
 	"github.com/keyfleet/keyfleet/internal/jobs"
 	"github.com/keyfleet/keyfleet/internal/queue"
-	"github.com/keyfleet/keyfleet/pkg/ratelimit"
+	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
 // Validate reports every problem of c in one error (errors.Join of one line
-// each, naming c.Source and the key path), or nil. It also sets each
-// Credential.Rate from its RateText. Call it again after changing c, such as
-// after applying flags. Its errors name no line: the values may no longer
-// be the file's (Load's errors do).
+// each, naming c.Source and the key path), or nil. It changes nothing in
+// c. Call it again after changing c, such as after applying flags. Its
+// errors name no line: the values may no longer be the file's (Load's
+// errors do).
 func (c *Config) Validate() error { return fromList(c.validate(), nil, nil).err(c.Source, nil) }
 
-// validate checks c, setting Credential.Rate, and returns the problems,
-// each keyed by its full key path. The rules of a setting whose owner is
-// another package (a job kind's section, a stream name) are the owner's.
+// validate checks c and returns the problems, each keyed by its full key
+// path; it writes nothing (what the file's text means is decoded once, by
+// the decoder). The rules of a setting whose owner is another package (a
+// job kind's section, a stream name) are the owner's.
 func (c *Config) validate() check.List {
 	var ps check.List
 	c.checkNATS(&ps)
@@ -230,7 +232,7 @@ func checkTLS(ps *check.List, key string, t TLS) {
 }
 
 func (c *Config) checkPool(ps *check.List) {
-	p := &c.Pool
+	p := c.Pool
 	if creds.ValidName(p.Name) != nil {
 		ps.Add("pool.name", "%s: want letters, digits, '_', '.' or '-' (at least one)", check.Quote(p.Name))
 	}
@@ -244,8 +246,7 @@ func (c *Config) checkPool(ps *check.List) {
 		}
 	}
 	firstUse := map[string]string{}
-	for i := range p.Credentials {
-		cr := &p.Credentials[i]
+	for i, cr := range p.Credentials {
 		key := fmt.Sprintf("pool.credentials[%d]", i)
 		switch {
 		case cr.ID == "":
@@ -266,27 +267,47 @@ func (c *Config) checkPool(ps *check.List) {
 				"it names the variable that holds the secret, not the secret itself")
 		}
 		ps.AtLeastInt(key+".max_concurrent", cr.MaxConcurrent, 1)
-		switch {
-		case cr.RateText != "":
-			l, err := ratelimit.ParseLimit(cr.RateText)
-			if err != nil {
-				ps.Add(key+".rate", "%v", err)
-			}
-			cr.Rate = l
-		case !cr.Rate.IsZero():
-			if err := cr.Rate.Validate(); err != nil {
-				ps.Add(key+".rate", "%v", err)
+		if !cr.Rate.IsZero() {
+			if err := creds.RateLimit(cr.Rate).Validate(); err != nil {
+				ps.Add(key+".rate", "%s", limitMsg(err))
 			}
 		}
-		for j := range cr.Limits {
-			cr.Limits[j].check(ps, fmt.Sprintf("%s.limits[%d]", key, j))
+		for j, l := range cr.Limits {
+			lkey := fmt.Sprintf("%s.limits[%d]", key, j)
+			if err := l.Validate(); err != nil {
+				ps.Add(lkey, "%s", limitMsg(err))
+			}
+			if l.Scope != "" && p.Scope.Field == "" {
+				ps.Add(lkey+".scope", "a scoped limit needs pool.scope.field (the items' field holding their scope, e.g. model)")
+			}
+		}
+		for j, g := range cr.Groups {
+			if err := creds.ValidID(g); err != nil {
+				ps.Add(fmt.Sprintf("%s.groups[%d]", key, j), "%s: want at most 128 letters, digits, '_', '.', ':', '@' or '-'", check.Quote(g))
+			}
 		}
 	}
 	if p.Cost.Field == "" {
 		ps.Add("pool.cost.field", "must name the items' cost field, e.g. cost")
+	} else {
+		checkField(ps, "pool.cost.field", p.Cost.Field)
 	}
 	if p.Cost.Default < 1 {
 		ps.Add("pool.cost.default", "must be at least 1, got %d", p.Cost.Default)
+	}
+	if p.Scope.Field != "" {
+		checkField(ps, "pool.scope.field", p.Scope.Field)
+	}
+}
+
+// checkField checks the name of an item's top-level field (pool.cost.field,
+// pool.scope.field): the item's own key, not a path into it.
+func checkField(ps *check.List, key, name string) {
+	switch {
+	case strings.TrimSpace(name) != name || strings.IndexFunc(name, unicode.IsControl) >= 0:
+		ps.Add(key, "%s: a field name has no surrounding white space or control characters", check.Quote(name))
+	case strings.Contains(name, "."):
+		ps.Add(key, "%s: name an item's top-level field; a path into it (a.b) is not read", check.Quote(name))
 	}
 }
 
@@ -354,6 +375,34 @@ func (c *Config) checkJobs(ps *check.List) {
 			addSection(ps, "jobs."+k.Name, sec.Check())
 		}
 	}
+	// Named kinds: a name the queue can carry and no built-in kind has,
+	// one section checked as the built-in kind's, keys that exist.
+	for _, name := range j.KindNames() {
+		key, k := "jobs.kinds."+name, j.Kinds[name]
+		if err := queue.CheckKindName(name); err != nil {
+			ps.Add(key, "%v", err)
+		} else if _, builtin := jobs.Lookup(name); builtin {
+			ps.Add(key, "%s is a built-in kind (configure it as jobs.%s); name yours differently", check.Quote(name), name)
+		}
+		if base, sec, ok := k.section(); ok {
+			addSection(ps, key+"."+base.Name, sec.Check())
+		} else {
+			ps.Add(key, "set exactly one of http or exec")
+		}
+		if k.Credentials != nil && len(k.Credentials) == 0 {
+			ps.Add(key+".credentials", "lists no key; leave it out for every key of the pool")
+		}
+		for i, cred := range k.Credentials {
+			if !c.namesKey(cred) {
+				ps.Add(fmt.Sprintf("%s.credentials[%d]", key, i), "%s names no key: no credential has it as its id or among its groups", check.Quote(cred))
+			}
+		}
+	}
+}
+
+// namesKey reports whether name is a credential's ID or one of its groups.
+func (c *Config) namesKey(name string) bool {
+	return slices.ContainsFunc(c.Pool.Credentials, func(cr Credential) bool { return cr.namedBy(name) })
 }
 
 // addSection adds the problems an owner found in the section at key path
