@@ -24,6 +24,10 @@ type BatchInfo struct {
 	// Kind of its items; several enqueues of different kinds give them
 	// all, comma separated.
 	Kind string `json:"kind"`
+	// Scopes are the scopes its items have (pool.scope), sorted; each is a
+	// lane of its own (Lanes). Items without a scope have the batch's
+	// first lane.
+	Scopes []string `json:"scopes,omitempty"`
 	// Total counts the items the server stored as new: an item enqueued
 	// again inside the duplicate window is a duplicate and adds nothing,
 	// so a batch enqueued in several runs adds up correctly.
@@ -103,6 +107,21 @@ func WithWeight(w int) BatchOption {
 	return func(b *BatchInfo) {
 		if w != 0 {
 			b.Weight = w
+		}
+	}
+}
+
+// WithScopes adds scopes its items have to the batch's record (those it
+// holds already stay).
+func WithScopes(scopes ...string) BatchOption {
+	return func(b *BatchInfo) {
+		for _, s := range scopes {
+			if s == "" {
+				continue
+			}
+			if i, found := slices.BinarySearch(b.Scopes, s); !found {
+				b.Scopes = slices.Insert(b.Scopes, i, s)
+			}
 		}
 	}
 }

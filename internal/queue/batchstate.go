@@ -119,17 +119,35 @@ func (q *Queue) CancelItem(ctx context.Context, msg jetstream.Msg, it Item, by s
 
 // DrainCancelled takes every message of a cancelled batch that is not out
 // with a worker, records each item as cancelled (unless it has a result)
-// and deletes it. It returns how many it recorded cancelled, and what the batch's consumer still holds
+// and deletes it, in each of its lanes (BatchLanes). It returns how many
+// it recorded cancelled, and what the batch's consumers still hold
 // (messages out with workers, or coming back later).
 func (q *Queue) DrainCancelled(ctx context.Context, batch, by string) (drained int, unacked int, err error) {
-	c, err := q.LaneConsumer(ctx, batch)
+	lanes, err := q.BatchLanes(ctx, batch)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, lane := range lanes {
+		n, out, err := q.drainLane(ctx, batch, lane, by)
+		drained += n
+		unacked += out
+		if err != nil {
+			return drained, 0, err
+		}
+	}
+	return drained, unacked, nil
+}
+
+// drainLane is DrainCancelled for one lane of batch.
+func (q *Queue) drainLane(ctx context.Context, batch, lane, by string) (drained int, unacked int, err error) {
+	c, err := q.LaneConsumer(ctx, lane)
 	if err != nil {
 		return 0, 0, err
 	}
 	for {
 		msgs, err := c.FetchNoWait(256)
 		if err != nil {
-			return drained, 0, fmt.Errorf("queue: fetch from batch %q: %w", batch, err)
+			return drained, 0, fmt.Errorf("queue: fetch from %s: %w", laneName(lane), err)
 		}
 		got := 0
 		for msg := range msgs.Messages() {
@@ -147,7 +165,7 @@ func (q *Queue) DrainCancelled(ctx context.Context, batch, by string) (drained i
 			}
 		}
 		if err := msgs.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return drained, 0, fmt.Errorf("queue: fetch from batch %q: %w", batch, err)
+			return drained, 0, fmt.Errorf("queue: fetch from %s: %w", laneName(lane), err)
 		}
 		if got == 0 {
 			break

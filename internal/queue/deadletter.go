@@ -44,6 +44,7 @@ type DeadLetterSummary struct {
 	Item     string    `json:"item"`
 	Batch    string    `json:"batch"`
 	Kind     string    `json:"kind"`
+	Scope    string    `json:"scope,omitempty"`
 	Reason   string    `json:"reason"`
 	Attempts int       `json:"attempts"`
 	Failures int       `json:"failures"`
@@ -108,7 +109,7 @@ func (q *Queue) DeadLettersToReplay(ctx context.Context, batch string, items []s
 // attempts and then removes its record (pass a record from
 // ListDeadLetters).
 func (q *Queue) Replay(ctx context.Context, d DeadLetter) error {
-	it := Item{ID: d.Item, Batch: d.Batch, Kind: d.Kind, Payload: d.Payload,
+	it := Item{ID: d.Item, Batch: d.Batch, Kind: d.Kind, Scope: d.Scope, Payload: d.Payload,
 		Replay: strconv.FormatInt(time.Now().UnixNano(), 10)}
 	if b, err := q.Batch(ctx, d.Batch); err == nil && b.Status() == BatchCancelled {
 		return fmt.Errorf("queue: replay %q: batch %q: %w", d.Item, d.Batch, ErrBatchCancelled)
@@ -118,7 +119,7 @@ func (q *Queue) Replay(ctx context.Context, d DeadLetter) error {
 	}
 	// The batch's record changes (no new item: the replayed one was
 	// counted when first enqueued), which registers its lane again.
-	if _, err := q.AddToBatch(ctx, d.Batch, d.Kind, 0); err != nil {
+	if _, err := q.AddToBatch(ctx, d.Batch, d.Kind, 0, WithScopes(d.Scope)); err != nil {
 		return fmt.Errorf("queue: replayed %q of batch %q: %w", d.Item, d.Batch, err)
 	}
 	// Remove this record only: if the replayed item has already failed

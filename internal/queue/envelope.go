@@ -19,11 +19,15 @@ type Item struct {
 	// Cost is the item's estimated cost, for the pool's cost limits (0: not
 	// given; the worker reads it from the payload).
 	Cost int64
+	// Scope is the item's scope (its model, say: the pool.scope field of
+	// its payload, read at enqueue); "" for none. Items of one batch and
+	// scope travel in their own lane (Lane).
+	Scope string
 }
 
 // message builds the JetStream message for an item.
 func (q *Queue) message(it Item) *nats.Msg {
-	m := nats.NewMsg(q.batchSubject(it.Batch, it.Kind))
+	m := nats.NewMsg(q.batchSubject(it.Batch, it.Kind, it.Scope))
 	m.Data = it.Payload
 	m.Header = header(it)
 	return m
@@ -36,7 +40,11 @@ func header(it Item) nats.Header {
 	batch, batchEnc := HeaderValue(it.Batch)
 	h.Set(HeaderItem, item)
 	h.Set(HeaderBatch, batch)
-	if itemEnc || batchEnc {
+	scope, scopeEnc := HeaderValue(it.Scope)
+	if it.Scope != "" {
+		h.Set(HeaderScope, scope)
+	}
+	if itemEnc || batchEnc || scopeEnc {
 		h.Set(HeaderIDEncoding, IDEncodingPercent)
 	}
 	h.Set(HeaderKind, it.Kind)
@@ -74,6 +82,7 @@ func DecodeItem(msg jetstream.Msg) (Item, error) {
 		Kind:    h.Get(HeaderKind),
 		Payload: msg.Data(),
 		Replay:  h.Get(HeaderReplay),
+		Scope:   h.Get(HeaderScope),
 	}
 	if v := h.Get(HeaderCost); v != "" {
 		if c, err := strconv.ParseInt(v, 10, 64); err == nil && c > 0 {
@@ -81,8 +90,12 @@ func DecodeItem(msg jetstream.Msg) (Item, error) {
 		}
 	}
 	if it.Kind == "" {
-		if i := strings.LastIndexByte(msg.Subject(), '.'); i >= 0 {
-			it.Kind = msg.Subject()[i+1:]
+		subj := msg.Subject()
+		if it.Scope != "" { // the scope's token is the subject's last
+			subj = subj[:max(strings.LastIndexByte(subj, '.'), 0)]
+		}
+		if i := strings.LastIndexByte(subj, '.'); i >= 0 {
+			it.Kind = subj[i+1:]
 		}
 	}
 	if enc := h.Get(HeaderIDEncoding); enc != "" {
@@ -99,8 +112,9 @@ func DecodeItem(msg jetstream.Msg) (Item, error) {
 	return it, nil
 }
 
-// decodeIDs decodes the item and batch IDs of a message that has the
-// HeaderIDEncoding header enc (it is left as it came on an error).
+// decodeIDs decodes the item and batch IDs (and the scope) of a message
+// that has the HeaderIDEncoding header enc (it is left as it came on an
+// error).
 func decodeIDs(it *Item, enc string) error {
 	if enc != IDEncodingPercent {
 		return fmt.Errorf("queue: unknown %s %q (item %q): written by a newer producer?", HeaderIDEncoding, enc, it.ID)
@@ -113,6 +127,10 @@ func decodeIDs(it *Item, enc string) error {
 	if err != nil {
 		return fmt.Errorf("%w (%s)", err, HeaderBatch)
 	}
-	it.ID, it.Batch = id, batch
+	scope, err := IDFromHeader(it.Scope)
+	if err != nil {
+		return fmt.Errorf("%w (%s)", err, HeaderScope)
+	}
+	it.ID, it.Batch, it.Scope = id, batch, scope
 	return nil
 }

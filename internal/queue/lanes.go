@@ -7,22 +7,60 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Lanes (docs/waiting-model.md): each batch's items are published on
-// <prefix>.b.<token(batch)>.<kind> and pulled through the batch's own
-// durable consumer, so that the lane schedule (internal/lanes) can say
-// which batch a worker pulls from next. Messages of the previous version
-// (<prefix>.<kind>) stay on the old durable, narrowed to <prefix>.*, which
-// the workers pull as one more lane, LegacyLane, until it is empty.
+// <prefix>.b.<token(batch)>.<kind>, or, when an item has a scope (its
+// model, say: pool.scope), on <prefix>.b.<token(batch)>.<kind>.<token(scope)>,
+// and pulled through the durable consumer of their lane, (batch, scope), so
+// that the lane schedule (internal/lanes) can say which lane a worker
+// pulls from next, and a worker can leave one scope's lane alone while it
+// pulls another's. Messages of the previous version (<prefix>.<kind>) stay
+// on the old durable, narrowed to <prefix>.*, which the workers pull as one
+// more lane, LegacyLane, until it is empty.
 
 // LegacyLane is the lane of the messages the previous version wrote (its
 // consumer is Config.Consumer). No batch can have this ID: IDs hold no
 // line break.
 const LegacyLane = "\nlegacy"
+
+// laneSep separates a scoped lane's batch from its scope: a byte that
+// neither a batch ID (CheckID) nor a scope (creds.ValidScope) can hold.
+const laneSep = '\x00'
+
+// Lane is the lane of batch's items of scope: the batch ID itself for the
+// items without a scope (every lane of the version before scopes), else
+// the batch ID, a NUL byte and the scope.
+func Lane(batch, scope string) string {
+	if scope == "" {
+		return batch
+	}
+	return batch + string(laneSep) + scope
+}
+
+// LaneParts reverses Lane. LegacyLane is a batch of its own, without a
+// scope.
+func LaneParts(lane string) (batch, scope string) {
+	if i := strings.IndexByte(lane, laneSep); i >= 0 {
+		return lane[:i], lane[i+1:]
+	}
+	return lane, ""
+}
+
+// Lanes are the batch's lanes: its items without a scope, then one per
+// scope the record holds.
+func (b BatchInfo) Lanes() []string {
+	out := make([]string, 0, 1+len(b.Scopes))
+	out = append(out, b.ID)
+	for _, s := range b.Scopes {
+		out = append(out, Lane(b.ID, s))
+	}
+	return out
+}
 
 // laneInactive is how long a batch's consumer lives without activity (a
 // backstop: the worker that finds a lane drained deletes its consumer,
@@ -31,29 +69,63 @@ const laneInactive = time.Hour
 
 func (q *Queue) batchSubjects() string { return q.cfg.SubjectPrefix + ".b.>" }
 
-// batchSubject is where an item of batch and kind is published.
-func (q *Queue) batchSubject(batch, kind string) string {
-	return q.cfg.SubjectPrefix + ".b." + Token(batch) + "." + kind
+// batchSubject is where an item of batch, kind and scope ("": none) is
+// published.
+func (q *Queue) batchSubject(batch, kind, scope string) string {
+	s := q.cfg.SubjectPrefix + ".b." + Token(batch) + "." + kind
+	if scope != "" {
+		s += "." + Token(scope)
+	}
+	return s
 }
 
-// LaneConsumerName is the durable consumer of batch's lane.
-func (q *Queue) LaneConsumerName(batch string) string {
-	if batch == LegacyLane {
+// laneFilter is the subjects of lane's items: those of its batch and
+// scope exactly. A batch's items without a scope have one token after the
+// batch's (their kind), those with one two (kind, scope), so no two lanes'
+// filters overlap, as a work-queue stream requires of its consumers.
+func (q *Queue) laneFilter(lane string) string {
+	if lane == LegacyLane {
+		return q.workSubjects()
+	}
+	batch, scope := LaneParts(lane)
+	f := q.cfg.SubjectPrefix + ".b." + Token(batch) + ".*"
+	if scope != "" {
+		f += "." + Token(scope)
+	}
+	return f
+}
+
+// LaneConsumerName is the durable consumer of lane (a batch ID for the
+// batch's items without a scope, a Lane for those of one scope, or
+// LegacyLane): <consumer>-b-<16 hex digits of the batch ID's SHA-256>,
+// followed for a scope by -s-<16 hex digits of the scope's>.
+func (q *Queue) LaneConsumerName(lane string) string {
+	if lane == LegacyLane {
 		return q.cfg.Consumer
 	}
+	batch, scope := LaneParts(lane)
 	sum := sha256.Sum256([]byte(batch))
-	return q.cfg.Consumer + "-b-" + hex.EncodeToString(sum[:8])
+	name := q.cfg.Consumer + "-b-" + hex.EncodeToString(sum[:8])
+	if scope != "" {
+		sum = sha256.Sum256([]byte(scope))
+		name += "-s-" + hex.EncodeToString(sum[:8])
+	}
+	return name
 }
 
-func (q *Queue) laneConsumerConfig(batch string) jetstream.ConsumerConfig {
+func (q *Queue) laneConsumerConfig(lane string) jetstream.ConsumerConfig {
+	what := "keyfleet workers, one batch"
+	if _, scope := LaneParts(lane); scope != "" {
+		what = "keyfleet workers, one batch's items of one scope"
+	}
 	return jetstream.ConsumerConfig{
-		Durable:           q.LaneConsumerName(batch),
-		Description:       "keyfleet workers, one batch",
+		Durable:           q.LaneConsumerName(lane),
+		Description:       what,
 		AckPolicy:         jetstream.AckExplicitPolicy,
 		AckWait:           q.cfg.AckWait,
 		MaxDeliver:        q.cfg.MaxDeliver,
 		BackOff:           q.cfg.RedeliveryBackoff,
-		FilterSubject:     q.cfg.SubjectPrefix + ".b." + Token(batch) + ".>",
+		FilterSubject:     q.laneFilter(lane),
 		MaxAckPending:     ConsumerMaxAckPending,
 		MaxWaiting:        ConsumerMaxWaiting,
 		Replicas:          q.cfg.Replicas,
@@ -61,33 +133,70 @@ func (q *Queue) laneConsumerConfig(batch string) jetstream.ConsumerConfig {
 	}
 }
 
-// LaneConsumer returns the consumer of lane (a batch ID, or LegacyLane),
-// creating it when it does not exist, with this queue's settings (ack
-// wait, max deliver, back-off). A handle opened with Open also brings an
-// existing consumer's settings in line, as for the old durable.
+// LaneConsumer returns the consumer of lane (a batch ID, a Lane of a
+// batch and a scope, or LegacyLane), creating it when it does not exist,
+// with this queue's settings (ack wait, max deliver, back-off). A handle
+// opened with Open also brings an existing consumer's settings in line,
+// as for the old durable; one opened with Attach changes only a filter
+// that is not the lane's (a batch's consumer made before scopes filtered
+// on every subject of the batch, which would overlap its scopes' lanes).
 func (q *Queue) LaneConsumer(ctx context.Context, lane string) (jetstream.Consumer, error) {
 	if lane == LegacyLane {
 		return q.Consumer(ctx)
 	}
-	cfg := q.laneConsumerConfig(lane)
 	sctx, cancel := context.WithTimeout(ctx, q.cfg.RequestTimeout)
 	defer cancel()
-	c, err := q.js.Consumer(sctx, q.cfg.Stream, cfg.Durable)
-	switch {
-	case err == nil && (!q.update || consumerHolds(c.CachedInfo().Config, cfg)):
-		return c, nil
-	case err == nil:
-		c, err = q.js.UpdateConsumer(sctx, q.cfg.Stream, cfg)
-	case errors.Is(err, jetstream.ErrConsumerNotFound):
+	c, err := q.laneConsumer(sctx, lane)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if batch, scope := LaneParts(lane); scope != "" {
+			// The batch's own consumer may still filter on all of its
+			// subjects: it is narrowed before the scope's is made.
+			if _, err := q.laneConsumer(sctx, batch); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return nil, refused(q.nc, fmt.Errorf("queue: consumer of batch %q: %w", batch, noAnswer(ctx, q.cfg.RequestTimeout, err)))
+			}
+		}
+		cfg := q.laneConsumerConfig(lane)
 		c, err = q.js.CreateConsumer(sctx, q.cfg.Stream, cfg)
 		if errors.Is(err, jetstream.ErrConsumerExists) {
 			c, err = q.js.Consumer(sctx, q.cfg.Stream, cfg.Durable)
 		}
 	}
 	if err != nil {
-		return nil, refused(q.nc, fmt.Errorf("queue: consumer of batch %q: %w", lane, noAnswer(ctx, q.cfg.RequestTimeout, err)))
+		return nil, refused(q.nc, fmt.Errorf("queue: consumer of %s: %w", laneName(lane), noAnswer(ctx, q.cfg.RequestTimeout, err)))
 	}
 	return c, nil
+}
+
+// laneConsumer looks up lane's consumer and brings it in line (see
+// LaneConsumer); jetstream.ErrConsumerNotFound when there is none.
+func (q *Queue) laneConsumer(ctx context.Context, lane string) (jetstream.Consumer, error) {
+	want := q.laneConsumerConfig(lane)
+	c, err := q.js.Consumer(ctx, q.cfg.Stream, want.Durable)
+	if err != nil {
+		return nil, err
+	}
+	have := c.CachedInfo().Config
+	want.MaxWaiting = have.MaxWaiting // JetStream cannot change it (see ConsumerMaxWaiting)
+	switch {
+	case q.update && consumerHolds(have, want), !q.update && have.FilterSubject == want.FilterSubject:
+		return c, nil
+	case !q.update:
+		have.FilterSubject = want.FilterSubject
+		want = have
+	}
+	return q.js.UpdateConsumer(ctx, q.cfg.Stream, want)
+}
+
+// laneName names a lane in messages.
+func laneName(lane string) string {
+	if lane == LegacyLane {
+		return "the previous version's messages"
+	}
+	batch, scope := LaneParts(lane)
+	if scope == "" {
+		return fmt.Sprintf("batch %q", batch)
+	}
+	return fmt.Sprintf("batch %q, scope %q", batch, scope)
 }
 
 // LaneMessages counts the messages of lane still in the stream: on a
@@ -95,17 +204,13 @@ func (q *Queue) LaneConsumer(ctx context.Context, lane string) (jetstream.Consum
 // terminated, so 0 means the lane is drained, whatever state its consumer
 // is in (one being created or electing a leader may report nothing
 // pending while messages wait). It reads the stream's per-subject counts
-// for the lane's subjects: one per kind of the batch.
+// for the lane's subjects: one per kind of the batch (and scope).
 func (q *Queue) LaneMessages(ctx context.Context, lane string) (uint64, error) {
-	filter := q.cfg.SubjectPrefix + ".b." + Token(lane) + ".>"
-	if lane == LegacyLane {
-		filter = q.workSubjects()
-	}
 	sctx, cancel := context.WithTimeout(ctx, q.cfg.RequestTimeout)
 	defer cancel()
-	si, err := q.work.Info(sctx, jetstream.WithSubjectFilter(filter))
+	si, err := q.work.Info(sctx, jetstream.WithSubjectFilter(q.laneFilter(lane)))
 	if err != nil {
-		return 0, fmt.Errorf("queue: messages of batch %q: %w", lane, noAnswer(ctx, q.cfg.RequestTimeout, err))
+		return 0, fmt.Errorf("queue: messages of %s: %w", laneName(lane), noAnswer(ctx, q.cfg.RequestTimeout, err))
 	}
 	var n uint64
 	for _, c := range si.State.Subjects {
@@ -125,7 +230,7 @@ func LaneHolds(ctx context.Context, c jetstream.Consumer) (pending uint64, unack
 	return ci.NumPending, ci.NumAckPending, nil
 }
 
-// DeleteLaneConsumer deletes a drained batch's consumer (its messages, if
+// DeleteLaneConsumer deletes a drained lane's consumer (its messages, if
 // any came meanwhile, stay in the stream; the next LaneConsumer makes it
 // again). The old durable is never deleted.
 func (q *Queue) DeleteLaneConsumer(ctx context.Context, lane string) error {
@@ -136,9 +241,49 @@ func (q *Queue) DeleteLaneConsumer(ctx context.Context, lane string) error {
 	defer cancel()
 	err := q.js.DeleteConsumer(sctx, q.cfg.Stream, q.LaneConsumerName(lane))
 	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("queue: delete the consumer of batch %q: %w", lane, err)
+		return fmt.Errorf("queue: delete the consumer of %s: %w", laneName(lane), err)
 	}
 	return nil
+}
+
+// BatchLanes lists batch's lanes: the one of its items without a scope,
+// and one per scope its record names or the stream holds messages of (an
+// enqueue adds its scopes to the record after publishing: a cancel that
+// raced it still finds them).
+func (q *Queue) BatchLanes(ctx context.Context, batch string) ([]string, error) {
+	lanes := []string{batch}
+	seen := map[string]bool{"": true}
+	add := func(scope string) {
+		if !seen[scope] {
+			seen[scope] = true
+			lanes = append(lanes, Lane(batch, scope))
+		}
+	}
+	b, err := q.Batch(ctx, batch)
+	if err != nil && !errors.Is(err, ErrNoBatch) {
+		return nil, err
+	}
+	for _, s := range b.Scopes {
+		add(s)
+	}
+	sctx, cancel := context.WithTimeout(ctx, q.cfg.RequestTimeout)
+	defer cancel()
+	head := q.cfg.SubjectPrefix + ".b." + Token(batch) + "."
+	si, err := q.work.Info(sctx, jetstream.WithSubjectFilter(head+"*.*"))
+	if err != nil {
+		return nil, fmt.Errorf("queue: messages of batch %q: %w", batch, noAnswer(ctx, q.cfg.RequestTimeout, err))
+	}
+	for subj := range si.State.Subjects {
+		_, tok, ok := strings.Cut(strings.TrimPrefix(subj, head), ".")
+		if !ok {
+			continue
+		}
+		if scope, err := Untoken(tok); err == nil && scope != "" {
+			add(scope)
+		}
+	}
+	slices.Sort(lanes[1:])
+	return lanes, nil
 }
 
 // workStreamSubjects are the work stream's subjects: the previous

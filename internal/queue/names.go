@@ -3,6 +3,7 @@ package queue
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/keyfleet/keyfleet/internal/jobs"
@@ -15,13 +16,16 @@ const (
 	HeaderKind   = "Keyfleet-Kind"   // the job kind (also the subject's last token)
 	HeaderReplay = "Keyfleet-Replay" // set on items replayed from the dead-letter queue
 	HeaderCost   = "Keyfleet-Cost"   // the item's estimated cost, when the producer knew it
+	// HeaderScope is the item's scope, when it has one (encoded as the IDs
+	// are: see HeaderIDEncoding).
+	HeaderScope = "Keyfleet-Scope"
 )
 
 // MaxIDLen bounds item and batch IDs (they become subject tokens).
 const MaxIDLen = 512
 
-// HeaderIDEncoding, when a message has it, says how its Keyfleet-Item and
-// Keyfleet-Batch values are encoded: IDEncodingPercent. Messages whose IDs
+// HeaderIDEncoding, when a message has it, says how its Keyfleet-Item,
+// Keyfleet-Batch and Keyfleet-Scope values are encoded: IDEncodingPercent. Messages whose IDs
 // a header carries as they are (nearly all), and those written before the
 // encoding existed, do not have it: their values are the IDs.
 const HeaderIDEncoding = "Keyfleet-Id-Encoding"
@@ -215,12 +219,19 @@ func CheckID(what, id string) error {
 // subject, <prefix>.<kind>.
 var Kinds = jobs.Names()
 
-// CheckKind reports whether kind is a known job kind.
-func CheckKind(kind string) error {
-	if _, ok := jobs.Lookup(kind); ok {
+// CheckKind reports whether kind is a known job kind: a built-in one
+// (jobs.Lookup) or one of named, the configuration's named kinds
+// (jobs.kinds).
+func CheckKind(kind string, named ...string) error {
+	if _, ok := jobs.Lookup(kind); ok || slices.Contains(named, kind) {
 		return nil
 	}
-	return fmt.Errorf("unknown job kind %q (want one of %s)", kind, strings.Join(Kinds, ", "))
+	if len(named) == 0 {
+		return fmt.Errorf("unknown job kind %q (want one of %s)", kind, strings.Join(Kinds, ", "))
+	}
+	named = slices.Sorted(slices.Values(named))
+	return fmt.Errorf("unknown job kind %q (want one of %s, or a kind the configuration names under jobs.kinds: %s)",
+		kind, strings.Join(Kinds, ", "), strings.Join(named, ", "))
 }
 
 var errNoHeader = errors.New("queue: message lacks header")

@@ -125,11 +125,11 @@ func (p *Publisher) Report() PublishReport { return p.report }
 // the workers pull the batch's lane): the simple path for tests and small
 // batches. A batch that is cancelled takes nothing (ErrBatchCancelled).
 func (q *Queue) Publish(ctx context.Context, items ...Item) (PublishReport, error) {
-	type key struct{ batch, kind string }
+	type key struct{ batch, kind, scope string }
 	var order []key
 	seen := map[key]bool{}
 	for _, it := range items {
-		k := key{it.Batch, it.Kind}
+		k := key{it.Batch, it.Kind, it.Scope}
 		if !seen[k] {
 			seen[k] = true
 			order = append(order, k)
@@ -147,7 +147,7 @@ func (q *Queue) Publish(ctx context.Context, items ...Item) (PublishReport, erro
 			return total, err
 		}
 		for _, it := range items {
-			if it.Batch != k.batch || it.Kind != k.kind {
+			if it.Batch != k.batch || it.Kind != k.kind || it.Scope != k.scope {
 				continue
 			}
 			if err := p.Add(ctx, it); err != nil {
@@ -161,7 +161,7 @@ func (q *Queue) Publish(ctx context.Context, items ...Item) (PublishReport, erro
 		if err != nil {
 			return total, errors.Join(err)
 		}
-		if _, err := q.AddToBatch(ctx, k.batch, k.kind, rep.Published); err != nil {
+		if _, err := q.AddToBatch(ctx, k.batch, k.kind, rep.Published, WithScopes(k.scope)); err != nil {
 			return total, err
 		}
 	}
