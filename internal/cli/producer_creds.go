@@ -160,6 +160,7 @@ PERIOD is s, m, h, d or a duration (60/m, 10/s, 5/30s). --rate R is short for
 none) removes them all. Flags not given stay as they are.`,
 		Example: `  producer creds set key-a --max-concurrent 2
   producer creds set key-a --limit rate=500/m --limit rate=10/s,burst=1 --limit cost=30000/m
+  producer creds set key-a --limit rate=500/m --limit cost=30000/m,scope=gpt-4o --limit cost=200000/m,scope=gpt-4o-mini
   producer creds set key-a --rate 60/m
   producer creds set key-a --limit none`,
 		Args: cobra.ExactArgs(1),
@@ -199,7 +200,7 @@ none) removes them all. Flags not given stay as they are.`,
 	}
 	cmd.Flags().IntVar(&maxConc, "max-concurrent", 0, "jobs that may hold the credential at once (at least 1)")
 	cmd.Flags().StringVar(&rate, "rate", "", `short for --limit rate=R; "none" removes every limit`)
-	cmd.Flags().StringArrayVar(&limits, "limit", nil, "a limit: rate=N/P, rate=N/P,burst=B or cost=N/P; repeat for several; none removes every limit")
+	cmd.Flags().StringArrayVar(&limits, "limit", nil, "a limit: rate=N/P, rate=N/P,burst=B or cost=N/P, with ,scope=S to bind only items of scope S (pool.scope); repeat for several; none removes every limit")
 	return cmd
 }
 

@@ -108,7 +108,7 @@ func printPool(w io.Writer, p status.Pool) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  ID\tSTATE\tIN FLIGHT\tMAX\tLIMITS (USED/OF)\tLAST USED\tRESTING UNTIL / DISABLED")
+	fmt.Fprintln(tw, "  ID\tSTATE\tIN FLIGHT\tMAX\tGROUPS\tLIMITS (USED/OF)\tLAST USED\tRESTING UNTIL / DISABLED")
 	for _, c := range p.Credentials {
 		used := "never"
 		if c.LastUsed != nil {
@@ -130,8 +130,12 @@ func printPool(w io.Writer, p status.Pool) {
 			note += ": " + oneLine(c.CoolingReason, 100)
 		}
 		note = joinNotes(note, keyHistory(c, p.At))
-		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\n", termsafe.String(c.ID), termsafe.String(c.State), c.InFlight, c.MaxConcurrent,
-			termsafe.String(limitsText(c)), used, note)
+		groups := "-"
+		if len(c.Groups) > 0 {
+			groups = strings.Join(c.Groups, ",")
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", termsafe.String(c.ID), termsafe.String(c.State), c.InFlight, c.MaxConcurrent,
+			termsafe.String(groups), termsafe.String(limitsText(c)), used, note)
 	}
 	_ = tw.Flush()
 }

@@ -61,7 +61,7 @@ func PoolReport(st creds.Stats) Pool {
 
 func credentialReport(c creds.CredentialStats) Credential {
 	row := Credential{
-		ID: c.ID, State: c.State, MaxConcurrent: c.MaxConcurrent, Rate: c.Rate, InFlight: c.InFlight,
+		ID: c.ID, State: c.State, MaxConcurrent: c.MaxConcurrent, Groups: append([]string{}, c.Groups...), Rate: c.Rate, InFlight: c.InFlight,
 		Holders: []Holder{}, CoolingReason: c.CoolingReason, DisabledReason: c.DisabledReason,
 		DisabledAt: TimePtr(c.DisabledAt), StartsInWindow: c.StartsInWindow, LastUsed: TimePtr(c.LastUsed),
 		Starts: c.Starts, RateLimited: c.RateLimited, Limits: []Limit{},
@@ -76,7 +76,7 @@ func credentialReport(c creds.CredentialStats) Credential {
 		row.CoolingReason = ""
 	}
 	for _, l := range c.Limits {
-		row.Limits = append(row.Limits, Limit{Limit: l.Limit, Kind: string(l.Kind), Used: l.Used, Of: l.Of, NextRoom: TimePtr(l.NextRoom)})
+		row.Limits = append(row.Limits, Limit{Limit: l.Limit, Kind: string(l.Kind), Scope: l.Scope, Used: l.Used, Of: l.Of, NextRoom: TimePtr(l.NextRoom)})
 	}
 	for _, h := range c.Holders {
 		row.Holders = append(row.Holders, Holder{Owner: h.Owner, Expires: h.Expires})

@@ -112,9 +112,11 @@ type Pool struct {
 // Credential is one row of the pool. It names the credential; it never
 // holds its secret (the pool has none to give).
 type Credential struct {
-	ID             string     `json:"id"`
-	State          string     `json:"state"`
-	MaxConcurrent  int        `json:"max_concurrent"`
+	ID            string `json:"id"`
+	State         string `json:"state"`
+	MaxConcurrent int    `json:"max_concurrent"`
+	// Groups are the key groups it is in (a kind's credentials name them).
+	Groups         []string   `json:"groups"`
 	Rate           string     `json:"rate"`
 	InFlight       int        `json:"in_flight"`
 	Holders        []Holder   `json:"holders"`
@@ -152,6 +154,8 @@ type Limit struct {
 	Limit string `json:"limit"`
 	// Kind: rate (exact window of starts), smooth (GCRA), cost.
 	Kind string `json:"kind"`
+	// Scope: the limit binds only items of this scope ("": every item).
+	Scope string `json:"scope"`
 	// Used of Of: starts or cost units in the window; for a smooth rate,
 	// the burst's cells in use.
 	Used int64 `json:"used"`

@@ -215,8 +215,8 @@
   }
 
   // limits lists what limits a credential: each with its use in its
-  // window (for a smooth rate, the burst's cells in use), and its learnt
-  // pace when bare 429s set one.
+  // window (for a smooth rate, the burst's cells in use; a scoped limit's
+  // label ends in ",scope=S"), and its learnt pace when bare 429s set one.
   function limits(c) {
     const out = (c.limits || []).map((l) => ({
       label: l.limit,
@@ -303,7 +303,8 @@
       k.body.replaceChildren(
         el('div', {class: 'card-head'},
           el('h3', {}, c.id),
-          el('span', {class: 'badge st ' + c.state}, c.state)),
+          el('span', {class: 'badge st ' + c.state}, c.state),
+          (c.groups || []).length ? el('span', {class: 'muted groups'}, `groups: ${c.groups.join(', ')}`) : null),
         el('div', {class: 'line'},
           el('span', {class: 'label'}, 'in flight'),
           meter(c.in_flight, c.max_concurrent, c.in_flight >= c.max_concurrent ? 'full' : ''),
