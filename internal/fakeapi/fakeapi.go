@@ -27,6 +27,14 @@
 // and one with "force_status": <int> gets that status; neither counts
 // against the key's limits. A body that is not JSON gets 400.
 //
+// Per-model limits (Key.Models, models.go): a request whose "model" names
+// one of the key's models is counted against that model's request and
+// token windows as well as the key's own; over the model's, it gets
+// OpenAI's 429 {"error":{"message":"Rate limit reached for <model> in
+// organization org-test on tokens per min (TPM): Limit N, Used U,
+// Requested R. ...","code":"rate_limit_exceeded"}} with Retry-After, and
+// the rate headers describe the model's limits where it has them.
+//
 // Stats reports per-key figures, keyed by index and label (never by
 // secret), including a self-check: OverLimit counts requests admitted
 // beyond a key's limits, which must stay 0.
@@ -71,6 +79,10 @@ type Key struct {
 	// BareRateLimit and RateHeaders override the Config's for this key.
 	BareRateLimit bool
 	RateHeaders   string
+	// Models are the key's limits per model (models.go), by the name a
+	// request's "model" field gives; a request of another model, or
+	// without one, is bound by the key's own limits alone.
+	Models map[string]ModelLimits
 }
 
 // Config configures a Server.
@@ -128,6 +140,7 @@ type keyState struct {
 	tokens ratelimit.Limit
 	bare   bool
 	hdrs   string // rate headers: "", openai, anthropic
+	models map[string]*modelState
 
 	mu       sync.Mutex
 	window   []time.Time // admission times within the rate window, oldest first
@@ -203,6 +216,10 @@ func New(cfg Config) (*Server, error) {
 		if err := checkRateHeaders(k.RateHeaders); err != nil {
 			return nil, fmt.Errorf("fakeapi: keys[%d]: %w", i, err)
 		}
+		models, err := newModels(i, k.Models)
+		if err != nil {
+			return nil, err
+		}
 		s.keys = append(s.keys, &keyState{
 			index:  i,
 			label:  "key-" + strconv.Itoa(i),
@@ -213,6 +230,7 @@ func New(cfg Config) (*Server, error) {
 			tokens: k.Tokens,
 			bare:   k.BareRateLimit || cfg.BareRateLimit,
 			hdrs:   cmp.Or(k.RateHeaders, cfg.RateHeaders),
+			models: models,
 		})
 	}
 	return s, nil
@@ -245,10 +263,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var ctl struct {
-		ForceStatus       *int     `json:"force_status"`
-		InsufficientQuota bool     `json:"insufficient_quota"`
-		Cost              *float64 `json:"cost"`
-		ActualTokens      *int64   `json:"actual_tokens"`
+		ForceStatus       *int            `json:"force_status"`
+		InsufficientQuota bool            `json:"insufficient_quota"`
+		Cost              *float64        `json:"cost"`
+		ActualTokens      *int64          `json:"actual_tokens"`
+		Model             json.RawMessage `json:"model"`
 		itemControls
 	}
 	if len(bytes.TrimSpace(body)) > 0 && (!json.Valid(body) || bytes.TrimSpace(body)[0] == '{' && json.Unmarshal(body, &ctl) != nil) {
@@ -282,16 +301,35 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if ctl.Cost != nil && *ctl.Cost >= 1 {
 		tokens = int64(*ctl.Cost + 0.999999)
 	}
+	m := k.model(modelName(ctl.Model))
+	if m != nil {
+		m.requests.Add(1)
+	}
 	now := time.Now()
-	ok, wait, limit := k.admit(now, s.retryAfter, tokens)
-	s.setRateHeaders(w, k, now)
+	ok, wait, limit := k.admit(now, s.retryAfter, tokens, m)
+	s.setRateHeaders(w, k, m, now)
 	if !ok {
 		k.rateLimited.Add(1)
+		if m != nil {
+			m.rateLimited.Add(1)
+		}
 		if !k.bare {
 			w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(wait), 10))
 			if k.hdrs == "openai" {
 				w.Header().Set("retry-after-ms", strconv.FormatInt(max(wait.Milliseconds(), 1), 10))
 			}
+		}
+		if mlimit, isModel := strings.CutPrefix(limit, "model:"); isModel {
+			m.modelLimit.Add(1)
+			k.mu.Lock()
+			reqs, toks := m.used(now)
+			k.mu.Unlock()
+			used, requested := int64(reqs), int64(1)
+			if mlimit == "tokens" {
+				used, requested = toks, tokens
+			}
+			writeModelLimited(w, m, mlimit, used, requested, wait)
+			return
 		}
 		writeJSON(w, http.StatusTooManyRequests, map[string]any{"error": "rate_limited", "limit": limit})
 		return
@@ -312,9 +350,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if ctl.ActualTokens != nil && *ctl.ActualTokens >= 0 {
 		used = *ctl.ActualTokens
 		k.reconcile(now, tokens, used)
+		if m != nil {
+			k.mu.Lock()
+			m.reconcile(now, tokens, used)
+			k.mu.Unlock()
+		}
 	}
 	k.tokensUsed.Add(used)
 	k.ok.Add(1)
+	if m != nil {
+		m.tokensUsed.Add(used)
+		m.ok.Add(1)
+	}
 	reply := struct {
 		OK       bool            `json:"ok"`
 		KeyLabel string          `json:"key_label"`
@@ -348,11 +395,12 @@ func (s *Server) authenticate(v string) *keyState {
 }
 
 // admit decides whether a request of the key taking `tokens` may start at
-// now. If not, it returns how long until it might (the exact time until
-// the rate or token window frees or the spacing allows, or concWait for
-// the concurrency limit) and which limit refused it ("rate", "every",
-// "tokens" or "concurrency").
-func (k *keyState) admit(now time.Time, concWait time.Duration, tokens int64) (bool, time.Duration, string) {
+// now, counted also against its model's windows when m is not nil. If
+// not, it returns how long until it might (the exact time until the rate
+// or token window frees or the spacing allows, or concWait for the
+// concurrency limit) and which limit refused it ("rate", "every",
+// "tokens", "concurrency", or the model's "model:rate", "model:tokens").
+func (k *keyState) admit(now time.Time, concWait time.Duration, tokens int64, m *modelState) (bool, time.Duration, string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.conc > 0 && k.inflight >= k.conc {
@@ -366,6 +414,11 @@ func (k *keyState) admit(now time.Time, concWait time.Duration, tokens int64) (b
 		if len(k.window) >= k.rate.N {
 			// The request fits once the oldest len-N+1 admissions have left.
 			return false, k.window[len(k.window)-k.rate.N].Add(k.rate.Period).Sub(now), "rate"
+		}
+	}
+	if m != nil {
+		if wait, limit, ok := m.room(now, tokens); !ok {
+			return false, wait, "model:" + limit
 		}
 	}
 	if k.tokens.N > 0 {
@@ -383,6 +436,9 @@ func (k *keyState) admit(now time.Time, concWait time.Duration, tokens int64) (b
 			k.overLimit.Add(1)
 		}
 		k.last = now
+	}
+	if m != nil {
+		m.take(now, tokens)
 	}
 	k.inflight++
 	return true, 0, ""
@@ -478,6 +534,8 @@ type KeyStats struct {
 	OverLimit int64 `json:"over_limit"`
 	// Tokens counts the tokens the key's answered requests used.
 	Tokens int64 `json:"tokens"`
+	// Models are the figures of the models the key has limits for.
+	Models map[string]ModelStats `json:"models,omitempty"`
 }
 
 // Stats returns a snapshot of the figures.
@@ -496,16 +554,21 @@ func (s *Server) Stats() Stats {
 			MaxConcurrent: k.maxActive.Load(),
 			OverLimit:     k.overLimit.Load(),
 			Tokens:        k.tokensUsed.Load(),
+			Models:        k.modelStats(),
 		})
 	}
 	return st
 }
 
-// OverLimit is the total of the keys' OverLimit figures; it must be 0.
+// OverLimit is the total of the keys' and their models' OverLimit
+// figures; it must be 0.
 func (st Stats) OverLimit() int64 {
 	var n int64
 	for _, k := range st.Keys {
 		n += k.OverLimit
+		for _, m := range k.Models {
+			n += m.OverLimit
+		}
 	}
 	return n
 }

@@ -69,13 +69,14 @@ func checkRateHeaders(v string) error {
 	return fmt.Errorf("fakeapi: rate headers %q: want openai, anthropic or none", v)
 }
 
-func (s *Server) setRateHeaders(w http.ResponseWriter, k *keyState, now time.Time) {
+func (s *Server) setRateHeaders(w http.ResponseWriter, k *keyState, m *modelState, now time.Time) {
 	if k.hdrs == "" {
 		return
 	}
 	k.mu.Lock()
 	var reqLeft, tokLeft int64 = -1, -1
 	var reqReset, tokReset time.Duration
+	reqN, tokN := k.rate.N, k.tokens.N
 	if k.rate.N > 0 {
 		k.dropOld(now)
 		reqLeft = int64(k.rate.N - len(k.window))
@@ -90,28 +91,39 @@ func (s *Server) setRateHeaders(w http.ResponseWriter, k *keyState, now time.Tim
 			tokReset = k.spent[len(k.spent)-1].at.Add(k.tokens.Period).Sub(now)
 		}
 	}
+	if m != nil {
+		// The model's limits, where it has them, as OpenAI reports a
+		// request's model.
+		mReqN, mReqLeft, mReqReset, mTokN, mTokLeft, mTokReset := m.headerFigures(now)
+		if mReqN > 0 {
+			reqN, reqLeft, reqReset = mReqN, mReqLeft, mReqReset
+		}
+		if mTokN > 0 {
+			tokN, tokLeft, tokReset = mTokN, mTokLeft, mTokReset
+		}
+	}
 	k.mu.Unlock()
 	h := w.Header()
 	switch k.hdrs {
 	case "openai":
 		if reqLeft >= 0 {
-			h.Set("x-ratelimit-limit-requests", strconv.Itoa(k.rate.N))
+			h.Set("x-ratelimit-limit-requests", strconv.Itoa(reqN))
 			h.Set("x-ratelimit-remaining-requests", strconv.FormatInt(reqLeft, 10))
 			h.Set("x-ratelimit-reset-requests", reqReset.Round(time.Millisecond).String())
 		}
 		if tokLeft >= 0 {
-			h.Set("x-ratelimit-limit-tokens", strconv.Itoa(k.tokens.N))
+			h.Set("x-ratelimit-limit-tokens", strconv.Itoa(tokN))
 			h.Set("x-ratelimit-remaining-tokens", strconv.FormatInt(tokLeft, 10))
 			h.Set("x-ratelimit-reset-tokens", tokReset.Round(time.Millisecond).String())
 		}
 	case "anthropic":
 		if reqLeft >= 0 {
-			h.Set("anthropic-ratelimit-requests-limit", strconv.Itoa(k.rate.N))
+			h.Set("anthropic-ratelimit-requests-limit", strconv.Itoa(reqN))
 			h.Set("anthropic-ratelimit-requests-remaining", strconv.FormatInt(reqLeft, 10))
 			h.Set("anthropic-ratelimit-requests-reset", now.Add(reqReset).UTC().Format(time.RFC3339Nano))
 		}
 		if tokLeft >= 0 {
-			h.Set("anthropic-ratelimit-tokens-limit", strconv.Itoa(k.tokens.N))
+			h.Set("anthropic-ratelimit-tokens-limit", strconv.Itoa(tokN))
 			h.Set("anthropic-ratelimit-tokens-remaining", strconv.FormatInt(tokLeft, 10))
 			h.Set("anthropic-ratelimit-tokens-reset", now.Add(tokReset).UTC().Format(time.RFC3339Nano))
 		}
