@@ -232,13 +232,16 @@ func checkAction(rec queue.BatchInfo, action string) error {
 }
 
 // refuseDone refuses to pause or cancel a batch whose items all have an
-// outcome (exit 2). A batch whose lane still holds messages is not done:
-// its results are read only when the lane holds none (or has no consumer:
-// the workers delete a drained lane's, and this does not make it again).
+// outcome (exit 2). A batch whose lanes (one per scope) still hold
+// messages is not done: its results are read only when they hold none (or
+// have no consumer: the workers delete a drained lane's, and this does not
+// make it again).
 func refuseDone(ctx context.Context, q *queue.Queue, rec queue.BatchInfo, action string) error {
-	if c, err := q.JetStream().Consumer(ctx, q.Config().Stream, q.LaneConsumerName(rec.ID)); err == nil {
-		if pending, unacked, err := queue.LaneHolds(ctx, c); err == nil && pending+uint64(unacked) > 0 {
-			return nil
+	for _, lane := range rec.Lanes() {
+		if c, err := q.JetStream().Consumer(ctx, q.Config().Stream, q.LaneConsumerName(lane)); err == nil {
+			if pending, unacked, err := queue.LaneHolds(ctx, c); err == nil && pending+uint64(unacked) > 0 {
+				return nil
+			}
 		}
 	}
 	b, err := readBatch(ctx, q, rec.ID)

@@ -121,7 +121,8 @@ func (p *producer) dashboard(cmd *cobra.Command, o dashboardOptions) error {
 		Sensitive: append(urlSecrets(cfg.NATS.URL), urlSecrets(cfg.Redis.URL)...),
 		Logger:    log.Named("dashboard"),
 		Enqueue: dashboard.EnqueueDefaults{
-			DefaultKind: defaultKind(cfg), CostField: cfg.Pool.Cost.Field, CostDefault: cfg.Pool.Cost.Default,
+			DefaultKind: defaultKind(cfg), NamedKinds: cfg.Jobs.KindNames(),
+			CostField: cfg.Pool.Cost.Field, CostDefault: cfg.Pool.Cost.Default, ScopeField: cfg.Pool.Scope.Field,
 		},
 		MaxEnqueueBody: o.maxBody,
 	})

@@ -190,8 +190,8 @@ func (p *producer) enqueue(cmd *cobra.Command, o enqueueOptions) error {
 		}
 	}
 	req := enqueue.Request{
-		Kind: o.kind, Batch: o.batch, IDField: o.idField, Priority: o.priority, Weight: o.weight,
-		CostField: cfg.Pool.Cost.Field, CostDefault: cfg.Pool.Cost.Default,
+		Kind: o.kind, NamedKinds: cfg.Jobs.KindNames(), Batch: o.batch, IDField: o.idField, Priority: o.priority, Weight: o.weight,
+		CostField: cfg.Pool.Cost.Field, CostDefault: cfg.Pool.Cost.Default, ScopeField: cfg.Pool.Scope.Field,
 		DryRun: o.dryRun, MaxPayload: dryRunMaxPayload, Window: o.window, MaxProblems: maxProblemsShown,
 		By: operator(),
 	}

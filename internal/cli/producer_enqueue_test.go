@@ -78,6 +78,10 @@ func TestEnqueueInProcess(t *testing.T) {
 	if code, _, stderr := run("enqueue", "--kind", "sleep", bad); code != exitcode.Usage || !strings.Contains(stderr, `line 2: item "a": duplicate ID (first on line 1)`) {
 		t.Fatalf("bad input: %d %s", code, stderr)
 	}
+	if code, _, stderr := run("enqueue", "--kind", "nope", good); code != exitcode.Usage || !strings.Contains(stderr, `--kind: unknown job kind "nope"`) ||
+		strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
+		t.Fatalf("unknown kind: want exit %d and one line, got %d %s", exitcode.Usage, code, stderr)
+	}
 	if code, out, stderr := run("enqueue", "--kind", "sleep", good); code != 0 || !strings.Contains(out, "(2 new, 0 duplicates)") {
 		t.Fatalf("first: %d %s %s", code, out, stderr)
 	}

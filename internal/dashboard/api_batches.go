@@ -103,8 +103,8 @@ func (s *Server) enqueueRequest(v url.Values, body enqueue.Source) (enqueue.Requ
 		}
 	}
 	req := enqueue.Request{
-		Source: body, Kind: s.enq.DefaultKind, Batch: v.Get("batch"), IDField: v.Get("id_field"),
-		CostField: s.enq.CostField, CostDefault: s.enq.CostDefault, TempDir: s.enq.TempDir,
+		Source: body, Kind: s.enq.DefaultKind, NamedKinds: s.enq.NamedKinds, Batch: v.Get("batch"), IDField: v.Get("id_field"),
+		CostField: s.enq.CostField, CostDefault: s.enq.CostDefault, ScopeField: s.enq.ScopeField, TempDir: s.enq.TempDir,
 	}
 	if k := v.Get("kind"); k != "" {
 		req.Kind = k

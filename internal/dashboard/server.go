@@ -66,9 +66,13 @@ type EnqueueDefaults struct {
 	// DefaultKind is the kind of items enqueued without ?kind= (default
 	// jobs.DefaultKind).
 	DefaultKind string
-	// CostField and CostDefault: pool.cost.
+	// NamedKinds are the configuration's named kinds (jobs.kinds): a kind
+	// an enqueue may name besides the built-in ones.
+	NamedKinds []string
+	// CostField and CostDefault: pool.cost; ScopeField: pool.scope.field.
 	CostField   string
 	CostDefault int64
+	ScopeField  string
 	// TempDir is where a body is copied while it is enqueued ("":
 	// os.TempDir()).
 	TempDir string

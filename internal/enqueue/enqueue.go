@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -34,6 +35,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/jsonl"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
 // Defaults of a Request.
@@ -55,6 +57,10 @@ const (
 	// drainTimeout bounds recording as cancelled what an enqueue that
 	// raced a cancel published (the workers' sweeper does the rest).
 	drainTimeout = 30 * time.Second
+	// MaxScopes bounds the scopes of one enqueue's items: each is a lane
+	// of the batch, with its own JetStream consumer while it holds items.
+	// A scope is what items share a limit by (a model), not one item's.
+	MaxScopes = 256
 )
 
 // Source is the input.
@@ -72,8 +78,11 @@ type Source struct {
 // Request is one enqueue.
 type Request struct {
 	Source Source
-	// Kind of the items (required: the front end picks the default).
-	Kind string
+	// Kind of the items (required: the front end picks the default): a
+	// built-in kind (jobs.Lookup) or one of NamedKinds, the configuration's
+	// named kinds (jobs.kinds).
+	Kind       string
+	NamedKinds []string
 	// Batch ID; "" for the default: the file's name without its extension
 	// (Source.Name for a Reader) and the first 8 hex digits of the
 	// SHA-256 of the content ("items-3f2a9c1b"), so that the same content
@@ -91,6 +100,11 @@ type Request struct {
 	// from (pool.cost); CostField "" reads none.
 	CostField   string
 	CostDefault int64
+	// ScopeField is the top-level field holding an item's scope
+	// (pool.scope.field: its model, say); "" reads none. A scope is a
+	// string creds.ValidScope takes; an item without the field (or null)
+	// has none. Items of one scope travel in their own lane of the batch.
+	ScopeField string
 	// DryRun validates and publishes nothing; the queue may be nil. List,
 	// if set, is then called with each item's ID in input order.
 	DryRun bool
@@ -151,6 +165,8 @@ type Report struct {
 	// RecordErr: the items are enqueued, but the batch's record (its
 	// total, as the dashboard shows it) could not be updated.
 	RecordErr error
+	// Scopes are the scopes the items have (Request.ScopeField), sorted.
+	Scopes []string
 	// IDs is the set of the input's item IDs (for following the batch).
 	IDs *jsonl.IDs `json:"-"`
 	// recorded: of New, those already added to the batch's record while
@@ -177,7 +193,7 @@ func (req Request) withDefaults() (Request, error) {
 	if req.ProgressEvery <= 0 {
 		req.ProgressEvery = DefaultProgressEvery
 	}
-	if err := queue.CheckKind(req.Kind); err != nil {
+	if err := queue.CheckKind(req.Kind, req.NamedKinds...); err != nil {
 		return req, invalid("kind", "%v", err)
 	}
 	if req.Batch != "" {
@@ -260,7 +276,7 @@ func Run(ctx context.Context, q *queue.Queue, req Request) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	rep.Lines, rep.Items, rep.IDs = c.lines, c.items, c.ids
+	rep.Lines, rep.Items, rep.IDs, rep.Scopes = c.lines, c.items, c.ids, c.scopes
 	if rep.Batch == "" {
 		rep.Batch = defaultBatch(req.Source, c.sum)
 	}
@@ -362,7 +378,8 @@ func admit(ctx context.Context, q *queue.Queue, rep Report) (queue.BatchInfo, er
 func record(ctx context.Context, q *queue.Queue, req Request, rep Report, n int) (queue.BatchInfo, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	return q.AddToBatch(rctx, rep.Batch, rep.Kind, n, queue.WithPriority(req.Priority), queue.WithWeight(req.Weight))
+	return q.AddToBatch(rctx, rep.Batch, rep.Kind, n, queue.WithPriority(req.Priority), queue.WithWeight(req.Weight),
+		queue.WithScopes(rep.Scopes...))
 }
 
 // fitsSlack bounds the message headers of an item with a short ID,
@@ -375,6 +392,7 @@ type checked struct {
 	maxLine      int
 	sum          []byte
 	ids          *jsonl.IDs
+	scopes       []string // sorted
 }
 
 // problems keeps the first max bad lines by line number, and counts all.
@@ -423,6 +441,7 @@ func check(ctx context.Context, in *input, req Request, fits func(queue.Item) (i
 	// fixed ones) take less than fitsSlack.
 	roomy := int(req.MaxPayload) - fitsSlack - 8*(batchLen+len(req.Kind))
 	bad := &problems{max: req.MaxProblems}
+	scopes := map[string]bool{}
 	report := func(le *jsonl.LineError) {
 		if errors.Is(le, jsonl.ErrTooLong) {
 			le.Detail += " (the limit is the NATS server's max_payload)"
@@ -446,9 +465,17 @@ func check(ctx context.Context, in *input, req Request, fits func(queue.Item) (i
 		if len(it.Raw) < roomy && len(it.ID) < fitsSlack/16 {
 			// Far from the limit whatever its headers: the exact size
 			// (which builds the headers) is not needed.
-		} else if size, limit, ok := fits(queue.Item{ID: it.ID, Batch: batch, Kind: req.Kind, Payload: it.Raw, Cost: it.Cost}); !ok {
+		} else if size, limit, ok := fits(queue.Item{ID: it.ID, Batch: batch, Kind: req.Kind, Payload: it.Raw, Cost: it.Cost, Scope: it.Scope}); !ok {
 			report(&jsonl.LineError{Line: it.Line, ID: it.ID, Err: jsonl.ErrTooLong,
 				Detail: fmt.Sprintf("%d bytes with its message headers, more than the server's max payload of %d", size, limit)})
+		}
+		if it.Scope != "" && !scopes[it.Scope] {
+			if len(scopes) == MaxScopes {
+				return checked{}, classify(ErrInput, "%s: line %d: item %s: more than %d distinct values of the scope field %q "+
+					"(pool.scope.field: a scope is what items share limits by, a model, not a value of each item's): nothing was enqueued",
+					in.src.Name, it.Line, jsonl.QuoteID(it.ID), MaxScopes, req.ScopeField)
+			}
+			scopes[it.Scope] = true
 		}
 		if rd.Line()&0xfff == 0 {
 			if ctx.Err() != nil {
@@ -475,11 +502,16 @@ func check(ctx context.Context, in *input, req Request, fits func(queue.Item) (i
 	if bad.count > 0 {
 		return checked{}, &InputError{Source: in.src.Name, Lines: rd.Line(), Count: bad.count, Problems: bad.first, DryRun: req.DryRun}
 	}
-	return checked{items: rd.Items(), lines: rd.Line(), maxLine: opts.MaxLine, sum: h.Sum(nil), ids: rd.IDs()}, nil
+	return checked{items: rd.Items(), lines: rd.Line(), maxLine: opts.MaxLine, sum: h.Sum(nil), ids: rd.IDs(),
+		scopes: slices.Sorted(maps.Keys(scopes))}, nil
 }
 
 func readerOptions(req Request) jsonl.Options {
-	return jsonl.Options{IDField: req.IDField, CostField: req.CostField, CostDefault: req.CostDefault}
+	opts := jsonl.Options{IDField: req.IDField, CostField: req.CostField, CostDefault: req.CostDefault, ScopeField: req.ScopeField}
+	if req.ScopeField != "" {
+		opts.CheckScope = creds.ValidScope
+	}
+	return opts
 }
 
 // eachItem reads the input again and calls fn with each item; the input
@@ -595,7 +627,7 @@ func publish(ctx context.Context, q *queue.Queue, in *input, req Request, c chec
 
 // item is the queue item of one line of the input.
 func item(batch, kind string, it jsonl.Item) queue.Item {
-	return queue.Item{ID: it.ID, Batch: batch, Kind: kind, Payload: append([]byte(nil), it.Raw...), Cost: it.Cost}
+	return queue.Item{ID: it.ID, Batch: batch, Kind: kind, Payload: append([]byte(nil), it.Raw...), Cost: it.Cost, Scope: it.Scope}
 }
 
 // DefaultBatch is the batch ID of an input without --batch:

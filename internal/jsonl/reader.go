@@ -66,6 +66,11 @@ type Options struct {
 	// without it.
 	CostField   string
 	CostDefault int64
+	// ScopeField, when set, is the top-level field holding an item's
+	// scope (see Scope); CheckScope, if set, vets a scope an item has
+	// (its error becomes an ErrBadScope).
+	ScopeField string
+	CheckScope func(scope string) error
 }
 
 // Item is one valid line.
@@ -79,6 +84,9 @@ type Item struct {
 	Raw []byte
 	// Cost is the item's estimated cost, when Options.CostField is set.
 	Cost int64
+	// Scope is the item's scope, when Options.ScopeField is set and the
+	// item has one.
+	Scope string
 }
 
 // Reader reads items; see the package documentation. Not safe for
@@ -204,10 +212,23 @@ func (r *Reader) item(obj []byte) (Item, *LineError) {
 		}
 		cost = c
 	}
+	var scope string
+	if r.opts.ScopeField != "" {
+		s, ok, err := Scope(obj, r.opts.ScopeField)
+		if err != nil {
+			return fail(ErrBadScope, sc.id, strings.TrimPrefix(err.Error(), ErrBadScope.Error()+": "))
+		}
+		if ok && r.opts.CheckScope != nil {
+			if err := r.opts.CheckScope(s); err != nil {
+				return fail(ErrBadScope, sc.id, fmt.Sprintf("field %q %v", r.opts.ScopeField, err))
+			}
+		}
+		scope = s
+	}
 	if r.ids != nil {
 		r.ids.add(sc.id)
 	}
-	return Item{Line: r.line, ID: sc.id, Raw: obj, Cost: cost}, nil
+	return Item{Line: r.line, ID: sc.id, Raw: obj, Cost: cost, Scope: scope}, nil
 }
 
 // tooLong reports a line longer than the buffer and skips the rest of it.
