@@ -1,5 +1,6 @@
 // Package lanes is the fleet's lane schedule: which batch a worker pulls
-// from next. A lane is one batch's items; the schedule gives free slots to
+// from next. A lane is one batch's items of one scope (queue.Lane: the
+// batch ID for its items without a scope); the schedule gives free slots to
 // the lanes by strict priority across levels 1..5 and by weighted fair
 // share within a level (start-time fair queueing), in one Lua script on
 // Redis, shared by every worker. docs/waiting-model.md describes the
@@ -89,10 +90,19 @@ var ErrLost = errors.New("lanes: the schedule is lost (Redis lost its state): re
 
 // Pick gives n free slots to the next lane: the lane whose virtual time is
 // lowest among the highest priority's lanes that are not resting after a
-// short fetch. It returns the lane and its share (n), or no lane and how
-// long until a resting lane may be picked (-1: none is registered).
-func (s *Schedule) Pick(ctx context.Context, n int) (lane string, share int, wait time.Duration, err error) {
-	reply, err := script.Run(ctx, s.rdb, []string{s.epoch}, "pick", n).StringSlice()
+// short fetch. The lanes in exclude are passed over for this pick (the
+// caller cannot take their items now: a worker waiting on a scope's keys
+// already): they keep their place and are not reported as resting. It
+// returns the lane and its share (n), or no lane and how long until a
+// resting lane may be picked (-1: none is registered, or every lane is
+// excluded).
+func (s *Schedule) Pick(ctx context.Context, n int, exclude ...string) (lane string, share int, wait time.Duration, err error) {
+	args := make([]any, 0, 2+len(exclude))
+	args = append(args, "pick", n)
+	for _, l := range exclude {
+		args = append(args, l)
+	}
+	reply, err := script.Run(ctx, s.rdb, []string{s.epoch}, args...).StringSlice()
 	if err != nil {
 		return "", 0, 0, fmt.Errorf("lanes: pick: %w", err)
 	}

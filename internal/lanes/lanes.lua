@@ -6,7 +6,8 @@
 -- ARGV[1]  op, then per op:
 --   sync    lane state prio weight gen   register (state running) or take
 --           out (paused, cancelled) a lane; gen orders the calls
---   pick    n                            give n slots to the next lane
+--   pick    n [lane...]                  give n slots to the next lane,
+--                                        skipping the lanes given
 --   got     lane asked got               a fetch took fewer than given
 --   drained lane gen                     nothing of the lane is left
 --   claim   what owner ttl_ms            one worker at a time does what
@@ -73,23 +74,31 @@ elseif op == 'pick' then
   local n = tonumber(ARGV[2])
   local now = now_us()
   local soonest = -1
+  local skip, nskip = {}, #ARGV - 2
+  for i = 3, #ARGV do
+    skip[ARGV[i]] = true
+  end
   for p = 1, 5 do
-    local m = redis.call('ZRANGE', k_q(p), 0, SCAN - 1, 'WITHSCORES')
+    local m = redis.call('ZRANGE', k_q(p), 0, SCAN + nskip - 1, 'WITHSCORES')
     for j = 1, #m, 2 do
       local l, sc = m[j], tonumber(m[j + 1])
-      local h = redis.call('HMGET', k_lane(l), 'dry', 'w')
-      local dry = tonumber(h[1] or '0') or 0
-      if dry <= now then
-        local w = tonumber(h[2] or '1') or 1
-        local v = vt(p)
-        if sc < v then
-          sc = v -- it was dry meanwhile: no credit for the time it had nothing
+      -- A lane skipped (the caller cannot take its items now) keeps its
+      -- place and its score.
+      if not skip[l] then
+        local h = redis.call('HMGET', k_lane(l), 'dry', 'w')
+        local dry = tonumber(h[1] or '0') or 0
+        if dry <= now then
+          local w = tonumber(h[2] or '1') or 1
+          local v = vt(p)
+          if sc < v then
+            sc = v -- it was dry meanwhile: no credit for the time it had nothing
+          end
+          redis.call('ZADD', k_q(p), sc + n / w, l)
+          redis.call('SET', k_vt(p), tostring(sc))
+          return {l, tostring(n)}
+        elseif soonest < 0 or dry < soonest then
+          soonest = dry
         end
-        redis.call('ZADD', k_q(p), sc + n / w, l)
-        redis.call('SET', k_vt(p), tostring(sc))
-        return {l, tostring(n)}
-      elseif soonest < 0 or dry < soonest then
-        soonest = dry
       end
     end
   end

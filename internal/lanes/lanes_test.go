@@ -3,6 +3,7 @@ package lanes_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -179,5 +180,54 @@ func TestSyncRefusesBadLanes(t *testing.T) {
 		if _, err := s.Sync(context.Background(), l); err == nil {
 			t.Errorf("%+v: want an error", l)
 		}
+	}
+}
+
+// Lanes a pick excludes are passed over (a worker waiting on one scope's
+// keys takes another scope's lane, whatever the priorities), keep their
+// place, and are not counted as resting; the exclusion holds past the
+// lanes a pick examines per level.
+func TestPickExcludes(t *testing.T) {
+	s, _ := newSchedule(t)
+	ctx := context.Background()
+	const gpt, o3 = "b\x00gpt-4o", "b\x00o3"
+	sync(t, s, lanes.Lane{ID: "urgent\x00gpt-4o", Priority: 1, Gen: 1})
+	sync(t, s, lanes.Lane{ID: gpt, Priority: 3, Gen: 1})
+	sync(t, s, lanes.Lane{ID: o3, Priority: 3, Gen: 1})
+	got := map[string]int{}
+	for range 10 {
+		l, share, _, err := s.Pick(ctx, 2, "urgent\x00gpt-4o", gpt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[l] += share
+	}
+	if got[o3] != 20 || len(got) != 1 {
+		t.Fatalf("picks excluding the gpt-4o lanes: %v, want all 20 slots to %q", got, o3)
+	}
+	// The excluded lanes kept their place: the urgent one first, then the
+	// gpt-4o lane of b, which o3 got ahead of.
+	for _, want := range []string{"urgent\x00gpt-4o", "urgent\x00gpt-4o"} {
+		if l, _, _, _ := s.Pick(ctx, 1); l != want {
+			t.Fatalf("pick without exclusions: %q, want %q", l, want)
+		}
+	}
+	if l, _, _, _ := s.Pick(ctx, 1, "urgent\x00gpt-4o"); l != gpt {
+		t.Fatalf("pick after o3's 20 slots: %q, want %q", l, gpt)
+	}
+	if l, _, wait, err := s.Pick(ctx, 1, "urgent\x00gpt-4o", gpt, o3); err != nil || l != "" || wait != -1 {
+		t.Fatalf("every lane excluded: %q %s %v, want nothing and no lane resting", l, wait, err)
+	}
+
+	many, _ := newSchedule(t)
+	var exclude []string
+	for i := range 20 {
+		id := fmt.Sprintf("a%02d", i)
+		exclude = append(exclude, id)
+		sync(t, many, lanes.Lane{ID: id, Priority: 3, Gen: 1})
+	}
+	sync(t, many, lanes.Lane{ID: "z", Priority: 3, Gen: 1})
+	if l, _, _, err := many.Pick(ctx, 1, exclude...); err != nil || l != "z" {
+		t.Fatalf("20 lanes ahead excluded: %q %v, want z", l, err)
 	}
 }
