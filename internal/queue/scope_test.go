@@ -218,3 +218,26 @@ func TestDrainCancelledScopes(t *testing.T) {
 		t.Fatalf("stream after the drain: %+v %v", st.Stream, err)
 	}
 }
+
+// A dead-lettered item of a scope is replayed into its scope's lane.
+func TestReplayKeepsScope(t *testing.T) {
+	q, _ := open(t)
+	d := queue.DeadLetter{DeadLetterSummary: queue.DeadLetterSummary{Item: "x", Batch: "b", Kind: "sleep", Scope: "gpt-4o",
+		Reason: queue.ReasonPermanent}, Payload: []byte(`{}`)}
+	if err := q.PutDeadLetter(ctx(t), d); err != nil {
+		t.Fatal(err)
+	}
+	var listed queue.DeadLetter
+	if err := q.ListDeadLetters(ctx(t), "b", func(r queue.DeadLetter) error { listed = r; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Replay(ctx(t), listed); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := q.Batch(ctx(t), "b"); err != nil || !slices.Equal(rec.Scopes, []string{"gpt-4o"}) {
+		t.Fatalf("record after the replay: %+v %v", rec, err)
+	}
+	if _, items := laneMessages(t, q, queue.Lane("b", "gpt-4o")); len(items) != 1 || items[0].Scope != "gpt-4o" || items[0].Replay == "" {
+		t.Fatalf("the scope's lane holds %+v", items)
+	}
+}

@@ -14,13 +14,13 @@ import (
 
 // batchView is what a worker knows of the batches (docs/waiting-model.md):
 // their records, as the bucket's watch delivers them, mirrored into the
-// lane schedule; the lanes' consumers it pulls from; and which lanes it
-// found drained.
+// lane schedule (a batch has a lane per scope of its items, queue.Lane);
+// the lanes' consumers it pulls from; and which lanes it found drained.
 type batchView struct {
 	mu      sync.Mutex
-	records map[string]queue.BatchInfo
-	cons    map[string]jetstream.Consumer
-	swept   map[string]bool // cancelled batches with nothing left
+	records map[string]queue.BatchInfo    // by batch ID
+	cons    map[string]jetstream.Consumer // by lane
+	swept   map[string]bool               // cancelled batches with nothing left
 	// wake tells the puller something changed (a batch enqueued, resumed).
 	wake chan struct{}
 	// ready closes once the records that existed at start are known.
@@ -39,8 +39,10 @@ func newBatchView() *batchView {
 }
 
 // state is batch's state as last seen (running when unknown: an item of a
-// batch the worker has not heard of yet, or of the previous version).
+// batch the worker has not heard of yet, or of the previous version). A
+// lane may be given for its batch.
 func (v *batchView) state(batch string) (state string, prio int) {
+	batch, _ = queue.LaneParts(batch)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	b, ok := v.records[batch]
@@ -50,10 +52,13 @@ func (v *batchView) state(batch string) (state string, prio int) {
 	return b.Status(), b.Prio()
 }
 
+// gen is the revision of the record of lane's batch: every lane of a
+// batch is registered at it.
 func (v *batchView) gen(lane string) uint64 {
+	batch, _ := queue.LaneParts(lane)
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.records[lane].Rev
+	return v.records[batch].Rev
 }
 
 func (v *batchView) poke() {
@@ -97,11 +102,18 @@ func (w *Worker) batchChanged(b queue.BatchInfo) {
 	v.poke()
 }
 
+// syncLane mirrors a batch's record into the schedule: each of its lanes
+// (its items without a scope, and one per scope) at the record's state,
+// priority and weight.
 func (w *Worker) syncLane(ctx context.Context, b queue.BatchInfo) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err := w.sched.Sync(ctx, lanes.Lane{ID: b.ID, State: b.Status(), Priority: b.Prio(), Weight: b.Wt(), Gen: b.Rev})
-	return err
+	for _, lane := range b.Lanes() {
+		if _, err := w.sched.Sync(ctx, lanes.Lane{ID: lane, State: b.Status(), Priority: b.Prio(), Weight: b.Wt(), Gen: b.Rev}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // resyncLanes registers every known batch again (the schedule was lost
@@ -241,10 +253,17 @@ func (w *Worker) sweep(ctx context.Context, batch string) {
 	if unacked == 0 {
 		w.batches.mu.Lock()
 		w.batches.swept[batch] = true
+		rec := w.batches.records[batch]
 		w.batches.mu.Unlock()
-		w.forgetConsumer(batch)
-		if err := w.q.DeleteLaneConsumer(ctx, batch); err != nil {
-			w.log.Debug("deleting a cancelled batch's consumer", zap.Error(err))
+		all, err := w.q.BatchLanes(ctx, batch)
+		if err != nil { // those it cannot name lapse on their own
+			all = queue.BatchInfo{ID: batch, Scopes: rec.Scopes}.Lanes()
+		}
+		for _, lane := range all {
+			w.forgetConsumer(lane)
+			if err := w.q.DeleteLaneConsumer(ctx, lane); err != nil {
+				w.log.Debug("deleting a cancelled batch's consumer", zap.Error(err))
+			}
 		}
 	}
 }

@@ -151,13 +151,14 @@ func (w *Worker) pull(pullCtx, runCtx context.Context, slots *sync.WaitGroup) {
 // legacyCheckEvery is how often an idle puller looks at the old durable.
 const legacyCheckEvery = 5 * time.Second
 
-// pick asks the lane schedule where n free slots go. A schedule Redis
-// lost is registered again from the batch records first.
-func (w *Worker) pick(ctx context.Context, n int) (lane string, share int, wait time.Duration, err error) {
-	lane, share, wait, err = w.sched.Pick(ctx, n)
+// pick asks the lane schedule where n free slots go, passing over the
+// lanes in exclude (queue.Lane: one batch's items of one scope). A
+// schedule Redis lost is registered again from the batch records first.
+func (w *Worker) pick(ctx context.Context, n int, exclude ...string) (lane string, share int, wait time.Duration, err error) {
+	lane, share, wait, err = w.sched.Pick(ctx, n, exclude...)
 	if errors.Is(err, lanes.ErrLost) {
 		w.resyncLanes(ctx)
-		lane, share, wait, err = w.sched.Pick(ctx, n)
+		lane, share, wait, err = w.sched.Pick(ctx, n, exclude...)
 		if errors.Is(err, lanes.ErrLost) {
 			return "", 0, -1, nil // nothing registered at all: an idle fleet
 		}
