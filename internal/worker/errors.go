@@ -9,3 +9,7 @@ var (
 	errMessageLost = errors.New("message could not be kept alive within its ack wait")
 	errLeaseLost   = errors.New("credential lease lost")
 )
+
+// errLaneWaiting: the item's lane has its share of slots waiting for a key
+// (laneWaits) and no key has room for the item now; it goes back.
+var errLaneWaiting = errors.New("its lane has its share of slots waiting for a key")

@@ -92,7 +92,9 @@ func (w *Worker) pull(pullCtx, runCtx context.Context, slots *sync.WaitGroup) {
 				break more
 			}
 		}
-		lane, share, wait, err := w.pick(pullCtx, n)
+		// Lanes with their share of this worker's slots waiting for a key
+		// are passed over: the free slots go to other lanes (waits.go).
+		lane, share, wait, err := w.pick(pullCtx, n, w.waits.full()...)
 		if err != nil {
 			giveBack(n)
 			w.pullFailed(pullCtx, err, backoff)

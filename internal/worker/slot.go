@@ -23,6 +23,7 @@ type delivery struct {
 	delivered uint64 // JetStream's delivery count
 	runs      *itemRuns
 	keep      keepHandle // the message's keep-alive
+	scope     string     // its scope (pool.scope): it.Scope, else read from its payload
 	log       *zap.Logger
 }
 
@@ -65,6 +66,21 @@ func (w *Worker) handle(pullCtx, runCtx context.Context, msg jetstream.Msg) {
 		}
 		cost = c
 	}
+	if d.it.Scope == "" && w.cfg.Pool.Scope.Field != "" {
+		// Published without its scope (by hand, or by an older producer):
+		// read it here, so that its scope's limits bind it all the same.
+		scope, _, err := jsonl.Scope(it.Payload, w.cfg.Pool.Scope.Field)
+		if err == nil && scope != "" {
+			err = creds.ValidScope(scope)
+		}
+		if err != nil {
+			w.deadLetter(d, queue.ReasonPermanent, fmt.Sprintf("item %s: scope: %v", it.ID, err))
+			return
+		}
+		d.scope = scope
+	} else {
+		d.scope = d.it.Scope
+	}
 	if w.heldBack(d) {
 		return
 	}
@@ -81,7 +97,11 @@ func (w *Worker) handle(pullCtx, runCtx context.Context, msg jetstream.Msg) {
 			return
 		}
 		if err != nil {
-			d.log.Debug("item handed back before it ran (again)", zap.NamedError("why", err))
+			if errors.Is(err, errLaneWaiting) {
+				d.log.Debug("item handed back: its lane has its share of slots waiting for a key, and no key has room for it now")
+			} else {
+				d.log.Debug("item handed back before it ran (again)", zap.NamedError("why", err))
+			}
 			sctx, cancel := w.settleCtx()
 			if herr := d.runs.handBack(sctx); herr != nil {
 				d.log.Debug("recording the hand-back", zap.Error(herr))
@@ -214,9 +234,12 @@ func (w *Worker) runOnce(pullCtx, itemCtx context.Context, d *delivery, h jobs.H
 	return w.settle(pullCtx, d, lease, v, res, log, context.Cause(jobCtx))
 }
 
-// acquire waits for a credential lease. It fails closed: while Redis cannot
-// be reached it keeps waiting (the message is kept alive meanwhile) and
-// runs nothing. When Redis has lost the pool it registers it again.
+// acquire waits for a credential lease among the keys the item's kind may
+// use, for its cost and scope. While its lane has its share of this
+// worker's slots waiting already (laneWaits), it does not wait: a key with
+// room now, or errLaneWaiting. It fails closed: while Redis cannot be
+// reached it keeps waiting (the message is kept alive meanwhile) and runs
+// nothing. When Redis has lost the pool it registers it again.
 func (w *Worker) acquire(pullCtx, itemCtx context.Context, d *delivery, cost int64) (*creds.Lease, error) {
 	ctx, cancel := context.WithCancelCause(itemCtx)
 	defer cancel(nil)
@@ -225,9 +248,21 @@ func (w *Worker) acquire(pullCtx, itemCtx context.Context, d *delivery, cost int
 	owner := w.id + "/" + shorten(d.it.ID, 64)
 	b := newBackoff(100*time.Millisecond, 5*time.Second)
 	start := time.Now()
+	pool := w.poolFor(d.it.Kind)
+	lane := queue.Lane(d.it.Batch, d.it.Scope)
 	for {
 		_, prio := w.batches.state(d.it.Batch)
-		l, err := w.pool.AcquireWith(ctx, creds.Request{Owner: owner, Cost: cost, Priority: prio})
+		req := creds.Request{Owner: owner, Cost: cost, Priority: prio, Scope: d.scope}
+		var l *creds.Lease
+		var err error
+		if w.waits.enter(lane) {
+			l, err = pool.AcquireWith(ctx, req)
+			if w.waits.leave(lane) {
+				w.batches.poke() // the puller may take from the lane again
+			}
+		} else if l, err = pool.TryAcquireWith(ctx, req); errors.Is(err, creds.ErrNoneAvailable) {
+			return nil, errLaneWaiting
+		}
 		if err == nil {
 			w.redisOK.Store(true)
 			w.metrics.CredentialWait.Observe(time.Since(start).Seconds())

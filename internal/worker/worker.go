@@ -60,6 +60,10 @@ type Worker struct {
 	secrets   map[string]secret.Secret
 	scrub     *secret.Scrubber
 	handlers  map[string]jobs.Handler
+	// kindPools are pool handles limited to the keys of the kinds that
+	// name theirs (jobs.kinds.<name>.credentials); other kinds use pool.
+	kindPools map[string]*creds.Pool
+	waits     *laneWaits
 	probers   []kindProber // with pool.probe_interval (probe.go)
 	runs      *runCounter
 	sched     *lanes.Schedule // which batch to pull from (batches.go)
@@ -112,6 +116,7 @@ func New(o Options) (*Worker, error) {
 		secrets: secrets,
 		started: time.Now(),
 		batches: newBatchView(),
+		waits:   newLaneWaits(cfg.Worker.Concurrency),
 	}
 	w.activity = make(chan struct{}, 1)
 	w.busy.changed, w.done.changed, w.failed.changed = w.activity, w.activity, w.activity
@@ -119,7 +124,7 @@ func New(o Options) (*Worker, error) {
 	all := make([]secret.Secret, 0, len(secrets))
 	for _, c := range cfg.Pool.Credentials {
 		all = append(all, secrets[c.ID])
-		w.defs = append(w.defs, creds.Credential{ID: c.ID, MaxConcurrent: c.MaxConcurrent, Limits: c.PoolLimits()})
+		w.defs = append(w.defs, creds.Credential{ID: c.ID, MaxConcurrent: c.MaxConcurrent, Limits: c.PoolLimits(), Groups: c.Groups})
 	}
 	w.scrub = secret.NewScrubber(all...)
 	if w.handlers, err = buildHandlers(cfg, w.scrub, o.JobGuard, w.handlerNote); err != nil {
@@ -211,6 +216,17 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err != nil {
 		return exitcode.With(exitcode.Usage, err)
 	}
+	w.kindPools = map[string]*creds.Pool{}
+	for _, kind := range cfg.Jobs.KindNames() {
+		keys := cfg.KindKeys(kind)
+		if keys == nil {
+			continue // every key: the worker's handle
+		}
+		if w.kindPools[kind], err = creds.New(w.rdb, cfg.Pool.Name, creds.WithLeaseTTL(cfg.Pool.LeaseTTL),
+			creds.WithOnly(keys...), creds.WithScripter(scripts)); err != nil {
+			return exitcode.With(exitcode.Usage, fmt.Errorf("jobs.kinds.%s: %w", kind, err))
+		}
+	}
 	// The counters use the plain client: they are written rarely (never on
 	// an item's first successful run) and must end by their deadline.
 	w.runs = &runCounter{rdb: w.rdb, prefix: "keyfleet:runs:" + qcfg.WithDefaults().Stream + ":", ttl: 7 * 24 * time.Hour}
@@ -237,18 +253,34 @@ func (w *Worker) setStarting(why string) { w.starting.Store(&why) }
 func buildHandlers(cfg *config.Config, scrub *secret.Scrubber, guard *jobguard.Guard, notes func(jobs.HandlerNote)) (map[string]jobs.Handler, error) {
 	common := jobs.Common{MaxOutput: cfg.Jobs.MaxOutput, Scrubber: scrub, ScrubEnv: cfg.SecretEnvNames(), Guard: guard, Notes: notes}
 	hs := map[string]jobs.Handler{}
+	names := make([]string, 0, len(jobs.Kinds())+len(cfg.Jobs.Kinds))
 	for _, k := range jobs.Kinds() {
-		sec, ok := cfg.Jobs.Section(k.Name)
+		names = append(names, k.Name)
+	}
+	for _, name := range append(names, cfg.Jobs.KindNames()...) {
+		base, sec, ok := cfg.Jobs.KindSection(name)
 		if !ok {
 			continue // a kind with settings runs only where they are configured
 		}
-		h, err := k.New(sec, common)
+		h, err := base.New(sec, common)
 		if err != nil {
-			return nil, fmt.Errorf("jobs.%s: %w", k.Name, err)
+			if _, named := cfg.Jobs.Kinds[name]; named {
+				return nil, fmt.Errorf("jobs.kinds.%s.%s: %w", name, base.Name, err)
+			}
+			return nil, fmt.Errorf("jobs.%s: %w", name, err)
 		}
-		hs[k.Name] = h
+		hs[name] = h
 	}
 	return hs, nil
+}
+
+// poolFor is the pool handle the items of kind acquire through: limited
+// to the kind's keys when it names them.
+func (w *Worker) poolFor(kind string) *creds.Pool {
+	if p, ok := w.kindPools[kind]; ok {
+		return p
+	}
+	return w.pool
 }
 
 // register syncs the configured credentials into the pool (at start, and
@@ -380,6 +412,9 @@ func (w *Worker) closeConns() {
 	if w.commits != nil {
 		w.commits.Close()
 	}
+	for _, p := range w.kindPools {
+		_ = p.Close()
+	}
 	if w.pool != nil {
 		_ = w.pool.Close()
 	}
@@ -408,7 +443,7 @@ func (w *Worker) kinds() []string {
 			ks = append(ks, k)
 		}
 	}
-	return ks
+	return append(ks, w.cfg.Jobs.KindNames()...)
 }
 
 // noteOnce runs say the first time it is called with key, and never again:
