@@ -193,7 +193,9 @@ func TestSharedLimitKeepsOrder(t *testing.T) {
 	} else if err := p.Release(ctx, l); err != nil {
 		t.Fatal(err)
 	}
-	go func() { _, _ = p.AcquireWith(ctxT(t, 20*time.Second), creds.Request{Owner: "big", Cost: 60, Scope: "a"}) }()
+	go func() {
+		_, _ = p.AcquireWith(ctxT(t, 20*time.Second), creds.Request{Owner: "big", Cost: 60, Scope: "a"})
+	}()
 	e.waitQueued(p, 1)
 	if l := tryWith(t, p, creds.Request{Owner: "small", Cost: 10, Scope: "b"}); l != nil {
 		t.Fatal("a smaller cost of another scope overtook the waiter for the key's shared cost limit")
