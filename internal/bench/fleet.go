@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/ctxsleep"
+	"github.com/keyfleet/keyfleet/internal/jsonl"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 )
@@ -55,6 +57,9 @@ type fleetSpec struct {
 	cooldown    time.Duration // pool.cooldown (0: the default, 60s)
 	// cost adds pool.cost: {field: cost, default: 1}.
 	cost bool
+	// scope is pool.scope.field ("" none): enqueueKind gives each item
+	// the scope its payload's field holds, as producer enqueue does.
+	scope string
 	// httpURL configures the http job kind to send items there ("" none);
 	// costFrom is its cost_from.
 	httpURL, costFrom string
@@ -123,6 +128,9 @@ func (f *fleet) writeConfig(name string, listenPort int) (string, error) {
 	}
 	if f.spec.cost {
 		b.WriteString("  cost: {field: cost, default: 1}\n")
+	}
+	if f.spec.scope != "" {
+		fmt.Fprintf(&b, "  scope: {field: %s}\n", f.spec.scope)
 	}
 	grace := f.spec.grace
 	if grace == 0 {
@@ -343,9 +351,19 @@ func (f *fleet) enqueueKind(ctx context.Context, kind string, n int, payload fun
 	if err != nil {
 		return err
 	}
+	var scopes []string
 	for i := range n {
 		id := fmt.Sprintf("item-%06d", i)
 		it := queue.Item{ID: id, Batch: f.batch, Kind: kind, Payload: payload(id)}
+		if f.spec.scope != "" {
+			var err error
+			if it.Scope, _, err = jsonl.Scope(it.Payload, f.spec.scope); err != nil {
+				return fmt.Errorf("bench: item %s: %w", id, err)
+			}
+			if it.Scope != "" && !slices.Contains(scopes, it.Scope) {
+				scopes = append(scopes, it.Scope)
+			}
+		}
 		if err := pub.Add(ctx, it); err != nil {
 			return err
 		}
@@ -358,7 +376,7 @@ func (f *fleet) enqueueKind(ctx context.Context, kind string, n int, payload fun
 		return fmt.Errorf("bench: enqueued %d of %d %s items (%d duplicates)", rep.Published, n, kind, rep.Duplicates)
 	}
 	// The batch's record makes the workers pull its lane.
-	_, err = f.q.AddToBatch(ctx, f.batch, kind, rep.Published)
+	_, err = f.q.AddToBatch(ctx, f.batch, kind, rep.Published, queue.WithScopes(scopes...))
 	return err
 }
 
