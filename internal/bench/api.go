@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -23,6 +24,11 @@ type apiServer struct {
 	url  string
 	byID map[string]string // "Bearer <secret>" → credential ID
 
+	// on429, when set, sees each 429 before its answer leaves (the
+	// handler has not returned: net/http still holds the small reply),
+	// and may fill in the event's lease.
+	on429 func(ev *apiEvent)
+
 	mu  sync.Mutex
 	log []apiEvent
 }
@@ -33,6 +39,8 @@ type apiEvent struct {
 	cred   string
 	item   string // its X-Keyfleet-Item header
 	status int
+	limit  string // a 429's: the limit that refused it (fakeapi's "limit": rate, tokens, ...)
+	lease  string // a 429's: its lease's fencing token, when on429 found it
 }
 
 // startAPI serves fakeapi with cfg; ids are the credential IDs of its keys,
@@ -62,8 +70,19 @@ func (a *apiServer) serve(w http.ResponseWriter, r *http.Request) {
 	at := time.Now()
 	rec := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 	a.api.ServeHTTP(rec, r)
+	ev := apiEvent{at: at, cred: a.byID[r.Header.Get("Authorization")], item: r.Header.Get("X-Keyfleet-Item"), status: rec.status}
+	if rec.status == http.StatusTooManyRequests {
+		var body struct {
+			Limit string `json:"limit"`
+		}
+		_ = json.Unmarshal(rec.body, &body) // fakeapi's own JSON; other 429s have no limit
+		ev.limit = body.Limit
+		if a.on429 != nil {
+			a.on429(&ev)
+		}
+	}
 	a.mu.Lock()
-	a.log = append(a.log, apiEvent{at: at, cred: a.byID[r.Header.Get("Authorization")], item: r.Header.Get("X-Keyfleet-Item"), status: rec.status})
+	a.log = append(a.log, ev)
 	a.mu.Unlock()
 }
 
@@ -82,15 +101,24 @@ func (a *apiServer) close() {
 	_ = a.srv.Shutdown(ctx)
 }
 
-// statusWriter keeps the status an answer was written with.
+// statusWriter keeps the status an answer was written with, and a 429's
+// body.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	body   []byte
 }
 
 func (s *statusWriter) WriteHeader(code int) {
 	s.status = code
 	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == http.StatusTooManyRequests && len(s.body) < 1<<10 {
+		s.body = append(s.body, b...)
+	}
+	return s.ResponseWriter.Write(b)
 }
 
 // per1000 is the 429s per 1,000 requests of fakeapi's figures.

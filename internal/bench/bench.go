@@ -90,6 +90,7 @@ var scenarios = []*scenario{
 	limitsScenario,
 	gatewayScenario,
 	llmScenario,
+	llm95Scenario,
 	scopesScenario,
 	peersScenario,
 	persistentScenario,

@@ -36,6 +36,7 @@ var quickExcluded = map[string]string{
 	"shard":       "drives Redis and the machine's CPU to saturation by design, which would slow every package testing in parallel",
 	"gateway":     "~15 s of real worker processes even at quick size: learning a pace from bare 429s takes hundreds of requests (okRate, convergence and per1000 are tested)",
 	"llm":         "the stand-in API's windows are 10 s: a quick run lasts at least 11 s by construction",
+	"llm95":       "the stand-in API's windows are 10 s: a quick run lasts at least 11 s by construction (skewOf is tested)",
 	"scopes":      "two fleets of worker processes for 5 s or more each even at quick size (scopeItems and scopeRatios are tested)",
 	"scopecost":   "four pools of 100 keys and ten handles, a few seconds at quick size, the same machinery as acquirecost (covered)",
 	"persistent":  "two fleets of worker processes and a python3 process per item of the first: ~10 s at quick size",
