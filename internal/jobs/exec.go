@@ -371,6 +371,7 @@ func (h *execHandler) Run(ctx context.Context, item Item, cred Credential) (Outp
 	if err := h.cfg.Guard.Start(cmd); err != nil {
 		return Output{}, fmt.Errorf("exec: start %s: %w", h.cfg.Command[0], err)
 	}
+	started := time.Now() // no request of the job's can leave before
 	p.closeChildEnds()
 
 	stdout := &headBuffer{max: h.limit}
@@ -391,6 +392,7 @@ func (h *execHandler) Run(ctx context.Context, item Item, cred Credential) (Outp
 	p.drain(&wg)
 	stderr.finish()
 	out := stdout.output()
+	out.Sent = started
 	stderr.report(&out)
 
 	switch {

@@ -11,10 +11,12 @@ import (
 	"maps"
 	"math"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/check"
@@ -220,7 +222,7 @@ func NewHTTP(cfg HTTPConfig) (Handler, error) {
 func (h *httpHandler) Kind() string { return KindHTTP }
 
 // Run sends one item; see HTTPConfig for the mapping of replies.
-func (h *httpHandler) Run(ctx context.Context, item Item, cred Credential) (Output, error) {
+func (h *httpHandler) Run(ctx context.Context, item Item, cred Credential) (out Output, err error) {
 	if ctx.Err() != nil {
 		return Output{}, canceledError("http", ctx)
 	}
@@ -236,6 +238,21 @@ func (h *httpHandler) Run(ctx context.Context, item Item, cred Credential) (Outp
 
 	reqCtx, cancel := context.WithTimeoutCause(ctx, h.cfg.Timeout, errHTTPTimeout)
 	defer cancel()
+	// When the request was written: the API counts it from its arrival,
+	// and so does the pool with it (Output.Sent). The transport may write
+	// it again on a fresh connection: the last write is the one answered.
+	var sentMu sync.Mutex
+	var sent time.Time
+	reqCtx = httptrace.WithClientTrace(reqCtx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) {
+		sentMu.Lock()
+		sent = time.Now()
+		sentMu.Unlock()
+	}})
+	defer func() {
+		sentMu.Lock()
+		out.Sent = sent
+		sentMu.Unlock()
+	}()
 	req, err := http.NewRequestWithContext(reqCtx, h.cfg.Method, h.cfg.URL, bytes.NewReader(item.Payload))
 	if err != nil {
 		return Output{}, Permanent(fmt.Errorf("http: %w", err))

@@ -50,6 +50,12 @@ type Output struct {
 	// Signals are what the API said about the key's remaining room (http:
 	// its rate-limit headers).
 	Signals []Signal
+	// Sent is when the run's request left, as near as the handler knows
+	// (http: when it was written; exec: when its process started, which
+	// no request of it can precede), zero when unknown or none left. The
+	// pool counts the start from then (creds.Outcome.Sent). Set with an
+	// error too.
+	Sent time.Time
 }
 
 // MaxOutputDefault is the default bound on Output.Body (64 KiB): the

@@ -77,7 +77,7 @@ const minRest = 100 * time.Millisecond
 // judge decides what a run comes to.
 func judge(r runEnd, p policy) verdict {
 	var cut []string
-	lease := creds.Outcome{Cost: r.out.Cost, Signals: p.signals(r.out.Signals, &cut)}
+	lease := creds.Outcome{Cost: r.out.Cost, Sent: r.out.Sent, Signals: p.signals(r.out.Signals, &cut)}
 	outcome := jobs.Classify(r.err)
 	switch {
 	case r.err == nil:

@@ -178,11 +178,12 @@ func (d *dispatcher) dropE(w *waiter) {
 	d.kick()
 }
 
-// release queues an R op; the returned channel gets its outcome.
-func (d *dispatcher) release(l *Lease, real int64, mode string, dur time.Duration, text, sig string) chan error {
+// release queues an R op; the returned channel gets its outcome. sent is
+// when the run's request left, µs on Redis's clock (0: unknown).
+func (d *dispatcher) release(l *Lease, real int64, mode string, dur time.Duration, text, sig string, sent int64) chan error {
 	res := make(chan error, 1)
 	d.mu.Lock()
-	d.ops = append(d.ops, &op{args: releaseArgs(l, real, mode, dur, text, sig), res: res})
+	d.ops = append(d.ops, &op{args: releaseArgs(l, real, mode, dur, text, sig, sent), res: res})
 	if d.closed {
 		// No loop runs any more: send it now.
 		d.mu.Unlock()
@@ -195,8 +196,8 @@ func (d *dispatcher) release(l *Lease, real int64, mode string, dur time.Duratio
 	return res
 }
 
-func releaseArgs(l *Lease, real int64, mode string, dur time.Duration, text, sig string) []any {
-	return []any{"R", l.CredentialID, l.member, l.Cost, real, mode, dur.Microseconds(), text, l.Acquired.UnixMicro(), sig}
+func releaseArgs(l *Lease, real int64, mode string, dur time.Duration, text, sig string, sent int64) []any {
+	return []any{"R", l.CredentialID, l.member, l.Cost, real, mode, dur.Microseconds(), text, l.Acquired.UnixMicro(), sig, sent}
 }
 
 func (d *dispatcher) startLocked() {
@@ -474,7 +475,7 @@ func (d *dispatcher) apply(ops []*op, r stepReply, sent time.Time) {
 		}
 		if w == nil {
 			// Its waiter gave up meanwhile: hand the lease on at once.
-			d.ops = append(d.ops, &op{args: releaseArgs(l, -1, "ok", 0, "", "")})
+			d.ops = append(d.ops, &op{args: releaseArgs(l, -1, "ok", 0, "", "", 0)})
 			d.kick()
 			continue
 		}

@@ -91,6 +91,16 @@ type Outcome struct {
 	// back before any request): it says nothing about the key, so its pace
 	// and its streak of refusals stay as they are.
 	Unused bool
+	// Sent is when the run's request left, on this process's clock (zero:
+	// unknown). An API counts a request when it arrives; the pool charged
+	// the start when it granted the lease, a moment earlier, and that
+	// moment varies from start to start. With Sent, the start counts in
+	// the credential's windows (and its smooth limits) from then instead:
+	// it leaves them no earlier than the API's. The pool maps it onto
+	// Redis's clock by the lease's own step (from RequestedAt), which
+	// errs late by the step's way to Redis, never early; it is kept
+	// between the grant and the release.
+	Sent time.Time
 }
 
 // Refusal is a refused run: which item, and what the API said.
@@ -236,5 +246,17 @@ func (p *Pool) settleOp(l *Lease, o Outcome) (chan error, error) {
 	if o.Cost > 0 {
 		real = o.Cost
 	}
-	return p.d.release(l, real, mode, dur, text, sig.String()), nil
+	return p.d.release(l, real, mode, dur, text, sig.String(), p.sentOnRedis(l, o.Sent)), nil
+}
+
+// sentOnRedis maps a moment of this process's clock after the lease was
+// acquired onto Redis's clock, in µs (0: unknown). The step that made the
+// lease this handle's ran on Redis at Expires − TTL, after this process
+// sent it at RequestedAt: that moment plus the time from RequestedAt to
+// sent is no earlier than sent on Redis's clock.
+func (p *Pool) sentOnRedis(l *Lease, sent time.Time) int64 {
+	if sent.IsZero() || l.RequestedAt.IsZero() || l.Expires.IsZero() || sent.Before(l.RequestedAt) {
+		return 0
+	}
+	return l.Expires.Add(-p.ttl).Add(sent.Sub(l.RequestedAt)).UnixMicro()
 }

@@ -84,3 +84,21 @@ local function cw_reconcile(key, sumkey, id, est, real)
   redis.call('INCRBY', sumkey, real - est)
   return 1
 end
+
+-- cw_restamp moves start id (charged `cost`) to at_us when it is in the
+-- window and was recorded earlier: its cost then counts from at_us (when
+-- its request left, for a window that counts arrivals) and leaves the
+-- window that much later. A start already gone stays gone. Returns 1 when
+-- moved.
+local function cw_restamp(key, sumkey, window_us, id, cost, at_us)
+  local m = id .. ':' .. string.format('%.0f', cost)
+  local cur = redis.call('ZSCORE', key, m)
+  if not cur or tonumber(cur) >= at_us then
+    return 0
+  end
+  redis.call('ZADD', key, 'XX', string.format('%.0f', at_us), m)
+  local ms = math.floor(window_us / 1000) + 1
+  redis.call('PEXPIRE', key, ms)
+  redis.call('PEXPIRE', sumkey, ms)
+  return 1
+end

@@ -41,3 +41,15 @@ local function gcra_used(tat, now, interval)
   end
   return math.ceil((tat - now) / interval - 1e-9)
 end
+
+-- gcra_restamp returns the TAT once the latest cell, taken earlier, is
+-- counted as taken at `at` instead (when its request left, for a limit
+-- enforced on arrivals): at least at + interval, so that the next cell
+-- comes one interval after it. Never earlier than tat.
+local function gcra_restamp(tat, at, interval)
+  local t = at + interval
+  if tat ~= nil and tat > t then
+    return tat
+  end
+  return t
+end

@@ -41,3 +41,17 @@ local function sw_reset_us(key, window_us, now_us)
   end
   return tonumber(newest[2]) + window_us - now_us
 end
+
+-- sw_restamp moves start `member` to at_us when it is in the key and was
+-- recorded earlier: the start then counts in the window from at_us (when
+-- its request left, for a window that counts arrivals), and leaves it
+-- that much later. A start already gone stays gone. Returns 1 when moved.
+local function sw_restamp(key, window_us, member, at_us)
+  local cur = redis.call('ZSCORE', key, member)
+  if not cur or tonumber(cur) >= at_us then
+    return 0
+  end
+  redis.call('ZADD', key, 'XX', string.format('%.0f', at_us), member)
+  redis.call('PEXPIRE', key, math.floor(window_us / 1000) + 1)
+  return 1
+end

@@ -22,10 +22,11 @@
 --                             bind it
 --   X wid member              cancel a waiter: leave the queue, or hand
 --                             back a grant it did not claim
---   R id member est real mode dur text granted sig
+--   R id member est real mode dur text granted sig sent
 --                             end a lease: est is the cost charged, real
 --                             the cost reported (-1: unknown), granted
---                             its grant time (us); mode ok | rest (dur us,
+--                             its grant time (us), sent when its request
+--                             left (us, 0: unknown); mode ok | rest (dur us,
 --                             text: reason, a tab, cause) | bare429 (a 429
 --                             that said nothing more: widen the pace; dur:
 --                             the longest rest, text: reason) | disable
@@ -128,10 +129,10 @@ while i <= #ARGV do
       end
     end
   elseif op == 'R' then
-    local id, member, est, real, mode, dur, text, granted, sig =
+    local id, member, est, real, mode, dur, text, granted, sig, sent =
       ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), ARGV[i + 5], tonumber(ARGV[i + 6]),
-      ARGV[i + 7], tonumber(ARGV[i + 8]), ARGV[i + 9]
-    i = i + 10
+      ARGV[i + 7], tonumber(ARGV[i + 8]), ARGV[i + 9], tonumber(ARGV[i + 10])
+    i = i + 11
     local live = end_lease(id, member, now)
     local c = load(id)
     if c and real >= 0 and real ~= est then
@@ -144,6 +145,40 @@ while i <= #ARGV do
           local k, sk = lim_keys(id, l)
           cw_reconcile(k, sk, token, est, real)
         end
+      end
+    end
+    if c and sent > granted and mode ~= 'unused' then
+      -- The API counted the request when it arrived, after the grant by a
+      -- delay that varies from start to start: counted from its grant, a
+      -- start would leave the windows before it leaves the API's, and a
+      -- start granted then would arrive into a full window. It counts
+      -- from when its request left instead (kept before now), in the
+      -- windows that still hold it, and a smooth limit's next start comes
+      -- one interval after it. A scoped smooth limit is left alone: a
+      -- release does not say the start's scope.
+      local token = string.match(member, '^([^|]*)')
+      local at = math.min(sent, now)
+      local cost = est
+      if real >= 0 then
+        cost = real
+      end
+      for _, l in ipairs(c.limits) do
+        if l.kind == 'w' then
+          sw_restamp(lim_keys(id, l), l.p, token, at)
+        elseif l.kind == 'c' then
+          local k, sk = lim_keys(id, l)
+          cw_restamp(k, sk, l.p, token, cost, at)
+        elseif l.kind == 'g' and (l.scope or '') == '' then
+          local k = lim_keys(id, l)
+          local tat = tonumber(redis.call('GET', k) or '')
+          local nt = gcra_restamp(tat, at, l.p / l.n)
+          if nt > now and (tat == nil or nt > tat) then
+            redis.call('SET', k, string.format('%.3f', nt), 'PX', math.ceil((nt - now) / 1000) + 1)
+          end
+        end
+      end
+      if not live then
+        reindex(id, now, c) -- a live lease's end reindexes below
       end
     end
     if c and live then
