@@ -337,7 +337,7 @@ func (c *Config) checkWorker(ps *check.List) {
 func (c *Config) checkQueue(ps *check.List) {
 	q := c.Queue
 	ps.Err("queue.stream", queue.CheckName(q.Stream))
-	ps.Err("queue.consumer", queue.CheckName(q.Consumer))
+	ps.Err("queue.consumer", queue.CheckConsumerName(q.Consumer))
 	ps.Err("queue.subject_prefix", queue.CheckSubjectPrefix(q.SubjectPrefix))
 	ps.AtLeast("queue.ack_wait", q.AckWait, time.Second)
 	if q.MaxDeliver != -1 && q.MaxDeliver < max(c.Worker.MaxAttempts, 1) {

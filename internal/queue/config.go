@@ -107,13 +107,28 @@ func (c Config) WithDefaults() Config {
 // does not import config: config imports it for its defaults and rules.
 func ConfigFrom(c interface{ QueueConfig() Config }) Config { return c.QueueConfig() }
 
-// CheckName checks a stream or consumer name as JetStream does.
-func CheckName(name string) error {
+// CheckName checks a stream name as JetStream does.
+func CheckName(name string) error { return checkName(name, maxNameLength) }
+
+// CheckConsumerName checks the workers' consumer name: a stream name,
+// short enough for the lane consumers named after it
+// (LaneConsumerName adds up to laneSuffixLength bytes).
+func CheckConsumerName(name string) error { return checkName(name, maxNameLength-laneSuffixLength) }
+
+// maxNameLength is JetStream's longest stream or consumer name;
+// laneSuffixLength what LaneConsumerName adds at most ("-b-" and "-s-",
+// each with 16 hex digits).
+const (
+	maxNameLength    = 255
+	laneSuffixLength = 2 * (3 + 16)
+)
+
+func checkName(name string, maxLen int) error {
 	switch {
 	case name == "":
 		return errors.New("must be set")
-	case len(name) > 255:
-		return fmt.Errorf("must be at most 255 bytes, got %d", len(name))
+	case len(name) > maxLen:
+		return fmt.Errorf("must be at most %d bytes, got %d", maxLen, len(name))
 	case strings.ContainsAny(name, ".*>/\\") || hasSpaceOrControl(name):
 		return fmt.Errorf("%s: a NATS name cannot hold spaces, '.', '*', '>', '/' or '\\'", check.Quote(name))
 	}
