@@ -21,11 +21,11 @@
 //
 // One file per scenario: throughput.go, enqueue.go, contended.go, rate.go,
 // handoff.go, shutdown.go, footprint.go, scale.go, acquirecost.go,
-// shard.go, limits.go, gateway.go, llm.go (13 and 13b, with skew.go), peers.go, persistent.go,
+// scopecost.go (9b), shard.go, limits.go, gateway.go, llm.go (13 and 13b, with skew.go), scopes.go (13c), peers.go, persistent.go,
 // httpenqueue.go, batches.go; the
 // ceilings in ceiling.go. Scenarios 8-11 measure pkg/creds in process, many pool
 // handles each with its own Redis client standing for as many processes
-// (handles.go); 12, 13 and 13b run worker processes against internal/fakeapi
+// (handles.go), 9b as well; 12, 13, 13b and 13c run worker processes against internal/fakeapi
 // served by this program (api.go records every answer); 14 runs the peer
 // harnesses' own run.sh (BullMQ, asynq, the seeds' Python coordinator)
 // from a copy in the user's cache directory; 15 runs worker processes
