@@ -23,7 +23,10 @@ import (
 // One batch: first enough a items to keep scope a at its limit for the
 // whole run (enqueued first: ahead of every b item), then the b items;
 // the second variant interleaves them evenly in one batch. The slots are
-// not b's bottleneck (80/s × 20 ms is under 2 slots busy).
+// not b's bottleneck (80/s × 20 ms is under 2 slots busy). The first two
+// send no rate headers; the third is the first with OpenAI's
+// x-ratelimit-* headers on every reply, describing the request's model's
+// limits as OpenAI's do (an a reply says a's requests left and reset).
 //
 // The figures count starts by their lease grant (the results' leased_at,
 // Redis's clock, the pool's own): from the later of the two scopes' first
@@ -44,6 +47,10 @@ var scopesScenario = &scenario{
 		{id: "mixed_a_ratio", name: "a starts/s ÷ a's allowed, interleaved", unit: "fraction", goal: never("<=", 1.0)},
 		{id: "mixed_b_per1000", name: "429s per 1,000 requests of b, interleaved", unit: "per 1,000"},
 		{id: "mixed_a_per1000", name: "429s per 1,000 requests of a, interleaved", unit: "per 1,000"},
+		{id: "hdr_b_ratio", name: "b starts/s ÷ b's allowed, a enqueued first, every reply with OpenAI's x-ratelimit-* headers of its model", unit: "fraction", goal: atLeast(0.9)},
+		{id: "hdr_a_ratio", name: "a starts/s ÷ a's allowed, with the headers", unit: "fraction", goal: never("<=", 1.0)},
+		{id: "hdr_b_per1000", name: "429s per 1,000 requests of b, with the headers", unit: "per 1,000"},
+		{id: "hdr_a_per1000", name: "429s per 1,000 requests of a, with the headers", unit: "per 1,000"},
 	},
 	run: runScopes,
 }
@@ -59,10 +66,11 @@ func runScopes(ctx context.Context, e *env, r runInfo) (*sample, error) {
 	smp := newSample()
 	d := pick(r.quick, 5, 2)
 	for _, v := range []struct {
-		prefix string
-		mixed  bool
-	}{{"", false}, {"mixed_", true}} {
-		m, use, err := runScopesVariant(ctx, e, d, v.mixed)
+		prefix  string
+		mixed   bool
+		headers string
+	}{{"", false, ""}, {"mixed_", true, ""}, {"hdr_", false, "openai"}} {
+		m, use, err := runScopesVariant(ctx, e, d, v.mixed, v.headers)
 		if err != nil {
 			return nil, fmt.Errorf("%sscopes: %w", v.prefix, err)
 		}
@@ -75,8 +83,9 @@ func runScopes(ctx context.Context, e *env, r runInfo) (*sample, error) {
 }
 
 // runScopesVariant runs one fleet for d measured seconds and returns its
-// figures (without the variant's prefix).
-func runScopesVariant(ctx context.Context, e *env, d int, mixed bool) (map[string]float64, CPUUse, error) {
+// figures (without the variant's prefix). headers is fakeapi's
+// RateHeaders ("" none).
+func runScopesVariant(ctx context.Context, e *env, d int, mixed bool, headers string) (map[string]float64, CPUUse, error) {
 	ids := credIDs("s", scopesKeys)
 	keys := make([]fakeapi.Key, len(ids))
 	for i := range keys {
@@ -85,7 +94,7 @@ func runScopesVariant(ctx context.Context, e *env, d int, mixed bool) (map[strin
 			"b": {Rate: ratelimit.Limit{N: scopesBRate, Period: time.Second}},
 		}}
 	}
-	api, err := startAPI(fakeapi.Config{Keys: keys, Latency: scopesLatency, RateHeaders: "openai"}, ids)
+	api, err := startAPI(fakeapi.Config{Keys: keys, Latency: scopesLatency, RateHeaders: headers}, ids)
 	if err != nil {
 		return nil, CPUUse{}, err
 	}
@@ -128,6 +137,9 @@ func runScopesVariant(ctx context.Context, e *env, d int, mixed bool) (map[strin
 	variant := "keyfleet: 2 workers, scopes a (held at its limit, enqueued first) and b"
 	if mixed {
 		variant = "keyfleet: 2 workers, scopes a (held at its limit) and b interleaved"
+	}
+	if headers != "" {
+		variant += ", " + headers + " rate headers of the request's model"
 	}
 	payload := func(id string) []byte { return fmt.Appendf(nil, `{"id":%q,"model":%q}`, id, scopeOf[id]) }
 	use, rs, err := e.runHTTPFleet(ctx, "scopes", spec, n, 2, variant, payload, stop)
