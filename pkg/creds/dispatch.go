@@ -197,7 +197,7 @@ func (d *dispatcher) release(l *Lease, real int64, mode string, dur time.Duratio
 }
 
 func releaseArgs(l *Lease, real int64, mode string, dur time.Duration, text, sig string, sent int64) []any {
-	return []any{"R", l.CredentialID, l.member, l.Cost, real, mode, dur.Microseconds(), text, l.Acquired.UnixMicro(), sig, sent}
+	return []any{"R", l.CredentialID, l.member, l.Cost, real, mode, dur.Microseconds(), text, l.Acquired.UnixMicro(), sig, sent, l.Scope}
 }
 
 func (d *dispatcher) startLocked() {
@@ -480,7 +480,7 @@ func (d *dispatcher) apply(ops []*op, r stepReply, sent time.Time) {
 			continue
 		}
 		delete(d.waiters, g.wid)
-		l.Owner = w.owner
+		l.Owner, l.Scope = w.owner, w.scope
 		w.res <- waitResult{lease: l}
 	}
 	if r.timer >= 0 {

@@ -20,6 +20,10 @@ type Lease struct {
 	Owner string
 	// Cost is the estimate charged to the credential's cost limits.
 	Cost int64
+	// Scope is the Request's: the scoped limits it was charged to, and
+	// what its release's rests apply to (that scope only, when the
+	// credential has limits of it).
+	Scope string
 	// Acquired and Expires are on Redis's clock.
 	Acquired, Expires time.Time
 	// RequestedAt is when the call that made the lease this handle's was

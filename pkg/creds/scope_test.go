@@ -3,6 +3,8 @@ package creds_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -199,5 +201,82 @@ func TestSharedLimitKeepsOrder(t *testing.T) {
 	e.waitQueued(p, 1)
 	if l := tryWith(t, p, creds.Request{Owner: "small", Cost: 10, Scope: "b"}); l != nil {
 		t.Fatal("a smaller cost of another scope overtook the waiter for the key's shared cost limit")
+	}
+}
+
+// What a run of a scope learns about the key's room (a Retry-After, rate
+// headers) rests only that scope when the key has limits of it: an API
+// that limits a key per model says so per model.
+func TestRestOfAScope(t *testing.T) {
+	e := newEnv(t)
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 10, Limits: []creds.Limit{
+		limit(t, "rate=100/s,scope=a"), limit(t, "rate=100/s,scope=b"),
+	}})
+	ctx := context.Background()
+	la := tryWith(t, p, creds.Request{Owner: "a", Scope: "a"})
+	if la == nil {
+		t.Fatal("refused")
+	}
+	if err := p.Settle(ctx, la, creds.Outcome{Rest: time.Hour, RestReason: "429 for a"}); err != nil {
+		t.Fatal(err)
+	}
+	if tryWith(t, p, creds.Request{Owner: "a2", Scope: "a"}) != nil {
+		t.Fatal("scope a got the key during its rest")
+	}
+	lb := tryWith(t, p, creds.Request{Owner: "b", Scope: "b"})
+	if lb == nil {
+		t.Fatal("scope b was refused: a's rest rested the whole key")
+	}
+	// Headers of a b reply saying b has no requests left: b rests too,
+	// a start without a scope does not.
+	if err := p.Settle(ctx, lb, creds.Outcome{Signals: []creds.Signal{{Name: "x-ratelimit-remaining-requests", Remaining: 0, Reset: time.Hour}}}); err != nil {
+		t.Fatal(err)
+	}
+	if tryWith(t, p, creds.Request{Owner: "b2", Scope: "b"}) != nil {
+		t.Fatal("scope b got the key after its headers said none left")
+	}
+	if tryWith(t, p, creds.Request{Owner: "none"}) == nil {
+		t.Fatal("an unscoped start was refused: a scope's rest rested the key")
+	}
+	// A scope no limit names rests the whole key, as before.
+	lc := tryWith(t, p, creds.Request{Owner: "c", Scope: "c"})
+	if lc == nil {
+		t.Fatal("scope c refused")
+	}
+	if err := p.Settle(ctx, lc, creds.Outcome{Rest: time.Hour, RestReason: "429 for c"}); err != nil {
+		t.Fatal(err)
+	}
+	if tryWith(t, p, creds.Request{Owner: "none2"}) != nil {
+		t.Fatal("a rest from a scope the key has no limit of should rest the key")
+	}
+}
+
+// A waiter limited to a key group finds its keys even when the least
+// recently used ready keys all belong to another, idle group.
+func TestGroupFindsItsKeysBehindIdleOnes(t *testing.T) {
+	for _, n := range []int{20, 200} { // a small group (looked up) and a large one (paged)
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			e := newEnv(t)
+			var defs []creds.Credential
+			var second []string
+			for i := range n {
+				id := fmt.Sprintf("k%03d", i)
+				defs = append(defs, creds.Credential{ID: id, MaxConcurrent: 1})
+				if i >= n/2 {
+					second = append(second, id)
+				}
+			}
+			e.register(e.pool(), defs...)
+			p := e.pool(creds.WithOnly(second...))
+			for i := range 3 {
+				l, err := p.Acquire(ctxT(t, 10*time.Second), fmt.Sprintf("w%d", i))
+				if err != nil {
+					t.Fatalf("acquire %d through the second group: %v", i, err)
+				}
+				if !slices.Contains(second, l.CredentialID) {
+					t.Fatalf("got %s, not of the group", l.CredentialID)
+				}
+			}
+		})
 	}
 }

@@ -16,7 +16,9 @@
 --                           it refused in a row: text, and item keys),
 --                           cfg_limits, last (start, us), starts, rate_limited, rests,
 --                           pace_us, pace_tat, pace_streak, pace_widened,
---                           rest_until, rest_reason, rest_cause, rest_at
+--                           rest_until, rest_reason, rest_cause, rest_at,
+--                           srest|<scope>, srest_reason|<scope> (a rest of
+--                           one scope only: see set_scope_rest)
 --   leases:<id>      zset   "<token>|<owner>" -> lease expiry (us)
 --   lw:<id>:<P>      zset   sliding-window log of starts, window P us
 --   lc:<id>:<P>      zset   cost-window log "<token>:<cost>", window P us
@@ -223,6 +225,33 @@ local function held(id, c, now)
   return c.held
 end
 
+-- scope_rest: the end of credential id's rest for scope only (0: none),
+-- read once per call and scope.
+local function scope_rest(id, c, scope)
+  c.srest = c.srest or {}
+  local u = c.srest[scope]
+  if u == nil then
+    u = tonumber(redis.call('HGET', k_cred(id), 'srest|' .. scope) or '0') or 0
+    c.srest[scope] = u
+  end
+  return u
+end
+
+-- has_scope: whether credential c has a limit of scope (then the API
+-- limits the key per scope, and what a run of that scope learns about the
+-- key's room is about that scope).
+local function has_scope(c, scope)
+  if scope == '' then
+    return false
+  end
+  for _, l in ipairs(c.limits) do
+    if l.scope == scope then
+      return true
+    end
+  end
+  return false
+end
+
 -- fit_at: the earliest moment (>= now) at which credential id (state c)
 -- can take a start of `cost` in `scope` ('' or nil: none; then only the
 -- unscoped limits count): the latest of the end of its rest, the end of a
@@ -236,6 +265,12 @@ local function fit_at(id, c, now, cost, scope)
   local t = now
   if c.rest_until > t then
     t = c.rest_until
+  end
+  if scope ~= '' then
+    local u = scope_rest(id, c, scope)
+    if u > t then
+      t = u
+    end
   end
   local n = held(id, c, now)
   local cap = c.max
@@ -337,6 +372,22 @@ local function set_rest(id, now, dur_us, reason, cause, c)
   if c then
     c.rest_until = until_us
   end
+  return until_us
+end
+
+-- set_scope_rest makes credential id rest for starts of scope only, until
+-- now+dur_us (never shortening a longer one): the API's reply to a run of
+-- that scope said the scope's limit is used up (an API that limits a key
+-- per model says so per model), and the key's other scopes keep going.
+local function set_scope_rest(id, c, now, dur_us, scope, reason)
+  local until_us = now + dur_us
+  local cur = scope_rest(id, c, scope)
+  if cur >= until_us then
+    return cur
+  end
+  redis.call('HSET', k_cred(id), 'srest|' .. scope, n2s(until_us), 'srest_reason|' .. scope, reason)
+  redis.call('HINCRBY', k_cred(id), 'rests', 1)
+  c.srest[scope] = until_us
   return until_us
 end
 
@@ -539,7 +590,9 @@ local function refuse(id, c, now, text)
   redis.call('HSET', k_cred(id), 'refused', lines, 'refused_items', c.refused_items)
 end
 
-local function apply_signals(id, c, now, est, sig)
+-- scope ('' none): a run of a scope the key has limits of rests only that
+-- scope (see set_scope_rest).
+local function apply_signals(id, c, now, est, sig, scope)
   if not sig or sig == '' then
     return
   end
@@ -553,8 +606,13 @@ local function apply_signals(id, c, now, est, sig)
       unit = 'tokens'
     end
     if remaining < need and reset > 0 then
-      set_rest(id, now, reset, name .. ': ' .. n2s(remaining) .. ' ' .. unit .. ' left, ' .. n2s(need) ..
-        ' needed (' .. n2s(inflight) .. ' in flight)', name, c)
+      local why = name .. ': ' .. n2s(remaining) .. ' ' .. unit .. ' left, ' .. n2s(need) .. ' needed (' .. n2s(inflight) ..
+        ' in flight)'
+      if scope and scope ~= '' then
+        set_scope_rest(id, c, now, reset, scope, why .. ' [' .. scope .. ']')
+      else
+        set_rest(id, now, reset, why, name, c)
+      end
     end
   end
 end
@@ -704,9 +762,72 @@ end
 -- When nothing fits, the fourth result lists the credentials this waiter
 -- waits for in what it shares with others (a full unscoped limit, not
 -- only its scope's): the waiters behind it may not take them.
+-- GROUP_DIRECT: a group of at most this many credentials is looked up
+-- directly in ready (ZMSCORE) when none of the least recently used ready
+-- credentials is the group's; a larger group pages through ready.
+local GROUP_DIRECT = 64
+local GROUP_PAGE = 32
+local GROUP_SCAN = 512
+
+-- candidates: the ready credentials a waiter of group looks at, least
+-- recently used first: the first CANDIDATES of ready, unless none of them
+-- is the group's (the other groups' idle keys would hide the group's
+-- forever); then the group's own ready credentials, found directly for a
+-- small group, else by paging through ready (at most GROUP_SCAN). The
+-- work is bounded by the group's size or GROUP_SCAN, never the number of
+-- groups.
+local function candidates(group)
+  local cands = redis.call('ZRANGE', K_READY, 0, CANDIDATES - 1)
+  if group == '' or #cands < CANDIDATES then
+    return cands
+  end
+  for _, id in ipairs(cands) do
+    if in_group(group, id) then
+      return cands
+    end
+  end
+  local out = {}
+  if redis.call('SCARD', k_grp(group)) <= GROUP_DIRECT then
+    local ids = redis.call('SMEMBERS', k_grp(group))
+    if #ids == 0 then
+      return out
+    end
+    local scores = redis.call('ZMSCORE', K_READY, unpack(ids))
+    local found = {}
+    for i, id in ipairs(ids) do
+      if scores[i] then
+        found[#found + 1] = {id, tonumber(scores[i])}
+      end
+    end
+    table.sort(found, function(a, b)
+      return a[2] < b[2]
+    end)
+    for i = 1, math.min(#found, CANDIDATES) do
+      out[i] = found[i][1]
+      group_cache[group .. '|' .. found[i][1]] = true
+    end
+    return out
+  end
+  for off = CANDIDATES, GROUP_SCAN - 1, GROUP_PAGE do
+    local page = redis.call('ZRANGE', K_READY, off, off + GROUP_PAGE - 1)
+    for _, id in ipairs(page) do
+      if in_group(group, id) then
+        out[#out + 1] = id
+        if #out >= CANDIDATES then
+          return out
+        end
+      end
+    end
+    if #page < GROUP_PAGE then
+      break
+    end
+  end
+  return out
+end
+
 local function pick(now, cost, group, scope, reserved)
   scope = scope or ''
-  local cands = redis.call('ZRANGE', K_READY, 0, CANDIDATES - 1)
+  local cands = candidates(group)
   local hol, allowed = -1, false
   local shared = {}
   for _, id in ipairs(cands) do

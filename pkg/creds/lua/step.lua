@@ -22,7 +22,7 @@
 --                             bind it
 --   X wid member              cancel a waiter: leave the queue, or hand
 --                             back a grant it did not claim
---   R id member est real mode dur text granted sig sent
+--   R id member est real mode dur text granted sig sent scope
 --                             end a lease: est is the cost charged, real
 --                             the cost reported (-1: unknown), granted
 --                             its grant time (us), sent when its request
@@ -129,12 +129,18 @@ while i <= #ARGV do
       end
     end
   elseif op == 'R' then
-    local id, member, est, real, mode, dur, text, granted, sig, sent =
+    local id, member, est, real, mode, dur, text, granted, sig, sent, scope =
       ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), ARGV[i + 5], tonumber(ARGV[i + 6]),
-      ARGV[i + 7], tonumber(ARGV[i + 8]), ARGV[i + 9], tonumber(ARGV[i + 10])
-    i = i + 11
+      ARGV[i + 7], tonumber(ARGV[i + 8]), ARGV[i + 9], tonumber(ARGV[i + 10]), ARGV[i + 11] or ''
+    i = i + 12
     local live = end_lease(id, member, now)
     local c = load(id)
+    -- What a run of a scope the key limits per scope learns about the
+    -- key's room rests that scope only.
+    local own = ''
+    if c and has_scope(c, scope) then
+      own = scope
+    end
     if c and real >= 0 and real ~= est then
       -- The real cost replaces the estimate in every window the start was
       -- charged to (still in it), whether or not the lease is still live:
@@ -154,8 +160,8 @@ while i <= #ARGV do
       -- start granted then would arrive into a full window. It counts
       -- from when its request left instead (kept before now), in the
       -- windows that still hold it, and a smooth limit's next start comes
-      -- one interval after it. A scoped smooth limit is left alone: a
-      -- release does not say the start's scope.
+      -- one interval after it. Only the limits that bound the start (its
+      -- scope's and the unscoped ones) hold it.
       local token = string.match(member, '^([^|]*)')
       local at = math.min(sent, now)
       local cost = est
@@ -163,12 +169,14 @@ while i <= #ARGV do
         cost = real
       end
       for _, l in ipairs(c.limits) do
-        if l.kind == 'w' then
+        if not applies(l, scope) then
+          -- not charged for this start
+        elseif l.kind == 'w' then
           sw_restamp(lim_keys(id, l), l.p, token, at)
         elseif l.kind == 'c' then
           local k, sk = lim_keys(id, l)
           cw_restamp(k, sk, l.p, token, cost, at)
-        elseif l.kind == 'g' and (l.scope or '') == '' then
+        elseif l.kind == 'g' then
           local k = lim_keys(id, l)
           local tat = tonumber(redis.call('GET', k) or '')
           local nt = gcra_restamp(tat, at, l.p / l.n)
@@ -192,7 +200,11 @@ while i <= #ARGV do
         -- given back before any request: nothing learnt about the key
       elseif mode == 'rest' then
         local reason, cause = string.match(text, '^(.-)\t(.*)$')
-        set_rest(id, now, dur, reason or text, cause or '', c)
+        if own ~= '' then
+          set_scope_rest(id, c, now, dur, own, (reason or text) .. ' [' .. own .. ']')
+        else
+          set_rest(id, now, dur, reason or text, cause or '', c)
+        end
         redis.call('HINCRBY', k_cred(id), 'rate_limited', 1)
       elseif mode == 'bare429' then
         bare_429(id, c, now, granted, dur, text)
@@ -201,7 +213,7 @@ while i <= #ARGV do
         paced_success(id, c)
       end
       if mode ~= 'disable' and mode ~= 'refuse' and mode ~= 'unused' then
-        apply_signals(id, c, now, est, sig)
+        apply_signals(id, c, now, est, sig, own)
         if c.refused_items ~= '' then
           -- The key took a run: its streak of refusals ends.
           redis.call('HDEL', k_cred(id), 'refused', 'refused_items')
