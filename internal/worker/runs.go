@@ -52,7 +52,11 @@ type itemRuns struct {
 	// wrote: Redis may hold counters for the item (an earlier delivery or
 	// this one wrote them), so the final outcome must delete them.
 	wrote bool
-	cur   runCount
+	// reported: this delivery's last op closed it in Redis (a run that
+	// reported its end, or a norun): the next delivery counts nothing
+	// lost for it.
+	reported bool
+	cur      runCount
 }
 
 func (c *runCounter) forItem(batch, id string, delivery uint64) *itemRuns {
@@ -77,6 +81,13 @@ func (r *itemRuns) do(ctx context.Context, op string, args ...any) (runCount, er
 	}
 	refused, _ := arr[5].(string)
 	r.wrote = true
+	switch op {
+	case "peek":
+	case "start":
+		r.reported = false
+	default:
+		r.reported = true
+	}
 	return runCount{Runs: int(v[0]), Failures: int(v[1]), Lost: int(v[2]), Limited: int(v[3]), Refusals: int(v[4]), Refused: refused}, nil
 }
 
@@ -151,9 +162,13 @@ func (r *itemRuns) refuse(ctx context.Context, text string) (runCount, error) {
 // handBack records that this delivery ends before running the item again
 // (shutdown, or its message lost while it waited for a credential), so the
 // next delivery counts no lost run for it.
+//
+// A delivery after the first holds the counts of earlier ones (its peek):
+// unless this delivery itself reported, it must say so, or the next
+// delivery counts it as a run that died.
 func (r *itemRuns) handBack(ctx context.Context) error {
-	if r.cur.Runs > 0 && r.wrote {
-		return nil // the last run already reported (settle or fail)
+	if r.reported {
+		return nil // this delivery's last run already reported (settle or fail)
 	}
 	_, err := r.do(ctx, "norun")
 	return err

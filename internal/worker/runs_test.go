@@ -82,6 +82,22 @@ func TestRunCounting(t *testing.T) {
 		r2 := c.forItem("b", "limited", 2)
 		check("next delivery", must(r2.start(ctx)), runCount{Runs: 3})
 	})
+	t.Run("a later delivery handed back before running", func(t *testing.T) {
+		// A run is rate limited; the next deliveries are handed back
+		// before they run (their lane's slots all wait for a key): none of
+		// them is a run that died.
+		r := c.forItem("b", "bounced", 1)
+		must(r.start(ctx))
+		must(r.limited(ctx))
+		for d := uint64(2); d <= 4; d++ {
+			rd := c.forItem("b", "bounced", d)
+			noErr(rd.peek(ctx))
+			noErr(rd.handBack(ctx))
+		}
+		r5 := c.forItem("b", "bounced", 5)
+		noErr(r5.peek(ctx))
+		check("delivery 5", must(r5.start(ctx)), runCount{Runs: 2, Limited: 1})
+	})
 	t.Run("counters lost with Redis", func(t *testing.T) {
 		// Delivery 4 of an item whose counters are gone: the three earlier
 		// deliveries stand in for lost runs.
