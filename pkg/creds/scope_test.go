@@ -280,3 +280,36 @@ func TestGroupFindsItsKeysBehindIdleOnes(t *testing.T) {
 		})
 	}
 }
+
+// A credential whose hash an older version wrote (every limit in one
+// field, none split by scope) is read the same, and registering it again
+// splits it.
+func TestLimitsOfAnOlderVersion(t *testing.T) {
+	e := newEnv(t)
+	def := creds.Credential{ID: "k", MaxConcurrent: 10, Limits: []creds.Limit{limit(t, "rate=1/h,scope=a"), limit(t, "rate=2/h")}}
+	p := e.registered(def)
+	ctx := context.Background()
+	key := "keyfleet:{" + e.name + "}:cred:k"
+	strip := func() {
+		if err := e.rdb.HDel(ctx, key, "lim0", "lim|a", "limscopes").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	strip()
+	if tryWith(t, p, creds.Request{Owner: "a1", Scope: "a"}) == nil {
+		t.Fatal("refused")
+	}
+	if tryWith(t, p, creds.Request{Owner: "a2", Scope: "a"}) != nil {
+		t.Fatal("an old hash lost its scoped limit")
+	}
+	e.register(p, def)
+	if n, err := e.rdb.HExists(ctx, key, "lim0").Result(); err != nil || !n {
+		t.Fatalf("registering again did not split the limits (%v)", err)
+	}
+	if tryWith(t, p, creds.Request{Owner: "b"}) == nil {
+		t.Fatal("the unscoped rate=2/h refused its second start")
+	}
+	if tryWith(t, p, creds.Request{Owner: "c"}) != nil {
+		t.Fatal("rate=2/h let a third start in")
+	}
+}

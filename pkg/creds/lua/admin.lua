@@ -28,7 +28,7 @@ if op == 'limits' then
     redis.call('HSET', k_cred(id), 'max', ARGV[4])
   end
   if ARGV[5] ~= '-' then
-    redis.call('HSET', k_cred(id), 'limits', ARGV[5])
+    write_limits(id, ARGV[5])
   end
   recompute_maxcost()
 elseif op == 'disable' then
@@ -49,9 +49,8 @@ elseif op == 'rest' then
   ret = set_rest(id, now, tonumber(ARGV[4]), ARGV[5], ARGV[6])
 elseif op == 'remove' then
   redis.call('ZREM', K_CREDS, id)
-  local c = load(id)
-  if c then
-    for _, l in ipairs(c.limits) do
+  if redis.call('EXISTS', k_cred(id)) == 1 then
+    for _, l in ipairs(all_limits(id)) do
       local k, sk = lim_keys(id, l)
       redis.call('DEL', k)
       if sk then

@@ -11,7 +11,10 @@
 --                           start of cost 1), least recently used first
 --   sched            zset   id -> the moment it may be usable again: the end
 --                           of its rest, of a lease (when full) or of a limit
---   cred:<id>        hash   max, limits, disabled(_reason,_at,_by), cfg_max,
+--   cred:<id>        hash   max, limits (every limit), lim0 (the unscoped
+--                           ones), lim|<scope> (each scope's), limscopes
+--                           (the scopes: see write_limits),
+--                           disabled(_reason,_at,_by), cfg_max,
 --                           refused, refused_items (the streak of items
 --                           it refused in a row: text, and item keys),
 --                           cfg_limits, last (start, us), starts, rate_limited, rests,
@@ -107,6 +110,37 @@ local function parse_limits(s)
   return out
 end
 
+-- write_limits stores credential id's limits (the encoded list raw): all
+-- of them in 'limits' (stats, admin), the unscoped ones in 'lim0' and
+-- each scope's in 'lim|<scope>', so that a start reads and parses only
+-- the limits that bind it, however many scopes the key has.
+local function write_limits(id, raw)
+  local k = k_cred(id)
+  local old = redis.call('HGET', k, 'limscopes')
+  if old and old ~= '' then
+    for sc in string.gmatch(old, '[^,]+') do
+      redis.call('HDEL', k, 'lim|' .. sc)
+    end
+  end
+  local u, per, order = {}, {}, {}
+  for spec in string.gmatch(raw, '[^;]+') do
+    local sc = string.match(spec, '=(.*)$')
+    if sc and sc ~= '' then
+      if not per[sc] then
+        per[sc] = {}
+        order[#order + 1] = sc
+      end
+      per[sc][#per[sc] + 1] = spec
+    else
+      u[#u + 1] = spec
+    end
+  end
+  redis.call('HSET', k, 'limits', raw, 'lim0', table.concat(u, ';'), 'limscopes', table.concat(order, ','))
+  for _, sc in ipairs(order) do
+    redis.call('HSET', k, 'lim|' .. sc, table.concat(per[sc], ';'))
+  end
+end
+
 -- applies: whether limit l binds a start of `scope` ('' none): an
 -- unscoped limit binds every start, a scoped one only its scope's.
 local function applies(l, scope)
@@ -192,14 +226,31 @@ local function load(id)
   if cred_cache and cred_cache[id] then
     return cred_cache[id]
   end
-  local c = redis.call('HMGET', k_cred(id), 'max', 'limits', 'disabled', 'pace_us', 'pace_tat', 'rest_until', 'last',
+  local c = redis.call('HMGET', k_cred(id), 'max', 'lim0', 'disabled', 'pace_us', 'pace_tat', 'rest_until', 'last',
     'starts', 'pace_floor', 'refused_items')
   if not c[1] then
     return nil
   end
+  local ulimits, slim = nil, {}
+  if c[2] then
+    ulimits = parse_limits(c[2])
+  else
+    -- Written by an older version (no lim0): split every limit here.
+    ulimits = {}
+    for _, l in ipairs(parse_limits(redis.call('HGET', k_cred(id), 'limits'))) do
+      if l.scope == '' then
+        ulimits[#ulimits + 1] = l
+      else
+        slim[l.scope] = slim[l.scope] or {}
+        table.insert(slim[l.scope], l)
+      end
+    end
+    slim[true] = true -- every scope is known: none is read
+  end
   c = {
     max = tonumber(c[1]) or 1,
-    limits = parse_limits(c[2]),
+    ulimits = ulimits, -- the unscoped limits
+    slim = slim, -- scope -> its limits, read when first needed (scoped_limits)
     disabled = c[3] == '1',
     pace_us = tonumber(c[4] or '0') or 0,
     pace_tat = tonumber(c[5] or '0') or 0,
@@ -213,6 +264,51 @@ local function load(id)
     cred_cache[id] = c
   end
   return c
+end
+
+-- scoped_limits: credential id's limits of scope (state c), read once.
+local function scoped_limits(id, c, scope)
+  local s = c.slim[scope]
+  if s == nil then
+    if c.slim[true] then
+      s = {}
+    else
+      s = parse_limits(redis.call('HGET', k_cred(id), 'lim|' .. scope))
+    end
+    c.slim[scope] = s
+  end
+  return s
+end
+
+-- limits_for: the limits that bind a start of scope ('' none) on
+-- credential id: the unscoped ones, then the scope's.
+local function limits_for(id, c, scope)
+  if scope == '' then
+    return c.ulimits
+  end
+  local s = scoped_limits(id, c, scope)
+  if #s == 0 then
+    return c.ulimits
+  end
+  c.lf = c.lf or {}
+  local out = c.lf[scope]
+  if not out then
+    out = {}
+    for _, l in ipairs(c.ulimits) do
+      out[#out + 1] = l
+    end
+    for _, l in ipairs(s) do
+      out[#out + 1] = l
+    end
+    c.lf[scope] = out
+  end
+  return out
+end
+
+-- all_limits: every limit of credential id (stats, admin, the largest
+-- cost per scope).
+local function all_limits(id)
+  return parse_limits(redis.call('HGET', k_cred(id), 'limits'))
 end
 
 -- held returns the live leases of credential id (state c), counted once
@@ -240,16 +336,8 @@ end
 -- has_scope: whether credential c has a limit of scope (then the API
 -- limits the key per scope, and what a run of that scope learns about the
 -- key's room is about that scope).
-local function has_scope(c, scope)
-  if scope == '' then
-    return false
-  end
-  for _, l in ipairs(c.limits) do
-    if l.scope == scope then
-      return true
-    end
-  end
-  return false
+local function has_scope(id, c, scope)
+  return scope ~= '' and #scoped_limits(id, c, scope) > 0
 end
 
 -- fit_at: the earliest moment (>= now) at which credential id (state c)
@@ -290,15 +378,13 @@ local function fit_at(id, c, now, cost, scope)
   if c.pace_us > 0 and c.pace_tat > t then
     t = c.pace_tat
   end
-  for _, l in ipairs(c.limits) do
-    if applies(l, scope) then
-      local w = lim_when(id, l, now, cost)
-      if w < 0 then
-        return -2
-      end
-      if w > t then
-        t = w
-      end
+  for _, l in ipairs(limits_for(id, c, scope)) do
+    local w = lim_when(id, l, now, cost)
+    if w < 0 then
+      return -2
+    end
+    if w > t then
+      t = w
     end
   end
   return t
@@ -432,10 +518,8 @@ local function grant(id, c, now, owner, cost, ttl_us, scope)
   held(id, c, now)
   redis.call('ZADD', k_leases(id), n2s(exp), token .. '|' .. owner)
   c.held = c.held + 1
-  for _, l in ipairs(c.limits) do
-    if applies(l, scope or '') then
-      lim_take(id, l, now, token, cost)
-    end
+  for _, l in ipairs(limits_for(id, c, scope or '')) do
+    lim_take(id, l, now, token, cost)
   end
   if c.pace_us > 0 then
     local tat = c.pace_tat
@@ -505,7 +589,7 @@ local function bare_429(id, c, now, granted, max_rest_us, reason)
     local spacing, margin = pace, PACE_MARGIN
     if spacing <= 0 then
       spacing = math.max((now - granted) / (held(id, c, now) + 1), PACE_FIRST_MIN_US)
-      for _, l in ipairs(c.limits) do
+      for _, l in ipairs(c.ulimits) do
         if l.kind ~= 'c' and l.p / l.n > spacing then
           -- A configured rate refused: the requests arrived closer than
           -- their starts were (network jitter), or the limit is a little
@@ -692,10 +776,10 @@ local function recompute_maxcost()
   local scopes = {['' ] = true}
   local loaded = {}
   for _, id in ipairs(ids) do
-    local c = load(id)
-    if c then
-      loaded[id] = c
-      for _, l in ipairs(c.limits) do
+    if redis.call('EXISTS', k_cred(id)) == 1 then
+      local ls = all_limits(id)
+      loaded[id] = ls
+      for _, l in ipairs(ls) do
         scopes[l.scope] = true
       end
     end
@@ -703,9 +787,9 @@ local function recompute_maxcost()
   local per, by = {}, {}
   for sc in pairs(scopes) do
     per[sc], by[sc] = {}, {}
-    for id, c in pairs(loaded) do
+    for id, ls in pairs(loaded) do
       local m = math.huge
-      for _, l in ipairs(c.limits) do
+      for _, l in ipairs(ls) do
         if l.kind == 'c' and applies(l, sc) and l.n < m then
           m = l.n
           by[sc][id] = id .. ' ' .. l.spec

@@ -25,8 +25,12 @@ for i = 2, #ARGV, 4 do
   end
   local cfg = redis.call('HMGET', k, 'cfg_max', 'cfg_limits')
   if cfg[1] ~= max or (cfg[2] or '') ~= lims then
-    redis.call('HSET', k, 'max', max, 'limits', lims, 'cfg_max', max, 'cfg_limits', lims)
+    redis.call('HSET', k, 'max', max, 'cfg_max', max, 'cfg_limits', lims)
+    write_limits(id, lims)
     written = written + 1
+  elseif redis.call('HEXISTS', k, 'lim0') == 0 then
+    -- Registered by an older version: split its limits as they are now.
+    write_limits(id, redis.call('HGET', k, 'limits') or '')
   end
   redis.call('ZADD', K_CREDS, 'NX', '0', id)
   reindex(id, now)

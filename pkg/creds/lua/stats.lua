@@ -29,7 +29,7 @@ for _, id in ipairs(ids) do
   local uses = {}
   if c then
     nxt = fit_at(id, c, now, 1)
-    for _, l in ipairs(c.limits) do
+    for _, l in ipairs(parse_limits(f[2])) do
       local u = lim_use(id, l, now)
       uses[#uses + 1] = n2s(u[1])
       uses[#uses + 1] = n2s(u[2])

@@ -138,7 +138,7 @@ while i <= #ARGV do
     -- What a run of a scope the key limits per scope learns about the
     -- key's room rests that scope only.
     local own = ''
-    if c and has_scope(c, scope) then
+    if c and has_scope(id, c, scope) then
       own = scope
     end
     if c and real >= 0 and real ~= est then
@@ -146,7 +146,7 @@ while i <= #ARGV do
       -- charged to (still in it), whether or not the lease is still live:
       -- it is what the start cost.
       local token = string.match(member, '^([^|]*)')
-      for _, l in ipairs(c.limits) do
+      for _, l in ipairs(limits_for(id, c, scope)) do
         if l.kind == 'c' then
           local k, sk = lim_keys(id, l)
           cw_reconcile(k, sk, token, est, real)
@@ -168,10 +168,8 @@ while i <= #ARGV do
       if real >= 0 then
         cost = real
       end
-      for _, l in ipairs(c.limits) do
-        if not applies(l, scope) then
-          -- not charged for this start
-        elseif l.kind == 'w' then
+      for _, l in ipairs(limits_for(id, c, scope)) do
+        if l.kind == 'w' then
           sw_restamp(lim_keys(id, l), l.p, token, at)
         elseif l.kind == 'c' then
           local k, sk = lim_keys(id, l)
