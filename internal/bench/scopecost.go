@@ -13,21 +13,21 @@ import (
 )
 
 // Scenario 9b: what an acquire costs against the number of scopes a key's
-// limits name and of key groups the fleet's handles are restricted to, in
-// process (pkg/creds). A pool of 100 credentials (max_concurrent 4) in
-// four shapes:
+// limits name and of key groups the acquires are limited to, in process
+// (pkg/creds), through one pool handle as in a worker. A pool of 100
+// credentials (max_concurrent 4) in four shapes:
 //
 //   - 1 scope × 1 group: each key has one scoped limit (rate
-//     1000000/m, scope s0); one handle restricted (WithOnly) to all 100;
+//     1000000/m, scope s0); acquires may use every key;
 //   - 10 scopes × 1 group: each key has ten scoped limits, s0 … s9;
-//   - 1 scope × 10 groups: ten handles, each restricted to its group of
-//     10 keys;
+//   - 1 scope × 10 groups: ten key sets (creds.KeySet, a kind's keys) of
+//     10 keys each;
 //   - 10 scopes × 10 groups: both.
 //
 // Starts go round the (scope, group) pairs, so each pair gets as many.
 // None of the limits binds: each start finds room (as scenario 9's "with
 // room"), the cost is the scripts' own. Each lease's credential is checked
-// to be of its handle's group.
+// to be of its key set.
 //
 // Redis µs per acquire+release: INFO commandstats (EVALSHA and EVAL usec)
 // ÷ pairs, the median of 10 batches, at concurrency 1 (one acquire+release
@@ -44,10 +44,14 @@ var scopeCostScenario = &scenario{
 		{id: "seq_ratio", name: "… 10 scopes × 10 groups ÷ 1 × 1", unit: "fraction", goal: atMost(1.3),
 			note: "per run: the 10 × 10 figure ÷ the 1 × 1 figure"},
 		{id: "conc_1x1", name: "Redis µs per acquire+release, 1 scope × 1 group, concurrency 16", unit: "µs"},
+		{id: "conc_10x1", name: "… 10 scopes × 1 group, concurrency 16", unit: "µs", ceiling: "conc_1x1"},
+		{id: "conc_1x10", name: "… 1 scope × 10 groups (10 key sets, one handle), concurrency 16", unit: "µs", ceiling: "conc_1x1"},
 		{id: "conc_10x10", name: "… 10 scopes × 10 groups, concurrency 16", unit: "µs", ceiling: "conc_1x1"},
 		{id: "conc_ratio", name: "… 10 × 10 ÷ 1 × 1, concurrency 16", unit: "fraction", goal: atMost(1.3),
 			note: "per run: the 10 × 10 figure ÷ the 1 × 1 figure"},
 		{id: "wall_1x1", name: "wall µs per acquire+release (1 ÷ throughput), 1 × 1, concurrency 16", unit: "µs"},
+		{id: "wall_10x1", name: "… 10 × 1, concurrency 16", unit: "µs", ceiling: "wall_1x1"},
+		{id: "wall_1x10", name: "… 1 × 10, concurrency 16", unit: "µs", ceiling: "wall_1x1"},
 		{id: "wall_10x10", name: "… 10 × 10, concurrency 16", unit: "µs", ceiling: "wall_1x1"},
 	},
 	run: runScopeCost,
@@ -81,9 +85,6 @@ func runScopeCost(ctx context.Context, e *env, r runInfo) (*sample, error) {
 		}
 		smp.values["seq_"+id] = us
 		smp.cpu = append(smp.cpu, use)
-		if c.scopes != c.groups {
-			continue
-		}
 		us, use, err = scopeCostCase(ctx, e, c.scopes, c.groups, scopeCostConc, pairs)
 		if errors.Is(err, errAcquireStuck) {
 			smp.missing["conc_"+id], smp.missing["wall_"+id] = err.Error(), err.Error()
@@ -129,16 +130,24 @@ func scopeCostCase(ctx context.Context, e *env, scopes, groups, conc, pairs int)
 		defs[i] = creds.Credential{ID: id, MaxConcurrent: 4, Limits: limits, Groups: []string{fmt.Sprintf("g%d", g)}}
 		members[g] = append(members[g], id)
 	}
-	handles := make([]*creds.Pool, groups)
-	for g := range groups {
-		hs, err := e.openHandles(name, 1, creds.WithOnly(members[g]...))
-		if err != nil {
-			return 0, CPUUse{}, err
-		}
-		defer hs.close()
-		handles[g] = hs.pools[0]
+	// One handle, as in a worker: each group is a key set (a kind's keys),
+	// and the acquires of every group go out in the same steps.
+	hs, err := e.openHandles(name, 1)
+	if err != nil {
+		return 0, CPUUse{}, err
 	}
-	if err := handles[0].Register(ctx, defs); err != nil {
+	defer hs.close()
+	pool := hs.pools[0]
+	sets := make([]*creds.KeySet, groups)
+	for g := range groups {
+		if groups == 1 {
+			break // one group: every key, the handle's own
+		}
+		if sets[g], err = creds.NewKeySet(members[g]...); err != nil {
+			return 0, CPUUse{}, fmt.Errorf("bench: %w", err)
+		}
+	}
+	if err := pool.Register(ctx, defs); err != nil {
 		return 0, CPUUse{}, fmt.Errorf("bench: register: %w", err)
 	}
 	// op i takes the (scope, group) pair i names, round the pairs.
@@ -148,7 +157,7 @@ func scopeCostCase(ctx context.Context, e *env, scopes, groups, conc, pairs int)
 		// Every key has room: an acquire that takes long is stuck.
 		actx, cancel := context.WithTimeout(ctx, scopeCostStuck)
 		defer cancel()
-		l, err := handles[g].AcquireWith(actx, creds.Request{Owner: fmt.Sprintf("bench/%d", i%scopeCostConc), Scope: fmt.Sprintf("s%d", s)})
+		l, err := pool.AcquireWith(actx, creds.Request{Owner: fmt.Sprintf("bench/%d", i%scopeCostConc), Scope: fmt.Sprintf("s%d", s), Keys: sets[g]})
 		if creds.IsCanceled(err) && ctx.Err() == nil {
 			return fmt.Errorf("%w: group g%d (keys %s … %s), scope s%d, with every key idle", errAcquireStuck, g, members[g][0], members[g][len(members[g])-1], s)
 		}
@@ -156,9 +165,9 @@ func scopeCostCase(ctx context.Context, e *env, scopes, groups, conc, pairs int)
 			return fmt.Errorf("bench: acquire (group g%d, scope s%d): %w", g, s, err)
 		}
 		if !slices.Contains(members[g], l.CredentialID) {
-			return fmt.Errorf("bench: a handle restricted to group g%d got %s", g, l.CredentialID)
+			return fmt.Errorf("bench: an acquire of key set g%d got %s", g, l.CredentialID)
 		}
-		if err := handles[g].Release(ctx, l); err != nil {
+		if err := pool.Release(ctx, l); err != nil {
 			return fmt.Errorf("bench: release: %w", err)
 		}
 		return nil

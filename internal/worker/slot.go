@@ -248,19 +248,18 @@ func (w *Worker) acquire(pullCtx, itemCtx context.Context, d *delivery, cost int
 	owner := w.id + "/" + shorten(d.it.ID, 64)
 	b := newBackoff(100*time.Millisecond, 5*time.Second)
 	start := time.Now()
-	pool := w.poolFor(d.it.Kind)
 	lane := queue.Lane(d.it.Batch, d.it.Scope)
 	for {
 		_, prio := w.batches.state(d.it.Batch)
-		req := creds.Request{Owner: owner, Cost: cost, Priority: prio, Scope: d.scope}
+		req := creds.Request{Owner: owner, Cost: cost, Priority: prio, Scope: d.scope, Keys: w.keysFor(d.it.Kind)}
 		var l *creds.Lease
 		var err error
 		if w.waits.enter(lane) {
-			l, err = pool.AcquireWith(ctx, req)
+			l, err = w.pool.AcquireWith(ctx, req)
 			if w.waits.leave(lane) {
 				w.batches.poke() // the puller may take from the lane again
 			}
-		} else if l, err = pool.TryAcquireWith(ctx, req); errors.Is(err, creds.ErrNoneAvailable) {
+		} else if l, err = w.pool.TryAcquireWith(ctx, req); errors.Is(err, creds.ErrNoneAvailable) {
 			return nil, errLaneWaiting
 		}
 		if err == nil {

@@ -60,9 +60,10 @@ type Worker struct {
 	secrets   map[string]secret.Secret
 	scrub     *secret.Scrubber
 	handlers  map[string]jobs.Handler
-	// kindPools are pool handles limited to the keys of the kinds that
-	// name theirs (jobs.kinds.<name>.credentials); other kinds use pool.
-	kindPools map[string]*creds.Pool
+	// kindKeys are the key sets of the kinds that name their keys
+	// (jobs.kinds.<name>.credentials); other kinds may use every key. One
+	// pool handle serves them all, batching their acquires together.
+	kindKeys map[string]*creds.KeySet
 	waits     *laneWaits
 	probers   []kindProber // with pool.probe_interval (probe.go)
 	runs      *runCounter
@@ -216,14 +217,13 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err != nil {
 		return exitcode.With(exitcode.Usage, err)
 	}
-	w.kindPools = map[string]*creds.Pool{}
+	w.kindKeys = map[string]*creds.KeySet{}
 	for _, kind := range cfg.Jobs.KindNames() {
 		keys := cfg.KindKeys(kind)
 		if keys == nil {
-			continue // every key: the worker's handle
+			continue // every key
 		}
-		if w.kindPools[kind], err = creds.New(w.rdb, cfg.Pool.Name, creds.WithLeaseTTL(cfg.Pool.LeaseTTL),
-			creds.WithOnly(keys...), creds.WithScripter(scripts)); err != nil {
+		if w.kindKeys[kind], err = creds.NewKeySet(keys...); err != nil {
 			return exitcode.With(exitcode.Usage, fmt.Errorf("jobs.kinds.%s: %w", kind, err))
 		}
 	}
@@ -274,14 +274,9 @@ func buildHandlers(cfg *config.Config, scrub *secret.Scrubber, guard *jobguard.G
 	return hs, nil
 }
 
-// poolFor is the pool handle the items of kind acquire through: limited
-// to the kind's keys when it names them.
-func (w *Worker) poolFor(kind string) *creds.Pool {
-	if p, ok := w.kindPools[kind]; ok {
-		return p
-	}
-	return w.pool
-}
+// keysFor is the key set the items of kind may use: nil (every key of
+// the worker's) unless the kind names its keys.
+func (w *Worker) keysFor(kind string) *creds.KeySet { return w.kindKeys[kind] }
 
 // register syncs the configured credentials into the pool (at start, and
 // again when Redis has lost its state).
@@ -411,9 +406,6 @@ func (w *Worker) closeConns() {
 	}
 	if w.commits != nil {
 		w.commits.Close()
-	}
-	for _, p := range w.kindPools {
-		_ = p.Close()
 	}
 	if w.pool != nil {
 		_ = w.pool.Close()

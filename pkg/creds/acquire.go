@@ -48,6 +48,11 @@ type Request struct {
 	// with this scope bind it as well as the unscoped ones. Empty: only
 	// the unscoped limits. See ValidScope.
 	Scope string
+	// Keys limits the start to a key set (a kind's keys). Nil: the
+	// handle's keys (WithOnly, else every key). With WithOnly, a key set
+	// should hold only keys of the handle's: the handle has no secret for
+	// the others.
+	Keys *KeySet
 }
 
 // Priorities of a Request: PriorityFirst..PriorityLast, PriorityDefault

@@ -31,7 +31,7 @@ func (p *Pool) Register(ctx context.Context, defs []Credential) error {
 		return fmt.Errorf("creds: register %d credentials in pool %q: %w", len(defs), p.name, err)
 	}
 	if p.group != "" {
-		if err := p.joinGroup(ctx); err != nil {
+		if err := p.joinGroup(ctx, p.group, p.only); err != nil {
 			return err
 		}
 	}

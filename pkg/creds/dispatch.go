@@ -26,6 +26,10 @@ type dispatcher struct {
 	seq     uint64
 	timerAt time.Time // the handle's timer duty (zero: none)
 	join    bool      // record the handle's group before the next step
+	// joins are the key sets to record before the next step; joinedSets
+	// those recorded (once per set and handle, again after Redis lost them).
+	joins      []*KeySet
+	joinedSets map[string]bool
 	claim   bool      // grants may wait for this handle in Redis
 	closed  bool
 	started bool
@@ -50,6 +54,7 @@ type waiter struct {
 	owner  string
 	prio   int
 	scope  string
+	keys   *KeySet // nil: the handle's group
 	try    bool
 	queued bool // Redis said it is in the queue
 	sent   bool // its E op went out in a step
@@ -66,6 +71,7 @@ func (d *dispatcher) init(p *Pool) {
 	d.p = p
 	d.waiters = make(map[string]*waiter)
 	d.join = p.group != ""
+	d.joinedSets = map[string]bool{}
 	d.kickCh = make(chan struct{}, 1)
 	d.done = make(chan struct{})
 	d.loopDone = make(chan struct{})
@@ -129,8 +135,15 @@ func (d *dispatcher) newWaiter(r Request, try bool) (*waiter, error) {
 	}
 	d.seq++
 	wid := d.p.instance + "." + strconv.FormatUint(d.seq, 36)
-	w := &waiter{wid: wid, cost: r.Cost, owner: r.Owner, prio: r.Priority, scope: r.Scope, try: try, res: make(chan waitResult, 1)}
+	w := &waiter{wid: wid, cost: r.Cost, owner: r.Owner, prio: r.Priority, scope: r.Scope, keys: r.Keys, try: try, res: make(chan waitResult, 1)}
 	class := d.p.group
+	if r.Keys != nil {
+		class = r.Keys.name
+		if !d.joinedSets[class] {
+			d.joinedSets[class] = true
+			d.joins = append(d.joins, r.Keys)
+		}
+	}
 	if r.Scope != "" {
 		class += "=" + r.Scope
 	}
@@ -147,7 +160,11 @@ func (d *dispatcher) pushE(w *waiter) {
 		try = "1"
 	}
 	w.queued, w.sent = false, false
-	d.ops = append(d.ops, &op{args: []any{"E", w.wid, w.cost, w.owner, try, w.prio, w.scope}, w: w})
+	group := d.p.group
+	if w.keys != nil {
+		group = w.keys.name
+	}
+	d.ops = append(d.ops, &op{args: []any{"E", w.wid, w.cost, w.owner, try, w.prio, w.scope, group}, w: w})
 	d.kick()
 }
 
@@ -366,13 +383,28 @@ func (d *dispatcher) step() {
 		}
 	}
 	if join {
-		if err := p.joinGroup(ctx); err != nil {
+		if err := p.joinGroup(ctx, p.group, p.only); err != nil {
 			d.fail(ops, err)
 			return
 		}
 		d.mu.Lock()
 		d.join = false
 		d.mu.Unlock()
+	}
+	d.mu.Lock()
+	joins := d.joins
+	d.joins = nil
+	d.mu.Unlock()
+	for i, k := range joins {
+		if err := p.joinGroup(ctx, k.name, k.ids); err != nil {
+			d.mu.Lock()
+			for _, k := range joins[i:] {
+				delete(d.joinedSets, k.name) // recorded again with the next acquire
+			}
+			d.mu.Unlock()
+			d.fail(ops, err)
+			return
+		}
 	}
 	args := make([]any, 0, 6+10*len(ops))
 	args = append(args, p.instance, p.ttl.Microseconds(), p.waiterTTL.Microseconds(), alive, p.group, flags)
@@ -430,16 +462,20 @@ func (d *dispatcher) apply(ops []*op, r stepReply, sent time.Time) {
 			case 1:
 				// a try that was served: its grant is among the grants
 			case -1:
-				if p.group != "" && !w.joined {
+				if (w.keys != nil || p.group != "") && !w.joined {
 					// The group may be gone with Redis's state: record it
 					// again and ask once more.
 					w.joined = true
-					d.join = true
+					if w.keys != nil {
+						d.joins = append(d.joins, w.keys)
+					} else {
+						d.join = true
+					}
 					d.pushE(w)
 					continue
 				}
 				delete(d.waiters, w.wid)
-				w.res <- waitResult{err: d.emptyErr()}
+				w.res <- waitResult{err: d.emptyErr(w)}
 			case -2:
 				delete(d.waiters, w.wid)
 				w.res <- waitResult{err: &CostError{Cost: w.cost, Max: res.n, Limits: readableLimit(res.text)}}
@@ -517,8 +553,11 @@ func readableLimit(s string) string {
 	return s
 }
 
-func (d *dispatcher) emptyErr() error {
+func (d *dispatcher) emptyErr(w *waiter) error {
 	p := d.p
+	if w.keys != nil {
+		return fmt.Errorf("%w: none of %q is registered in pool %q", ErrPoolEmpty, w.keys.ids, p.name)
+	}
 	if len(p.only) > 0 {
 		return fmt.Errorf("%w: none of %q is registered in pool %q", ErrPoolEmpty, p.only, p.name)
 	}
@@ -654,11 +693,12 @@ func decodeGrant(e any) (grant, error) {
 	return g, nil
 }
 
-// joinGroup records which credentials this handle may use (WithOnly).
-func (p *Pool) joinGroup(ctx context.Context) error {
-	args := make([]any, 0, 1+len(p.only))
-	args = append(args, p.group)
-	for _, id := range p.only {
+// joinGroup records which credentials a group may use (a WithOnly
+// handle's, a KeySet's).
+func (p *Pool) joinGroup(ctx context.Context, group string, ids []string) error {
+	args := make([]any, 0, 1+len(ids))
+	args = append(args, group)
+	for _, id := range ids {
 		args = append(args, id)
 	}
 	if err := joinScript.Run(ctx, p.scripts, []string{p.keys.creds}, args...).Err(); err != nil {

@@ -3,7 +3,6 @@ package creds
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"slices"
@@ -183,8 +182,7 @@ func New(rdb Client, name string, opts ...Option) (*Pool, error) {
 		p.scripts = rdb
 	}
 	if len(p.only) > 0 {
-		h := sha256.Sum256([]byte(strings.Join(p.only, "\n")))
-		p.group = hex.EncodeToString(h[:8])
+		p.group = groupName(p.only)
 	}
 	p.d.init(p)
 	return p, nil

@@ -313,3 +313,64 @@ func TestLimitsOfAnOlderVersion(t *testing.T) {
 		t.Fatal("rate=2/h let a third start in")
 	}
 }
+
+// One handle serves acquires of several key sets (the kinds of one
+// worker): each gets only keys of its set, a set blocked on its keys does
+// not hold back another, and a set Redis lost is recorded again.
+func TestKeySetsOnOneHandle(t *testing.T) {
+	e := newEnv(t)
+	var defs []creds.Credential
+	for i := range 20 {
+		defs = append(defs, creds.Credential{ID: fmt.Sprintf("k%02d", i), MaxConcurrent: 1})
+	}
+	p := e.registered(defs...)
+	first, err := creds.NewKeySet("k00", "k01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := creds.NewKeySet("k18", "k19", "k19")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := second.IDs(); !slices.Equal(got, []string{"k18", "k19"}) {
+		t.Fatalf("IDs %v", got)
+	}
+	ctx := context.Background()
+	var held []*creds.Lease
+	for i := range 2 {
+		l, err := p.AcquireWith(ctxT(t, 10*time.Second), creds.Request{Owner: fmt.Sprint("a", i), Keys: first})
+		if err != nil || (l.CredentialID != "k00" && l.CredentialID != "k01") {
+			t.Fatalf("first set: %v %v", l, err)
+		}
+		held = append(held, l)
+	}
+	// The first set's keys are busy: its next acquire waits, and the
+	// second set's, behind it, is served from k18/k19 (behind k02..k17,
+	// idle keys of neither set, in LRU order).
+	go func() { _, _ = p.AcquireWith(ctxT(t, 20*time.Second), creds.Request{Owner: "a-wait", Keys: first}) }()
+	e.waitQueued(p, 1)
+	l, err := p.AcquireWith(ctxT(t, 10*time.Second), creds.Request{Owner: "b", Keys: second})
+	if err != nil || (l.CredentialID != "k18" && l.CredentialID != "k19") {
+		t.Fatalf("second set: %v %v", l, err)
+	}
+	// Redis loses the groups: the next acquire of a set records it again.
+	if err := e.rdb.Del(ctx, "keyfleet:{"+e.name+"}:groups", "keyfleet:{"+e.name+"}:maxcost").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"grp:"} {
+		keys, _ := e.rdb.Keys(ctx, "keyfleet:{"+e.name+"}:"+k+"*").Result()
+		if len(keys) > 0 {
+			e.rdb.Del(ctx, keys...)
+		}
+	}
+	l2, err := p.AcquireWith(ctxT(t, 10*time.Second), creds.Request{Owner: "b2", Keys: second})
+	if err != nil || (l2.CredentialID != "k18" && l2.CredentialID != "k19") {
+		t.Fatalf("second set after Redis lost the groups: %v %v", l2, err)
+	}
+	if _, err := creds.NewKeySet(); !errors.Is(err, creds.ErrInvalid) {
+		t.Errorf("an empty key set: %v", err)
+	}
+	for _, l := range append(held, l, l2) {
+		_ = p.Release(ctx, l)
+	}
+}

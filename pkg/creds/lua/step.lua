@@ -15,11 +15,12 @@
 --          message came, or its waiters wait); 'q' count its queued
 --          waiters (it has some)
 -- ARGV[7..] operations, each an opcode and its arguments:
---   E wid cost owner try prio scope
+--   E wid cost owner try prio scope group
 --                             enqueue a waiter (try=1: only if served now);
 --                             prio 1..5 orders the queue before arrival;
 --                             scope ('' none) picks the scoped limits that
---                             bind it
+--                             bind it; group: the keys it may use (a
+--                             KeySet's or the handle's, ARGV[5])
 --   X wid member              cancel a waiter: leave the queue, or hand
 --                             back a grant it did not claim
 --   R id member est real mode dur text granted sig sent scope
@@ -65,9 +66,9 @@ local queue_empty = nil -- known emptiness of the fleet's queue, this step
 while i <= #ARGV do
   local op = ARGV[i]
   if op == 'E' then
-    local wid, cost, owner, try, prio, scope =
-      ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3], ARGV[i + 4], tonumber(ARGV[i + 5]), ARGV[i + 6]
-    i = i + 7
+    local wid, cost, owner, try, prio, scope, group =
+      ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3], ARGV[i + 4], tonumber(ARGV[i + 5]), ARGV[i + 6], ARGV[i + 7]
+    i = i + 8
     local granted = false
     if queue_empty == nil then
       queue_empty = redis.call('ZCARD', K_WAITQ) == 0
