@@ -64,13 +64,13 @@ type Worker struct {
 	// (jobs.kinds.<name>.credentials); other kinds may use every key. One
 	// pool handle serves them all, batching their acquires together.
 	kindKeys map[string]*creds.KeySet
-	waits     *laneWaits
-	probers   []kindProber // with pool.probe_interval (probe.go)
-	runs      *runCounter
-	sched     *lanes.Schedule // which batch to pull from (batches.go)
-	batches   *batchView
-	keeper    *keeper
-	started   time.Time
+	waits    *laneWaits
+	probers  []kindProber // with pool.probe_interval (probe.go)
+	runs     *runCounter
+	sched    *lanes.Schedule // which batch to pull from (batches.go)
+	batches  *batchView
+	keeper   *keeper
+	started  time.Time
 
 	registerMu sync.Mutex
 	noted      sync.Map // what noteOnce has said

@@ -30,9 +30,9 @@ type dispatcher struct {
 	// those recorded (once per set and handle, again after Redis lost them).
 	joins      []*KeySet
 	joinedSets map[string]bool
-	claim   bool      // grants may wait for this handle in Redis
-	closed  bool
-	started bool
+	claim      bool // grants may wait for this handle in Redis
+	closed     bool
+	started    bool
 
 	kickCh   chan struct{}
 	done     chan struct{}
