@@ -33,6 +33,9 @@ const (
 type Batch struct {
 	ID   string `json:"id"`
 	Kind string `json:"kind"`
+	// Scopes are the scopes its items have (pool.scope), each a lane of
+	// its own; empty without scopes.
+	Scopes []string `json:"scopes"`
 	// Priority and Weight from the batch's record (the defaults without
 	// one).
 	Priority int `json:"priority"`
@@ -106,7 +109,7 @@ func State(rec queue.BatchInfo, known bool, t Tally) string {
 // taken depends on whether it follows the results or reads them once.
 func Row(id string, rec queue.BatchInfo, known bool, t Tally) Batch {
 	row := Batch{ID: id, Kind: t.Kind, TotalKnown: known, Succeeded: t.Succeeded, Failed: t.Failed, Cancelled: t.Cancelled,
-		Priority: rec.Prio(), Weight: rec.Wt(), History: []queue.BatchEvent{}}
+		Priority: rec.Prio(), Weight: rec.Wt(), History: []queue.BatchEvent{}, Scopes: append([]string{}, rec.Scopes...)}
 	row.Done = t.Done()
 	row.Total = row.Done
 	if known {

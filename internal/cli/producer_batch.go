@@ -307,6 +307,9 @@ func printBatch(w io.Writer, b batchview.Batch, now time.Time) {
 	fmt.Fprintf(w, "Batch %s\n", termsafe.String(b.ID))
 	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
 	fmt.Fprintf(tw, "  Kind:\t%s\n", termsafe.String(b.Kind))
+	if len(b.Scopes) > 0 {
+		fmt.Fprintf(tw, "  Scopes:\t%s\n", termsafe.String(strings.Join(b.Scopes, ", ")))
+	}
 	fmt.Fprintf(tw, "  Priority:\t%d (1 first .. 5 last)\n", b.Priority)
 	fmt.Fprintf(tw, "  Weight:\t%d\n", b.Weight)
 	fmt.Fprintf(tw, "  State:\t%s\n", b.State)

@@ -129,6 +129,10 @@ func printPool(w io.Writer, p status.Pool) {
 			}
 			note += ": " + oneLine(c.CoolingReason, 100)
 		}
+		for _, r := range c.ScopeRests {
+			note = joinNotes(note, fmt.Sprintf("scope %s resting until %s (in %s): %s", r.Scope, r.Until.Local().Format("15:04:05"),
+				r.Until.Sub(p.At).Round(time.Millisecond), oneLine(r.Reason, 80)))
+		}
 		note = joinNotes(note, keyHistory(c, p.At))
 		groups := "-"
 		if len(c.Groups) > 0 {

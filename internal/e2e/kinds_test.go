@@ -167,6 +167,17 @@ func TestKindsScopesNoHeadOfLineBlocking(t *testing.T) {
 	if seen != 1 {
 		t.Errorf("status --json: no llm-0 in %s", r.stdout)
 	}
+	// batch show lists the batch's scopes (its lanes).
+	if r := f.producer(nil, "batch", "show", "chat", "--json"); r.code != 0 {
+		t.Errorf("batch show:\n%s", r)
+	} else {
+		var b struct {
+			Scopes []string `json:"scopes"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &b); err != nil || !slices.Equal(b.Scopes, []string{"fast", "slow"}) {
+			t.Errorf("batch show --json: scopes %v (%v), want [fast slow]\n%s", b.Scopes, err, r.stdout)
+		}
+	}
 	// creds set --limit takes a scope.
 	if r := f.producer(nil, "creds", "set", "llm-1", "--limit", "rate=200/s", "--limit", "rate=1/s,scope=slow"); r.code != 0 {
 		t.Fatalf("creds set with a scope:\n%s", r)

@@ -69,6 +69,7 @@ func credentialReport(c creds.CredentialStats) Credential {
 		DisabledBy: c.DisabledBy, Refusals: append([]string{}, c.Refusals...),
 		EnabledBy: c.EnabledBy, EnabledReason: c.EnabledReason, EnabledAt: TimePtr(c.EnabledAt),
 	}
+	row.ScopeRests = append([]creds.ScopeRest{}, c.ScopeRests...)
 	if c.State == creds.StateCooling {
 		row.CoolingUntil = TimePtr(c.CoolingUntil)
 		row.RestCause = c.RestCause

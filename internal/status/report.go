@@ -121,6 +121,9 @@ type Credential struct {
 	InFlight       int        `json:"in_flight"`
 	Holders        []Holder   `json:"holders"`
 	CoolingUntil   *time.Time `json:"cooling_until"`
+	// ScopeRests are rests of one scope only: the key takes starts of
+	// other scopes meanwhile.
+	ScopeRests []creds.ScopeRest `json:"scope_rests"`
 	CoolingReason  string     `json:"cooling_reason"`
 	DisabledReason string     `json:"disabled_reason"`
 	DisabledAt     *time.Time `json:"disabled_at"`

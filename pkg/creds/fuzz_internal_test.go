@@ -13,17 +13,18 @@ import (
 // limits, disabled, disabled_reason, disabled_at, rest_until, rest_reason,
 // rest_cause, last_used (a ZSET score), starts, rate_limited, pace_us,
 // next_us, {member, expiry, ...}, {used, of, next, ...}, disabled_by,
-// enabled_by, enabled_reason, enabled_at, refused}.
+// enabled_by, enabled_reason, enabled_at, refused, groups, {scope,
+// until, reason, ...}}.
 var statsSeed = []any{
 	"1700000000000000", int64(0),
 	[]any{"key-a", "1", "", "0", "", "0", "0", "", "", "1699999999000000", "0", "0", "0", "1700000000000000", []any{}, []any{},
-		"", "probe", "probe GET https://api.example.com/v1/models answered 200", "1699999998000000", "b/i1: 401 invalid key"},
+		"", "probe", "probe GET https://api.example.com/v1/models answered 200", "1699999998000000", "b/i1: 401 invalid key", "", []any{}},
 	[]any{"key-b", "2", "w60/60000000;c6000/10000000", "0", "", "0", "1700000005000000", "429 from the API", "retry-after header",
 		"1699999999500000", "12", "1", "0", "1700000005000000",
 		[]any{"5|w1/0", "1700000030000000", "6|w2/1", "1700000031000000.5"}, []any{"3", "60", "0", "5000", "6000", "0"},
-		"", "", "", "0", ""},
+		"", "", "", "0", "", "llm,emb", []any{"gpt-4o", "1700000009000000", "x-ratelimit-remaining-tokens: 0 tokens left [gpt-4o]"}},
 	[]any{"key-c", "1", "g10/1000000/1", "1", "401 revoked", "1699999000000000", "0", "", "", "0", "0", "0", "0", "-1", []any{}, []any{"1", "1", "1700000000100000"},
-		"api", "operator", "", "1699998000000000", "b/i1: 401 revoked\nb/i2: 401 revoked"},
+		"api", "operator", "", "1699998000000000", "b/i1: 401 revoked\nb/i2: 401 revoked", "", []any{}},
 }
 
 // FuzzDecodeStats feeds the stats script's reply decoder replies of any
@@ -109,5 +110,16 @@ func TestDecodeGrant(t *testing.T) {
 		if g, err := decodeGrant(bad); err == nil {
 			t.Errorf("decodeGrant(%#v) = %+v, want an error", bad, g)
 		}
+	}
+}
+
+func TestStatsSeedDecodes(t *testing.T) {
+	st, err := decodeStats(statsSeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := st.Credentials[1]
+	if len(b.Groups) != 2 || len(b.ScopeRests) != 1 || b.ScopeRests[0].Scope != "gpt-4o" {
+		t.Fatalf("key-b: groups %v, scope rests %+v", b.Groups, b.ScopeRests)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -226,6 +227,11 @@ func TestRestOfAScope(t *testing.T) {
 	lb := tryWith(t, p, creds.Request{Owner: "b", Scope: "b"})
 	if lb == nil {
 		t.Fatal("scope b was refused: a's rest rested the whole key")
+	}
+	cs := credStats(t, p, "k")
+	if len(cs.ScopeRests) != 1 || cs.ScopeRests[0].Scope != "a" || !strings.Contains(cs.ScopeRests[0].Reason, "429 for a") ||
+		!cs.CoolingUntil.IsZero() {
+		t.Errorf("stats: scope rests %+v, cooling until %v; want a's rest only", cs.ScopeRests, cs.CoolingUntil)
 	}
 	// Headers of a b reply saying b has no requests left: b rests too,
 	// a start without a scope does not.

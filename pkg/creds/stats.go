@@ -58,9 +58,12 @@ type CredentialStats struct {
 	Holders  []Holder `json:"holders,omitempty"`
 	// CoolingUntil is zero unless resting; CoolingReason says why and
 	// RestCause which signal told (a header, a bare 429, ...).
-	CoolingUntil  time.Time `json:"cooling_until,omitzero"`
-	CoolingReason string    `json:"cooling_reason,omitempty"`
-	RestCause     string    `json:"rest_cause,omitempty"`
+	CoolingUntil time.Time `json:"cooling_until,omitzero"`
+	// ScopeRests are rests of one scope only (what a reply to a run of
+	// that scope said), while they last.
+	ScopeRests    []ScopeRest `json:"scope_rests,omitempty"`
+	CoolingReason string      `json:"cooling_reason,omitempty"`
+	RestCause     string      `json:"rest_cause,omitempty"`
 	// Pace is the spacing between starts learnt from bare 429s (0: none).
 	Pace time.Duration `json:"pace,omitempty"`
 	// NextStart is when it can take a start of cost 1: zero when now (or
@@ -89,6 +92,13 @@ type CredentialStats struct {
 	// since the credential was registered.
 	Starts      int64 `json:"starts"`
 	RateLimited int64 `json:"rate_limited"`
+}
+
+// ScopeRest is a credential's rest for the starts of one scope.
+type ScopeRest struct {
+	Scope  string    `json:"scope"`
+	Until  time.Time `json:"until"`
+	Reason string    `json:"reason"`
 }
 
 // LimitStats is one limit of a credential and its use now.
@@ -167,7 +177,7 @@ func decodeStats(reply any) (Stats, error) {
 }
 
 // credFields is the shape of one credential in lua/stats.lua's reply.
-const credFields = 22
+const credFields = 23
 
 func decodeCredential(e any, nowUS int64) (CredentialStats, error) {
 	f, ok := e.([]any)
@@ -251,6 +261,9 @@ func decodeCredential(e any, nowUS int64) (CredentialStats, error) {
 	if groups != "" {
 		c.Groups = strings.Split(groups, ",")
 	}
+	if c.ScopeRests, err = decodeScopeRests(f[22]); err != nil {
+		return c, err
+	}
 	if disabled == 1 {
 		c.DisabledAt = time.UnixMicro(disabledAt)
 		if c.DisabledBy != DisabledByAPI {
@@ -299,6 +312,25 @@ func decodeHolders(e any) ([]Holder, error) {
 			return nil, fmt.Errorf("lease token: %w", err)
 		}
 		out = append(out, Holder{Owner: owner, Token: uint64(t), Expires: time.UnixMicro(int64(exp))})
+	}
+	return out, nil
+}
+
+// decodeScopeRests reads stats.lua's {scope, until_us, reason, ...}.
+func decodeScopeRests(e any) ([]ScopeRest, error) {
+	v, ok := e.([]any)
+	if !ok || len(v)%3 != 0 {
+		return nil, fmt.Errorf("scope rests: unexpected shape %T", e)
+	}
+	var out []ScopeRest
+	for i := 0; i < len(v); i += 3 {
+		scope, ok1 := v[i].(string)
+		reason, ok2 := v[i+2].(string)
+		until, err := ratelimit.Int64(v[i+1])
+		if !ok1 || !ok2 || err != nil {
+			return nil, fmt.Errorf("scope rest %d: unexpected shape", i/3)
+		}
+		out = append(out, ScopeRest{Scope: scope, Until: time.UnixMicro(until), Reason: reason})
 	}
 	return out, nil
 }

@@ -7,7 +7,8 @@
 --    {used, of, next_us, ...} (three per limit, in the order of limits),
 --    disabled_by, enabled_by, enabled_reason, enabled_at,
 --    refused ('\n'-separated "<item>: <reason>", the current streak),
---    groups (','-separated)}
+--    groups (','-separated),
+--    {scope, until_us, reason, ...} (the rests of one scope that last)}
 -- (Fields are only ever added at the end.)
 -- next_us: when it can take a start of cost 1 (now when usable; -1
 -- disabled). Expired leases and starts that left a window are dropped on
@@ -38,9 +39,20 @@ for _, id in ipairs(ids) do
   end
   redis.call('ZREMRANGEBYSCORE', k_leases(id), '-inf', n2s(now)) -- crashed holders' leases
   local leases = redis.call('ZRANGE', k_leases(id), 0, -1, 'WITHSCORES')
-  local e = redis.call('HMGET', k_cred(id), 'disabled_by', 'enabled_by', 'enabled_reason', 'enabled_at', 'refused', 'groups')
+  local e = redis.call('HMGET', k_cred(id), 'disabled_by', 'enabled_by', 'enabled_reason', 'enabled_at', 'refused', 'groups',
+    'limscopes')
+  local srests = {}
+  for sc in string.gmatch(e[7] or '', '[^,]+') do
+    local r = redis.call('HMGET', k_cred(id), 'srest|' .. sc, 'srest_reason|' .. sc)
+    local u = tonumber(r[1] or '0') or 0
+    if u > now then
+      srests[#srests + 1] = sc
+      srests[#srests + 1] = n2s(u)
+      srests[#srests + 1] = r[2] or ''
+    end
+  end
   out[#out + 1] = {id, f[1] or '1', f[2] or '', f[3] or '0', f[4] or '', f[5] or '0',
     n2s(ru), r[2] or '', r[3] or '', last, f[6] or '0', f[7] or '0', f[8] or '0', n2s(nxt), leases, uses,
-    e[1] or '', e[2] or '', e[3] or '', e[4] or '0', e[5] or '', e[6] or ''}
+    e[1] or '', e[2] or '', e[3] or '', e[4] or '0', e[5] or '', e[6] or '', srests}
 end
 return out
