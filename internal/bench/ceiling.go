@@ -78,7 +78,9 @@ func jsCeiling(ctx context.Context, e *env, smp *sample, n int, mode jsMode, key
 		if err != nil {
 			return err
 		}
-		cons, err := q.Consumer(ctx)
+		// The items are in the batch's lane (its own consumer), as the
+		// workers pull them; the old durable sees none of them.
+		cons, err := q.LaneConsumer(ctx, queue.Lane(f.batch, ""))
 		if err != nil {
 			return err
 		}
