@@ -116,21 +116,21 @@ type Credential struct {
 	State         string `json:"state"`
 	MaxConcurrent int    `json:"max_concurrent"`
 	// Groups are the key groups it is in (a kind's credentials name them).
-	Groups         []string   `json:"groups"`
-	Rate           string     `json:"rate"`
-	InFlight       int        `json:"in_flight"`
-	Holders        []Holder   `json:"holders"`
-	CoolingUntil   *time.Time `json:"cooling_until"`
+	Groups       []string   `json:"groups"`
+	Rate         string     `json:"rate"`
+	InFlight     int        `json:"in_flight"`
+	Holders      []Holder   `json:"holders"`
+	CoolingUntil *time.Time `json:"cooling_until"`
 	// ScopeRests are rests of one scope only: the key takes starts of
 	// other scopes meanwhile.
-	ScopeRests []creds.ScopeRest `json:"scope_rests"`
-	CoolingReason  string     `json:"cooling_reason"`
-	DisabledReason string     `json:"disabled_reason"`
-	DisabledAt     *time.Time `json:"disabled_at"`
-	StartsInWindow int        `json:"starts_in_window"`
-	LastUsed       *time.Time `json:"last_used"`
-	Starts         int64      `json:"starts"`
-	RateLimited    int64      `json:"rate_limited"`
+	ScopeRests     []creds.ScopeRest `json:"scope_rests"`
+	CoolingReason  string            `json:"cooling_reason"`
+	DisabledReason string            `json:"disabled_reason"`
+	DisabledAt     *time.Time        `json:"disabled_at"`
+	StartsInWindow int               `json:"starts_in_window"`
+	LastUsed       *time.Time        `json:"last_used"`
+	Starts         int64             `json:"starts"`
+	RateLimited    int64             `json:"rate_limited"`
 	// Limits are every limit of the credential with its use now.
 	Limits []Limit `json:"limits"`
 	// RestCause names the signal behind a rest (a header, a bare 429, a
