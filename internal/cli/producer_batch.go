@@ -97,7 +97,8 @@ func (p *producer) batchShowCmd() *cobra.Command {
 		Use:   "show ID",
 		Short: "Show one batch: priority, weight, state, progress and its history",
 		Long: `show prints one batch. --json prints one object with at least:
-  id, kind, priority, weight, state (running | paused | cancelled | done),
+  id, kind, scopes (the items' scopes, pool.scope), priority, weight,
+  state (running | paused | cancelled | done),
   last_change {at, action, by} (null: none), total, total_known, done,
   succeeded, failed, cancelled, rate (items/s), eta_seconds, eta, complete,
   enqueued_at, last_result_at, history [{at, action, by}]

@@ -140,11 +140,19 @@ func fetchItems(t *testing.T, q *queue.Queue, n int, batches ...string) []queue.
 // fetchLane fetches and acks everything lane holds.
 func fetchLane(t *testing.T, q *queue.Queue, lane string) []queue.Item {
 	t.Helper()
+	var out []queue.Item
+	drainLane(t, q, lane, func(_ jetstream.Msg, it queue.Item) { out = append(out, it) })
+	return out
+}
+
+// drainLane fetches, decodes and acks everything lane's consumer holds,
+// handing each message to seen before its ack.
+func drainLane(t *testing.T, q *queue.Queue, lane string, seen func(jetstream.Msg, queue.Item)) {
+	t.Helper()
 	cons, err := q.LaneConsumer(ctx(t), lane)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []queue.Item
 	for {
 		batch, err := cons.Fetch(100, jetstream.FetchMaxWait(300*time.Millisecond))
 		if err != nil {
@@ -157,13 +165,13 @@ func fetchLane(t *testing.T, q *queue.Queue, lane string) []queue.Item {
 			if err != nil {
 				t.Fatalf("decode %v: %v", m.Headers(), err)
 			}
-			out = append(out, it)
+			seen(m, it)
 			if err := m.Ack(); err != nil {
 				t.Fatal(err)
 			}
 		}
 		if got == 0 {
-			return out
+			return
 		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -43,34 +42,13 @@ func TestLaneParts(t *testing.T) {
 // returning the messages' subjects and items.
 func laneMessages(t *testing.T, q *queue.Queue, lane string) (subjects []string, items []queue.Item) {
 	t.Helper()
-	cons, err := q.LaneConsumer(ctx(t), lane)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		batch, err := cons.Fetch(100, jetstream.FetchMaxWait(300*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
+	drainLane(t, q, lane, func(m jetstream.Msg, it queue.Item) {
+		if it.Scope != "" && m.Headers().Get(queue.HeaderScope) == "" {
+			t.Errorf("item %q: scope %q without the %s header", it.ID, it.Scope, queue.HeaderScope)
 		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			it, err := queue.DecodeItem(m)
-			if err != nil {
-				t.Fatalf("decode %v: %v", m.Headers(), err)
-			}
-			if it.Scope != "" && m.Headers().Get(queue.HeaderScope) == "" {
-				t.Errorf("item %q: scope %q without the %s header", it.ID, it.Scope, queue.HeaderScope)
-			}
-			subjects, items = append(subjects, m.Subject()), append(items, it)
-			if err := m.Ack(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if got == 0 {
-			return subjects, items
-		}
-	}
+		subjects, items = append(subjects, m.Subject()), append(items, it)
+	})
+	return subjects, items
 }
 
 // A batch with items of two scopes and items without one has three lanes,

@@ -181,6 +181,12 @@ local function lim_when(id, l, now, cost)
   return now
 end
 
+-- gcra_store writes a smooth limit's theoretical arrival time, kept until
+-- it has passed.
+local function gcra_store(k, tat, now)
+  redis.call('SET', k, string.format('%.3f', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
+end
+
 local function lim_take(id, l, now, token, cost)
   if l.kind == 'w' then
     sw_record(lim_keys(id, l), l.p, now, token)
@@ -190,8 +196,7 @@ local function lim_take(id, l, now, token, cost)
   elseif l.kind == 'g' then
     local k = lim_keys(id, l)
     local interval = l.p / l.n
-    local tat = gcra_take(tonumber(redis.call('GET', k) or ''), now, interval, 1)
-    redis.call('SET', k, string.format('%.3f', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
+    gcra_store(k, gcra_take(tonumber(redis.call('GET', k) or ''), now, interval, 1), now)
   end
 end
 

@@ -180,7 +180,7 @@ while i <= #ARGV do
           local tat = tonumber(redis.call('GET', k) or '')
           local nt = gcra_restamp(tat, at, l.p / l.n)
           if nt > now and (tat == nil or nt > tat) then
-            redis.call('SET', k, string.format('%.3f', nt), 'PX', math.ceil((nt - now) / 1000) + 1)
+            gcra_store(k, nt, now)
           end
         end
       end
