@@ -264,13 +264,23 @@ func TestHTTPOutputBound(t *testing.T) {
 func TestHTTPNetworkErrors(t *testing.T) {
 	t.Parallel()
 	t.Run("connection refused", func(t *testing.T) {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+		// A port just closed may be taken by another process before the
+		// dial (the tests of other packages run meanwhile): then the dial
+		// meets that process, not a refusal. A few fresh ports make a
+		// refusal all but certain.
+		var err error
+		for range 5 {
+			l, lerr := net.Listen("tcp", "127.0.0.1:0")
+			if lerr != nil {
+				t.Fatal(lerr)
+			}
+			addr := l.Addr().String()
+			l.Close()
+			_, err = newHTTP(t, jobs.HTTPConfig{URL: "http://" + addr}).Run(t.Context(), testItem, testCred)
+			if err != nil && strings.Contains(err.Error(), "refused") {
+				break
+			}
 		}
-		addr := l.Addr().String()
-		l.Close()
-		_, err = newHTTP(t, jobs.HTTPConfig{URL: "http://" + addr}).Run(t.Context(), testItem, testCred)
 		if jobs.Classify(err) != jobs.OutcomeTransient || !strings.Contains(err.Error(), "refused") {
 			t.Errorf("err %v, want transient connection refused", err)
 		}
