@@ -25,6 +25,32 @@ func get(url string) (int, string, error) {
 	return resp.StatusCode, string(b), err
 }
 
+// wantedMetrics are the series every metric the operator guide lists
+// shows after TestWorkerServesMetricsAndHealth's run.
+var wantedMetrics = []string{
+	`keyfleet_items_total{kind="exec",outcome="succeeded"}`,
+	`keyfleet_items_total{kind="exec",outcome="failed"}`,
+	`keyfleet_items_total{kind="exec",outcome="rate_limited"}`,
+	`keyfleet_items_total{kind="exec",outcome="rejected"}`,
+	`keyfleet_items_total{kind="exec",outcome="retried"}`,
+	`keyfleet_job_duration_seconds_bucket{kind="exec"`,
+	`keyfleet_credential_wait_seconds_count`,
+	`keyfleet_item_attempts_bucket{kind="exec",outcome="succeeded"`,
+	`keyfleet_credential_in_flight{credential="key-b"}`,
+	`keyfleet_credential_cooldowns_total{credential=`,
+	`source="retry_after"`,
+	`keyfleet_credential_rejections_total{cause="exit_77",credential="key-c"}`,
+	`keyfleet_slots 2`,
+	`keyfleet_slots_busy`,
+	`keyfleet_redeliveries_total`,
+	`keyfleet_lease_renew_failures_total`,
+	`keyfleet_dead_letters_total{kind="exec",reason="permanent failure"}`,
+	`keyfleet_dead_letters_total{kind="exec",reason="out of attempts"}`,
+	`keyfleet_fetch_messages_bucket`,
+	`go_goroutines`,
+	`process_resident_memory_bytes`,
+}
+
 // A running worker serves /healthz, /readyz and /metrics: every metric the
 // operator guide lists is there after a run with successes, failures, rate
 // limits and a rejected key; labels carry no item IDs and no secrets;
@@ -67,36 +93,29 @@ func TestWorkerServesMetricsAndHealth(t *testing.T) {
 	}
 	f.waitResults("obs", len(ids), 2*time.Minute)
 
-	code, metrics, err := get("http://" + addr + "/metrics")
-	if err != nil || code != 200 {
-		t.Fatalf("/metrics: %d %v", code, err)
-	}
-	for _, want := range []string{
-		`keyfleet_items_total{kind="exec",outcome="succeeded"}`,
-		`keyfleet_items_total{kind="exec",outcome="failed"}`,
-		`keyfleet_items_total{kind="exec",outcome="rate_limited"}`,
-		`keyfleet_items_total{kind="exec",outcome="rejected"}`,
-		`keyfleet_items_total{kind="exec",outcome="retried"}`,
-		`keyfleet_job_duration_seconds_bucket{kind="exec"`,
-		`keyfleet_credential_wait_seconds_count`,
-		`keyfleet_item_attempts_bucket{kind="exec",outcome="succeeded"`,
-		`keyfleet_credential_in_flight{credential="key-b"}`,
-		`keyfleet_credential_cooldowns_total{credential=`,
-		`source="retry_after"`,
-		`keyfleet_credential_rejections_total{cause="exit_77",credential="key-c"}`,
-		`keyfleet_slots 2`,
-		`keyfleet_slots_busy`,
-		`keyfleet_redeliveries_total`,
-		`keyfleet_lease_renew_failures_total`,
-		`keyfleet_dead_letters_total{kind="exec",reason="permanent failure"}`,
-		`keyfleet_dead_letters_total{kind="exec",reason="out of attempts"}`,
-		`keyfleet_fetch_messages_bucket`,
-		`go_goroutines`,
-		`process_resident_memory_bytes`,
-	} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("/metrics lacks %s", want)
+	// The worker counts an item after its result is stored: the last
+	// item's counts may reach /metrics a moment after its result.
+	var metrics string
+	var missing []string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body, err := get("http://" + addr + "/metrics")
+		if err != nil || code != 200 {
+			t.Fatalf("/metrics: %d %v", code, err)
 		}
+		metrics, missing = body, nil
+		for _, want := range wantedMetrics {
+			if !strings.Contains(metrics, want) {
+				missing = append(missing, want)
+			}
+		}
+		if len(missing) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(testutil.PollEvery)
+	}
+	for _, m := range missing {
+		t.Errorf("/metrics lacks %s (waited 30s)", m)
 	}
 	for _, id := range ids {
 		if strings.Contains(metrics, `"`+id+`"`) {
