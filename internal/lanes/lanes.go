@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,12 +28,39 @@ var script = redis.NewScript(lanesLua)
 type Schedule struct {
 	rdb   redis.Scripter
 	epoch string // KEYS[1]
+	turn  Turn
 }
 
-// New returns the schedule of the work stream named stream. Its keys share
-// one hash tag, so the schedule lives in one Redis Cluster slot.
+// Turn bounds how long the lane a pick chose keeps its level's picks
+// while it has items: up to Time or Slots slots, whichever ends first.
+// Its virtual time grows with every pick all the same, so the shares
+// stay exact beyond a turn; what a turn buys is fewer lanes active at
+// once, and each active JetStream consumer costs nats-server a state
+// write every 100 ms however few items it delivers (docs/waiting-model.md).
+// The zero Turn is none: every pick goes to the lowest virtual time.
+type Turn struct {
+	Time  time.Duration
+	Slots int
+}
+
+// TurnDefault is the turn New gives a schedule: 50 ms is a small part of
+// any share a person watches, and 1,024 slots ends a turn sooner on a
+// fast fleet.
+var TurnDefault = Turn{Time: 50 * time.Millisecond, Slots: 1024}
+
+// New returns the schedule of the work stream named stream, with
+// TurnDefault. Its keys share one hash tag, so the schedule lives in one
+// Redis Cluster slot.
 func New(rdb redis.Scripter, stream string) *Schedule {
-	return &Schedule{rdb: rdb, epoch: Prefix(stream) + "epoch"}
+	return &Schedule{rdb: rdb, epoch: Prefix(stream) + "epoch", turn: TurnDefault}
+}
+
+// WithTurn returns the schedule with turn instead of TurnDefault (the
+// zero Turn: none).
+func (s *Schedule) WithTurn(turn Turn) *Schedule {
+	c := *s
+	c.turn = turn
+	return &c
 }
 
 // Prefix is the prefix of every key of a stream's schedule.
@@ -54,6 +82,10 @@ type Lane struct {
 	// Gen orders the calls: the batch record's revision. A Sync with a
 	// lower Gen than the last one changes nothing.
 	Gen uint64
+	// Classes are what the lane's items wait for (the worker's names:
+	// a key set and a scope), each without white space; a pick passes
+	// over a lane whose every class it is given. None: never passed over.
+	Classes []string
 }
 
 // Synced says what Sync did.
@@ -77,7 +109,13 @@ func (s *Schedule) Sync(ctx context.Context, l Lane) (Synced, error) {
 	if l.Priority < 1 || l.Priority > 5 || l.Weight < 1 {
 		return Stale, fmt.Errorf("lanes: lane %q: priority %d, weight %d out of range", l.ID, l.Priority, l.Weight)
 	}
-	n, err := script.Run(ctx, s.rdb, []string{s.epoch}, "sync", l.ID, l.State, l.Priority, l.Weight, l.Gen).Int()
+	for _, c := range l.Classes {
+		if c == "" || strings.ContainsAny(c, " \t\n\v\f\r") {
+			return Stale, fmt.Errorf("lanes: lane %q: class %q is empty or holds white space", l.ID, c)
+		}
+	}
+	n, err := script.Run(ctx, s.rdb, []string{s.epoch}, "sync", l.ID, l.State, l.Priority, l.Weight, l.Gen,
+		strings.Join(l.Classes, " ")).Int()
 	if err != nil {
 		return Stale, fmt.Errorf("lanes: sync %q: %w", l.ID, err)
 	}
@@ -88,19 +126,20 @@ func (s *Schedule) Sync(ctx context.Context, l Lane) (Synced, error) {
 // registers the running lanes again (Sync), then picks again.
 var ErrLost = errors.New("lanes: the schedule is lost (Redis lost its state): register the lanes again")
 
-// Pick gives n free slots to the next lane: the lane whose virtual time is
-// lowest among the highest priority's lanes that are not resting after a
-// short fetch. The lanes in exclude are passed over for this pick (the
-// caller cannot take their items now: a worker waiting on a scope's keys
-// already): they keep their place and are not reported as resting. It
+// Pick gives n free slots to the next lane: the lane whose turn it is
+// (Turn), else the lane whose virtual time is lowest among the highest
+// priority's lanes that are not resting after a short fetch. A lane whose
+// every class is in exclude is passed over for this pick (the caller
+// cannot take its items now: it has its share of slots waiting for those
+// keys already): it keeps its place and is not reported as resting. It
 // returns the lane and its share (n), or no lane and how long until a
 // resting lane may be picked (-1: none is registered, or every lane is
-// excluded).
+// passed over).
 func (s *Schedule) Pick(ctx context.Context, n int, exclude ...string) (lane string, share int, wait time.Duration, err error) {
-	args := make([]any, 0, 2+len(exclude))
-	args = append(args, "pick", n)
-	for _, l := range exclude {
-		args = append(args, l)
+	args := make([]any, 0, 4+len(exclude))
+	args = append(args, "pick", n, s.turn.Time.Microseconds(), s.turn.Slots)
+	for _, c := range exclude {
+		args = append(args, c)
 	}
 	reply, err := script.Run(ctx, s.rdb, []string{s.epoch}, args...).StringSlice()
 	if err != nil {

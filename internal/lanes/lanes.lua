@@ -4,21 +4,30 @@
 --          Redis that lost it has none: the workers register the lanes
 --          again)
 -- ARGV[1]  op, then per op:
---   sync    lane state prio weight gen   register (state running) or take
---           out (paused, cancelled) a lane; gen orders the calls
---   pick    n [lane...]                  give n slots to the next lane,
---                                        skipping the lanes given
+--   sync    lane state prio weight gen classes
+--                                        register (state running) or take
+--           out (paused, cancelled) a lane; gen orders the calls;
+--           classes: what its items wait for (space separated, may be
+--           empty: never passed over)
+--   pick    n turn_us turn_slots [class...]
+--                                        give n slots to the next lane,
+--                                        passing over the lanes whose
+--                                        every class is given
 --   got     lane asked got               a fetch took fewer than given
 --   drained lane gen                     nothing of the lane is left
 --   claim   what owner ttl_ms            one worker at a time does what
 -- Keys under the prefix:
 --   q:<p>     zset  lane -> virtual start time, priority p = 1..5
---   vt:<p>    string the level's virtual time (the start of the last pick)
+--   vt:<p>    string the level's virtual time (the start of the last turn)
+--   turn:<p>  hash  l (the lane whose turn it is), e (the turn's end, us),
+--             n (slots given in the turn)
 --   lane:<l>  hash  p, w, gen, drained (the gen found empty), dry (until,
---             us), dryn (dry picks in a row)
+--             us), dryn (dry picks in a row), c (classes)
 local PFX = string.sub(KEYS[1], 1, -6) -- strip "epoch"
 local K_EPOCH = KEYS[1]
 local SCAN = 16           -- lanes examined per level and pick
+local PASS_MAX = 1024     -- lanes passed over (their classes given) per level, at most
+local PAGE = 32           -- lanes read at once while passing over
 local DRY_MIN = 50000     -- us: the first rest of a lane found empty
 local DRY_MAX = 1000000   -- us: the longest
 local LANE_TTL = 691200   -- s: a lane's hash outlives its batch record (7 days)
@@ -31,11 +40,12 @@ local function n2s(x) return string.format('%.0f', x) end
 local function k_q(p) return PFX .. 'q:' .. p end
 local function k_vt(p) return PFX .. 'vt:' .. p end
 local function k_lane(l) return PFX .. 'lane:' .. l end
+local function k_turn(p) return PFX .. 'turn:' .. p end
 local function vt(p) return tonumber(redis.call('GET', k_vt(p)) or '0') or 0 end
 
 local op = ARGV[1]
 if op == 'sync' then
-  local l, state, p, w, gen = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+  local l, state, p, w, gen, c = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] or ''
   redis.call('SET', K_EPOCH, '1')
   local h = redis.call('HMGET', k_lane(l), 'p', 'gen', 'drained')
   local oldp, oldgen, drained = tonumber(h[1] or '0') or 0, tonumber(h[2] or '0') or 0, tonumber(h[3] or '-1') or -1
@@ -49,7 +59,7 @@ if op == 'sync' then
       redis.call('ZREM', k_q(oldp), l)
     end
   end
-  redis.call('HSET', k_lane(l), 'p', p, 'w', w, 'gen', gen)
+  redis.call('HSET', k_lane(l), 'p', p, 'w', w, 'gen', gen, 'c', c)
   redis.call('EXPIRE', k_lane(l), LANE_TTL)
   if state ~= 'running' then
     return 1
@@ -71,33 +81,85 @@ elseif op == 'pick' then
   if redis.call('EXISTS', K_EPOCH) == 0 then
     return {'', '-2'}
   end
-  local n = tonumber(ARGV[2])
+  local n, turn_us, turn_slots = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
   local now = now_us()
   local soonest = -1
-  local skip, nskip = {}, #ARGV - 2
-  for i = 3, #ARGV do
+  local skip, skipping = {}, false
+  for i = 5, #ARGV do
     skip[ARGV[i]] = true
+    skipping = true
+  end
+  -- A lane is passed over when the caller cannot take items of any class
+  -- it has (it has its share of slots waiting for those keys already).
+  local function passed_over(c)
+    if not skipping or not c or c == '' then
+      return false
+    end
+    for class in string.gmatch(c, '%S+') do
+      if not skip[class] then
+        return false
+      end
+    end
+    return true
   end
   for p = 1, 5 do
-    local m = redis.call('ZRANGE', k_q(p), 0, SCAN + nskip - 1, 'WITHSCORES')
-    for j = 1, #m, 2 do
-      local l, sc = m[j], tonumber(m[j + 1])
-      -- A lane skipped (the caller cannot take its items now) keeps its
-      -- place and its score.
-      if not skip[l] then
-        local h = redis.call('HMGET', k_lane(l), 'dry', 'w')
-        local dry = tonumber(h[1] or '0') or 0
-        if dry <= now then
-          local w = tonumber(h[2] or '1') or 1
-          local v = vt(p)
-          if sc < v then
-            sc = v -- it was dry meanwhile: no credit for the time it had nothing
+    -- The lane whose turn it is goes on while it has items, for up to
+    -- turn_us or turn_slots, whichever ends first: fewer lanes are
+    -- active at once (each active JetStream consumer costs nats-server
+    -- a state write every 100 ms), and its score grows with every pick
+    -- all the same, so the shares stay exact beyond a turn.
+    local passed = false
+    local t = redis.call('HMGET', k_turn(p), 'l', 'e', 'n')
+    if t[1] and (tonumber(t[2]) or 0) > now and (tonumber(t[3]) or turn_slots) < turn_slots then
+      local sc = redis.call('ZSCORE', k_q(p), t[1])
+      if sc then
+        local h = redis.call('HMGET', k_lane(t[1]), 'dry', 'w', 'c')
+        if passed_over(h[3]) then
+          passed = true
+        elseif (tonumber(h[1] or '0') or 0) <= now then
+          redis.call('ZADD', k_q(p), tonumber(sc) + n / (tonumber(h[2] or '1') or 1), t[1])
+          redis.call('HINCRBY', k_turn(p), 'n', n)
+          return {t[1], tostring(n)}
+        end
+      end
+    end
+    -- Else the lowest virtual time of the level among the lanes that are
+    -- not resting after a short fetch and not passed over. A lane passed
+    -- over keeps its place and its score, and the lane picked in its
+    -- stead gets no turn: the next caller may take the other one.
+    local examined, read = 0, 0
+    while examined < SCAN and read < SCAN + PASS_MAX do
+      local m = redis.call('ZRANGE', k_q(p), read, read + PAGE - 1, 'WITHSCORES')
+      if #m == 0 then
+        break
+      end
+      read = read + #m / 2
+      for j = 1, #m, 2 do
+        local l, sc = m[j], tonumber(m[j + 1])
+        local h = redis.call('HMGET', k_lane(l), 'dry', 'w', 'c')
+        if passed_over(h[3]) then
+          passed = true
+        else
+          examined = examined + 1
+          local dry = tonumber(h[1] or '0') or 0
+          if dry <= now then
+            local w = tonumber(h[2] or '1') or 1
+            local v = vt(p)
+            if sc < v then
+              sc = v -- it was dry meanwhile: no credit for the time it had nothing
+            end
+            redis.call('ZADD', k_q(p), sc + n / w, l)
+            redis.call('SET', k_vt(p), tostring(sc))
+            if not passed and turn_slots > n and turn_us > 0 then
+              redis.call('HSET', k_turn(p), 'l', l, 'e', n2s(now + turn_us), 'n', n)
+            end
+            return {l, tostring(n)}
+          elseif soonest < 0 or dry < soonest then
+            soonest = dry
           end
-          redis.call('ZADD', k_q(p), sc + n / w, l)
-          redis.call('SET', k_vt(p), tostring(sc))
-          return {l, tostring(n)}
-        elseif soonest < 0 or dry < soonest then
-          soonest = dry
+          if examined >= SCAN then
+            break
+          end
         end
       end
     end

@@ -14,10 +14,12 @@ import (
 	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
 )
 
+// newSchedule returns a schedule without turns: every pick goes to the
+// lowest virtual time (TestTurns covers turns).
 func newSchedule(t *testing.T) (*lanes.Schedule, *redis.Client) {
 	t.Helper()
 	rdb := redistest.Start(t).Client(t)
-	return lanes.New(rdb, redistest.UniqueName(t)), rdb
+	return lanes.New(rdb, redistest.UniqueName(t)).WithTurn(lanes.Turn{}), rdb
 }
 
 func sync(t *testing.T, s *lanes.Schedule, l lanes.Lane) lanes.Synced {
@@ -183,51 +185,137 @@ func TestSyncRefusesBadLanes(t *testing.T) {
 	}
 }
 
-// Lanes a pick excludes are passed over (a worker waiting on one scope's
-// keys takes another scope's lane, whatever the priorities), keep their
-// place, and are not counted as resting; the exclusion holds past the
-// lanes a pick examines per level.
+// Lanes whose every class a pick excludes are passed over (a worker
+// waiting on one scope's keys takes another scope's lane, whatever the
+// priorities), keep their place, and are not counted as resting; the
+// exclusion holds past the lanes a pick examines per level. A lane with a
+// class not excluded, or with none, is not passed over.
 func TestPickExcludes(t *testing.T) {
 	s, _ := newSchedule(t)
 	ctx := context.Background()
-	const gpt, o3 = "b\x00gpt-4o", "b\x00o3"
-	sync(t, s, lanes.Lane{ID: "urgent\x00gpt-4o", Priority: 1, Gen: 1})
-	sync(t, s, lanes.Lane{ID: gpt, Priority: 3, Gen: 1})
-	sync(t, s, lanes.Lane{ID: o3, Priority: 3, Gen: 1})
+	const gpt, o3, urgent = "b\x00gpt-4o", "b\x00o3", "urgent\x00gpt-4o"
+	sync(t, s, lanes.Lane{ID: urgent, Priority: 1, Gen: 1, Classes: []string{"*|gpt-4o"}})
+	sync(t, s, lanes.Lane{ID: gpt, Priority: 3, Gen: 1, Classes: []string{"*|gpt-4o"}})
+	sync(t, s, lanes.Lane{ID: o3, Priority: 3, Gen: 1, Classes: []string{"*|o3"}})
 	got := map[string]int{}
 	for range 10 {
-		l, share, _, err := s.Pick(ctx, 2, "urgent\x00gpt-4o", gpt)
+		l, share, _, err := s.Pick(ctx, 2, "*|gpt-4o")
 		if err != nil {
 			t.Fatal(err)
 		}
 		got[l] += share
 	}
 	if got[o3] != 20 || len(got) != 1 {
-		t.Fatalf("picks excluding the gpt-4o lanes: %v, want all 20 slots to %q", got, o3)
+		t.Fatalf("picks excluding the gpt-4o class: %v, want all 20 slots to %q", got, o3)
 	}
 	// The excluded lanes kept their place: the urgent one first, then the
 	// gpt-4o lane of b, which o3 got ahead of.
-	for _, want := range []string{"urgent\x00gpt-4o", "urgent\x00gpt-4o"} {
+	for _, want := range []string{urgent, urgent} {
 		if l, _, _, _ := s.Pick(ctx, 1); l != want {
 			t.Fatalf("pick without exclusions: %q, want %q", l, want)
 		}
 	}
-	if l, _, _, _ := s.Pick(ctx, 1, "urgent\x00gpt-4o"); l != gpt {
+	sync(t, s, lanes.Lane{ID: urgent, State: lanes.Paused, Priority: 1, Gen: 2, Classes: []string{"*|gpt-4o"}})
+	if l, _, _, _ := s.Pick(ctx, 1, "*|o3"); l != gpt {
 		t.Fatalf("pick after o3's 20 slots: %q, want %q", l, gpt)
 	}
-	if l, _, wait, err := s.Pick(ctx, 1, "urgent\x00gpt-4o", gpt, o3); err != nil || l != "" || wait != -1 {
-		t.Fatalf("every lane excluded: %q %s %v, want nothing and no lane resting", l, wait, err)
+	if l, _, wait, err := s.Pick(ctx, 1, "*|gpt-4o", "*|o3"); err != nil || l != "" || wait != -1 {
+		t.Fatalf("every class excluded: %q %s %v, want nothing and no lane resting", l, wait, err)
+	}
+	// A lane of two classes (a batch of two kinds) is passed over only
+	// when both are excluded; a lane of no class never.
+	sync(t, s, lanes.Lane{ID: "two", Priority: 2, Gen: 1, Classes: []string{"chat|", "embed|"}})
+	sync(t, s, lanes.Lane{ID: "none", Priority: 2, Gen: 1})
+	got = map[string]int{}
+	for range 4 {
+		l, _, _, _ := s.Pick(ctx, 1, "chat|")
+		got[l]++
+	}
+	if got["two"] != 2 || got["none"] != 2 {
+		t.Fatalf("one of two classes excluded: %v, want two and none to share", got)
+	}
+	if l, _, _, _ := s.Pick(ctx, 1, "chat|", "embed|", "*|gpt-4o", "*|o3"); l != "none" {
+		t.Fatalf("both classes excluded: %q, want the lane of no class", l)
 	}
 
 	many, _ := newSchedule(t)
-	var exclude []string
-	for i := range 20 {
-		id := fmt.Sprintf("a%02d", i)
-		exclude = append(exclude, id)
-		sync(t, many, lanes.Lane{ID: id, Priority: 3, Gen: 1})
+	for i := range 100 {
+		sync(t, many, lanes.Lane{ID: fmt.Sprintf("a%03d", i), Priority: 3, Gen: 1, Classes: []string{"k1|"}})
 	}
-	sync(t, many, lanes.Lane{ID: "z", Priority: 3, Gen: 1})
-	if l, _, _, err := many.Pick(ctx, 1, exclude...); err != nil || l != "z" {
-		t.Fatalf("20 lanes ahead excluded: %q %v, want z", l, err)
+	sync(t, many, lanes.Lane{ID: "z", Priority: 3, Gen: 1, Classes: []string{"k2|"}})
+	if l, _, _, err := many.Pick(ctx, 1, "k1|"); err != nil || l != "z" {
+		t.Fatalf("100 lanes ahead excluded: %q %v, want z", l, err)
 	}
+	if _, err := many.Sync(ctx, lanes.Lane{ID: "y", State: lanes.Running, Priority: 3, Weight: 1, Classes: []string{"a b"}}); err == nil {
+		t.Fatal("a class with a space: want an error")
+	}
+}
+
+// A lane picked keeps its level's picks for its turn (up to Slots slots
+// or Time, whatever ends first), while it has items; its virtual time
+// grows all the same, so the shares over several turns stay exact. A
+// higher priority takes over at once, a lane that comes back short ends
+// its turn, and a pick that passed over a lane starts no turn.
+func TestTurns(t *testing.T) {
+	rdb := redistest.Start(t).Client(t)
+	s := lanes.New(rdb, redistest.UniqueName(t)).WithTurn(lanes.Turn{Time: time.Hour, Slots: 10})
+	ctx := context.Background()
+	sync(t, s, lanes.Lane{ID: "a", Priority: 3, Gen: 1, Classes: []string{"k|"}})
+	sync(t, s, lanes.Lane{ID: "b", Priority: 3, Gen: 1, Classes: []string{"k|"}})
+	var order []string
+	for range 40 {
+		l, share, _, err := s.Pick(ctx, 1)
+		if err != nil || share != 1 {
+			t.Fatal(l, share, err)
+		}
+		order = append(order, l)
+	}
+	for i, l := range order {
+		if want := order[i/10*10]; l != want {
+			t.Fatalf("pick %d went to %q inside %q's turn: %v", i, l, want, order)
+		}
+	}
+	if got := count(order); got["a"] != 20 || got["b"] != 20 {
+		t.Fatalf("4 turns of 10: %v, want 20/20", got)
+	}
+	// Weights 3 : 1 over many turns.
+	sync(t, s, lanes.Lane{ID: "a", Priority: 3, Weight: 3, Gen: 2, Classes: []string{"k|"}})
+	if got := picks(t, s, 400); got["a"] < 290 || got["a"] > 310 {
+		t.Fatalf("weights 3:1 with turns of 10: %v", got)
+	}
+	// An urgent lane takes over inside a turn.
+	sync(t, s, lanes.Lane{ID: "u", Priority: 1, Gen: 1})
+	if got := picks(t, s, 3); got["u"] != 3 {
+		t.Fatalf("urgent during a turn: %v", got)
+	}
+	sync(t, s, lanes.Lane{ID: "u", State: lanes.Cancelled, Priority: 1, Gen: 2})
+	// A short fetch ends the turn.
+	l, _, _, _ := s.Pick(ctx, 1)
+	if err := s.Got(ctx, l, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if next, _, _, _ := s.Pick(ctx, 1); next == l {
+		t.Fatalf("%q came back short and kept its turn", l)
+	}
+	// The turn's lane passed over by one caller keeps its turn for others.
+	s2, _ := newSchedule(t)
+	s2 = s2.WithTurn(lanes.Turn{Time: time.Hour, Slots: 10})
+	sync(t, s2, lanes.Lane{ID: "x", Priority: 3, Gen: 1, Classes: []string{"kx|"}})
+	sync(t, s2, lanes.Lane{ID: "y", Priority: 3, Gen: 1, Classes: []string{"ky|"}})
+	first, _, _, _ := s2.Pick(ctx, 1)
+	other := map[string]string{"x": "y", "y": "x"}[first]
+	if l, _, _, _ := s2.Pick(ctx, 1, "k"+first+"|"); l != other {
+		t.Fatalf("turn lane passed over: %q, want %q", l, other)
+	}
+	if l, _, _, _ := s2.Pick(ctx, 1); l != first {
+		t.Fatalf("after a caller passed over it: %q, want %q's turn to go on", l, first)
+	}
+}
+
+func count(ls []string) map[string]int {
+	out := map[string]int{}
+	for _, l := range ls {
+		out[l]++
+	}
+	return out
 }

@@ -109,7 +109,8 @@ func (w *Worker) syncLane(ctx context.Context, b queue.BatchInfo) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	for _, lane := range b.Lanes() {
-		if _, err := w.sched.Sync(ctx, lanes.Lane{ID: lane, State: b.Status(), Priority: b.Prio(), Weight: b.Wt(), Gen: b.Rev}); err != nil {
+		if _, err := w.sched.Sync(ctx, lanes.Lane{ID: lane, State: b.Status(), Priority: b.Prio(), Weight: b.Wt(), Gen: b.Rev,
+			Classes: w.laneClasses(b, lane)}); err != nil {
 			return err
 		}
 	}

@@ -10,6 +10,7 @@ var (
 	errLeaseLost   = errors.New("credential lease lost")
 )
 
-// errLaneWaiting: the item's lane has its share of slots waiting for a key
-// (laneWaits) and no key has room for the item now; it goes back.
-var errLaneWaiting = errors.New("its lane has its share of slots waiting for a key")
+// errClassWaiting: items of the item's class (its keys and scope) have
+// their share of slots waiting for a key (classWaits) and no key has room
+// for the item now; it goes back.
+var errClassWaiting = errors.New("items of its keys and scope have their share of slots waiting for a key")

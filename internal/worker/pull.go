@@ -92,8 +92,9 @@ func (w *Worker) pull(pullCtx, runCtx context.Context, slots *sync.WaitGroup) {
 				break more
 			}
 		}
-		// Lanes with their share of this worker's slots waiting for a key
-		// are passed over: the free slots go to other lanes (waits.go).
+		// Lanes whose items' classes have their share of this worker's
+		// slots waiting for a key are passed over: the free slots go to
+		// other lanes (waits.go).
 		lane, share, wait, err := w.pick(pullCtx, n, w.waits.full()...)
 		if err != nil {
 			giveBack(n)
@@ -154,7 +155,7 @@ func (w *Worker) pull(pullCtx, runCtx context.Context, slots *sync.WaitGroup) {
 const legacyCheckEvery = 5 * time.Second
 
 // pick asks the lane schedule where n free slots go, passing over the
-// lanes in exclude (queue.Lane: one batch's items of one scope). A
+// lanes of the classes in exclude (waits.go). A
 // schedule Redis lost is registered again from the batch records first.
 func (w *Worker) pick(ctx context.Context, n int, exclude ...string) (lane string, share int, wait time.Duration, err error) {
 	lane, share, wait, err = w.sched.Pick(ctx, n, exclude...)

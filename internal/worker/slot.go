@@ -97,8 +97,8 @@ func (w *Worker) handle(pullCtx, runCtx context.Context, msg jetstream.Msg) {
 			return
 		}
 		if err != nil {
-			if errors.Is(err, errLaneWaiting) {
-				d.log.Debug("item handed back: its lane has its share of slots waiting for a key, and no key has room for it now")
+			if errors.Is(err, errClassWaiting) {
+				d.log.Debug("item handed back: items of its keys and scope have their share of slots waiting for a key, and no key has room for it now")
 			} else {
 				d.log.Debug("item handed back before it ran (again)", zap.NamedError("why", err))
 			}
@@ -235,9 +235,9 @@ func (w *Worker) runOnce(pullCtx, itemCtx context.Context, d *delivery, h jobs.H
 }
 
 // acquire waits for a credential lease among the keys the item's kind may
-// use, for its cost and scope. While its lane has its share of this
-// worker's slots waiting already (laneWaits), it does not wait: a key with
-// room now, or errLaneWaiting. It fails closed: while Redis cannot be
+// use, for its cost and scope. While its class (keys and scope) has its
+// share of this worker's slots waiting already (classWaits), it does not
+// wait: a key with room now, or errClassWaiting. It fails closed: while Redis cannot be
 // reached it keeps waiting (the message is kept alive meanwhile) and runs
 // nothing. When Redis has lost the pool it registers it again.
 func (w *Worker) acquire(pullCtx, itemCtx context.Context, d *delivery, cost int64) (*creds.Lease, error) {
@@ -248,19 +248,20 @@ func (w *Worker) acquire(pullCtx, itemCtx context.Context, d *delivery, cost int
 	owner := w.id + "/" + shorten(d.it.ID, 64)
 	b := newBackoff(100*time.Millisecond, 5*time.Second)
 	start := time.Now()
-	lane := queue.Lane(d.it.Batch, d.it.Scope)
+	keys := w.keysFor(d.it.Kind)
+	class := waitClass(keys, d.scope)
 	for {
 		_, prio := w.batches.state(d.it.Batch)
-		req := creds.Request{Owner: owner, Cost: cost, Priority: prio, Scope: d.scope, Keys: w.keysFor(d.it.Kind)}
+		req := creds.Request{Owner: owner, Cost: cost, Priority: prio, Scope: d.scope, Keys: keys}
 		var l *creds.Lease
 		var err error
-		if w.waits.enter(lane) {
+		if w.waits.enter(class) {
 			l, err = w.pool.AcquireWith(ctx, req)
-			if w.waits.leave(lane) {
-				w.batches.poke() // the puller may take from the lane again
+			if w.waits.leave(class) {
+				w.batches.poke() // the puller may take from the class's lanes again
 			}
 		} else if l, err = w.pool.TryAcquireWith(ctx, req); errors.Is(err, creds.ErrNoneAvailable) {
-			return nil, errLaneWaiting
+			return nil, errClassWaiting
 		}
 		if err == nil {
 			w.redisOK.Store(true)

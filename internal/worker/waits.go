@@ -2,69 +2,117 @@ package worker
 
 import (
 	"slices"
+	"strings"
 	"sync"
+
+	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
-// laneWaits bounds how many of a worker's slots may wait for a key on
-// behalf of one lane (a batch's items of one scope): an item whose lane
-// has its share of waiting slots does not wait in its slot, and the lane
-// is not pulled from until one of them is served. So items blocked on one
-// scope's or one group's limits never take every slot while items of
-// another lane have room (no head-of-line blocking), and a lane whose
-// keys merely take turns keeps enough waiters queued to use every key the
-// moment it frees. See docs/waiting-model.md.
-type laneWaits struct {
-	max int // slots one lane may have waiting
+// classWaits bounds how many of a worker's slots may wait for a key on
+// behalf of one class of items: the keys of their kind (a key set, or
+// every key) and their scope, what an item can wait for. An item whose
+// class has its share of waiting slots does not wait in its slot, and the
+// lanes of that class are not pulled from until one of them is served. So
+// items blocked on one scope's or one group's limits never take every
+// slot while items of another class have room (no head-of-line blocking),
+// a class whose keys merely take turns keeps enough waiters queued to use
+// every key the moment it frees, and lanes of one class (batches that
+// want the same keys) share the waiting slots in the order the lane
+// schedule picks them, so priority and weights hold among them. See
+// docs/waiting-model.md.
+type classWaits struct {
+	max int // slots one class may have waiting
 
 	mu sync.Mutex
 	n  map[string]int
 }
 
-// laneWaitShare is the share of a worker's slots one lane may have
+// classWaitShare is the share of a worker's slots one class may have
 // waiting for a key: half, at least one.
-func laneWaitShare(concurrency int) int { return max(1, concurrency/2) }
+func classWaitShare(concurrency int) int { return max(1, concurrency/2) }
 
-func newLaneWaits(concurrency int) *laneWaits {
-	return &laneWaits{max: laneWaitShare(concurrency), n: map[string]int{}}
+func newClassWaits(concurrency int) *classWaits {
+	return &classWaits{max: classWaitShare(concurrency), n: map[string]int{}}
 }
 
-// enter counts a slot that is about to wait for lane, and reports false
-// (counting nothing) when the lane has its share waiting already.
-func (l *laneWaits) enter(lane string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.n[lane] >= l.max {
+// enter counts a slot that is about to wait for class, and reports false
+// (counting nothing) when the class has its share waiting already.
+func (c *classWaits) enter(class string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n[class] >= c.max {
 		return false
 	}
-	l.n[lane]++
+	c.n[class]++
 	return true
 }
 
-// leave ends what enter counted; it reports whether the lane was full
-// (so that the puller may look at it again).
-func (l *laneWaits) leave(lane string) (wasFull bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	wasFull = l.n[lane] >= l.max
-	if l.n[lane] <= 1 {
-		delete(l.n, lane)
+// leave ends what enter counted; it reports whether the class was full
+// (so that the puller may look at its lanes again).
+func (c *classWaits) leave(class string) (wasFull bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	wasFull = c.n[class] >= c.max
+	if c.n[class] <= 1 {
+		delete(c.n, class)
 	} else {
-		l.n[lane]--
+		c.n[class]--
 	}
 	return wasFull
 }
 
-// full lists the lanes with their share of slots waiting, sorted: the
-// puller passes them over.
-func (l *laneWaits) full() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// full lists the classes with their share of slots waiting, sorted: the
+// puller passes their lanes over.
+func (c *classWaits) full() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	var out []string
-	for lane, n := range l.n {
-		if n >= l.max {
-			out = append(out, lane)
+	for class, n := range c.n {
+		if n >= c.max {
+			out = append(out, class)
 		}
 	}
 	slices.Sort(out)
+	return out
+}
+
+// waitClass names what an item of kind and scope waits for: its kind's
+// key set (everyKey: every key) and its scope. The name holds no white
+// space (a key set's name is hex, a scope has none: creds.ValidScope).
+func waitClass(keys *creds.KeySet, scope string) string {
+	set := everyKey
+	if keys != nil {
+		set = keys.Name()
+	}
+	return set + "|" + scope
+}
+
+// everyKey is the key-set part of a class whose kind may use every key.
+const everyKey = "*"
+
+// laneClasses are the classes of lane's items, from its batch record: one
+// per kind the batch was enqueued with (the record's comma-separated
+// list), at the lane's scope. A kind this worker does not know gets a
+// class of its own, never full here. No kinds known: none (the lane is
+// never passed over).
+func (w *Worker) laneClasses(b queue.BatchInfo, lane string) []string {
+	if b.Kind == "" {
+		return nil
+	}
+	_, scope := queue.LaneParts(lane)
+	var out []string
+	for _, kind := range strings.Split(b.Kind, ",") {
+		var class string
+		if _, ok := w.handlers[kind]; ok {
+			class = waitClass(w.keysFor(kind), scope)
+		} else {
+			class = "?" + kind + "|" + scope
+		}
+		if strings.ContainsAny(class, " \t\n\v\f\r") || slices.Contains(out, class) {
+			continue
+		}
+		out = append(out, class)
+	}
 	return out
 }

@@ -64,7 +64,7 @@ type Worker struct {
 	// (jobs.kinds.<name>.credentials); other kinds may use every key. One
 	// pool handle serves them all, batching their acquires together.
 	kindKeys map[string]*creds.KeySet
-	waits    *laneWaits
+	waits    *classWaits
 	probers  []kindProber // with pool.probe_interval (probe.go)
 	runs     *runCounter
 	sched    *lanes.Schedule // which batch to pull from (batches.go)
@@ -117,7 +117,7 @@ func New(o Options) (*Worker, error) {
 		secrets: secrets,
 		started: time.Now(),
 		batches: newBatchView(),
-		waits:   newLaneWaits(cfg.Worker.Concurrency),
+		waits:   newClassWaits(cfg.Worker.Concurrency),
 	}
 	w.activity = make(chan struct{}, 1)
 	w.busy.changed, w.done.changed, w.failed.changed = w.activity, w.activity, w.activity

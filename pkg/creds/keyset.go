@@ -32,6 +32,10 @@ func NewKeySet(ids ...string) (*KeySet, error) {
 	return &KeySet{ids: sorted, name: groupName(sorted)}, nil
 }
 
+// Name is the key set's name: the same IDs always give the same name, a
+// short run of hex digits.
+func (k *KeySet) Name() string { return k.name }
+
 // IDs are the key set's credential IDs, sorted.
 func (k *KeySet) IDs() []string { return slices.Clone(k.ids) }
 
