@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -256,8 +257,13 @@ func (w *Worker) acquire(pullCtx, itemCtx context.Context, d *delivery, cost int
 		var l *creds.Lease
 		var err error
 		if w.waits.enter(class) {
+			var queued atomic.Bool
+			req.Queued = func() {
+				queued.Store(true)
+				w.waits.queued(class)
+			}
 			l, err = w.pool.AcquireWith(ctx, req)
-			if w.waits.leave(class) {
+			if w.waits.leave(class, queued.Load()) {
 				w.batches.poke() // the puller may take from the class's lanes again
 			}
 		} else if l, err = w.pool.TryAcquireWith(ctx, req); errors.Is(err, creds.ErrNoneAvailable) {

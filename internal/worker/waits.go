@@ -11,21 +11,24 @@ import (
 
 // classWaits bounds how many of a worker's slots may wait for a key on
 // behalf of one class of items: the keys of their kind (a key set, or
-// every key) and their scope, what an item can wait for. An item whose
-// class has its share of waiting slots does not wait in its slot, and the
-// lanes of that class are not pulled from until one of them is served. So
-// items blocked on one scope's or one group's limits never take every
-// slot while items of another class have room (no head-of-line blocking),
-// a class whose keys merely take turns keeps enough waiters queued to use
-// every key the moment it frees, and lanes of one class (batches that
-// want the same keys) share the waiting slots in the order the lane
-// schedule picks them, so priority and weights hold among them. See
-// docs/waiting-model.md.
+// every key) and their scope, what an item can wait for. At most half the
+// slots may be in an acquire of one class that may wait (enter); an item
+// past that tries once without waiting. When that many are queued in the
+// pool without a grant (queued), the class is full: the puller passes
+// its lanes over until one of them is served. So items blocked on one
+// scope's or one group's limits never take every slot while items of
+// another class have room (no head-of-line blocking), a class whose keys
+// merely take turns keeps enough waiters queued to use every key the
+// moment it frees, acquires served at once never stop the pulling, and
+// lanes of one class (batches that want the same keys) share the waiting
+// slots in the order the lane schedule picks them, so priority and
+// weights hold among them. See docs/waiting-model.md.
 type classWaits struct {
 	max int // slots one class may have waiting
 
-	mu sync.Mutex
-	n  map[string]int
+	mu       sync.Mutex
+	entered  map[string]int // slots in an acquire that may wait
+	inQueued map[string]int // of those, queued in the pool without a grant
 }
 
 // classWaitShare is the share of a worker's slots one class may have
@@ -33,42 +36,59 @@ type classWaits struct {
 func classWaitShare(concurrency int) int { return max(1, concurrency/2) }
 
 func newClassWaits(concurrency int) *classWaits {
-	return &classWaits{max: classWaitShare(concurrency), n: map[string]int{}}
+	return &classWaits{max: classWaitShare(concurrency), entered: map[string]int{}, inQueued: map[string]int{}}
 }
 
-// enter counts a slot that is about to wait for class, and reports false
-// (counting nothing) when the class has its share waiting already.
+// enter counts a slot that is about to acquire for class and may wait,
+// and reports false (counting nothing) when the class has its share of
+// slots in such acquires already.
 func (c *classWaits) enter(class string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.n[class] >= c.max {
+	if c.entered[class] >= c.max {
 		return false
 	}
-	c.n[class]++
+	c.entered[class]++
 	return true
 }
 
-// leave ends what enter counted; it reports whether the class was full
-// (so that the puller may look at its lanes again).
-func (c *classWaits) leave(class string) (wasFull bool) {
+// queued counts an entered slot that the pool queued without a grant.
+func (c *classWaits) queued(class string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	wasFull = c.n[class] >= c.max
-	if c.n[class] <= 1 {
-		delete(c.n, class)
-	} else {
-		c.n[class]--
+	c.inQueued[class]++
+}
+
+// leave ends what enter (and queued, if wasQueued) counted; it reports
+// whether the class was full (so that the puller may look at its lanes
+// again).
+func (c *classWaits) leave(class string, wasQueued bool) (wasFull bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	decr(c.entered, class)
+	if !wasQueued {
+		return false
 	}
+	wasFull = c.inQueued[class] >= c.max
+	decr(c.inQueued, class)
 	return wasFull
 }
 
-// full lists the classes with their share of slots waiting, sorted: the
-// puller passes their lanes over.
+func decr(m map[string]int, k string) {
+	if m[k] <= 1 {
+		delete(m, k)
+	} else {
+		m[k]--
+	}
+}
+
+// full lists the classes with their share of slots queued in the pool,
+// sorted: the puller passes their lanes over.
 func (c *classWaits) full() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []string
-	for class, n := range c.n {
+	for class, n := range c.inQueued {
 		if n >= c.max {
 			out = append(out, class)
 		}

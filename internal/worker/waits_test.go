@@ -9,9 +9,9 @@ import (
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
-// A class may have half the slots waiting; the others go to other
-// classes, and the puller passes over the full ones until one of their
-// slots is served.
+// A class may have half the slots in acquires that may wait; the class
+// is full (its lanes passed over) only when that many are queued in the
+// pool: acquires served at once never stop the pulling.
 func TestClassWaits(t *testing.T) {
 	c := newClassWaits(4)
 	for i := range 2 {
@@ -22,20 +22,31 @@ func TestClassWaits(t *testing.T) {
 	if c.enter("*|gpt-4o") {
 		t.Fatal("a third gpt-4o slot of 4 let in to wait")
 	}
+	if got := c.full(); len(got) != 0 {
+		t.Fatalf("two acquires in flight, none queued: full %v, want none", got)
+	}
+	c.queued("*|gpt-4o")
+	if got := c.full(); len(got) != 0 {
+		t.Fatalf("one of two queued: full %v, want none", got)
+	}
+	c.queued("*|gpt-4o")
 	if !c.enter("*|o3") {
 		t.Fatal("o3 refused while only gpt-4o is full")
 	}
 	if got := c.full(); !reflect.DeepEqual(got, []string{"*|gpt-4o"}) {
 		t.Fatalf("full: %v", got)
 	}
-	if !c.leave("*|gpt-4o") {
+	if !c.leave("*|gpt-4o", true) {
 		t.Fatal("leaving a full class: want wasFull")
 	}
-	if c.leave("*|o3") {
-		t.Fatal("leaving a class under its share: want not wasFull")
+	if c.leave("*|o3", false) {
+		t.Fatal("leaving an acquire served at once: want not wasFull")
 	}
 	if got := c.full(); len(got) != 0 {
 		t.Fatalf("full after a slot was served: %v", got)
+	}
+	if !c.enter("*|gpt-4o") {
+		t.Fatal("a gpt-4o slot refused after one left")
 	}
 	if one := newClassWaits(1); !one.enter("x") || one.enter("x") {
 		t.Fatal("concurrency 1: one slot may wait, no more")

@@ -53,6 +53,12 @@ type Request struct {
 	// should hold only keys of the handle's: the handle has no secret for
 	// the others.
 	Keys *KeySet
+	// Queued, when set, is called once if the acquire could not be
+	// served at once and waits in the fleet's queue (never for one served
+	// at once, nor after AcquireWith returned). It runs on the pool's own
+	// goroutine, with the pool's lock held: it must be quick and must not
+	// call the pool.
+	Queued func()
 }
 
 // Priorities of a Request: PriorityFirst..PriorityLast, PriorityDefault

@@ -57,9 +57,13 @@ type waiter struct {
 	keys   *KeySet // nil: the handle's group
 	try    bool
 	queued bool // Redis said it is in the queue
-	sent   bool // its E op went out in a step
-	joined bool // its handle's group was recorded again for it once
-	res    chan waitResult
+	// onQueued is Request.Queued, called once when a step left the
+	// waiter queued without a grant (told: it was).
+	onQueued func()
+	told     bool
+	sent     bool // its E op went out in a step
+	joined   bool // its handle's group was recorded again for it once
+	res      chan waitResult
 }
 
 type waitResult struct {
@@ -135,7 +139,8 @@ func (d *dispatcher) newWaiter(r Request, try bool) (*waiter, error) {
 	}
 	d.seq++
 	wid := d.p.instance + "." + strconv.FormatUint(d.seq, 36)
-	w := &waiter{wid: wid, cost: r.Cost, owner: r.Owner, prio: r.Priority, scope: r.Scope, keys: r.Keys, try: try, res: make(chan waitResult, 1)}
+	w := &waiter{wid: wid, cost: r.Cost, owner: r.Owner, prio: r.Priority, scope: r.Scope, keys: r.Keys, try: try,
+		onQueued: r.Queued, res: make(chan waitResult, 1)}
 	class := d.p.group
 	if r.Keys != nil {
 		class = r.Keys.name
@@ -448,6 +453,7 @@ func (d *dispatcher) apply(ops []*op, r stepReply, sent time.Time) {
 	p := d.p
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	var newlyQueued []*waiter
 	for i, o := range ops {
 		res := r.results[i]
 		switch o.args[0] {
@@ -459,6 +465,9 @@ func (d *dispatcher) apply(ops []*op, r stepReply, sent time.Time) {
 			switch res.code {
 			case 0:
 				w.queued = true
+				if w.onQueued != nil && !w.told {
+					newlyQueued = append(newlyQueued, w)
+				}
 			case 1:
 				// a try that was served: its grant is among the grants
 			case -1:
@@ -518,6 +527,12 @@ func (d *dispatcher) apply(ops []*op, r stepReply, sent time.Time) {
 		delete(d.waiters, g.wid)
 		l.Owner, l.Scope = w.owner, w.scope
 		w.res <- waitResult{lease: l}
+	}
+	for _, w := range newlyQueued {
+		if d.waiters[w.wid] == w { // not granted in this step: it waits
+			w.told = true
+			w.onQueued()
+		}
 	}
 	if r.timer >= 0 {
 		d.timerAt = time.Now().Add(r.timer)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
@@ -69,5 +71,56 @@ func TestPriorityOutOfRange(t *testing.T) {
 		if _, err := p.AcquireWith(context.Background(), creds.Request{Owner: "w", Priority: prio}); !errors.Is(err, creds.ErrInvalid) {
 			t.Errorf("priority %d: want ErrInvalid, got %v", prio, err)
 		}
+	}
+}
+
+// Request.Queued says an acquire waits in the fleet's queue: once, only
+// for one that could not be served at once, never after it returned.
+func TestQueuedIsCalledOnlyForWaiters(t *testing.T) {
+	e := newEnv(t)
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 1})
+	var calls atomic.Int32
+	queued := func() { calls.Add(1) }
+	held, err := p.AcquireWith(ctxT(t, 10*time.Second), creds.Request{Owner: "first", Queued: queued})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("served at once: Queued called %d times, want 0", n)
+	}
+	done := make(chan *creds.Lease, 1)
+	go func() {
+		l, err := p.AcquireWith(ctxT(t, 30*time.Second), creds.Request{Owner: "second", Queued: queued})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- l
+	}()
+	e.waitQueued(p, 1)
+	testutil.WaitFor(t, "Queued to be called", 10*time.Second, func() bool { return calls.Load() == 1 })
+	if err := p.Release(context.Background(), held); err != nil {
+		t.Fatal(err)
+	}
+	l := <-done
+	if l == nil {
+		t.Fatal("the waiter got no lease")
+	}
+	// One that gives up while queued: called once, and not after.
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := p.AcquireWith(ctx, creds.Request{Owner: "third", Queued: queued})
+		gaveUp <- err
+	}()
+	testutil.WaitFor(t, "the third to be queued", 10*time.Second, func() bool { return calls.Load() == 2 })
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, creds.ErrCanceled) {
+		t.Fatalf("cancelled waiter: %v", err)
+	}
+	if err := p.Release(context.Background(), l); err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("Queued called %d times in all, want 2", n)
 	}
 }
