@@ -89,7 +89,7 @@ type batchesSizes struct {
 	backlog, backlogDone, urgent int
 	fair                         int           // items of each fair-share batch
 	gap, lead, window            time.Duration // A → B; B → window; the window
-	many, small, manyBatches     int // items of the throughput phases; batches of their "many" variant
+	many, small, manyBatches     int           // items of the throughput phases; batches of their "many" variant
 }
 
 func batchesSizesFor(quick bool) batchesSizes {
