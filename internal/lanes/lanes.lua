@@ -19,8 +19,9 @@
 -- Keys under the prefix:
 --   q:<p>     zset  lane -> virtual start time, priority p = 1..5
 --   vt:<p>    string the level's virtual time (the start of the last turn)
---   turn:<p>  hash  l (the lane whose turn it is), e (the turn's end, us),
---             n (slots given in the turn)
+--   turn:<p>:<classes>
+--             hash  l (the lane of those classes whose turn it is at
+--             level p), e (the turn's end, us), n (slots given in it)
 --   lane:<l>  hash  p, w, gen, drained (the gen found empty), dry (until,
 --             us), dryn (dry picks in a row), c (classes)
 local PFX = string.sub(KEYS[1], 1, -6) -- strip "epoch"
@@ -40,7 +41,7 @@ local function n2s(x) return string.format('%.0f', x) end
 local function k_q(p) return PFX .. 'q:' .. p end
 local function k_vt(p) return PFX .. 'vt:' .. p end
 local function k_lane(l) return PFX .. 'lane:' .. l end
-local function k_turn(p) return PFX .. 'turn:' .. p end
+local function k_turn(p, c) return PFX .. 'turn:' .. p .. ':' .. c end
 local function vt(p) return tonumber(redis.call('GET', k_vt(p)) or '0') or 0 end
 
 local op = ARGV[1]
@@ -103,32 +104,12 @@ elseif op == 'pick' then
     return true
   end
   for p = 1, 5 do
-    -- The lane whose turn it is goes on while it has items, for up to
-    -- turn_us or turn_slots, whichever ends first: fewer lanes are
-    -- active at once (each active JetStream consumer costs nats-server
-    -- a state write every 100 ms), and its score grows with every pick
-    -- all the same, so the shares stay exact beyond a turn.
-    local passed = false
-    local t = redis.call('HMGET', k_turn(p), 'l', 'e', 'n')
-    if t[1] and (tonumber(t[2]) or 0) > now and (tonumber(t[3]) or turn_slots) < turn_slots then
-      local sc = redis.call('ZSCORE', k_q(p), t[1])
-      if sc then
-        local h = redis.call('HMGET', k_lane(t[1]), 'dry', 'w', 'c')
-        if passed_over(h[3]) then
-          passed = true
-        elseif (tonumber(h[1] or '0') or 0) <= now then
-          redis.call('ZADD', k_q(p), tonumber(sc) + n / (tonumber(h[2] or '1') or 1), t[1])
-          redis.call('HINCRBY', k_turn(p), 'n', n)
-          return {t[1], tostring(n)}
-        end
-      end
-    end
-    -- Else the lowest virtual time of the level among the lanes that are
-    -- not resting after a short fetch and not passed over. A lane passed
-    -- over keeps its place and its score, and the lane picked in its
-    -- stead gets no turn: the next caller may take the other one.
-    local examined, read = 0, 0
-    while examined < SCAN and read < SCAN + PASS_MAX do
+    -- The lowest virtual time of the level among the lanes that are not
+    -- resting after a short fetch and not passed over. A lane passed over
+    -- keeps its place and its score.
+    local examined, read, passed = 0, 0, false
+    local best, bsc, bw, bc = nil, 0, 1, ''
+    while not best and examined < SCAN and read < SCAN + PASS_MAX do
       local m = redis.call('ZRANGE', k_q(p), read, read + PAGE - 1, 'WITHSCORES')
       if #m == 0 then
         break
@@ -143,17 +124,8 @@ elseif op == 'pick' then
           examined = examined + 1
           local dry = tonumber(h[1] or '0') or 0
           if dry <= now then
-            local w = tonumber(h[2] or '1') or 1
-            local v = vt(p)
-            if sc < v then
-              sc = v -- it was dry meanwhile: no credit for the time it had nothing
-            end
-            redis.call('ZADD', k_q(p), sc + n / w, l)
-            redis.call('SET', k_vt(p), tostring(sc))
-            if not passed and turn_slots > n and turn_us > 0 then
-              redis.call('HSET', k_turn(p), 'l', l, 'e', n2s(now + turn_us), 'n', n)
-            end
-            return {l, tostring(n)}
+            best, bsc, bw, bc = l, sc, tonumber(h[2] or '1') or 1, h[3] or ''
+            break
           elseif soonest < 0 or dry < soonest then
             soonest = dry
           end
@@ -162,6 +134,41 @@ elseif op == 'pick' then
           end
         end
       end
+    end
+    if best then
+      -- A lane of the same classes (batches that want the same keys)
+      -- whose turn it is goes on instead while it has items, for up to
+      -- turn_us or turn_slots, whichever ends first: fewer lanes are
+      -- active at once (each active JetStream consumer costs nats-server
+      -- a state write every 100 ms), and its score grows with every pick
+      -- all the same, so the shares stay exact beyond a turn. Lanes of
+      -- other classes are not held back by it.
+      local tk = k_turn(p, bc)
+      if turn_us > 0 then
+        local t = redis.call('HMGET', tk, 'l', 'e', 'n')
+        if t[1] and (tonumber(t[2]) or 0) > now and (tonumber(t[3]) or turn_slots) < turn_slots then
+          local tsc = tonumber(redis.call('ZSCORE', k_q(p), t[1]) or '')
+          local th = t[1] == best and {'0', bw, bc} or redis.call('HMGET', k_lane(t[1]), 'dry', 'w', 'c')
+          if tsc and (th[3] or '') == bc and (tonumber(th[1] or '0') or 0) <= now then
+            redis.call('ZADD', k_q(p), tsc + n / (tonumber(th[2] or '1') or 1), t[1])
+            redis.call('HINCRBY', tk, 'n', n)
+            return {t[1], tostring(n)}
+          end
+        end
+      end
+      local v = vt(p)
+      if bsc < v then
+        bsc = v -- it was dry meanwhile: no credit for the time it had nothing
+      end
+      redis.call('ZADD', k_q(p), bsc + n / bw, best)
+      redis.call('SET', k_vt(p), tostring(bsc))
+      -- A lane taken because the caller passed over others gets no turn:
+      -- the next caller may take one of those.
+      if not passed and turn_slots > n and turn_us > 0 then
+        redis.call('HSET', tk, 'l', best, 'e', n2s(now + turn_us), 'n', n)
+        redis.call('PEXPIRE', tk, math.floor(turn_us / 1000) + 1000)
+      end
+      return {best, tostring(n)}
     end
   end
   if soonest < 0 then

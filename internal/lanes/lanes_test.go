@@ -252,10 +252,11 @@ func TestPickExcludes(t *testing.T) {
 }
 
 // A lane picked keeps its level's picks for its turn (up to Slots slots
-// or Time, whatever ends first), while it has items; its virtual time
-// grows all the same, so the shares over several turns stay exact. A
-// higher priority takes over at once, a lane that comes back short ends
-// its turn, and a pick that passed over a lane starts no turn.
+// or Time, whatever ends first) against lanes of its classes, while it
+// has items; its virtual time grows all the same, so the shares over
+// several turns stay exact. A higher priority takes over at once, a lane
+// that comes back short ends its turn, a pick that passed over a lane
+// starts no turn, and lanes of other classes are not held back.
 func TestTurns(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	s := lanes.New(rdb, redistest.UniqueName(t)).WithTurn(lanes.Turn{Time: time.Hour, Slots: 10})
@@ -300,15 +301,26 @@ func TestTurns(t *testing.T) {
 	// The turn's lane passed over by one caller keeps its turn for others.
 	s2, _ := newSchedule(t)
 	s2 = s2.WithTurn(lanes.Turn{Time: time.Hour, Slots: 10})
-	sync(t, s2, lanes.Lane{ID: "x", Priority: 3, Gen: 1, Classes: []string{"kx|"}})
-	sync(t, s2, lanes.Lane{ID: "y", Priority: 3, Gen: 1, Classes: []string{"ky|"}})
-	first, _, _, _ := s2.Pick(ctx, 1)
-	other := map[string]string{"x": "y", "y": "x"}[first]
-	if l, _, _, _ := s2.Pick(ctx, 1, "k"+first+"|"); l != other {
-		t.Fatalf("turn lane passed over: %q, want %q", l, other)
+	sync(t, s2, lanes.Lane{ID: "x", Priority: 3, Gen: 1, Classes: []string{"k|a"}})
+	sync(t, s2, lanes.Lane{ID: "y", Priority: 3, Gen: 1, Classes: []string{"k|b"}})
+	sync(t, s2, lanes.Lane{ID: "x2", Priority: 3, Gen: 1, Classes: []string{"k|a"}})
+	if l, _, _, _ := s2.Pick(ctx, 1); l != "x" {
+		t.Fatalf("first pick: %q, want x", l)
 	}
-	if l, _, _, _ := s2.Pick(ctx, 1); l != first {
-		t.Fatalf("after a caller passed over it: %q, want %q's turn to go on", l, first)
+	if l, _, _, _ := s2.Pick(ctx, 1, "k|a"); l != "y" {
+		t.Fatalf("x's class passed over: %q, want y", l)
+	}
+	if l, _, _, _ := s2.Pick(ctx, 1); l != "x" {
+		t.Fatalf("after a caller passed over it: %q, want x's turn to go on (x2 is of its classes)", l)
+	}
+	// A turn holds back only lanes of its own classes: lanes of another
+	// class (another scope: other keys) take their share of the picks.
+	s3, _ := newSchedule(t)
+	s3 = s3.WithTurn(lanes.Turn{Time: time.Hour, Slots: 1000})
+	sync(t, s3, lanes.Lane{ID: "a", Priority: 3, Gen: 1, Classes: []string{"*|gpt-4o"}})
+	sync(t, s3, lanes.Lane{ID: "b", Priority: 3, Gen: 1, Classes: []string{"*|o3"}})
+	if got := picks(t, s3, 100); got["a"] != 50 || got["b"] != 50 {
+		t.Fatalf("two lanes of other classes, long turns: %v, want 50/50", got)
 	}
 }
 
