@@ -21,7 +21,11 @@ func TestBare429PacesTheKey(t *testing.T) {
 	cooldown := time.Minute
 
 	l := mustAcquire(t, p, "w")
-	time.Sleep(5 * time.Millisecond)
+	// The first pace is the run's spacing (here ~150 ms, x1.25) and the
+	// first rest one pace: long enough that the stats below are read
+	// while it lasts, even on a busy machine (with a 5 ms run the rest
+	// was 14 ms and a slow read in CI found the key available again).
+	time.Sleep(150 * time.Millisecond)
 	if err := p.Settle(ctx, l, creds.Outcome{RateLimited: true, MaxRest: cooldown, RestReason: "429 Too Many Requests"}); err != nil {
 		t.Fatal(err)
 	}
