@@ -15,7 +15,7 @@ build: ## build bin/producer and bin/worker
 
 DEMOFLAGS ?=
 
-demo: build ## see keyfleet work end to end: its own NATS, Redis and a stand-in API, 3 workers, 300 items, the dashboard on :8080 (DEMOFLAGS=-hold keeps it up)
+demo: build ## see keyfleet work end to end: its own NATS, Redis and a stand-in API, 3 workers, 300 items, then two more kinds on their own key groups (limits per model), the dashboard on :8080 (DEMOFLAGS=-hold keeps it up)
 	@bash scripts/ensure-redis.sh --if-needed
 	@$(GO) build -o $(BIN)/keyfleet-demo ./internal/demo
 	@$(BIN)/keyfleet-demo --bin $(BIN) $(DEMOFLAGS)

@@ -131,6 +131,21 @@ records them as cancelled with the rest of the batch (exit 2).
 	return cmd
 }
 
+// kindNotServed reports whether workers of cfg (a file's: the built-in
+// defaults say nothing of a fleet) would dead-letter items of kind: a
+// built-in kind whose jobs section the file lacks. A named kind
+// (jobs.kinds) is served by every worker of the file.
+func kindNotServed(cfg *config.Config, kind string) bool {
+	if cfg.Source == config.DefaultsSource {
+		return false
+	}
+	if _, named := cfg.Jobs.Kinds[kind]; named {
+		return false
+	}
+	_, ok := cfg.Jobs.Section(kind)
+	return !ok
+}
+
 // defaultKind is the only configured kind of those that take settings
 // (exec, http), else jobs.DefaultKind.
 func defaultKind(cfg *config.Config) string {
@@ -204,7 +219,7 @@ func (p *producer) enqueue(cmd *cobra.Command, o enqueueOptions) error {
 	if err := enqueue.Check(req); err != nil {
 		return enqueueErr(err)
 	}
-	if _, ok := cfg.Jobs.Section(o.kind); !ok && cfg.Source != config.DefaultsSource {
+	if kindNotServed(cfg, o.kind) {
 		fmt.Fprintf(p.stderr, "note: jobs.%s is not configured in %s: workers with this configuration dead-letter %s items\n",
 			o.kind, cfg.Source, o.kind)
 	}

@@ -56,6 +56,24 @@ func TestDefaultKind(t *testing.T) {
 	}
 }
 
+// The note that workers would dead-letter a kind: for a built-in kind the
+// file does not configure, never for a named kind of jobs.kinds (the demo
+// printed it for its chat and embed kinds) nor without a file.
+func TestKindNotServed(t *testing.T) {
+	cfg := config.Default()
+	cfg.Source = "kf.yaml"
+	cfg.Jobs.HTTP = &config.HTTPJob{URL: "http://x"}
+	cfg.Jobs.Kinds = map[string]config.Kind{"chat": {HTTP: &config.HTTPJob{URL: "http://y"}}}
+	for kind, want := range map[string]bool{"http": false, "sleep": false, "chat": false, "exec": true} {
+		if got := kindNotServed(cfg, kind); got != want {
+			t.Errorf("kind %s: not served %v, want %v", kind, got, want)
+		}
+	}
+	if kindNotServed(config.Default(), "exec") {
+		t.Error("the built-in defaults (no file): want no note")
+	}
+}
+
 // In-process run of the whole enqueue path: bad input publishes nothing,
 // a repeat adds nothing.
 func TestEnqueueInProcess(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -82,7 +83,8 @@ func (d *demo) run(ctx context.Context) int {
 
 func (d *demo) runSteps(ctx context.Context) error {
 	start := time.Now()
-	d.say("keyfleet demo: %d items through %d workers sharing %d API keys (work dir %s)", d.items, d.workers, len(demoKeys), d.dir)
+	d.say("keyfleet demo: %d items through %d workers sharing %d API keys, then two more kinds of work on their own keys (work dir %s)",
+		d.items, d.workers, len(demoKeys), d.dir)
 
 	natsURL, err := d.startNATS()
 	if err != nil {
@@ -130,7 +132,7 @@ func (d *demo) runSteps(ctx context.Context) error {
 	tw.Flush()
 
 	d.step(2, fmt.Sprintf("Enqueue %d items (validated first; message IDs make a repeat harmless)", d.items))
-	if err := d.producer(ctx, "enqueue", itemsFile); err != nil {
+	if err := d.producer(ctx, "enqueue", "--kind", "enrich", itemsFile); err != nil {
 		return err
 	}
 
@@ -143,7 +145,7 @@ func (d *demo) runSteps(ctx context.Context) error {
 	}
 
 	d.step(4, "Enqueue the same file again with --wait: nothing is added; follow the batch to the end")
-	if err := d.producer(ctx, "enqueue", "--wait", itemsFile); err != nil {
+	if err := d.producer(ctx, "enqueue", "--kind", "enrich", "--wait", itemsFile); err != nil {
 		return err
 	}
 
@@ -157,6 +159,10 @@ func (d *demo) runSteps(ctx context.Context) error {
 
 	d.step(7, "Results come back as JSON Lines (first 2 of the batch)")
 	if err := d.showResults(ctx, itemsFile); err != nil {
+		return err
+	}
+
+	if err := d.kinds(ctx, api); err != nil {
 		return err
 	}
 
@@ -191,9 +197,10 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 func (d *demo) writeConfig(natsURL, redisURL, apiURL string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "nats: {url: %q}\nredis: {url: %q}\n", natsURL, redisURL)
-	b.WriteString("pool:\n  name: keyfleet-demo\n  lease_ttl: 10s\n  cooldown: 5s\n  cost: {field: cost, default: 1}\n  credentials:\n")
-	for _, k := range demoKeys {
-		fmt.Fprintf(&b, "    - {id: %s, secret_env: %s, max_concurrent: %d", k.id, k.env, k.poolConcurrency)
+	b.WriteString("pool:\n  name: keyfleet-demo\n  lease_ttl: 10s\n  cooldown: 5s\n  cost: {field: cost, default: 1}\n")
+	b.WriteString("  scope: {field: model}\n  credentials:\n")
+	for _, k := range append(slices.Clone(demoKeys), kindKeys...) {
+		fmt.Fprintf(&b, "    - {id: %s, secret_env: %s, groups: [%s], max_concurrent: %d", k.id, k.env, k.group, k.poolConcurrency)
 		if k.poolLimits != "" {
 			fmt.Fprintf(&b, ", limits: %s", k.poolLimits)
 		}
@@ -202,7 +209,12 @@ func (d *demo) writeConfig(natsURL, redisURL, apiURL string) error {
 	}
 	b.WriteString("worker:\n  concurrency: 4\n  shutdown_grace: 5s\n  max_attempts: 3\n  retry_backoff: [500ms, 1s]\n")
 	b.WriteString("queue:\n  stream: KEYFLEET_DEMO\n  subject_prefix: keyfleet.demo\n  consumer: demo-workers\n  storage: memory\n")
-	fmt.Fprintf(&b, "jobs:\n  http: {url: %q, timeout: 10s, cost_from: usage.total_tokens}\nlog: {level: info, format: json}\n", apiURL+"/v1/enrich")
+	// Three kinds, each on its own key group; every worker serves them all.
+	b.WriteString("jobs:\n  kinds:\n")
+	fmt.Fprintf(&b, "    enrich: {http: {url: %q, timeout: 10s, cost_from: usage.total_tokens}, credentials: [enrich]}\n", apiURL+"/v1/enrich")
+	fmt.Fprintf(&b, "    chat: {http: {url: %q, timeout: 10s}, credentials: [llm]}\n", apiURL+"/v1/chat/completions")
+	fmt.Fprintf(&b, "    embed: {http: {url: %q, timeout: 10s}, credentials: [emb]}\n", apiURL+"/v1/embeddings")
+	b.WriteString("log: {level: info, format: json}\n")
 	d.cfg = filepath.Join(d.dir, "keyfleet.yaml")
 	return os.WriteFile(d.cfg, []byte(b.String()), 0o600)
 }
@@ -253,7 +265,7 @@ func (d *demo) producer(ctx context.Context, args ...string) error {
 }
 
 func (d *demo) showResults(ctx context.Context, itemsFile string) error {
-	out, err := exec.CommandContext(ctx, filepath.Join(d.bin, "producer"), "enqueue", "--dry-run", "--config", d.cfg, itemsFile).Output()
+	out, err := exec.CommandContext(ctx, filepath.Join(d.bin, "producer"), "enqueue", "--kind", "enrich", "--dry-run", "--config", d.cfg, itemsFile).Output()
 	if err != nil {
 		return fmt.Errorf("producer enqueue --dry-run: %w", err)
 	}
@@ -308,7 +320,7 @@ func (d *demo) secretsInLogs() int {
 		if err != nil {
 			continue
 		}
-		for _, k := range demoKeys {
+		for _, k := range append(slices.Clone(demoKeys), kindKeys...) {
 			n += strings.Count(string(b), k.secret)
 		}
 	}

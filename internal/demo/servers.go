@@ -47,11 +47,13 @@ func (d *demo) startRedis(ctx context.Context) (string, error) {
 
 // startAPI serves the stand-in API on a free loopback port.
 func (d *demo) startAPI() (string, *fakeapi.Server, error) {
-	keys := make([]fakeapi.Key, 0, len(demoKeys))
-	for i := range demoKeys {
-		if !demoKeys[i].revoked {
-			demoKeys[i].api.Secret = demoKeys[i].secret
-			keys = append(keys, demoKeys[i].api)
+	keys := make([]fakeapi.Key, 0, len(demoKeys)+len(kindKeys))
+	for _, ks := range [][]demoKey{demoKeys, kindKeys} {
+		for i := range ks {
+			if !ks[i].revoked {
+				ks[i].api.Secret = ks[i].secret
+				keys = append(keys, ks[i].api)
+			}
 		}
 	}
 	api, err := fakeapi.New(fakeapi.Config{Keys: keys, Latency: 60 * time.Millisecond})
