@@ -94,12 +94,35 @@ func (f *fleet) account(scenario string, ids []string, results map[string]queue.
 	row.Passed = row.Lost == 0 && row.LeakedSecrets == 0 && row.Duplicates <= b.MaxDuplicates && row.OverUse <= b.MaxOverUse
 	recordRow(row)
 	if !row.Passed {
-		f.t.Errorf("%s: %+v breaks its bounds %+v (lost and leaked secrets must be 0)", scenario, row, b)
+		f.t.Errorf("%s: %+v breaks its bounds %+v (lost and leaked secrets must be 0); violations:\n%s\njob events around them:\n%s",
+			scenario, row, b, f.file("violations"), eventsAround(f.file("violations"), f.file("events")))
 	}
 	if v := strings.TrimSpace(f.file("violations")); strings.Contains(v, "wrong secret") || strings.Contains(v, "secret_env") {
 		f.t.Errorf("%s: a job got the wrong secret or saw another key's variable:\n%s", scenario, v)
 	}
 	return row
+}
+
+// eventsAround returns the job events (holdGuardScript's log, if the
+// fleet's job keeps one) from 10 lines before to 10 after each overlap's
+// item's first event, for a failure's message.
+func eventsAround(violations, events string) string {
+	lines := strings.Split(strings.TrimSpace(events), "\n")
+	var b strings.Builder
+	for _, v := range strings.Split(strings.TrimSpace(violations), "\n") {
+		_, rest, ok := strings.Cut(v, " by ")
+		if !strings.HasPrefix(v, "overlap") || !ok {
+			continue
+		}
+		item, _, _ := strings.Cut(rest, " ")
+		for i, l := range lines {
+			if strings.Contains(l, " "+item+" ") {
+				fmt.Fprintf(&b, "--- %s\n%s\n", v, strings.Join(lines[max(0, i-10):min(len(lines), i+11)], "\n"))
+				break
+			}
+		}
+	}
+	return b.String()
 }
 
 // countSecrets counts occurrences of the test secrets in text.

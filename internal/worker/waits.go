@@ -13,9 +13,12 @@ import (
 // behalf of one class of items: the keys of their kind (a key set, or
 // every key) and their scope, what an item can wait for. At most half the
 // slots may be in an acquire of one class that may wait (enter); an item
-// past that tries once without waiting. When that many are queued in the
-// pool without a grant (queued), the class is full: the puller passes
-// its lanes over until one of them is served. So items blocked on one
+// past that tries once without waiting. The class is full, and the puller
+// passes its lanes over until one of its slots leaves, when that many are
+// queued in the pool without a grant (queued), or are in acquires while
+// the class's last acquire was queued (its keys are busy: the next ones
+// will be too, and an item pulled meanwhile would only try once and go
+// back). So items blocked on one
 // scope's or one group's limits never take every slot while items of
 // another class have room (no head-of-line blocking), a class whose keys
 // merely take turns keeps enough waiters queued to use every key the
@@ -27,8 +30,9 @@ type classWaits struct {
 	max int // slots one class may have waiting
 
 	mu       sync.Mutex
-	entered  map[string]int // slots in an acquire that may wait
-	inQueued map[string]int // of those, queued in the pool without a grant
+	entered  map[string]int  // slots in an acquire that may wait
+	inQueued map[string]int  // of those, queued in the pool without a grant
+	busy     map[string]bool // the class's last acquire was queued
 }
 
 // classWaitShare is the share of a worker's slots one class may have
@@ -36,7 +40,7 @@ type classWaits struct {
 func classWaitShare(concurrency int) int { return max(1, concurrency/2) }
 
 func newClassWaits(concurrency int) *classWaits {
-	return &classWaits{max: classWaitShare(concurrency), entered: map[string]int{}, inQueued: map[string]int{}}
+	return &classWaits{max: classWaitShare(concurrency), entered: map[string]int{}, inQueued: map[string]int{}, busy: map[string]bool{}}
 }
 
 // enter counts a slot that is about to acquire for class and may wait,
@@ -57,6 +61,7 @@ func (c *classWaits) queued(class string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.inQueued[class]++
+	c.busy[class] = true
 }
 
 // leave ends what enter (and queued, if wasQueued) counted; it reports
@@ -65,13 +70,18 @@ func (c *classWaits) queued(class string) {
 func (c *classWaits) leave(class string, wasQueued bool) (wasFull bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	wasFull = c.isFull(class)
 	decr(c.entered, class)
-	if !wasQueued {
-		return false
+	if wasQueued {
+		decr(c.inQueued, class)
+	} else {
+		delete(c.busy, class) // served at once: its keys have room
 	}
-	wasFull = c.inQueued[class] >= c.max
-	decr(c.inQueued, class)
 	return wasFull
+}
+
+func (c *classWaits) isFull(class string) bool {
+	return c.inQueued[class] >= c.max || (c.busy[class] && c.entered[class] >= c.max)
 }
 
 func decr(m map[string]int, k string) {
@@ -82,14 +92,14 @@ func decr(m map[string]int, k string) {
 	}
 }
 
-// full lists the classes with their share of slots queued in the pool,
-// sorted: the puller passes their lanes over.
+// full lists the classes that are full, sorted: the puller passes their
+// lanes over.
 func (c *classWaits) full() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []string
-	for class, n := range c.inQueued {
-		if n >= c.max {
+	for class := range c.entered {
+		if c.isFull(class) {
 			out = append(out, class)
 		}
 	}

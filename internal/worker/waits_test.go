@@ -10,8 +10,9 @@ import (
 )
 
 // A class may have half the slots in acquires that may wait; the class
-// is full (its lanes passed over) only when that many are queued in the
-// pool: acquires served at once never stop the pulling.
+// is full (its lanes passed over) when that many are queued in the pool,
+// or are in acquires while its last acquire was queued: acquires served at
+// once never stop the pulling.
 func TestClassWaits(t *testing.T) {
 	c := newClassWaits(4)
 	for i := range 2 {
@@ -26,8 +27,8 @@ func TestClassWaits(t *testing.T) {
 		t.Fatalf("two acquires in flight, none queued: full %v, want none", got)
 	}
 	c.queued("*|gpt-4o")
-	if got := c.full(); len(got) != 0 {
-		t.Fatalf("one of two queued: full %v, want none", got)
+	if got := c.full(); !reflect.DeepEqual(got, []string{"*|gpt-4o"}) {
+		t.Fatalf("one of two queued (its keys are busy), the other in an acquire: full %v", got)
 	}
 	c.queued("*|gpt-4o")
 	if !c.enter("*|o3") {
@@ -47,6 +48,20 @@ func TestClassWaits(t *testing.T) {
 	}
 	if !c.enter("*|gpt-4o") {
 		t.Fatal("a gpt-4o slot refused after one left")
+	}
+	// Its last acquire was queued (its keys are busy): slots in acquires
+	// make it full at once, before the pool queues them.
+	if got := c.full(); !reflect.DeepEqual(got, []string{"*|gpt-4o"}) {
+		t.Fatalf("busy class with its share in acquires: full %v", got)
+	}
+	if !c.leave("*|gpt-4o", false) {
+		t.Fatal("leaving a full class: want wasFull")
+	}
+	if !c.enter("*|gpt-4o") {
+		t.Fatal("a gpt-4o slot refused")
+	}
+	if got := c.full(); len(got) != 0 {
+		t.Fatalf("an acquire served at once since: full %v, want none", got)
 	}
 	if one := newClassWaits(1); !one.enter("x") || one.enter("x") {
 		t.Fatal("concurrency 1: one slot may wait, no more")
