@@ -20,7 +20,7 @@ func (w *Worker) keepMessageAlive(msg jetstream.Msg, lost func(error)) keepHandl
 	ackWait := w.q.Config().AckWait
 	return w.keeper.add(&keepTask{
 		every: max(ackWait/3, 50*time.Millisecond),
-		limit: ackWait - min(time.Second, ackWait/10),
+		limit: ackWait - keepMargin(ackWait),
 		do:    func(ctx context.Context) error { return queue.InProgress(ctx, w.nc, msg) },
 		lost: func() {
 			w.metrics.MessagesLost.Inc()
@@ -37,7 +37,7 @@ func (w *Worker) renewLease(l *creds.Lease, log *zap.Logger, lost func(error)) k
 	var last error
 	return w.keeper.add(&keepTask{
 		every: max(ttl/3, 10*time.Millisecond),
-		limit: ttl - min(time.Second, ttl/10),
+		limit: ttl - keepMargin(ttl),
 		since: l.RequestedAt, // the lease counts from its grant, not from now
 		do: func(ctx context.Context) error {
 			_, err := w.pool.Renew(ctx, l)
@@ -55,3 +55,11 @@ func (w *Worker) renewLease(l *creds.Lease, log *zap.Logger, lost func(error)) k
 		},
 	})
 }
+
+// keepMargin is how long before the server's expiry (a lease's TTL, a
+// message's ack wait) the worker declares a keep-alive lost and cancels
+// the job: a quarter of it, at most a second. The time a busy machine
+// takes to schedule the worker and kill the job's processes does not
+// shrink with the TTL: a tenth of a 2 s lease, 200 ms, is within the
+// scheduling delays of a loaded 2-core machine.
+func keepMargin(d time.Duration) time.Duration { return min(time.Second, d/4) }
