@@ -52,18 +52,19 @@ const (
 // The pool is told the API's limits exactly: starts count from when their
 // request left, so no margin is needed.
 var kindKeys = []demoKey{
-	{"llm-1", "DEMO_KEY_LLM_1", "demo-sk-llm1-5d2a9c7e41", "llm", 4,
-		"[{rate: 2/s, scope: " + slowModel + "}, {rate: 10/s, scope: " + fastModel + "}]",
-		fakeapi.Key{Models: map[string]fakeapi.ModelLimits{
-			slowModel: {Rate: ratelimit.Limit{N: 2, Period: time.Second}},
-			fastModel: {Rate: ratelimit.Limit{N: 10, Period: time.Second}},
-		}}, slowModel + " 2/s, " + fastModel + " 10/s", "limits per model on one key", false},
-	{"llm-2", "DEMO_KEY_LLM_2", "demo-sk-llm2-8e3b6f1a27", "llm", 4,
-		"[{rate: 2/s, scope: " + slowModel + "}, {rate: 10/s, scope: " + fastModel + "}]",
-		fakeapi.Key{Models: map[string]fakeapi.ModelLimits{
-			slowModel: {Rate: ratelimit.Limit{N: 2, Period: time.Second}},
-			fastModel: {Rate: ratelimit.Limit{N: 10, Period: time.Second}},
-		}}, slowModel + " 2/s, " + fastModel + " 10/s", "limits per model on one key", false},
+	llmKey("llm-1", "DEMO_KEY_LLM_1", "demo-sk-llm1-5d2a9c7e41"),
+	llmKey("llm-2", "DEMO_KEY_LLM_2", "demo-sk-llm2-8e3b6f1a27"),
 	{"emb-1", "DEMO_KEY_EMB_1", "demo-sk-emb1-3c9d7a5e60", "emb", 4, "[{rate: 20/s}]",
 		fakeapi.Key{Rate: ratelimit.Limit{N: 20, Period: time.Second}}, "20 requests/s", "the embed kind's own key", false},
+}
+
+// llmKey is a key of group llm: the API limits it per model (slowModel 2
+// requests/s, fastModel 10/s), and the pool is told exactly that.
+func llmKey(id, env, secret string) demoKey {
+	return demoKey{id, env, secret, "llm", 4,
+		"[{rate: 2/s, scope: " + slowModel + "}, {rate: 10/s, scope: " + fastModel + "}]",
+		fakeapi.Key{Models: map[string]fakeapi.ModelLimits{
+			slowModel: {Rate: ratelimit.Limit{N: 2, Period: time.Second}},
+			fastModel: {Rate: ratelimit.Limit{N: 10, Period: time.Second}},
+		}}, slowModel + " 2/s, " + fastModel + " 10/s", "limits per model on one key", false}
 }

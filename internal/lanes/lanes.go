@@ -31,8 +31,9 @@ type Schedule struct {
 	turn  Turn
 }
 
-// Turn bounds how long the lane a pick chose keeps its level's picks
-// while it has items: up to Time or Slots slots, whichever ends first.
+// Turn bounds how long the lane a pick chose keeps its level's picks,
+// against lanes of its classes, while it has items: up to Time or Slots
+// slots, whichever ends first.
 // Its virtual time grows with every pick all the same, so the shares
 // stay exact beyond a turn; what a turn buys is fewer lanes active at
 // once, and each active JetStream consumer costs nats-server a state
@@ -126,9 +127,10 @@ func (s *Schedule) Sync(ctx context.Context, l Lane) (Synced, error) {
 // registers the running lanes again (Sync), then picks again.
 var ErrLost = errors.New("lanes: the schedule is lost (Redis lost its state): register the lanes again")
 
-// Pick gives n free slots to the next lane: the lane whose turn it is
-// (Turn), else the lane whose virtual time is lowest among the highest
-// priority's lanes that are not resting after a short fetch. A lane whose
+// Pick gives n free slots to the next lane: the lane whose virtual time is
+// lowest among the highest priority's lanes that are not resting after a
+// short fetch, or instead the lane of its classes whose turn it is (Turn).
+// A lane whose
 // every class is in exclude is passed over for this pick (the caller
 // cannot take its items now: it has its share of slots waiting for those
 // keys already): it keeps its place and is not reported as resting. It

@@ -238,9 +238,10 @@ func (w *Worker) runOnce(pullCtx, itemCtx context.Context, d *delivery, h jobs.H
 // acquire waits for a credential lease among the keys the item's kind may
 // use, for its cost and scope. While its class (keys and scope) has its
 // share of this worker's slots waiting already (classWaits), it does not
-// wait: a key with room now, or errClassWaiting. It fails closed: while Redis cannot be
-// reached it keeps waiting (the message is kept alive meanwhile) and runs
-// nothing. When Redis has lost the pool it registers it again.
+// wait: a key with room now, or errClassWaiting. It fails closed: while
+// Redis cannot be reached it keeps waiting (the message is kept alive
+// meanwhile) and runs nothing. When Redis has lost the pool it registers
+// it again.
 func (w *Worker) acquire(pullCtx, itemCtx context.Context, d *delivery, cost int64) (*creds.Lease, error) {
 	ctx, cancel := context.WithCancelCause(itemCtx)
 	defer cancel(nil)
