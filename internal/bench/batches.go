@@ -119,7 +119,7 @@ func runBatches(ctx context.Context, e *env, r runInfo) (*sample, error) {
 		}
 		cpu, perS := map[bool]float64{}, map[bool]float64{}
 		for _, many := range variants {
-			c, p, err := batchesThroughput(ctx, e, r, total, sz.manyBatches, many, smp)
+			c, p, err := batchesThroughput(ctx, e, r, total, sz.manyBatches, many, total == sz.many, smp)
 			if err != nil {
 				return nil, err
 			}
@@ -400,10 +400,10 @@ func (f *fleet) waitBatch(ctx context.Context, name string, n int, within time.D
 
 // batchesThroughput measures items/s on scenario 1's fleet with total
 // items in one batch or in manyBatches batches, and returns the CPU
-// seconds per item of every process and the items/s. With -profile, the
-// last run saves CPU profiles of nats-server and the workers of each
-// variant of the larger total.
-func batchesThroughput(ctx context.Context, e *env, r runInfo, total, manyBatches int, many bool, smp *sample) (cpuPerItem, perS float64, err error) {
+// seconds per item of every process and the items/s. The main run (the
+// larger total) also records the messages per fetch and, with -profile on
+// the last run, saves CPU profiles of nats-server and the workers.
+func batchesThroughput(ctx context.Context, e *env, r runInfo, total, manyBatches int, many, main bool, smp *sample) (cpuPerItem, perS float64, err error) {
 	f, err := e.newFleet(ctx, "batp", throughputSpec())
 	if err != nil {
 		return 0, 0, err
@@ -413,7 +413,6 @@ func batchesThroughput(ctx context.Context, e *env, r runInfo, total, manyBatche
 	if many {
 		batches, label, tag = manyBatches, fmt.Sprintf("keyfleet: %d batches of %d (scenario 17)", manyBatches, total/manyBatches), "many"
 	}
-	large := total == batchesSizesFor(r.quick).many
 	per := total / batches
 	for i := range batches {
 		if _, err := f.publishBatch(ctx, fmt.Sprintf("t%03d", i), per, 0); err != nil {
@@ -437,7 +436,7 @@ func batchesThroughput(ctx context.Context, e *env, r runInfo, total, manyBatche
 	}
 	var profiles sync.WaitGroup
 	var profErr error
-	if e.opts.ProfileDir != "" && r.last() && large {
+	if e.opts.ProfileDir != "" && r.last() && main {
 		// Long enough for the run; idle time adds nothing to a CPU profile.
 		secs := int(math.Ceil(float64(n)/4000)) + 1
 		targets := map[string]string{"nats-server": e.natsProfile}
@@ -467,7 +466,7 @@ func batchesThroughput(ctx context.Context, e *env, r runInfo, total, manyBatche
 	if err != nil {
 		return 0, 0, err
 	}
-	if fetches[0] > 0 && large {
+	if fetches[0] > 0 && main {
 		smp.values[tag+"_fetch"] = fetches[1] / fetches[0]
 	}
 	workersCPU, err := f.stopWorkers(ctx)
