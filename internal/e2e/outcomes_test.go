@@ -11,6 +11,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 	"github.com/keyfleet/keyfleet/pkg/ratelimit"
 )
@@ -118,9 +119,12 @@ func TestExecOutcomesSettle(t *testing.T) {
 			t.Fatalf("key-a after one item's exit 77: %+v", c)
 		}
 	}
-	if qs := f.queueStats(); qs.Stream.Messages != 0 || qs.DeadLetters != 2 {
-		t.Fatalf("queue: %+v", qs)
-	}
+	// A result is written before its message is acked: the last acks may
+	// still be on their way.
+	testutil.WaitFor(t, "the stream to be empty with 2 dead letters", 10*time.Second, func() bool {
+		qs := f.queueStats()
+		return qs.Stream.Messages == 0 && qs.DeadLetters == 2
+	})
 	w.signal(syscall.SIGTERM)
 	if code := w.wait(t, 20*time.Second); code != 0 {
 		t.Fatalf("exit %d", code)
