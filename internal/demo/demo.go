@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -199,7 +198,7 @@ func (d *demo) writeConfig(natsURL, redisURL, apiURL string) error {
 	fmt.Fprintf(&b, "nats: {url: %q}\nredis: {url: %q}\n", natsURL, redisURL)
 	b.WriteString("pool:\n  name: keyfleet-demo\n  lease_ttl: 10s\n  cooldown: 5s\n  cost: {field: cost, default: 1}\n")
 	b.WriteString("  scope: {field: model}\n  credentials:\n")
-	for _, k := range append(slices.Clone(demoKeys), kindKeys...) {
+	for _, k := range allKeys() {
 		fmt.Fprintf(&b, "    - {id: %s, secret_env: %s, groups: [%s], max_concurrent: %d", k.id, k.env, k.group, k.poolConcurrency)
 		if k.poolLimits != "" {
 			fmt.Fprintf(&b, ", limits: %s", k.poolLimits)
@@ -320,7 +319,7 @@ func (d *demo) secretsInLogs() int {
 		if err != nil {
 			continue
 		}
-		for _, k := range append(slices.Clone(demoKeys), kindKeys...) {
+		for _, k := range allKeys() {
 			n += strings.Count(string(b), k.secret)
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
@@ -57,6 +58,9 @@ var kindKeys = []demoKey{
 	{"emb-1", "DEMO_KEY_EMB_1", "demo-sk-emb1-3c9d7a5e60", "emb", 4, "[{rate: 20/s}]",
 		fakeapi.Key{Rate: ratelimit.Limit{N: 20, Period: time.Second}}, "20 requests/s", "the embed kind's own key", false},
 }
+
+// allKeys are the keys of both parts of the demo: the pool's credentials.
+func allKeys() []demoKey { return append(slices.Clone(demoKeys), kindKeys...) }
 
 // llmKey is a key of group llm: the API limits it per model (slowModel 2
 // requests/s, fastModel 10/s), and the pool is told exactly that.

@@ -130,10 +130,10 @@ var ErrLost = errors.New("lanes: the schedule is lost (Redis lost its state): re
 // Pick gives n free slots to the next lane: the lane whose virtual time is
 // lowest among the highest priority's lanes that are not resting after a
 // short fetch, or instead the lane of its classes whose turn it is (Turn).
-// A lane whose
-// every class is in exclude is passed over for this pick (the caller
-// cannot take its items now: it has its share of slots waiting for those
-// keys already): it keeps its place and is not reported as resting. It
+// A lane whose every class is in exclude is passed over for this pick
+// (the caller cannot take its items now: it has its share of slots
+// waiting for those keys already): it keeps its place and is not reported
+// as resting. It
 // returns the lane and its share (n), or no lane and how long until a
 // resting lane may be picked (-1: none is registered, or every lane is
 // passed over).
