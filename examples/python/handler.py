@@ -14,21 +14,30 @@ writes one JSON line on stdin:
 
     {"id", "batch", "attempt", "credential_id", "secret", "item"}
 
-and reads one JSON line from stdout:
+and reads one JSON line from stdout, which echoes the item line's id:
 
-    {"status": "ok" | "rate_limited" | "rejected" | "permanent" | "transient",
-     "output": ..., "error": "...", "retry_after": seconds, "cost": tokens}
+    {"id": ..., "status": "ok" | "rate_limited" | "rejected" | "permanent" | "transient",
+     "output": ..., "error": "...", "retry_after": seconds, "cost": tokens,
+     "headers": {the reply's rate-limit headers}}
 
-An item is {"id": ..., "prompt": "..."} or {"id": ..., "messages": [...]},
-with an optional "model" and "params" (more request fields: temperature,
-max_tokens, ...). The request goes to KEYFLEET_EXAMPLE_API_URL (default
-OpenAI's chat completions) with the item's key as a Bearer token, over one
-kept-alive connection per handler process.
+An item is a chat completions request ({"id": ..., "model": ...,
+"messages": [...], ...}: sent as it is, without its "id"), or
+{"id": ..., "prompt": "..."} with an optional "model" and "params" (more
+request fields: temperature, max_tokens, ...). The request goes to
+$OPENAI_BASE_URL/chat/completions (OPENAI_BASE_URL as the official SDKs
+read it, such as http://127.0.0.1:8000/v1; default https://api.openai.com/v1)
+with the item's key as a Bearer token, over one kept-alive connection per
+handler process. EXAMPLE_API_URL, when set, is the whole endpoint URL
+instead. The worker passes its environment on to the handler except its
+secrets and its own KEYFLEET_* variables; exec.env in the config sets
+more.
 
-The reply maps to the answer:
+The reply maps to the answer; every answer carries the reply's
+rate-limit headers (x-ratelimit-*, anthropic-ratelimit-*, retry-after,
+retry-after-ms), from which keyfleet paces the key fleet-wide as it does
+for its own http kind:
   2xx                    ok, output = the reply's JSON, cost = usage.total_tokens
-  429                    rate_limited, retry_after from retry-after-ms or
-                         retry-after (the key cools down that long)
+  429                    rate_limited (the key rests as the headers say)
   429 insufficient_quota rejected (the key's quota is spent: waiting does not help)
   401                    rejected (the key is disabled, the item runs on another)
   other 4xx              permanent (the item is wrong: it is dead-lettered)
@@ -44,9 +53,15 @@ import os
 import sys
 import urllib.parse
 
-API_URL = os.environ.get("KEYFLEET_EXAMPLE_API_URL", "https://api.openai.com/v1/chat/completions")
-MODEL = os.environ.get("KEYFLEET_EXAMPLE_MODEL", "gpt-4o-mini")
-TIMEOUT = float(os.environ.get("KEYFLEET_EXAMPLE_TIMEOUT", "60"))
+API_URL = (os.environ.get("EXAMPLE_API_URL")
+           or os.environ.get("KEYFLEET_EXAMPLE_API_URL")  # set through exec.env
+           or os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1").rstrip("/") + "/chat/completions")
+MODEL = os.environ.get("EXAMPLE_MODEL", "gpt-4o-mini")
+TIMEOUT = float(os.environ.get("EXAMPLE_TIMEOUT", "60"))
+
+# The reply headers keyfleet paces a key from.
+RATE_HEADERS = ("retry-after", "retry-after-ms")
+RATE_HEADER_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
 
 # stdout carries the answers only: anything printed goes to stderr.
 ANSWERS = sys.stdout
@@ -59,7 +74,7 @@ class API:
     def __init__(self, url):
         u = urllib.parse.urlsplit(url)
         if u.scheme not in ("http", "https") or not u.hostname:
-            raise SystemExit("KEYFLEET_EXAMPLE_API_URL must be an http or https URL, got %r" % url)
+            raise SystemExit("the API URL must be an http or https URL, got %r" % url)
         self.https = u.scheme == "https"
         self.host, self.port = u.hostname, u.port
         self.path = (u.path or "/") + ("?" + u.query if u.query else "")
@@ -99,21 +114,14 @@ class API:
             self.conn = None
 
 
-def retry_after(resp):
-    """The wait a 429 asks for, in seconds, or None."""
-    ms = resp.getheader("retry-after-ms")
-    if ms:
-        try:
-            return max(float(ms), 0) / 1000
-        except ValueError:
-            pass
-    ra = resp.getheader("retry-after")
-    if ra:
-        try:
-            return max(float(ra), 0)
-        except ValueError:
-            return ra  # an HTTP-date: keyfleet reads it as given
-    return None
+def rate_headers(resp):
+    """The reply's rate-limit headers, for keyfleet to pace the key."""
+    out = {}
+    for name, value in resp.getheaders():
+        n = name.lower()
+        if n in RATE_HEADERS or n.startswith(RATE_HEADER_PREFIXES):
+            out[n] = value
+    return out
 
 
 def error_text(data):
@@ -138,6 +146,9 @@ def error_code(data):
 def request_body(item):
     if not isinstance(item, dict):
         raise ValueError("the item is not a JSON object")
+    if "messages" in item and "params" not in item and "prompt" not in item:
+        # A chat completions request as it is, without its ID.
+        return json.dumps({k: v for k, v in item.items() if k != "id"}).encode()
     if "messages" in item:
         messages = item["messages"]
     elif isinstance(item.get("prompt"), str):
@@ -167,7 +178,7 @@ def handle(api, req):
             reply = json.loads(data)
         except ValueError:
             return {"status": "transient", "error": "HTTP %d with a reply that is not JSON" % status}
-        answer = {"status": "ok", "output": reply}
+        answer = {"status": "ok", "output": reply, "headers": rate_headers(resp)}
         usage = reply.get("usage") if isinstance(reply, dict) else None
         if isinstance(usage, dict) and isinstance(usage.get("total_tokens"), (int, float)):
             answer["cost"] = usage["total_tokens"]
@@ -176,11 +187,7 @@ def handle(api, req):
     if status == 429:
         if error_code(data) == "insufficient_quota":
             return {"status": "rejected", "error": reason}
-        answer = {"status": "rate_limited", "error": reason}
-        wait = retry_after(resp)
-        if wait is not None:
-            answer["retry_after"] = wait
-        return answer
+        return {"status": "rate_limited", "error": reason, "headers": rate_headers(resp)}
     if status == 401:
         return {"status": "rejected", "error": reason}
     if 400 <= status < 500:
@@ -196,6 +203,7 @@ def main():
             answer = handle(api, req)
         except Exception as e:  # a bug here fails the item, not the process
             answer = {"status": "transient", "error": "handler: %s: %s" % (type(e).__name__, e)}
+        answer["id"] = req["id"]
         ANSWERS.write(json.dumps(answer) + "\n")
         ANSWERS.flush()
     api.close()

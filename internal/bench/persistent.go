@@ -47,7 +47,7 @@ with open(__file__ + ".starts", "a") as f:
 out = sys.stdout
 for line in sys.stdin:
     req = json.loads(line)
-    out.write(json.dumps({"status": "ok", "output": {"id": req["item"]["id"]}}) + "\n")
+    out.write(json.dumps({"id": req["id"], "status": "ok", "output": {"id": req["item"]["id"]}}) + "\n")
     out.flush()
 `
 	perItemPy = `import json, sys

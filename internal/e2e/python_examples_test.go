@@ -102,7 +102,10 @@ func TestPythonExampleHandlerAnswers(t *testing.T) {
 				return a["status"] == "ok" && echo["model"] == "m-1" && a["cost"] == float64(1)
 			}},
 		{"429 with Retry-After", keyA, `{"id":"c","prompt":"x","params":{"retry_after":"7"}}`,
-			func(a map[string]any) bool { return a["status"] == "rate_limited" && a["retry_after"] == float64(7) }},
+			func(a map[string]any) bool {
+				h, _ := a["headers"].(map[string]any)
+				return a["status"] == "rate_limited" && h["retry-after"] == "7" && h["retry-after-ms"] != nil
+			}},
 		{"429 insufficient_quota", keyA, `{"id":"d","prompt":"x","params":{"insufficient_quota":true}}`,
 			func(a map[string]any) bool {
 				return a["status"] == "rejected" && strings.Contains(fmt.Sprint(a["error"]), "exceeded your current quota")
@@ -132,7 +135,7 @@ func TestPythonExampleHandlerAnswers(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, python3(t), examplePath(t, "handler.py"))
-		cmd.Env = append(os.Environ(), "KEYFLEET_EXAMPLE_API_URL="+apiURL, "KEYFLEET_EXAMPLE_TIMEOUT=10")
+		cmd.Env = append(os.Environ(), "EXAMPLE_API_URL="+apiURL, "EXAMPLE_TIMEOUT=10")
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -158,7 +161,7 @@ func TestPythonExampleHandlerAnswers(t *testing.T) {
 				t.Fatalf("%s: no answer (%v); stderr:\n%s", ex.name, answers.Err(), stderr.String())
 			}
 			var a map[string]any
-			if err := json.Unmarshal(answers.Bytes(), &a); err != nil || !ex.check(a) {
+			if err := json.Unmarshal(answers.Bytes(), &a); err != nil || !ex.check(a) || a["id"] != fmt.Sprint(i) {
 				t.Errorf("%s: answer %s (%v)", ex.name, answers.Bytes(), err)
 			}
 			if strings.Contains(answers.Text(), ex.secret) {
@@ -202,9 +205,11 @@ func TestPythonExampleHandlerFleet(t *testing.T) {
 		Jobs: fmt.Sprintf(`exec:
   command: [%q, %q]
   persistent: true
-  timeout: 30s
-  env: {KEYFLEET_EXAMPLE_API_URL: %q}`, python3(t), examplePath(t, "handler.py"), url),
-		Env: []string{"KEY_A=" + testSecrets["key-a"], "KEY_B=" + testSecrets["key-b"]},
+  timeout: 30s`, python3(t), examplePath(t, "handler.py")),
+		// The worker passes OPENAI_BASE_URL on to its handlers, as any
+		// variable but its own KEYFLEET_* ones and the keys' secret_env.
+		Env: []string{"KEY_A=" + testSecrets["key-a"], "KEY_B=" + testSecrets["key-b"],
+			"OPENAI_BASE_URL=" + strings.TrimSuffix(url, "/chat/completions")},
 	})
 	const n = 60
 	f.publish("llm", "exec", n, func(id string) string {

@@ -1,5 +1,5 @@
 // Persistent exec handlers (exec: {persistent: true}): the contract with
-// the command (DESIGN.md "Any language").
+// the command (the README's "Persistent handlers").
 //
 // The command is started once per worker slot, at the slot's first item,
 // and kept: a worker of concurrency N runs at most N of them, and an idle
@@ -11,22 +11,32 @@
 //
 // and answers with one line on its stdout, a JSON object:
 //
-//	{"status": "ok"|"rate_limited"|"rejected"|"permanent"|"transient",
+//	{"id": "<the item line's id>",
+//	 "status": "ok"|"rate_limited"|"rejected"|"permanent"|"transient",
 //	 "output": <any JSON>, "error": "...", "retry_after": <seconds>,
-//	 "cost": <number>}
+//	 "cost": <number>, "headers": {<name>: <value>}}
 //
-// Only status is required. The statuses mean what exec's exit statuses do:
+// id and status are required. An answer is taken for the item whose id it
+// echoes and no other: an object whose id is another item's (a second
+// answer to an earlier item, say) is passed over, noted, and the answer
+// for the current item is read on, within the timeout; so a handler that
+// answers one item twice, or answers late, never puts its process one
+// answer behind, and what it says about one item (its output, its key's
+// refusal) never lands on another. The statuses mean what exec's exit
+// statuses do:
 //
 //	ok            done (exit 0); output, as its JSON text, is the item's
 //	              output. A retry_after with ok still makes the credential
 //	              rest that long: the API said the key is spent for now.
-//	rate_limited  (exit 75) the credential cools down for retry_after
-//	              seconds (a number, or a Retry-After header's text: "30",
-//	              an HTTP-date); without one the pool's cooldown applies.
-//	              The item runs again at once and no attempt is used up.
-//	rejected      (exit 77) the credential is disabled with error (up to
-//	              200 bytes) as the reason; the item runs again with
-//	              another one.
+//	rate_limited  (exit 75) the credential rests for retry_after seconds
+//	              (a number, or a Retry-After header's text: "30", an
+//	              HTTP-date), else for what headers say; without either the
+//	              key is paced as after a bare 429. The item runs again at
+//	              once and no attempt is used up.
+//	rejected      (exit 77) the API refused the key (error, up to 200
+//	              bytes, is the reason); the item runs again with another
+//	              one, and a key that refuses several items in a row is
+//	              disabled.
 //	permanent     (exit 65) the item is not retried; it is dead-lettered
 //	              with error.
 //	transient     (any other exit) the item is retried after a backoff and
@@ -34,17 +44,23 @@
 //
 // cost, whatever the status, is what the run really cost (tokens,
 // credits): it replaces the item's estimate in the credential's cost
-// limits, like exec's "Cost:" line. Fields not listed are ignored.
+// limits, like exec's "Cost:" line. headers are the rate-limit headers of
+// the API reply the handler got (x-ratelimit-*, anthropic-ratelimit-*,
+// retry-after, retry-after-ms; values as strings or numbers): with ok or
+// rate_limited they pace the key exactly as the http kind's reply headers
+// do (ParseRateHeaders). Fields not listed are ignored.
 //
 // Failures of the handler itself fail the item as transient, and the
 // process is killed (its whole process group) and started afresh for the
 // next item:
 //
 //   - it exits (or its stdout closes);
-//   - its answer is not such an object (a blank line, a line of debug
-//     output, a missing or unknown status);
+//   - a line it writes is not such an object (a blank line, a line of
+//     debug output, a banner, a missing id or status, an unknown status);
 //   - it does not answer within the configured timeout;
-//   - its answer line is longer than jobs.max_output.
+//   - its answer line is longer than jobs.max_output;
+//   - it writes more than maxStrayAnswers answers for other items while
+//     one item waits.
 //
 // Each such cause is logged by the worker the first time, then at most
 // once a minute with the count of those held back; so is every start of a
@@ -53,8 +69,11 @@
 // What the process gets:
 //
 //   - environment: the worker's minus every secret_env variable and every
-//     inherited KEYFLEET_* variable, plus the configured env, plus
-//     KEYFLEET_KIND=exec. The secret travels only in the item line.
+//     inherited KEYFLEET_* variable (they may hold a config path or a
+//     server URL with its password), plus the configured env, plus
+//     KEYFLEET_KIND=exec. The secret travels only in the item line. A
+//     handler's own settings go in variables of other names (the
+//     examples read OPENAI_BASE_URL) or in exec.env.
 //   - working directory: the configured dir, else the worker's.
 //   - stderr: logged by the worker line by line, with every configured
 //     secret scrubbed; lines are cut at 1 KiB and at most 20 a second are
@@ -80,6 +99,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"slices"
@@ -96,8 +116,9 @@ import (
 // line of a handler process's stderr, a failure of one, or its start. Its
 // Text is scrubbed of every configured secret.
 type HandlerNote struct {
-	// Cause is NoteStderr, NoteStarted, or why a handler process failed:
-	// NoteStart, NoteExit, NoteAnswer, NoteTimeout, NoteOversize.
+	// Cause is NoteStderr, NoteStarted, NoteStray (an answer for another
+	// item, ignored), or why a handler process failed: NoteStart,
+	// NoteExit, NoteAnswer, NoteTimeout, NoteOversize.
 	Cause string
 	// PID is the handler process's (0 when it could not start).
 	PID int
@@ -117,6 +138,7 @@ const (
 	NoteAnswer   = "answer"   // a handler's answer was not a valid answer line
 	NoteTimeout  = "timeout"  // a handler did not answer within the timeout
 	NoteOversize = "oversize" // a handler's answer line was over jobs.max_output
+	NoteStray    = "stray"    // a handler answered for another item than the one waiting
 )
 
 // Bounds of a persistent handler's notes.
@@ -183,7 +205,31 @@ func (h *persistentHandler) Run(ctx context.Context, item Item, cred Credential)
 	if err != nil {
 		return Output{}, err
 	}
-	raw, err := p.exchange(runCtx, line, h.limit)
+	sc := scrubberFor(h.cfg.Scrubber, cred)
+	var ans answer
+	var bad error // the line read is not an answer
+	var badLine []byte
+	stray := 0
+	err = p.exchange(runCtx, line, h.limit, func(raw []byte) bool {
+		ans = answer{}
+		if err := ans.parse(raw); err != nil {
+			bad, badLine = err, raw
+			return true
+		}
+		if ans.id == item.ID {
+			return true
+		}
+		// An answer for another item: a late or second answer to one
+		// this process served before. It is never taken for this item.
+		stray++
+		h.notes.note(NoteStray, p.pid, fmt.Sprintf("handler %d answered for item %s while item %s waited: that answer is ignored",
+			p.pid, headString([]byte(strconv.Quote(ans.id)), 80), headString([]byte(strconv.Quote(item.ID)), 80)))
+		if stray > maxStrayAnswers {
+			bad, badLine = fmt.Errorf("more than %d answers for other items", maxStrayAnswers), raw
+			return true
+		}
+		return false
+	})
 	if err != nil {
 		h.discard(p)
 		if ctx.Err() != nil {
@@ -191,17 +237,19 @@ func (h *persistentHandler) Run(ctx context.Context, item Item, cred Credential)
 		}
 		return Output{}, h.failed(p, runCtx, err, cred)
 	}
-	sc := scrubberFor(h.cfg.Scrubber, cred)
-	var ans answer
-	if err := ans.parse(raw); err != nil {
+	if bad != nil {
 		h.discard(p)
-		quoted := headString(sc.Bytes(raw), 200)
-		h.notes.note(NoteAnswer, p.pid, fmt.Sprintf("handler %d wrote %q: %v; killed, a new one serves the next item", p.pid, quoted, err))
-		return Output{}, fmt.Errorf("exec: the persistent handler (pid %d) wrote a line that is not an answer (%v): %q", p.pid, err, quoted)
+		quoted := headString(sc.Bytes(badLine), 200)
+		h.notes.note(NoteAnswer, p.pid, fmt.Sprintf("handler %d wrote %q: %v; killed, a new one serves the next item", p.pid, quoted, bad))
+		return Output{}, fmt.Errorf("exec: the persistent handler (pid %d) wrote a line that is not an answer (%v): %q", p.pid, bad, quoted)
 	}
 	h.put(p)
-	return ans.result(sc)
+	return ans.result(sc, time.Now())
 }
+
+// maxStrayAnswers bounds the answers for other items a process may write
+// while one item waits; past it the process is out of step for good.
+const maxStrayAnswers = 16
 
 // failed reports a process that broke while serving an item: it notes
 // the cause and returns the item's (transient) error.
@@ -426,10 +474,11 @@ func (h *persistentHandler) start() (*handlerProc, error) {
 	return p, nil
 }
 
-// exchange writes the item line and reads the answer line, both bounded
-// by ctx: its end sets the pipes' deadlines, which ends a blocked write or
-// read.
-func (p *handlerProc) exchange(ctx context.Context, line []byte, limit int) ([]byte, error) {
+// exchange writes the item line, then reads lines and passes each to
+// next until next reports it has what it wants; the writing and the
+// reading are bounded by ctx: its end sets the pipes' deadlines, which
+// ends a blocked write or read.
+func (p *handlerProc) exchange(ctx context.Context, line []byte, limit int, next func([]byte) (done bool)) error {
 	// The stderr quoted in a failure is what this item's run wrote.
 	p.tailMu.Lock()
 	p.tail = tailBuffer{buf: p.tail.buf[:0], max: stderrTailMax}
@@ -449,9 +498,17 @@ func (p *handlerProc) exchange(ctx context.Context, line []byte, limit int) ([]b
 		}
 	}()
 	if _, err := p.in.Write(line); err != nil {
-		return nil, err
+		return err
 	}
-	return readLine(p.r, limit)
+	for {
+		raw, err := readLine(p.r, limit)
+		if err != nil {
+			return err
+		}
+		if next(raw) {
+			return nil
+		}
+	}
 }
 
 // kill sends SIGKILL to the process (through its handle, so never to a
@@ -524,11 +581,15 @@ func itemLine(item Item, cred Credential) ([]byte, error) {
 
 // answer is a handler's answer line.
 type answer struct {
-	Status     string          `json:"status"`
-	Output     json.RawMessage `json:"output"`
-	Error      json.RawMessage `json:"error"`
-	RetryAfter json.RawMessage `json:"retry_after"`
-	Cost       json.RawMessage `json:"cost"`
+	ID         json.RawMessage            `json:"id"`
+	Status     string                     `json:"status"`
+	Output     json.RawMessage            `json:"output"`
+	Error      json.RawMessage            `json:"error"`
+	RetryAfter json.RawMessage            `json:"retry_after"`
+	Cost       json.RawMessage            `json:"cost"`
+	Headers    map[string]json.RawMessage `json:"headers"`
+
+	id string // ID's string
 }
 
 // The answer statuses.
@@ -547,12 +608,41 @@ func (a *answer) parse(line []byte) error {
 		return fmt.Errorf("not a JSON object: %v", err)
 	}
 	switch {
+	case len(a.ID) == 0 || string(a.ID) == "null":
+		return errors.New(`no "id" (an answer echoes its item line's id)`)
+	case json.Unmarshal(a.ID, &a.id) != nil:
+		return fmt.Errorf(`"id" is %s, not a string (an answer echoes its item line's id)`, headString(a.ID, 40))
 	case a.Status == "":
 		return errors.New(`no "status"`)
 	case !slices.Contains(answerStatuses, a.Status):
 		return fmt.Errorf("unknown status %q (want one of %s)", headString([]byte(a.Status), 40), strings.Join(answerStatuses, ", "))
 	}
 	return nil
+}
+
+// rates reads the answer's headers as the http kind reads a reply's
+// (ParseRateHeaders); a value is a string or a number.
+func (a *answer) rates(now time.Time) RateReport {
+	if len(a.Headers) == 0 {
+		return RateReport{}
+	}
+	h := make(http.Header, len(a.Headers))
+	for name, raw := range a.Headers {
+		raw = bytes.TrimSpace(raw)
+		var v string
+		switch {
+		case len(raw) > 0 && raw[0] == '"':
+			if json.Unmarshal(raw, &v) != nil {
+				continue
+			}
+		case len(raw) > 0 && (raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9'):
+			v = string(raw)
+		default:
+			continue // null, an object: not a header's value
+		}
+		h.Add(name, v)
+	}
+	return ParseRateHeaders(h, now)
 }
 
 // errorText is the answer's error field as text (a string's value, other
@@ -596,8 +686,9 @@ func (a *answer) retryAfter() (d time.Duration, given, ok bool) {
 const sourceRetryAfter = "handler retry_after"
 
 // result maps the answer to the run's Output and error, as exec maps its
-// exit statuses.
-func (a *answer) result(sc *secret.Scrubber) (Output, error) {
+// exit statuses; its headers pace the key as a reply's do (the http
+// kind's Run).
+func (a *answer) result(sc *secret.Scrubber, now time.Time) (Output, error) {
 	var out Output
 	if o := bytes.TrimSpace(a.Output); len(o) > 0 && string(o) != "null" {
 		out.Body = sc.Bytes(o)
@@ -610,6 +701,7 @@ func (a *answer) result(sc *secret.Scrubber) (Output, error) {
 			out.Cost = max(int64(math.Ceil(n)), 1)
 		}
 	}
+	rates := a.rates(now)
 	d, given, ok := a.retryAfter()
 	msg := a.errorText(sc, stderrTailMax)
 	detail := "status " + a.Status
@@ -618,18 +710,24 @@ func (a *answer) result(sc *secret.Scrubber) (Output, error) {
 	}
 	switch a.Status {
 	case "ok":
+		out.Signals = rates.Signals
 		if ok && d > 0 {
 			out.Rest, out.RestFrom = d, sourceRetryAfter
 		}
 		return out, nil
 	case "rate_limited":
+		rl := &RateLimitedError{Detail: detail, Signals: rates.Signals}
 		switch {
-		case !given:
-			return out, RateLimited(0, "", detail)
-		case !ok:
-			return out, RateLimited(0, "", fmt.Sprintf("%s (unreadable retry_after %s)", detail, headString(sc.Bytes(a.RetryAfter), 64)))
+		case given && ok:
+			rl.RetryAfter, rl.Source = d, sourceRetryAfter
+		case given:
+			rl.Detail = fmt.Sprintf("%s (unreadable retry_after %s)", detail, headString(sc.Bytes(a.RetryAfter), 64))
+		case rates.RetryAfterFrom != "":
+			rl.RetryAfter, rl.Source = rates.RetryAfter, "handler headers: "+rates.RetryAfterFrom
+		case rates.Unreadable != "":
+			rl.Detail = fmt.Sprintf("%s (unreadable %s in the handler's headers)", detail, rates.Unreadable)
 		}
-		return out, RateLimited(d, sourceRetryAfter, detail)
+		return out, rl
 	case "rejected":
 		return out, Rejected(cmp.Or(headString([]byte(msg), reasonMax), "status rejected"))
 	case "permanent":

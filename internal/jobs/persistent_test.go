@@ -32,10 +32,14 @@ with open(os.path.join(d, "starts"), "a") as f:
     f.write("%d\n" % os.getpid())
 
 def answer(a):
+    a.setdefault("id", req["id"])
     sys.stdout.write(json.dumps(a) + "\n")
     sys.stdout.flush()
 
+prev = ""
 for line in sys.stdin:
+    if "req" in globals():
+        prev = req["id"]
     req = json.loads(line)
     item = req["item"]
     mode = item.get("mode", "ok")
@@ -43,8 +47,30 @@ for line in sys.stdin:
         answer({"status": "ok", "output": {"id": req["id"], "pid": os.getpid(), "attempt": req["attempt"],
                                            "batch": req["batch"], "credential_id": req["credential_id"], "item": item}})
     elif mode == "answer":
-        sys.stdout.write(item["line"] + "\n")
+        # @ID@ is the item line's id, as JSON
+        for l in item.get("before", []) + [item["line"]] + item.get("after", []):
+            sys.stdout.write(l.replace("@ID@", json.dumps(req["id"])) + "\n")
         sys.stdout.flush()
+    elif mode == "script":
+        # FuzzPersistentAnswers: ops in order, "prev" being the item before
+        mine = req["id"]
+        for op in item["ops"]:
+            if op in ("own", "dup"):
+                for _ in range(2 if op == "dup" else 1):
+                    answer({"id": mine, "status": "ok", "output": {"for": mine}})
+            elif op in ("prev", "reject"):
+                answer({"id": prev, "status": "ok" if op == "prev" else "rejected", "output": {"for": prev}})
+            elif op == "other":
+                answer({"id": "never-sent", "status": "ok", "output": {"for": "never-sent"}})
+            elif op == "banner":
+                sys.stdout.write("handler ready\n")
+                sys.stdout.flush()
+            elif op == "partial":
+                sys.stdout.write('{"id": "%s", "sta' % mine)
+                sys.stdout.flush()
+                sys.exit(1)
+            elif op == "exit":
+                sys.exit(1)
     elif mode == "exit":
         print("Traceback: something broke", file=sys.stderr, flush=True)
         sys.exit(3)
@@ -68,6 +94,10 @@ for line in sys.stdin:
 with open(os.path.join(d, "eof"), "a") as f:
     f.write("%d\n" % os.getpid())
 `
+
+// withID puts the item line's id (@ID@, which testHandler replaces) first
+// in a JSON object's text.
+func withID(line string) string { return `{"id":@ID@,` + strings.TrimPrefix(line, "{") }
 
 // persistentRig is a persistent handler running testHandler, with what
 // it noted.
@@ -321,10 +351,35 @@ func TestPersistentStatuses(t *testing.T) {
 				}
 			}},
 		{"unknown fields are ignored", `{"status":"ok","output":2,"extra":{"a":1}}`, jobs.OutcomeOK, nil},
+		{"ok with the API's rate-limit headers", `{"status":"ok","headers":{"x-ratelimit-remaining-requests":"0","x-ratelimit-reset-requests":"1.5s","x-ratelimit-remaining-tokens":120,"x-ratelimit-reset-tokens":"6m0s","x-other":null}}`, jobs.OutcomeOK,
+			func(t *testing.T, out jobs.Output, err error) {
+				want := []jobs.Signal{
+					{Name: "x-ratelimit-remaining-requests", Remaining: 0, Reset: 1500 * time.Millisecond},
+					{Name: "x-ratelimit-remaining-tokens", Tokens: true, Remaining: 120, Reset: 6 * time.Minute},
+				}
+				if !slices.Equal(out.Signals, want) {
+					t.Errorf("signals %+v, want %+v", out.Signals, want)
+				}
+			}},
+		{"rate limited, the rest from its headers", `{"status":"rate_limited","headers":{"retry-after-ms":"250","anthropic-ratelimit-requests-remaining":"0","anthropic-ratelimit-requests-reset":"` + time.Now().Add(time.Minute).UTC().Format(time.RFC3339) + `"}}`, jobs.OutcomeRateLimited,
+			func(t *testing.T, out jobs.Output, err error) {
+				var rl *jobs.RateLimitedError
+				if !errors.As(err, &rl) || rl.RetryAfter != 250*time.Millisecond || rl.Source != "handler headers: retry-after-ms header" ||
+					len(rl.Signals) != 1 || rl.Signals[0].Name != "anthropic-ratelimit-requests-remaining" {
+					t.Errorf("%#v", err)
+				}
+			}},
+		{"rate limited, retry_after over its headers", `{"status":"rate_limited","retry_after":3,"headers":{"retry-after":"1"}}`, jobs.OutcomeRateLimited,
+			func(t *testing.T, out jobs.Output, err error) {
+				var rl *jobs.RateLimitedError
+				if !errors.As(err, &rl) || rl.RetryAfter != 3*time.Second || rl.Source != "handler retry_after" {
+					t.Errorf("%#v", err)
+				}
+			}},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			payload, _ := json.Marshal(map[string]string{"mode": "answer", "line": tt.line})
+			payload, _ := json.Marshal(map[string]string{"mode": "answer", "line": withID(tt.line)})
 			out, err := r.run(t.Context(), fmt.Sprintf("s-%d", i), string(payload))
 			if got := jobs.Classify(err); got != tt.want {
 				t.Fatalf("outcome %v (err %v), want %v", got, err, tt.want)
@@ -343,6 +398,57 @@ func TestPersistentStatuses(t *testing.T) {
 	}
 }
 
+// An answer is taken only for the item whose id it echoes: a handler that
+// answers another item (a late answer, a second answer to the item
+// before) keeps its process in step, and what it said of the other item
+// reaches no item.
+func TestPersistentAnswersMatchTheirItems(t *testing.T) {
+	r := newPersistentRig(t, nil)
+	first := r.ok("warm")
+	line := func(mode string, fields map[string]any) string {
+		fields["mode"] = mode
+		b, _ := json.Marshal(fields)
+		return string(b)
+	}
+	// A stray answer before its own: passed over.
+	out, err := r.run(t.Context(), "a", line("answer", map[string]any{
+		"before": []string{`{"id":"zz","status":"rejected","error":"stale verdict"}`},
+		"line":   `{"id":@ID@,"status":"ok","output":"for-a"}`,
+	}))
+	if err != nil || string(out.Body) != `"for-a"` {
+		t.Fatalf("item a: %v, output %q; want its own answer", err, out.Body)
+	}
+	// Two answers to b: the second is read while c waits, and ignored.
+	out, err = r.run(t.Context(), "b", line("answer", map[string]any{
+		"line":  `{"id":@ID@,"status":"ok","output":"for-b"}`,
+		"after": []string{`{"id":@ID@,"status":"rejected","output":"for-b, again"}`},
+	}))
+	if err != nil || string(out.Body) != `"for-b"` {
+		t.Fatalf("item b: %v, output %q", err, out.Body)
+	}
+	out, err = r.run(t.Context(), "c", line("answer", map[string]any{"line": `{"id":@ID@,"status":"ok","output":"for-c"}`}))
+	if err != nil || string(out.Body) != `"for-c"` {
+		t.Fatalf("item c got %q (%v): another item's answer or a failure", out.Body, err)
+	}
+	if starts := r.pids("starts"); len(starts) != 1 || starts[0] != first {
+		t.Errorf("handler starts %v: one process should have served every item", starts)
+	}
+	if n := r.notesOf(jobs.NoteStray); len(n) != 1 || !strings.Contains(n[0].Text, `answered for item "zz" while item "a" waited`) {
+		t.Errorf("stray notes %+v: want the first noted (the second within the minute is counted)", n)
+	}
+
+	// A process that answers only other items is out of step: it fails
+	// the item once it wrote more such answers than the bound.
+	var strays []string
+	for i := range 20 {
+		strays = append(strays, fmt.Sprintf(`{"id":"other-%d","status":"ok"}`, i))
+	}
+	_, err = r.run(t.Context(), "d", line("answer", map[string]any{"before": strays[:19], "line": strays[19]}))
+	if jobs.Classify(err) != jobs.OutcomeTransient || !strings.Contains(err.Error(), "answers for other items") {
+		t.Fatalf("item d: %v, want a transient failure", err)
+	}
+}
+
 // A handler that exits, answers with something else, hangs past the
 // timeout or writes an answer line over the bound fails its item as
 // transient; it is killed, and a new one serves the next item. Each cause
@@ -357,8 +463,10 @@ func TestPersistentBrokenHandlers(t *testing.T) {
 		{"exits", `{"mode":"exit"}`, jobs.NoteExit, "exited (exit status 3); stderr: Traceback: something broke"},
 		{"writes garbage", `{"mode":"answer","line":"hello, debugging"}`, jobs.NoteAnswer, `not an answer (not a JSON object): "hello, debugging"`},
 		{"writes a blank line", `{"mode":"answer","line":""}`, jobs.NoteAnswer, "a blank line"},
-		{"unknown status", `{"mode":"answer","line":"{\"status\":\"done\"}"}`, jobs.NoteAnswer, `unknown status "done"`},
-		{"no status", `{"mode":"answer","line":"{\"output\":1}"}`, jobs.NoteAnswer, `no "status"`},
+		{"unknown status", `{"mode":"answer","line":"{\"id\":@ID@,\"status\":\"done\"}"}`, jobs.NoteAnswer, `unknown status "done"`},
+		{"no status", `{"mode":"answer","line":"{\"id\":@ID@,\"output\":1}"}`, jobs.NoteAnswer, `no "status"`},
+		{"no id", `{"mode":"answer","line":"{\"status\":\"ok\",\"output\":1}"}`, jobs.NoteAnswer, `no "id"`},
+		{"an id that is not a string", `{"mode":"answer","line":"{\"id\":7,\"status\":\"ok\"}"}`, jobs.NoteAnswer, `"id" is 7, not a string`},
 		{"not JSON after all", `{"mode":"answer","line":"{\"status\":\"ok\""}`, jobs.NoteAnswer, "not a JSON object"},
 		{"hangs past the timeout", `{"mode":"hang"}`, jobs.NoteTimeout, "timed out after 700ms"},
 		{"writes a line over max_output", `{"mode":"big","n":5000}`, jobs.NoteOversize, "over jobs.max_output (4096 bytes)"},
@@ -394,12 +502,13 @@ func TestPersistentBrokenHandlers(t *testing.T) {
 
 	t.Run("a line just within max_output is served", func(t *testing.T) {
 		r := newPersistentRig(t, func(c *jobs.ExecConfig) { c.MaxOutput = 4096 })
-		// {"status": "ok", "output": "x…"} is 30 bytes besides the x's.
-		out, err := r.run(t.Context(), "fits", `{"mode":"big","n":4066}`)
-		if err != nil || len(out.Body) != 4068 || out.Truncated {
+		// {"status": "ok", "output": "x…", "id": "fits"} is 44 bytes
+		// besides the x's.
+		out, err := r.run(t.Context(), "fits", `{"mode":"big","n":4052}`)
+		if err != nil || len(out.Body) != 4054 || out.Truncated {
 			t.Fatalf("%v: %d bytes", err, len(out.Body))
 		}
-		if _, err := r.run(t.Context(), "over", `{"mode":"big","n":4067}`); jobs.Classify(err) != jobs.OutcomeTransient {
+		if _, err := r.run(t.Context(), "over", `{"mode":"big","n":4053}`); jobs.Classify(err) != jobs.OutcomeTransient {
 			t.Fatalf("one byte more: %v", err)
 		}
 	})

@@ -58,7 +58,7 @@ func (w *Worker) settle(pullCtx context.Context, d *delivery, lease *creds.Lease
 		if err != nil {
 			log.Debug("counting the refusal", zap.Error(err))
 		}
-		if text := afterRefusal(st, len(w.cfg.Pool.Credentials)); text != "" {
+		if text := afterRefusal(st, w.kindKeyCount(it.Kind)); text != "" {
 			// Several keys refused it: the item's fault, not the keys'.
 			res.errText = text
 			w.deadLetterRun(ctx, d, queue.ReasonRefused, res)

@@ -278,6 +278,15 @@ func buildHandlers(cfg *config.Config, scrub *secret.Scrubber, guard *jobguard.G
 // the worker's) unless the kind names its keys.
 func (w *Worker) keysFor(kind string) *creds.KeySet { return w.kindKeys[kind] }
 
+// kindKeyCount is how many keys items of kind may use: its own key set's,
+// else every key of the worker's.
+func (w *Worker) kindKeyCount(kind string) int {
+	if ids := w.cfg.KindKeys(kind); ids != nil {
+		return len(ids)
+	}
+	return len(w.defs)
+}
+
 // register syncs the configured credentials into the pool (at start, and
 // again when Redis has lost its state).
 func (w *Worker) register(ctx context.Context) error {
