@@ -78,7 +78,7 @@ func (q *Queue) NewCommitter(o CommitterOptions) *Committer {
 // or ErrAckNotConfirmed (the result is stored; the acknowledgement may or
 // may not have been applied).
 func (c *Committer) Commit(ctx context.Context, r Result, msg jetstream.Msg) error {
-	data, err := r.AppendJSON(nil)
+	data, err := fitResult(r, c.q.recordLimit())
 	if err != nil {
 		return fmt.Errorf("%w: encode: %w", ErrResultNotStored, err)
 	}

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -26,11 +27,19 @@ const (
 	ReasonRateLimited = "rate limited too often"
 )
 
+// ErrPayloadCut: a dead letter's payload was cut to fit its record, so
+// the item cannot be replayed from it.
+var ErrPayloadCut = errors.New("its payload was cut to fit the dead letter's record: replaying it would run another item; enqueue it again")
+
 // DeadLetter records an item that failed for good. It holds the item's
 // payload so that it can be replayed.
 type DeadLetter struct {
 	DeadLetterSummary
 	Payload json.RawMessage `json:"payload"`
+	// PayloadTruncated: the payload was cut for the record to fit the
+	// server's max payload (Payload is then the text kept, as a JSON
+	// string); such an item cannot be replayed.
+	PayloadTruncated bool `json:"payload_truncated,omitempty"`
 
 	// seq is the record's stream sequence (set by ListDeadLetters): Replay
 	// removes the record up to it and not a newer one.
@@ -53,15 +62,20 @@ type DeadLetterSummary struct {
 	FailedAt time.Time `json:"failed_at"`
 }
 
-// PutDeadLetter stores a dead-letter record (confirmed by the server). Call
-// it before terminating the message: on a work-queue stream the term
-// deletes the message.
+// PutDeadLetter stores a dead-letter record (confirmed by the server), cut
+// to fit the server's max payload (fitDeadLetter). Call it before
+// terminating the message: on a work-queue stream the term deletes the
+// message.
 func (q *Queue) PutDeadLetter(ctx context.Context, d DeadLetter) error {
 	if !json.Valid(d.Payload) {
 		s, _ := json.Marshal(string(d.Payload))
 		d.Payload = s
 	}
-	return q.putRecord(ctx, "dead letter", d.Item, q.DeadLetterSubject(d.Batch, d.Item), d)
+	data, err := fitDeadLetter(d, q.recordLimit())
+	if err != nil {
+		return err
+	}
+	return q.store(ctx, "dead letter", d.Item, q.DeadLetterSubject(d.Batch, d.Item), data)
 }
 
 // ListDeadLetters calls fn with every dead-letter record of batch (all
@@ -109,6 +123,9 @@ func (q *Queue) DeadLettersToReplay(ctx context.Context, batch string, items []s
 // attempts and then removes its record (pass a record from
 // ListDeadLetters).
 func (q *Queue) Replay(ctx context.Context, d DeadLetter) error {
+	if d.PayloadTruncated {
+		return fmt.Errorf("queue: replay %q of batch %q: %w", d.Item, d.Batch, ErrPayloadCut)
+	}
 	it := Item{ID: d.Item, Batch: d.Batch, Kind: d.Kind, Scope: d.Scope, Payload: d.Payload,
 		Replay: strconv.FormatInt(time.Now().UnixNano(), 10)}
 	if b, err := q.Batch(ctx, d.Batch); err == nil && b.Status() == BatchCancelled {

@@ -41,23 +41,14 @@ type Result struct {
 	FinishedAt      time.Time `json:"finished_at"`
 }
 
-// PutResult stores an item's outcome (confirmed by the server).
+// PutResult stores an item's outcome (confirmed by the server), cut to
+// fit the server's max payload (fitResult).
 func (q *Queue) PutResult(ctx context.Context, r Result) error {
-	data, err := r.AppendJSON(nil)
+	data, err := fitResult(r, q.recordLimit())
 	if err != nil {
 		return err
 	}
 	return q.store(ctx, "result", r.Item, q.ResultSubject(r.Batch, r.Item), data)
-}
-
-// putRecord stores v, the record (what) of item, on subject, confirmed by
-// the server.
-func (q *Queue) putRecord(ctx context.Context, what, item, subject string, v any) error {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("queue: encode %s of %q: %w", what, item, err)
-	}
-	return q.store(ctx, what, item, subject, data)
 }
 
 // store publishes data, the record (what) of item, on subject and waits

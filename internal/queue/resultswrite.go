@@ -2,10 +2,13 @@ package queue
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+
+	"github.com/keyfleet/keyfleet/internal/termsafe"
 )
 
 // ResultsWritten counts what WriteResults wrote.
@@ -16,15 +19,22 @@ type ResultsWritten struct {
 // WriteResults writes the latest result of every item of batch to w as
 // JSON Lines, streaming: one Result per line, as `producer results` and
 // the dashboard's GET /api/batches/{id}/results give them (encoding/json,
-// HTML characters not escaped). A write error and a read error are told
-// apart by errors.As(err, *WriteError).
+// HTML characters not escaped; C1 and bidirectional controls escaped as
+// \uNNNN, termsafe.JSON, so that a job's output printed on a terminal
+// cannot act on it). A write error and a read error are told apart by
+// errors.As(err, *WriteError).
 func (q *Queue) WriteResults(ctx context.Context, batch string, w io.Writer) (ResultsWritten, error) {
 	bw := bufio.NewWriterSize(w, 256<<10)
-	enc := json.NewEncoder(bw)
+	var line bytes.Buffer
+	enc := json.NewEncoder(&line)
 	enc.SetEscapeHTML(false)
 	var n ResultsWritten
 	err := q.ReadResults(ctx, batch, func(r Result) error {
+		line.Reset()
 		if err := enc.Encode(r); err != nil {
+			return &WriteError{Err: err}
+		}
+		if _, err := bw.Write(termsafe.JSON(line.Bytes())); err != nil {
 			return &WriteError{Err: err}
 		}
 		n.Results++

@@ -133,3 +133,51 @@ func writeRune(b *strings.Builder, r rune) {
 	}
 	b.WriteByte('}')
 }
+
+// JSON returns JSON text b with every character String escapes as
+// \u{NNNN} (C1 and bidirectional controls) written as a JSON \uNNNN
+// escape instead: the same JSON value, which a terminal shows without
+// acting on it. Go's encoder already escapes the C0 controls and U+2028,
+// U+2029; such characters can only occur inside strings of valid JSON,
+// so the result is valid wherever b is. When nothing needs escaping, JSON
+// returns b itself.
+func JSON(b []byte) []byte {
+	i := firstUnsafeJSON(b)
+	if i == len(b) {
+		return b
+	}
+	out := make([]byte, 0, len(b)+16)
+	out = append(out, b[:i]...)
+	for i < len(b) {
+		c := b[i]
+		if c < utf8.RuneSelf {
+			out = append(out, c)
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(b[i:])
+		if size > 1 && unsafeRune(r) {
+			out = append(out, '\\', 'u', hexDigits[(r>>12)&0xf], hexDigits[(r>>8)&0xf], hexDigits[(r>>4)&0xf], hexDigits[r&0xf])
+		} else {
+			out = append(out, b[i:i+size]...)
+		}
+		i += size
+	}
+	return out
+}
+
+// firstUnsafeJSON is the index of the first rune JSON escapes, or len(b).
+func firstUnsafeJSON(b []byte) int {
+	for i := 0; i < len(b); {
+		if b[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(b[i:])
+		if size > 1 && unsafeRune(r) {
+			return i
+		}
+		i += size
+	}
+	return len(b)
+}

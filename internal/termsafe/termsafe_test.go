@@ -151,3 +151,25 @@ func TestJSONEscapesC0Controls(t *testing.T) {
 		t.Fatalf("want ESC and BEL as \\u001b and \\u0007, got %s", out)
 	}
 }
+
+// JSON keeps the value and escapes what a terminal acts on.
+func TestJSON(t *testing.T) {
+	in := []byte(`{"output":"a\u009b31mb` + "\u202e" + `c\u2028","e":"ok é 日本"}`)
+	in = []byte(strings.ReplaceAll(string(in), `\u009b`, "\u009b"))
+	out := termsafe.JSON(in)
+	want := `{"output":"a\u009b31mb\u202ec\u2028","e":"ok é 日本"}`
+	if string(out) != want {
+		t.Fatalf("JSON(%q) = %q, want %q", in, out, want)
+	}
+	var a, b map[string]string
+	if err := json.Unmarshal(in, &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(out, &b); err != nil || a["output"] != b["output"] || a["e"] != b["e"] {
+		t.Fatalf("the value changed: %q vs %q (%v)", a, b, err)
+	}
+	plain := []byte(`{"a":"b"}`)
+	if got := termsafe.JSON(plain); &got[0] != &plain[0] {
+		t.Error("JSON copied text that needs no escaping")
+	}
+}

@@ -12,14 +12,11 @@ import (
 const maxErrorText = 4 << 10
 
 // result builds an item's result record; outputs and error texts are
-// scrubbed of every configured secret and bounded so that the record fits
-// in a NATS message.
+// scrubbed of every configured secret, and error texts bounded (the queue
+// cuts what does not fit a NATS message when it stores the record).
 func (w *Worker) result(it queue.Item, outcome string, attempt int, dur time.Duration, credID, errText string, out jobs.Output) queue.Result {
 	body := w.scrub.Bytes(out.Body)
 	truncated := out.Truncated
-	if limit := int(w.nc.MaxPayload()) - 16<<10; limit > 0 && len(body) > limit {
-		body, truncated = body[:limit], true
-	}
 	if len(errText) > maxErrorText {
 		errText = errText[:maxErrorText] + "…"
 	}
