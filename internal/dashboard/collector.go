@@ -99,12 +99,17 @@ func (s *Server) collectOnce(ctx context.Context) {
 	meta.ResultsCaughtUp = s.tally.ready
 	s.tally.mu.Unlock()
 	snap := Snapshot{Report: rep, Batches: s.tally.rows(now), DeadLetterList: s.deadLetters, Dashboard: meta}
-	data, err := json.Marshal(snap)
+	full, err := json.Marshal(snap)
 	if err != nil {
 		s.log.Error("encoding the snapshot", zap.Error(err))
 		return
 	}
-	s.board.publish(data)
+	public, err := json.Marshal(snap.Public())
+	if err != nil {
+		s.log.Error("encoding the snapshot", zap.Error(err))
+		return
+	}
+	s.board.publish(full, public)
 }
 
 // readDeadLetters reads the newest dead letters again when their count

@@ -13,34 +13,40 @@ import (
 // watch.
 type board struct {
 	mu      sync.Mutex
-	data    []byte // the latest snapshot's JSON
+	full    []byte // the latest snapshot's JSON, with the admin token
+	public  []byte // the same without job and API text (Snapshot.Public)
 	seq     uint64 // snapshots published so far
 	changed chan struct{}
 }
 
 func newBoard() *board { return &board{changed: make(chan struct{})} }
 
-func (b *board) publish(data []byte) {
+func (b *board) publish(full, public []byte) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.data = data
+	b.full, b.public = full, public
 	b.seq++
 	close(b.changed)
 	b.changed = make(chan struct{})
 }
 
-// latest returns the latest snapshot (nil before the first), its number,
-// and a channel closed when the next one is published.
-func (b *board) latest() ([]byte, uint64, <-chan struct{}) {
+// latest returns the latest snapshot (nil before the first), in full or
+// public, its number, and a channel closed when the next one is
+// published.
+func (b *board) latest(full bool) ([]byte, uint64, <-chan struct{}) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.data, b.seq, b.changed
+	if full {
+		return b.full, b.seq, b.changed
+	}
+	return b.public, b.seq, b.changed
 }
 
-// wait returns the first snapshot, waiting for it if needed.
-func (b *board) wait(ctx context.Context) ([]byte, error) {
+// wait returns the first snapshot (full or public), waiting for it if
+// needed.
+func (b *board) wait(ctx context.Context, full bool) ([]byte, error) {
 	for {
-		data, _, next := b.latest()
+		data, _, next := b.latest(full)
 		if data != nil {
 			return data, nil
 		}
@@ -57,8 +63,10 @@ func (b *board) wait(ctx context.Context) ([]byte, error) {
 const sseKeepAlive = 15 * time.Second
 
 // serveEvents streams every snapshot as a server-sent event ("status")
-// until the page goes away or the server stops (done).
+// until the page goes away or the server stops (done): in full with the
+// admin token, else public.
 func (s *Server) serveEvents(rw http.ResponseWriter, r *http.Request) {
+	full := s.readsJobText(r)
 	fl, ok := rw.(http.Flusher)
 	if !ok {
 		http.Error(rw, "streaming unsupported", http.StatusInternalServerError)
@@ -75,7 +83,7 @@ func (s *Server) serveEvents(rw http.ResponseWriter, r *http.Request) {
 	defer keep.Stop()
 	var sent uint64
 	for {
-		data, seq, next := s.board.latest()
+		data, seq, next := s.board.latest(full)
 		if data != nil && seq != sent {
 			if _, err := fmt.Fprintf(rw, "event: status\ndata: %s\n\n", data); err != nil {
 				return

@@ -259,11 +259,12 @@ func (s *Server) servePage(rw http.ResponseWriter, _ *http.Request) {
 	}
 }
 
-// serveStatus answers with the latest snapshot (waiting for the first).
+// serveStatus answers with the latest snapshot (waiting for the first):
+// in full with the admin token, else public.
 func (s *Server) serveStatus(rw http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout+time.Second)
 	defer cancel()
-	data, err := s.board.wait(ctx)
+	data, err := s.board.wait(ctx, s.readsJobText(r))
 	if err != nil {
 		writeError(rw, http.StatusServiceUnavailable, "no reading of the fleet yet")
 		return
@@ -282,6 +283,12 @@ func (s *Server) serveChart(rw http.ResponseWriter, r *http.Request) {
 	}
 	rw.Header().Set("Content-Type", "image/svg+xml")
 	_ = writeChart(rw, series, series.span(s.span))
+}
+
+// readsJobText reports whether r may read what jobs and APIs wrote: it
+// carries the admin token (a read-only dashboard shows it to nobody).
+func (s *Server) readsJobText(r *http.Request) bool {
+	return s.token != "" && s.authorized(r.Header.Get("Authorization"))
 }
 
 func isLoopbackAddr(a net.Addr) bool {

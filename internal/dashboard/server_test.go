@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/dashboard"
+	"github.com/keyfleet/keyfleet/internal/status"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
@@ -69,8 +70,13 @@ func TestReadOnlyDashboard(t *testing.T) {
 	if b.ID != "nightly" || b.Kind != "exec" || b.Total != 4 || !b.TotalKnown || b.Succeeded != 3 || b.Failed != 1 || !b.Complete {
 		t.Errorf("batch: want nightly, exec, 3 of 4 succeeded, 1 failed, complete; got %+v", b)
 	}
-	if d := s.DeadLetterList[0]; d.Item != "doc-bad" || d.Reason != "permanent failure" || !strings.Contains(d.Error, "refused: empty text") {
-		t.Errorf("dead letter: want doc-bad, permanent failure, its stderr; got %+v", d)
+	// Read-only: the dead letter's reason (ours), not its error (the job's
+	// stderr), and no job text anywhere in the data or the event stream.
+	if d := s.DeadLetterList[0]; d.Item != "doc-bad" || d.Reason != "permanent failure" || d.Error != status.Hidden {
+		t.Errorf("dead letter: want doc-bad, permanent failure, its error hidden; got %+v", d)
+	}
+	if _, raw := rec.get(t, base+"/api/status"); strings.Contains(raw, "refused: empty text") {
+		t.Errorf("/api/status without the admin token holds the job's stderr:\n%s", raw)
 	}
 	if s.Pool.Total != 4 || !s.Dashboard.ReadOnly || !s.Dashboard.ResultsCaughtUp || s.Dashboard.Error != "" {
 		t.Errorf("want 4 keys, read-only, results caught up, no error; got pool %+v, dashboard %+v", s.Pool, s.Dashboard)
@@ -147,6 +153,9 @@ func TestReadOnlyDashboard(t *testing.T) {
 			if err := json.Unmarshal([]byte(data), &ev); err != nil {
 				t.Fatalf("event data: %v", err)
 			}
+			if strings.Contains(data, "refused: empty text") {
+				t.Errorf("an event holds the job's stderr: %s", data)
+			}
 			events++
 			rec.mu.Lock()
 			rec.seen = append(rec.seen, line)
@@ -199,6 +208,23 @@ func TestAdminWrites(t *testing.T) {
 		return s.DeadLetters == 1 && len(s.DeadLetterList) == 1
 	})
 	bearer := "Bearer " + token
+	// The dead letter's error is the job's text: only with the token.
+	getWith := func(auth string) string {
+		req, _ := http.NewRequest(http.MethodGet, base+"/api/status", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		_, body := rec.do(t, req)
+		return body
+	}
+	if full := getWith(bearer); !strings.Contains(full, "refused: empty text") {
+		t.Errorf("/api/status with the admin token lacks the dead letter's error:\n%s", full)
+	}
+	for _, auth := range []string{"", "Bearer " + strings.Repeat("y", len(token))} {
+		if public := getWith(auth); strings.Contains(public, "refused: empty text") || !strings.Contains(public, status.Hidden) {
+			t.Errorf("/api/status with %q shows the job's text (or does not say it is hidden):\n%s", auth, public)
+		}
+	}
 	disable := base + "/api/creds/disable"
 	body := `{"id":"key-b","reason":"billing issue"}`
 

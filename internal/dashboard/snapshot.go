@@ -21,12 +21,27 @@ import (
 //
 // It holds no secret: the pool knows credential IDs only, dead letters
 // carry no payload here, and error texts are scrubbed of the configured
-// server passwords and the admin token.
+// server passwords and the admin token. Whoever has not the admin token
+// reads it Public: without any text a job or an API wrote.
 type Snapshot struct {
 	status.Report
 	Batches        []Batch      `json:"batches"`
 	DeadLetterList []DeadLetter `json:"dead_letter_list"`
 	Dashboard      Meta         `json:"dashboard"`
+}
+
+// Public returns a copy of s for a reader without the admin token: the
+// report's reasons as their class (status.Report.Public), and each dead
+// letter's error as its class (its reason, which is ours, stays).
+func (s Snapshot) Public() Snapshot {
+	s.Report = s.Report.Public()
+	dls := make([]DeadLetter, len(s.DeadLetterList))
+	for i, d := range s.DeadLetterList {
+		d.Error = status.Class(d.Error)
+		dls[i] = d
+	}
+	s.DeadLetterList = dls
+	return s
 }
 
 // DeadLetter is a dead-letter record as the page shows it (without the

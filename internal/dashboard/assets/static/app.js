@@ -447,12 +447,29 @@
     c.textContent = live ? 'live' : 'reconnecting…';
   }
 
+  // withToken reads the snapshot again with the admin token, when one is
+  // entered: only then do errors and reasons show the text jobs and APIs
+  // wrote (the event stream, like /api/status without it, has their
+  // class alone). It returns null without a token or when refused.
+  async function withToken() {
+    const token = ($('token') || {}).value || '';
+    if (!token) return null;
+    try {
+      const r = await fetch('/api/status', {
+        headers: {'Authorization': 'Bearer ' + token}, cache: 'no-store', credentials: 'omit',
+      });
+      return r.ok ? await r.json() : null;
+    } catch (_) {
+      return null;
+    }
+  }
+
   function connect() {
     const es = new EventSource('/api/events');
-    es.addEventListener('status', (e) => {
+    es.addEventListener('status', async (e) => {
       lastEvent = Date.now();
       setConn(true);
-      render(JSON.parse(e.data));
+      render((await withToken()) || JSON.parse(e.data));
     });
     es.onerror = () => setConn(false);
     setInterval(() => {
