@@ -107,6 +107,31 @@ type Config struct {
 	// 429s) or "anthropic" (anthropic-ratelimit-*-{remaining,reset}).
 	// Default "" (none).
 	RateHeaders string
+
+	// Provider selects the strict mode (strict.go): ProviderOpenAI or
+	// ProviderAnthropic answer as that provider's API does and refuse
+	// what it refuses; Header, Format and RateHeaders are then the
+	// provider's own. Default "": the lenient mode above.
+	Provider string
+	// Models are the model names the strict mode serves (GET /v1/models);
+	// a request for another model gets the provider's 404. Default: any
+	// model is served, and the list shows DefaultModels and the keys'
+	// Models.
+	Models []string
+	// OutputTokens is how many output tokens a strict reply has when its
+	// request's marker sets none, capped by its max_tokens /
+	// max_completion_tokens. Default DefaultOutputTokens.
+	OutputTokens int
+	// BatchDelay is how long a provider batch takes from its creation to
+	// its last request (strict mode; Server.SetBatchDelay changes it at
+	// run time). Default 0: done at the next look.
+	BatchDelay time.Duration
+	// Record keeps every request that arrives in strict mode, for
+	// Server.Received.
+	Record bool
+	// OnRequest, when set, is called with every request that arrives in
+	// strict mode, before it is answered.
+	OnRequest func(Received)
 }
 
 // MaxBody is the largest request body the server reads; a larger one gets
@@ -127,6 +152,8 @@ type Server struct {
 	keys           []*keyState
 	unauthorized   atomic.Int64
 	badRequests    atomic.Int64
+
+	strict *strictState // nil in the lenient mode
 }
 
 // keyState is one key's limits, admission state and figures.
@@ -165,6 +192,9 @@ type keyState struct {
 	forced     atomic.Int64
 	overLimit  atomic.Int64
 	tokensUsed atomic.Int64
+
+	usage usageBook    // strict mode: usage the replies reported
+	batch batchCounter // strict mode: Files and Batch API calls
 }
 
 // New returns a Server for cfg; its errors name the field at fault.
@@ -191,6 +221,13 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("fakeapi: format %q must contain %s once", format, placeholder)
 	}
 	s.prefix, s.suffix, _ = strings.Cut(format, placeholder)
+	if cfg.Provider != "" {
+		st, err := newStrict(cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.strict = st
+	}
 	seen := make(map[string]int, len(cfg.Keys))
 	for i, k := range cfg.Keys {
 		switch {
@@ -233,11 +270,18 @@ func New(cfg Config) (*Server, error) {
 			models: models,
 		})
 	}
+	if s.strict != nil {
+		s.strict.init(s)
+	}
 	return s, nil
 }
 
 // ServeHTTP answers one request; see the package documentation.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.strict != nil {
+		s.serveStrict(w, r)
+		return
+	}
 	k := s.authenticate(r.Header.Get(s.header))
 	if k == nil {
 		s.unauthorized.Add(1)
@@ -536,6 +580,14 @@ type KeyStats struct {
 	Tokens int64 `json:"tokens"`
 	// Models are the figures of the models the key has limits for.
 	Models map[string]ModelStats `json:"models,omitempty"`
+
+	// Usage is what the strict mode's replies reported for the key, real
+	// time and through the Batch APIs; ModelUsage the same per model (every
+	// model, limits or not).
+	Usage      UsageSplit            `json:"usage"`
+	ModelUsage map[string]UsageSplit `json:"model_usage,omitempty"`
+	// Batch counts the key's strict Files and Batch API calls.
+	Batch BatchStats `json:"batch"`
 }
 
 // Stats returns a snapshot of the figures.
@@ -555,6 +607,9 @@ func (s *Server) Stats() Stats {
 			OverLimit:     k.overLimit.Load(),
 			Tokens:        k.tokensUsed.Load(),
 			Models:        k.modelStats(),
+			Usage:         k.usage.total(),
+			ModelUsage:    k.usage.models(),
+			Batch:         k.batch.snapshot(),
 		})
 	}
 	return st

@@ -1,0 +1,793 @@
+package fakeapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// endpoint is one of the strict mode's inference endpoints.
+type endpoint string
+
+const (
+	endpointChat       endpoint = "/v1/chat/completions"
+	endpointEmbeddings endpoint = "/v1/embeddings"
+	endpointMessages   endpoint = "/v1/messages"
+)
+
+// Known top-level request fields, from each API's reference. A field not
+// listed is refused as the API refuses it.
+var knownFields = map[endpoint][]string{
+	// openai-openapi (github.com/openai/openai-openapi, openapi.yaml at
+	// f85dbe2): components.schemas.CreateChatCompletionRequest with its
+	// allOf CreateModelResponseProperties / ModelResponseProperties;
+	// checked against openai-node 6.49.0 ChatCompletionCreateParamsBase.
+	endpointChat: {
+		"audio", "frequency_penalty", "function_call", "functions", "logit_bias", "logprobs",
+		"max_completion_tokens", "max_tokens", "messages", "metadata", "modalities", "model",
+		"moderation", "n", "parallel_tool_calls", "prediction", "presence_penalty",
+		"prompt_cache_key", "prompt_cache_options", "prompt_cache_retention", "reasoning_effort",
+		"response_format", "safety_identifier", "seed", "service_tier", "stop", "store", "stream",
+		"stream_options", "temperature", "tool_choice", "tools", "top_logprobs", "top_p", "user",
+		"verbosity", "web_search_options",
+	},
+	// openai-openapi components.schemas.CreateEmbeddingRequest
+	// (additionalProperties: false).
+	endpointEmbeddings: {"dimensions", "encoding_format", "input", "model", "user"},
+	// anthropic-sdk-go message.go MessageNewParams (b43f0d7) and
+	// @anthropic-ai/sdk 0.137.0 MessageCreateParamsBase (less
+	// user_profile_id and workspace_id, which the SDK sends as headers),
+	// plus "stream".
+	endpointMessages: {
+		"cache_control", "container", "diagnostics", "inference_geo", "max_tokens", "messages",
+		"metadata", "model", "output_config", "service_tier", "speed", "stop_sequences", "stream",
+		"system", "temperature", "thinking", "tool_choice", "tools", "top_k", "top_p",
+	},
+}
+
+// jsonKind is a JSON value's kind as the validators name it.
+type jsonKind int
+
+const (
+	kindNull jsonKind = iota
+	kindString
+	kindInteger
+	kindNumber // a number with a fraction or exponent
+	kindBool
+	kindArray
+	kindObject
+)
+
+func kindOf(raw json.RawMessage) jsonKind {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return kindNull
+	}
+	switch raw[0] {
+	case '"':
+		return kindString
+	case '[':
+		return kindArray
+	case '{':
+		return kindObject
+	case 't', 'f':
+		return kindBool
+	case 'n':
+		return kindNull
+	}
+	if bytes.ContainsAny(raw, ".eE") {
+		return kindNumber
+	}
+	return kindInteger
+}
+
+// openaiKind names a kind as OpenAI's messages do ("a string", "an
+// integer"); anthropicKind as Anthropic's do ("a valid string").
+func openaiKind(k jsonKind) string {
+	return [...]string{"null", "a string", "an integer", "a number", "a boolean", "an array", "an object"}[k]
+}
+
+func anthropicKind(k jsonKind) string {
+	return [...]string{"null", "a valid string", "a valid integer", "a valid number", "a valid boolean", "a valid list", "a valid dictionary"}[k]
+}
+
+// fieldKinds are the kinds a field may have (besides null, where the API
+// allows it); fields not listed are not type-checked.
+var fieldKinds = map[endpoint]map[string][]jsonKind{
+	endpointChat: {
+		"model": {kindString}, "messages": {kindArray},
+		"max_tokens": {kindInteger}, "max_completion_tokens": {kindInteger}, "n": {kindInteger},
+		"seed": {kindInteger}, "top_logprobs": {kindInteger},
+		"temperature": {kindNumber, kindInteger}, "top_p": {kindNumber, kindInteger},
+		"frequency_penalty": {kindNumber, kindInteger}, "presence_penalty": {kindNumber, kindInteger},
+		"stream": {kindBool}, "store": {kindBool}, "logprobs": {kindBool}, "parallel_tool_calls": {kindBool},
+		"metadata": {kindObject}, "logit_bias": {kindObject}, "response_format": {kindObject},
+		"stream_options": {kindObject}, "tools": {kindArray}, "functions": {kindArray},
+		"stop": {kindString, kindArray}, "user": {kindString}, "service_tier": {kindString},
+	},
+	endpointEmbeddings: {
+		"model": {kindString}, "input": {kindString, kindArray}, "encoding_format": {kindString},
+		"dimensions": {kindInteger}, "user": {kindString},
+	},
+	endpointMessages: {
+		"model": {kindString}, "messages": {kindArray}, "max_tokens": {kindInteger},
+		"system": {kindString, kindArray}, "stop_sequences": {kindArray}, "stream": {kindBool},
+		"temperature": {kindNumber, kindInteger}, "top_p": {kindNumber, kindInteger}, "top_k": {kindInteger},
+		"metadata": {kindObject}, "tools": {kindArray}, "tool_choice": {kindObject}, "thinking": {kindObject},
+		"service_tier": {kindString},
+	},
+}
+
+// required are each endpoint's required fields, in the order they are
+// checked: openai-openapi CreateChatCompletionRequest required [model,
+// messages], CreateEmbeddingRequest [model, input]; anthropic-sdk-go
+// MessageNewParams "The properties MaxTokens, Messages, Model are
+// required."
+var required = map[endpoint][]string{
+	endpointChat:       {"model", "messages"},
+	endpointEmbeddings: {"model", "input"},
+	endpointMessages:   {"max_tokens", "messages", "model"},
+}
+
+// query is one validated inference request.
+type query struct {
+	ep     endpoint
+	model  string
+	input  int64 // input tokens
+	max    int64 // max_tokens / max_completion_tokens; -1: none
+	n      int   // chat choices
+	out    int64 // output tokens of each choice
+	texts  []string
+	tokens [][]int64 // embeddings given as token arrays
+	dims   int
+	base64 bool
+	marks  marks
+}
+
+// objectFields decodes a JSON object's top-level fields, in their order.
+func objectFields(body []byte) ([]string, map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, nil, err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, nil, fmt.Errorf("not a JSON object")
+	}
+	var names []string
+	fields := map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, nil, err
+		}
+		name, _ := tok.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, nil, err
+		}
+		if _, dup := fields[name]; !dup {
+			names = append(names, name)
+		}
+		fields[name] = raw
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, nil, err
+	}
+	if dec.More() || dec.InputOffset() < int64(len(bytes.TrimRight(body, " \t\r\n"))) {
+		return nil, nil, fmt.Errorf("data after the JSON object")
+	}
+	return names, fields, nil
+}
+
+// badJSON is the provider's answer to a body that is not a JSON object.
+func (st *strictState) badJSON() *apiError {
+	if st.openai() {
+		// The API's words for a body it cannot parse.
+		return invalid("We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON. If you have trouble figuring out how to fix this, please contact us through our help center at help.openai.com.)", "", "")
+	}
+	return invalid("There was an error parsing the body of your request: it is not a valid JSON object.", "", "")
+}
+
+// unknownField refuses fields the endpoint does not know, in the
+// provider's words: OpenAI "Unrecognized request argument supplied: id"
+// (400, param and code null), Anthropic "id: Extra inputs are not
+// permitted" (400 invalid_request_error), the first unknown field by its
+// place in the body.
+func (st *strictState) unknownField(prefix string, names []string) *apiError {
+	var unknown []string
+	for _, n := range names {
+		if !slicesContains(knownFields[endpoint(prefix)], n) {
+			unknown = append(unknown, n)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	if st.openai() {
+		if len(unknown) == 1 {
+			return invalid("Unrecognized request argument supplied: "+unknown[0], "", "")
+		}
+		return invalid("Unrecognized request arguments supplied: "+strings.Join(unknown, ", "), "", "")
+	}
+	return invalid(unknown[0]+": Extra inputs are not permitted", "", "")
+}
+
+func slicesContains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// missing is the provider's refusal of a missing required field: OpenAI
+// "Missing required parameter: 'messages[2].content[0].type'." with code
+// missing_required_parameter (quoted in
+// github.com/neuron-core/neuron-ai/issues/292), Anthropic "max_tokens:
+// Field required" (quoted with its request_id in
+// github.com/tickernelz/opencode-mem/issues/50).
+func (st *strictState) missing(path string) *apiError {
+	if st.openai() {
+		return invalid(fmt.Sprintf("Missing required parameter: '%s'.", path), path, "missing_required_parameter")
+	}
+	return invalid(path+": Field required", "", "")
+}
+
+// wrongType is the provider's refusal of a field of the wrong kind: OpenAI
+// "Invalid type for 'messages[0].content': expected a string, but got an
+// array instead." with code invalid_type (quoted in
+// github.com/danny-avila/LibreChat/issues/3111), Anthropic "<path>: Input
+// should be a valid integer" (quoted in
+// github.com/valentinfrlch/ha-llmvision/issues/695).
+func (st *strictState) wrongType(path string, want []jsonKind, got jsonKind) *apiError {
+	if st.openai() {
+		names := make([]string, len(want))
+		for i, k := range want {
+			names[i] = openaiKind(k)
+		}
+		w := names[0]
+		if len(names) > 1 {
+			w = "one of " + strings.Join(names, " or ")
+		}
+		g := openaiKind(got)
+		if got == kindNull {
+			g = "null"
+		}
+		return invalid(fmt.Sprintf("Invalid type for '%s': expected %s, but got %s instead.", path, w, g), path, "invalid_type")
+	}
+	return invalid(fmt.Sprintf("%s: Input should be %s", path, anthropicKind(want[len(want)-1])), "", "")
+}
+
+// checkKinds type-checks the fields that fieldKinds lists; OpenAI takes
+// null for an optional field, Anthropic for none.
+func (st *strictState) checkKinds(ep endpoint, names []string, fields map[string]json.RawMessage) *apiError {
+	for _, n := range names {
+		want, ok := fieldKinds[ep][n]
+		if !ok {
+			continue
+		}
+		got := kindOf(fields[n])
+		if got == kindNull && st.openai() && !slicesContains(required[ep], n) {
+			continue
+		}
+		fits := false
+		for _, k := range want {
+			fits = fits || k == got || (k == kindNumber && got == kindInteger)
+		}
+		if !fits {
+			return st.wrongType(n, want, got)
+		}
+	}
+	return nil
+}
+
+// parseQuery validates an inference request as the provider does and
+// reads what its reply depends on: the model, the input tokens, the
+// output limit, the markers.
+func (st *strictState) parseQuery(ep endpoint, body []byte) (*query, *apiError) {
+	names, fields, err := objectFields(body)
+	if err != nil {
+		return nil, st.badJSON()
+	}
+	if e := st.unknownField(string(ep), names); e != nil {
+		return nil, e
+	}
+	for _, n := range required[ep] {
+		if _, ok := fields[n]; !ok {
+			return nil, st.missing(n)
+		}
+	}
+	if e := st.checkKinds(ep, names, fields); e != nil {
+		return nil, e
+	}
+	q := &query{ep: ep, max: -1, n: 1}
+	_ = json.Unmarshal(fields["model"], &q.model)
+	if raw, ok := fields["stream"]; ok && string(bytes.TrimSpace(raw)) == "true" {
+		return nil, invalid("fakeapi: streaming (\"stream\": true) is not supported by this stand-in.", "stream", "")
+	}
+	var e *apiError
+	switch ep {
+	case endpointChat:
+		e = st.parseChat(q, fields)
+	case endpointEmbeddings:
+		e = st.parseEmbeddings(q, fields)
+	case endpointMessages:
+		e = st.parseMessages(q, fields)
+	}
+	if e != nil {
+		return nil, e
+	}
+	var textBytes int64
+	for _, t := range q.texts {
+		textBytes += int64(len(t))
+	}
+	// The input tokens: a quarter of the text's bytes, rounded up (at least
+	// 1), plus one per token given as a number. Never more than the body's
+	// length: the text is part of the body, and JSON escapes only lengthen
+	// it.
+	q.input = max(1, (textBytes+3)/4)
+	for _, toks := range q.tokens {
+		q.input += int64(len(toks))
+	}
+	q.out = int64(st.outputTokens)
+	if q.marks.output >= 0 {
+		q.out = q.marks.output
+	}
+	if q.max >= 0 {
+		q.out = min(q.out, q.max)
+	}
+	if ep == endpointEmbeddings {
+		q.out = 0
+	}
+	return q, nil
+}
+
+// intField reads an integer field already type-checked; ok false when
+// absent or null.
+func intField(fields map[string]json.RawMessage, name string) (int64, bool) {
+	raw, ok := fields[name]
+	if !ok || kindOf(raw) != kindInteger {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64)
+	return n, err == nil
+}
+
+// parseChat reads a chat completion request (openai-openapi
+// CreateChatCompletionRequest, ChatCompletionRequestMessage).
+func (st *strictState) parseChat(q *query, fields map[string]json.RawMessage) *apiError {
+	var msgs []json.RawMessage
+	_ = json.Unmarshal(fields["messages"], &msgs)
+	if len(msgs) == 0 {
+		return invalid("Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.", "messages", "empty_array")
+	}
+	last := -1
+	for i, raw := range msgs {
+		path := fmt.Sprintf("messages[%d]", i)
+		if kindOf(raw) != kindObject {
+			return st.wrongType(path, []jsonKind{kindObject}, kindOf(raw))
+		}
+		var m map[string]json.RawMessage
+		_ = json.Unmarshal(raw, &m)
+		roleRaw, ok := m["role"]
+		if !ok {
+			return st.missing(path + ".role")
+		}
+		var role string
+		if json.Unmarshal(roleRaw, &role) != nil {
+			return st.wrongType(path+".role", []jsonKind{kindString}, kindOf(roleRaw))
+		}
+		switch role {
+		case "system", "developer", "user", "assistant", "tool", "function":
+		default:
+			return invalid(fmt.Sprintf("Invalid value: '%s'. Supported values are: 'system', 'assistant', 'user', 'function', 'tool', and 'developer'.", role), path+".role", "invalid_value")
+		}
+		content, has := m["content"]
+		if !has && role != "assistant" {
+			return st.missing(path + ".content")
+		}
+		texts, e := st.contentTexts(path+".content", content)
+		if e != nil {
+			return e
+		}
+		q.texts = append(q.texts, texts...)
+		if role == "user" {
+			last = i
+		}
+	}
+	for _, extra := range []string{"tools", "functions", "response_format"} {
+		if raw, ok := fields[extra]; ok {
+			q.texts = append(q.texts, string(raw))
+		}
+	}
+	if last >= 0 {
+		var m map[string]json.RawMessage
+		_ = json.Unmarshal(msgs[last], &m)
+		texts, _ := st.contentTexts("", m["content"])
+		mk, e := st.parseMarks(texts)
+		if e != nil {
+			return e
+		}
+		q.marks = mk
+	} else {
+		q.marks = noMarks()
+	}
+	if n, ok := intField(fields, "max_completion_tokens"); ok {
+		q.max = n
+	}
+	if n, ok := intField(fields, "max_tokens"); ok && (q.max < 0 || n < q.max) {
+		q.max = n
+	}
+	if q.max == 0 || q.max < -1 {
+		return invalid(fmt.Sprintf("Invalid 'max_tokens': integer below minimum value. Expected a value >= 1, but got %d instead.", q.max), "max_tokens", "integer_below_min_value")
+	}
+	if n, ok := intField(fields, "n"); ok {
+		if n < 1 || n > 128 {
+			return invalid(fmt.Sprintf("Invalid 'n': integer out of range. Expected a value between 1 and 128, but got %d instead.", n), "n", "integer_out_of_range")
+		}
+		q.n = int(n)
+	}
+	return nil
+}
+
+// contentTexts returns a message content's text: the string, or each
+// part's "text" (a part without text counts as its JSON).
+func (st *strictState) contentTexts(path string, raw json.RawMessage) ([]string, *apiError) {
+	switch kindOf(raw) {
+	case kindNull:
+		return nil, nil
+	case kindString:
+		var s string
+		_ = json.Unmarshal(raw, &s)
+		return []string{s}, nil
+	case kindArray:
+		var parts []json.RawMessage
+		_ = json.Unmarshal(raw, &parts)
+		var out []string
+		for _, p := range parts {
+			var part struct {
+				Text *string `json:"text"`
+			}
+			if kindOf(p) == kindObject && json.Unmarshal(p, &part) == nil && part.Text != nil {
+				out = append(out, *part.Text)
+			} else {
+				out = append(out, string(p))
+			}
+		}
+		return out, nil
+	}
+	if st.openai() {
+		return nil, st.wrongType(path, []jsonKind{kindString, kindArray}, kindOf(raw))
+	}
+	return nil, st.wrongType(path, []jsonKind{kindArray}, kindOf(raw))
+}
+
+// parseEmbeddings reads an embeddings request (openai-openapi
+// CreateEmbeddingRequest: input a string, an array of strings, of
+// integers, or of arrays of integers).
+func (st *strictState) parseEmbeddings(q *query, fields map[string]json.RawMessage) *apiError {
+	raw := fields["input"]
+	badInput := invalid("'$.input' is invalid. Please check the API reference: https://platform.openai.com/docs/api-reference.", "", "")
+	switch kindOf(raw) {
+	case kindString:
+		var s string
+		_ = json.Unmarshal(raw, &s)
+		if s == "" {
+			return badInput
+		}
+		q.texts = []string{s}
+	case kindArray:
+		var items []json.RawMessage
+		_ = json.Unmarshal(raw, &items)
+		if len(items) == 0 || len(items) > 2048 {
+			return badInput
+		}
+		var ints []int64
+		for _, it := range items {
+			switch kindOf(it) {
+			case kindString:
+				var s string
+				_ = json.Unmarshal(it, &s)
+				if s == "" {
+					return badInput
+				}
+				q.texts = append(q.texts, s)
+			case kindInteger:
+				var n int64
+				_ = json.Unmarshal(it, &n)
+				ints = append(ints, n)
+			case kindArray:
+				var toks []int64
+				if json.Unmarshal(it, &toks) != nil || len(toks) == 0 {
+					return badInput
+				}
+				q.tokens = append(q.tokens, toks)
+			default:
+				return badInput
+			}
+		}
+		if ints != nil {
+			if len(q.texts) > 0 || len(q.tokens) > 0 {
+				return badInput
+			}
+			q.tokens = [][]int64{ints}
+		}
+		if len(q.texts) > 0 && len(q.tokens) > 0 {
+			return badInput
+		}
+	}
+	var mk marks = noMarks()
+	if len(q.texts) > 0 {
+		var e *apiError
+		if mk, e = st.parseMarks(q.texts[len(q.texts)-1:]); e != nil {
+			return e
+		}
+	}
+	q.marks = mk
+	q.dims = 16
+	if n, ok := intField(fields, "dimensions"); ok {
+		if n < 1 || n > 4096 {
+			return invalid(fmt.Sprintf("Invalid 'dimensions': integer below minimum value. Expected a value >= 1, but got %d instead.", n), "dimensions", "integer_below_min_value")
+		}
+		q.dims = int(n)
+	}
+	if raw, ok := fields["encoding_format"]; ok && kindOf(raw) == kindString {
+		var f string
+		_ = json.Unmarshal(raw, &f)
+		switch f {
+		case "float":
+		case "base64":
+			q.base64 = true
+		default:
+			return invalid(fmt.Sprintf("Invalid value: '%s'. Supported values are: 'float' and 'base64'.", f), "encoding_format", "invalid_value")
+		}
+	}
+	return nil
+}
+
+// parseMessages reads a Messages API request (anthropic-sdk-go
+// MessageNewParams, MessageParam: role "user" or "assistant", content a
+// string or a list of blocks).
+func (st *strictState) parseMessages(q *query, fields map[string]json.RawMessage) *apiError {
+	var msgs []json.RawMessage
+	_ = json.Unmarshal(fields["messages"], &msgs)
+	if len(msgs) == 0 {
+		return invalid("messages: at least one message is required", "", "")
+	}
+	last := -1
+	for i, raw := range msgs {
+		path := fmt.Sprintf("messages.%d", i)
+		if kindOf(raw) != kindObject {
+			return st.wrongType(path, []jsonKind{kindObject}, kindOf(raw))
+		}
+		var m map[string]json.RawMessage
+		_ = json.Unmarshal(raw, &m)
+		for name := range m {
+			if name != "role" && name != "content" {
+				return invalid(path+"."+name+": Extra inputs are not permitted", "", "")
+			}
+		}
+		roleRaw, ok := m["role"]
+		if !ok {
+			return st.missing(path + ".role")
+		}
+		var role string
+		_ = json.Unmarshal(roleRaw, &role)
+		if role != "user" && role != "assistant" {
+			return invalid(path+".role: Input should be 'user' or 'assistant'", "", "")
+		}
+		content, ok := m["content"]
+		if !ok {
+			return st.missing(path + ".content")
+		}
+		if k := kindOf(content); k != kindString && k != kindArray {
+			return st.wrongType(path+".content", []jsonKind{kindString, kindArray}, k)
+		}
+		texts, e := st.contentTexts(path+".content", content)
+		if e != nil {
+			return e
+		}
+		q.texts = append(q.texts, texts...)
+		if role == "user" {
+			last = i
+		}
+	}
+	if raw, ok := fields["system"]; ok {
+		texts, e := st.contentTexts("system", raw)
+		if e != nil {
+			return e
+		}
+		q.texts = append(q.texts, texts...)
+	}
+	if raw, ok := fields["tools"]; ok {
+		q.texts = append(q.texts, string(raw))
+	}
+	q.marks = noMarks()
+	if last >= 0 {
+		var m map[string]json.RawMessage
+		_ = json.Unmarshal(msgs[last], &m)
+		texts, _ := st.contentTexts("", m["content"])
+		mk, e := st.parseMarks(texts)
+		if e != nil {
+			return e
+		}
+		q.marks = mk
+	}
+	q.max, _ = intField(fields, "max_tokens")
+	if q.max < 0 {
+		return invalid("max_tokens: Input should be greater than or equal to 0", "", "")
+	}
+	return nil
+}
+
+// inference answers a real-time inference request: validate, apply the
+// markers, admit it against the key's limits, wait, reply with usage.
+func (c *call) inference(ep endpoint) {
+	s, st, k := c.s, c.st, c.k
+	k.requests.Add(1)
+	q, e := st.parseQuery(ep, c.body)
+	if e == nil && !st.serves(q.model) {
+		e = st.modelNotFound(q.model)
+	}
+	if e != nil {
+		c.fail(e)
+		return
+	}
+	if status := int(st.forceStatus.Load()); status != 0 {
+		k.forced.Add(1)
+		c.fail(st.statusError(status))
+		return
+	}
+	if e := st.markError(q, k); e != nil {
+		c.fail(e)
+		return
+	}
+	m := k.model(q.model)
+	if m != nil {
+		m.requests.Add(1)
+	}
+	tokens := q.input + q.out*int64(q.n)
+	now := time.Now()
+	ok, wait, limit := k.admit(now, s.retryAfter, tokens, m)
+	s.setRateHeaders(c.w, k, m, now)
+	if !st.openai() {
+		copyAnthropicTokenHeaders(c.w.Header())
+	}
+	if !ok {
+		k.rateLimited.Add(1)
+		if m != nil {
+			m.rateLimited.Add(1)
+			if strings.HasPrefix(limit, "model:") {
+				m.modelLimit.Add(1)
+			}
+		}
+		e := st.limitError(k, m, q, limit, tokens, wait, now)
+		if k.bare {
+			e.header = nil
+		}
+		c.fail(e)
+		return
+	}
+	k.start()
+	defer k.finish()
+	if d := time.Duration(st.latency.Load()) + q.marks.latency; d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-c.r.Context().Done():
+			t.Stop()
+			return // the client is gone
+		case <-t.C:
+		}
+	}
+	out := q.out * int64(q.n)
+	k.usage.add(q.model, false, q.input, out)
+	k.tokensUsed.Add(tokens)
+	k.ok.Add(1)
+	if m != nil {
+		m.tokensUsed.Add(tokens)
+		m.ok.Add(1)
+	}
+	c.reply(st.replyBody(q, c.reqID, false))
+}
+
+// copyAnthropicTokenHeaders repeats the tokens figures as the input- and
+// output-token ones: the stand-in keeps one token window, whose room bounds
+// both (docs.anthropic.com/en/api/rate-limits, "Response headers":
+// anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}).
+func copyAnthropicTokenHeaders(h http.Header) {
+	for _, part := range []string{"limit", "remaining", "reset"} {
+		if v := h.Get("anthropic-ratelimit-tokens-" + part); v != "" {
+			h.Set("anthropic-ratelimit-input-tokens-"+part, v)
+			h.Set("anthropic-ratelimit-output-tokens-"+part, v)
+		}
+	}
+}
+
+// modelNotFound is the provider's 404 for a model it does not serve:
+// OpenAI "The model `x` does not exist or you do not have access to it."
+// with code model_not_found, Anthropic not_found_error "model: x".
+func (st *strictState) modelNotFound(model string) *apiError {
+	if st.openai() {
+		return &apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: strp("model_not_found"),
+			message: fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model)}
+	}
+	return &apiError{status: http.StatusNotFound, typ: "not_found_error", message: "model: " + model}
+}
+
+// limitError is the provider's 429 for a request over one of the key's
+// limits, with retry-after (and OpenAI's retry-after-ms).
+func (st *strictState) limitError(k *keyState, m *modelState, q *query, limit string, tokens int64, wait time.Duration, now time.Time) *apiError {
+	what, n, period, used, requested := "requests", 0, time.Minute, int64(0), int64(1)
+	k.mu.Lock()
+	switch limit {
+	case "rate":
+		n, period, used = k.rate.N, k.rate.Period, int64(len(k.window))
+	case "every":
+		n, period, used = 1, k.every, 1
+	case "concurrency":
+		n, period, used = k.conc, 0, int64(k.inflight)
+	case "tokens":
+		k.tokenRoom(now, 0)
+		what, n, period, used, requested = "tokens", k.tokens.N, k.tokens.Period, k.tokensInWindow(), tokens
+	case "model:rate", "model:tokens":
+		reqs, toks := m.used(now)
+		n, period, used = m.rate.N, m.rate.Period, int64(reqs)
+		if limit == "model:tokens" {
+			what, n, period, used, requested = "tokens", m.tokens.N, m.tokens.Period, toks, tokens
+		}
+	}
+	k.mu.Unlock()
+	e := &apiError{status: http.StatusTooManyRequests, header: st.retryHeaders(wait)}
+	if st.openai() {
+		// "Rate limit reached for gpt-4o in organization org-xxx on tokens per
+		// min (TPM): Limit 30000, Used 29000, Requested 2000. Please try again in
+		// 2s. Visit https://platform.openai.com/account/rate-limits to learn
+		// more.", type "tokens" or "requests", code rate_limit_exceeded: the
+		// API's 429 as its SDKs' users quote it.
+		e.typ, e.code = what, strp("rate_limit_exceeded")
+		if period == 0 {
+			e.message = fmt.Sprintf("Rate limit reached for %s in organization org-test on concurrent requests: Limit %d, Used %d, Requested 1. Please try again in %s. Visit https://platform.openai.com/account/rate-limits to learn more.",
+				q.model, n, used, wait.Round(time.Millisecond))
+		} else {
+			e.message = fmt.Sprintf("Rate limit reached for %s in organization org-test on %s per %s: Limit %d, Used %d, Requested %d. Please try again in %s. Visit https://platform.openai.com/account/rate-limits to learn more.",
+				q.model, what, periodName(period, what), n, used, requested, wait.Round(time.Millisecond))
+		}
+		return e
+	}
+	// "This request would exceed the rate limit for your organization (<id>)
+	// of 20,000 input tokens per minute. For details, refer to: ...":
+	// quoted in github.com/OpenHands/OpenHands/issues/9259.
+	e.typ = "rate_limit_error"
+	per := "minute"
+	switch period {
+	case 0:
+		per, what = "moment", "concurrent requests"
+	case time.Second:
+		per = "second"
+	case time.Minute:
+	case time.Hour:
+		per = "hour"
+	case 24 * time.Hour:
+		per = "day"
+	default:
+		per = period.String()
+	}
+	e.message = fmt.Sprintf("This request would exceed the rate limit for your organization (org-test) of %s %s per %s. For details, refer to: https://docs.claude.com/en/api/rate-limits. You can see the response headers for current usage. Please reduce the prompt length or the maximum tokens requested, or try again later. You may also contact sales at https://www.anthropic.com/contact-sales to discuss your options for a rate limit increase.",
+		thousands(int64(n)), what, per)
+	return e
+}
+
+// thousands writes n with comma separators, as Anthropic's messages do.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
