@@ -295,17 +295,22 @@ func (c *call) messageBatchResults(id string) {
 }
 
 func anthropicResultLine(l *batchLine) []byte {
-	result := map[string]any{"type": l.result}
+	type result struct {
+		Type    string          `json:"type"`
+		Message json.RawMessage `json:"message,omitempty"`
+		Error   json.RawMessage `json:"error,omitempty"`
+	}
+	r := result{Type: l.result}
 	switch l.result {
 	case "succeeded":
-		result["message"] = json.RawMessage(l.reply)
+		r.Message = l.reply
 	case "errored":
-		result["error"] = json.RawMessage(l.reply)
+		r.Error = l.reply
 	}
 	return marshal(struct {
-		CustomID string         `json:"custom_id"`
-		Result   map[string]any `json:"result"`
-	}{l.customID, result})
+		CustomID string `json:"custom_id"`
+		Result   result `json:"result"`
+	}{l.customID, r})
 }
 
 // listMessageBatches answers GET /v1/messages/batches (limit 1..1000,

@@ -544,7 +544,10 @@ func (st *strictState) batchObject(b *providerBatch) any {
 	}
 	var errs any
 	if b.errors != nil {
-		errs = map[string]any{"object": "list", "data": b.errors}
+		errs = struct {
+			Object string       `json:"object"`
+			Data   []batchError `json:"data"`
+		}{"list", b.errors}
 	}
 	counts := struct {
 		Total     int `json:"total"`
@@ -605,13 +608,22 @@ func (st *strictState) batchObject(b *providerBatch) any {
 		FinalizingAt: ts("finalizing_at"), CompletedAt: ts("completed_at"), FailedAt: ts("failed_at"),
 		ExpiredAt: ts("expired_at"), CancellingAt: ts("cancelling_at"), CancelledAt: ts("cancelled_at"),
 		RequestCounts: counts,
-		Usage: map[string]any{
-			"input_tokens": in, "input_tokens_details": map[string]int{"cached_tokens": 0},
-			"output_tokens": out, "output_tokens_details": map[string]int{"reasoning_tokens": 0},
-			"total_tokens": in + out,
-		},
-		Metadata: nullJSON(b.metadata),
+		Usage:         batchUsage{InputTokens: in, OutputTokens: out, TotalTokens: in + out},
+		Metadata:      nullJSON(b.metadata),
 	}
+}
+
+// batchUsage is a Batch's usage (openai-openapi Batch.usage).
+type batchUsage struct {
+	InputTokens        int64 `json:"input_tokens"`
+	InputTokensDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+	OutputTokens        int64 `json:"output_tokens"`
+	OutputTokensDetails struct {
+		ReasoningTokens int64 `json:"reasoning_tokens"`
+	} `json:"output_tokens_details"`
+	TotalTokens int64 `json:"total_tokens"`
 }
 
 func nullJSON(raw json.RawMessage) json.RawMessage {

@@ -261,7 +261,7 @@ func (st *strictState) wrongType(path string, want []jsonKind, got jsonKind) *ap
 		}
 		return invalid(fmt.Sprintf("Invalid type for '%s': expected %s, but got %s instead.", path, w, g), path, "invalid_type")
 	}
-	return invalid(fmt.Sprintf("%s: Input should be %s", path, anthropicKind(want[len(want)-1])), "", "")
+	return invalid(fmt.Sprintf("%s: Input should be %s", path, anthropicKind(want[0])), "", "")
 }
 
 // checkKinds type-checks the fields that fieldKinds lists; OpenAI takes
@@ -462,10 +462,7 @@ func (st *strictState) contentTexts(path string, raw json.RawMessage) ([]string,
 		}
 		return out, nil
 	}
-	if st.openai() {
-		return nil, st.wrongType(path, []jsonKind{kindString, kindArray}, kindOf(raw))
-	}
-	return nil, st.wrongType(path, []jsonKind{kindArray}, kindOf(raw))
+	return nil, st.wrongType(path, []jsonKind{kindString, kindArray}, kindOf(raw))
 }
 
 // parseEmbeddings reads an embeddings request (openai-openapi

@@ -66,12 +66,25 @@ func (st *strictState) chatReply(q *query) any {
 	}{
 		ID: st.nextID("chatcmpl-"), Object: "chat.completion", Created: time.Now().Unix(), Model: q.model,
 		Choices: choices, ServiceTier: "default",
-		Usage: map[string]any{
-			"prompt_tokens": q.input, "completion_tokens": out, "total_tokens": q.input + out,
-			"prompt_tokens_details":     map[string]int{"cached_tokens": 0, "audio_tokens": 0},
-			"completion_tokens_details": map[string]int{"reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
-		},
+		Usage: chatUsage{PromptTokens: q.input, CompletionTokens: out, TotalTokens: q.input + out},
 	}
+}
+
+// chatUsage is openai-openapi CompletionUsage.
+type chatUsage struct {
+	PromptTokens        int64 `json:"prompt_tokens"`
+	CompletionTokens    int64 `json:"completion_tokens"`
+	TotalTokens         int64 `json:"total_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+		AudioTokens  int64 `json:"audio_tokens"`
+	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails struct {
+		ReasoningTokens          int64 `json:"reasoning_tokens"`
+		AudioTokens              int64 `json:"audio_tokens"`
+		AcceptedPredictionTokens int64 `json:"accepted_prediction_tokens"`
+		RejectedPredictionTokens int64 `json:"rejected_prediction_tokens"`
+	} `json:"completion_tokens_details"`
 }
 
 // embeddingsReply is an embeddings list (openai-openapi
@@ -112,7 +125,10 @@ func embeddingsReply(q *query) any {
 		Data   []embedding `json:"data"`
 		Model  string      `json:"model"`
 		Usage  any         `json:"usage"`
-	}{Object: "list", Data: data, Model: q.model, Usage: map[string]int64{"prompt_tokens": q.input, "total_tokens": q.input}}
+	}{Object: "list", Data: data, Model: q.model, Usage: struct {
+		PromptTokens int64 `json:"prompt_tokens"`
+		TotalTokens  int64 `json:"total_tokens"`
+	}{q.input, q.input}}
 }
 
 // vector is a deterministic unit-ish vector of the text.
@@ -182,7 +198,10 @@ func (c *call) listModels() {
 		for i, id := range c.st.listed {
 			data[i] = openaiModel(id)
 		}
-		c.reply(map[string]any{"object": "list", "data": data})
+		c.reply(struct {
+			Object string `json:"object"`
+			Data   []any  `json:"data"`
+		}{"list", data})
 		return
 	}
 	data := make([]any, len(c.st.listed))
