@@ -128,14 +128,12 @@ func (st *strictState) advanceAnthropic(b *providerBatch, now time.Time) {
 		return
 	}
 	if !b.cancelInitiated.IsZero() {
-		for _, l := range b.lines[b.next:] {
-			l.result = "canceled"
-		}
-		b.next, b.ended = len(b.lines), now
+		b.finish("canceled")
+		b.ended = now
 		return
 	}
 	st.process(b, now)
-	if b.next == len(b.lines) {
+	if b.done == len(b.lines) {
 		b.ended = now
 	}
 }

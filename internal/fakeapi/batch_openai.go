@@ -452,7 +452,7 @@ func (st *strictState) advanceOpenAI(b *providerBatch, now time.Time) {
 		fallthrough
 	case "in_progress":
 		st.process(b, now)
-		if b.next == len(b.lines) {
+		if b.done == len(b.lines) {
 			b.status, b.times["finalizing_at"] = "finalizing", now
 		}
 	case "finalizing":
@@ -471,14 +471,14 @@ func (st *strictState) advanceOpenAI(b *providerBatch, now time.Time) {
 // file", openai-openapi POST /batches/{id}/cancel).
 func (st *strictState) endOpenAI(b *providerBatch, status string, now time.Time) {
 	if status == "expired" {
-		for _, l := range b.lines[b.next:] {
-			l.result = "expired"
-		}
-		b.next = len(b.lines)
+		b.finish("expired")
 	}
 	b.status, b.times[status+"_at"] = status, now
 	var out, errs bytes.Buffer
-	for _, l := range b.lines[:b.next] {
+	for _, l := range b.lines {
+		if l.result == "" {
+			continue // not run: cancelled
+		}
 		line := openaiOutputLine(l)
 		if l.result == "succeeded" {
 			out.Write(line)
@@ -558,7 +558,7 @@ func (st *strictState) batchObject(b *providerBatch) any {
 	if b.status != "validating" && b.status != "failed" {
 		counts.Total = len(b.lines)
 	}
-	for _, l := range b.lines[:b.next] {
+	for _, l := range b.lines {
 		switch l.result {
 		case "succeeded":
 			counts.Completed++
@@ -654,7 +654,8 @@ func (c *call) getBatch(id string) {
 
 // cancelBatch answers POST /v1/batches/{id}/cancel: a batch validating,
 // in progress or finalizing goes to "cancelling" (cancelled at the next
-// look); one cancelling is answered as it is; an ended one is refused.
+// look); one cancelling or cancelled is answered as it is; one completed,
+// failed or expired is refused.
 func (c *call) cancelBatch(id string) {
 	c.st.store.mu.Lock()
 	defer c.st.store.mu.Unlock()
@@ -666,7 +667,7 @@ func (c *call) cancelBatch(id string) {
 	switch b.status {
 	case "validating", "in_progress", "finalizing":
 		b.status, b.times["cancelling_at"] = "cancelling", time.Now()
-	case "cancelling":
+	case "cancelling", "cancelled":
 	default:
 		c.fail(invalid(fmt.Sprintf("Cannot cancel a batch with status '%s'.", b.status), "", ""))
 		return

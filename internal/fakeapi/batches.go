@@ -1,6 +1,7 @@
 package fakeapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -52,7 +53,7 @@ type providerBatch struct {
 	owner   int
 	created time.Time
 	lines   []*batchLine
-	next    int  // lines[:next] are done
+	done    int  // lines with a result
 	fail    bool // FailNextBatches: fails at validation (OpenAI) or errors every request (Anthropic)
 
 	// OpenAI: the status and its times (nil: null), the input and its
@@ -124,10 +125,7 @@ func (s *Server) ExpireBatches() {
 				st.endOpenAI(b, "expired", now)
 			}
 		} else if b.ended.IsZero() {
-			for _, l := range b.lines[b.next:] {
-				l.result = "expired"
-			}
-			b.next = len(b.lines)
+			b.finish("expired")
 			b.ended = now
 		}
 	}
@@ -153,16 +151,34 @@ func (st *strictState) due(b *providerBatch, i int) time.Time {
 	return b.created.Add(time.Duration(float64(d) * float64(i+1) / float64(len(b.lines))))
 }
 
-// process runs the batch's requests that are due by now. The caller holds
-// the store's lock.
+// process runs the batch's requests that are due by now, but those held
+// by a [fake:hold] marker. The caller holds the store's lock.
 func (st *strictState) process(b *providerBatch, now time.Time) {
 	ep := endpointMessages
 	if st.openai() {
 		ep = endpoint(b.endpoint)
 	}
-	for b.next < len(b.lines) && !st.due(b, b.next).After(now) {
-		st.runLine(b, ep, b.lines[b.next])
-		b.next++
+	for i, l := range b.lines {
+		if st.due(b, i).After(now) {
+			return
+		}
+		if l.result == "" && !bytes.Contains(l.body, holdMarker) {
+			st.runLine(b, ep, l)
+			b.done++
+		}
+	}
+}
+
+var holdMarker = []byte("[fake:hold]")
+
+// finish gives every request not done the result ("expired",
+// "canceled").
+func (b *providerBatch) finish(result string) {
+	for _, l := range b.lines {
+		if l.result == "" {
+			l.result = result
+			b.done++
+		}
 	}
 }
 

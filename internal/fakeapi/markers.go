@@ -61,7 +61,7 @@ func (st *strictState) parseMarks(texts []string) (marks, *apiError) {
 				}
 				v := val
 				mk.retryAfter = &v
-			case "refuse", "too_large", "quota":
+			case "refuse", "too_large", "quota", "hold":
 				if val != "" {
 					return bad("marker %s takes no value", m[0])
 				}
