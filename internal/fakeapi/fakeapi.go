@@ -38,6 +38,76 @@
 // Stats reports per-key figures, keyed by index and label (never by
 // secret), including a self-check: OverLimit counts requests admitted
 // beyond a key's limits, which must stay 0.
+//
+// # Strict provider mode
+//
+// With Config.Provider set to ProviderOpenAI or ProviderAnthropic the
+// server is a faithful stand-in for that provider's API (strict.go): it
+// refuses what the real API refuses, with the provider's status and error
+// body, and answers in the provider's shapes. Each shape's source (the
+// providers' OpenAPI spec and SDKs, their documentation, replies quoted
+// from the APIs) is cited where it is built.
+//
+//   - Auth: OpenAI "Authorization: Bearer <key>"; Anthropic "x-api-key:
+//     <key>" and "anthropic-version: 2023-06-01" (AnthropicVersion).
+//     Missing, unknown and revoked (Revoke) keys get the provider's 401.
+//   - Endpoints: OpenAI POST /v1/chat/completions, POST /v1/embeddings,
+//     GET /v1/models[/{id}], the Files API (POST/GET /v1/files, GET and
+//     DELETE /v1/files/{id}, GET /v1/files/{id}/content) and the Batch API
+//     (POST/GET /v1/batches, GET /v1/batches/{id}, POST
+//     /v1/batches/{id}/cancel); Anthropic POST /v1/messages, GET
+//     /v1/models[/{id}] and Message Batches (POST/GET
+//     /v1/messages/batches, GET and DELETE /v1/messages/batches/{id}, POST
+//     .../cancel, GET .../results). Any other path: the provider's 404.
+//   - Validation: unknown top-level fields (knownFields lists each
+//     endpoint's, from the API reference), missing required fields, wrong
+//     types, bad messages: 400 with the provider's words, e.g. OpenAI
+//     "Unrecognized request argument supplied: id", Anthropic "id: Extra
+//     inputs are not permitted". "stream": true is refused (no SSE here).
+//     Config.Models, when set, limits the models served (404 otherwise).
+//   - Usage: input tokens are a quarter of the bytes of the request's text
+//     (message contents, system, tools; embeddings inputs), rounded up, at
+//     least 1, plus one per token given as a number: never more than the
+//     body's length. Output tokens are Config.OutputTokens (default
+//     DefaultOutputTokens) or the output_tokens marker, capped by
+//     max_tokens / max_completion_tokens (per choice with "n"). The reply's
+//     text is one 4-byte word per output token. The key's Tokens and
+//     per-model limits count input + output; KeyStats.Usage and ModelUsage
+//     record what the replies reported, real time apart from Batch API.
+//   - Replies carry x-request-id (OpenAI) or request-id (Anthropic) and the
+//     provider's rate-limit headers; a request over the key's limits gets
+//     the provider's 429 with retry-after (OpenAI also retry-after-ms).
+//   - Batches run lazily: each look at a batch (GET, list, cancel) moves it
+//     on. A batch's requests are done one by one over Config.BatchDelay
+//     from its creation (Server.SetBatchDelay changes it, for running
+//     batches too). OpenAI: validating → in_progress → finalizing →
+//     completed (one more look), output and error files; Anthropic:
+//     in_progress → ended, results as JSON Lines. A batch belongs to the
+//     key that created it: another key gets 404. A batch request is
+//     validated as real time would validate it and bills Batch API usage.
+//
+// Test controls ride in the request's text, since the strict API refuses
+// extra fields: markers in the last user message's text (an embeddings
+// request: its last input; a batch request: its params/body the same way):
+//
+//	[fake:status=N]        the provider's error for status N (400..599), e.g. 500, 529
+//	                       (Anthropic overloaded_error); a batch request errors with it
+//	[fake:output_tokens=N] the reply has N output tokens (capped by max_tokens)
+//	[fake:refuse]          403 (OpenAI content_policy_violation, Anthropic permission_error)
+//	[fake:too_large]       OpenAI's 429 "Request too large ... Limit N, Requested M",
+//	                       Anthropic's 413 request_too_large: no wait cures it
+//	[fake:quota]           OpenAI's 429 insufficient_quota, Anthropic's credit-balance 400
+//	[fake:retry_after=V]   a 429 whose retry-after header is V, as given
+//	[fake:latency=D]       the request takes D longer (real time), e.g. 300ms
+//	[fake:hold]            a batch request the provider never gets to: the batch stays
+//	                       in progress until ExpireBatches or a cancel
+//
+// An unknown marker is a 400 naming it. Whole-server controls:
+// Server.ForceStatus (every inference request gets a status, e.g. 529),
+// SetLatency, SetBatchDelay, FailNextBatches (OpenAI: failed at validation;
+// Anthropic: every request errored), ExpireBatches, Revoke. What arrived:
+// Config.Record with Server.Received, or Config.OnRequest, give each
+// request's method, path, key index, headers and exact body bytes.
 package fakeapi
 
 import (
