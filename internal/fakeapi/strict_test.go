@@ -523,6 +523,10 @@ func TestStrictModels(t *testing.T) {
 		Models: map[string]fakeapi.ModelLimits{"claude-opus-4-1": {Rate: ratelimit.Limit{N: 5, Period: time.Minute}}}}}})
 	want(t, "anthropic list", send(t, "GET", an+"/v1/models", "", anthropicAuth(anKey)...), 200,
 		`{"data":[{"type":"model","id":"claude-haiku-4-5","display_name":"claude-haiku-4-5","created_at":"2025-01-01T00:00:00Z"},{"type":"model","id":"claude-opus-4-1","display_name":"claude-opus-4-1","created_at":"2025-01-01T00:00:00Z"},{"type":"model","id":"claude-sonnet-4-6","display_name":"claude-sonnet-4-6","created_at":"2025-01-01T00:00:00Z"}],"has_more":false,"first_id":"claude-haiku-4-5","last_id":"claude-sonnet-4-6"}`)
+	want(t, "anthropic one", send(t, "GET", an+"/v1/models/claude-opus-4-1", "", anthropicAuth(anKey)...), 200,
+		`{"type":"model","id":"claude-opus-4-1","display_name":"claude-opus-4-1","created_at":"2025-01-01T00:00:00Z"}`)
+	r := send(t, "GET", an+"/v1/models/claude-9", "", anthropicAuth(anKey)...)
+	want(t, "anthropic unknown", r, 404, anError(r, "not_found_error", "model: claude-9"))
 }
 
 // TestStrictRecord: the bytes each request carried, as the server got
@@ -576,5 +580,36 @@ func TestStrictNewErrors(t *testing.T) {
 		if _, err := fakeapi.New(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("New(%+v) = %v; want %q", tt.cfg, err, tt.want)
 		}
+	}
+}
+
+// TestStrictConcurrent: real-time requests, batch polls and stats reads at
+// once, for the race detector; the figures add up.
+func TestStrictConcurrent(t *testing.T) {
+	t.Parallel()
+	api, url := strictServer(t, fakeapi.Config{Provider: fakeapi.ProviderOpenAI, BatchDelay: 50 * time.Millisecond})
+	id := newBatch(t, url, oaKey2, chatLine("a", "x", 2), chatLine("b", "y", 2), chatLine("c", "z", 2))
+	var wg sync.WaitGroup
+	for g := range 6 {
+		wg.Go(func() {
+			for range 10 {
+				body := fmt.Sprintf(`{"model":"gpt-4o","messages":[{"role":"user","content":"abcd [fake:output_tokens=%d]"}]}`, g)
+				if r := send(t, "POST", url+"/v1/chat/completions", body, openaiAuth(oaKey)...); r.status != 200 {
+					t.Errorf("chat: %d %s", r.status, r.body)
+				}
+				send(t, "GET", url+"/v1/batches/"+id, "", openaiAuth(oaKey2)...)
+				_ = api.Stats()
+			}
+		})
+	}
+	wg.Wait()
+	pollUntil(t, url+"/v1/batches/"+id, oaKey2, openaiAuth, "status", "completed")
+	st := api.Stats()
+	// "abcd [fake:output_tokens=N]" is 27 bytes: 7 tokens; outputs 0..5, ten each.
+	if st.Keys[0].Usage.RealTime != (fakeapi.Usage{Requests: 60, InputTokens: 420, OutputTokens: 150}) || st.Keys[0].OK != 60 {
+		t.Errorf("real time %+v", st.Keys[0].Usage)
+	}
+	if st.Keys[1].Usage.Batch != (fakeapi.Usage{Requests: 3, InputTokens: 3, OutputTokens: 6}) {
+		t.Errorf("batch %+v", st.Keys[1].Usage)
 	}
 }
