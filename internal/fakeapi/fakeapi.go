@@ -621,7 +621,8 @@ type Stats struct {
 	Keys []KeyStats `json:"keys"`
 	// Unauthorized counts requests with no key or an unknown one.
 	Unauthorized int64 `json:"unauthorized"`
-	// BadRequests counts requests refused with 400 or 413.
+	// BadRequests counts requests refused with 400 or 413 (strict mode:
+	// also 404s, and the other refusals of a bad request).
 	BadRequests int64 `json:"bad_requests"`
 }
 
@@ -656,7 +657,9 @@ type KeyStats struct {
 	// model, limits or not).
 	Usage      UsageSplit            `json:"usage"`
 	ModelUsage map[string]UsageSplit `json:"model_usage,omitempty"`
-	// Batch counts the key's strict Files and Batch API calls.
+	// Batch counts the key's strict Files and Batch API calls; in strict
+	// mode Requests, OK, RateLimited and the other counts above are the
+	// inference requests' (chat completions, embeddings, messages).
 	Batch BatchStats `json:"batch"`
 }
 
