@@ -301,7 +301,16 @@ func Run(ctx context.Context, q *queue.Queue, req Request) (Report, error) {
 	if rec.ID != "" {
 		rep.Priority, rep.Weight = cmp.Or(req.Priority, rec.Prio()), cmp.Or(req.Weight, rec.Wt())
 	}
-	err = publish(ctx, q, in, req, c, &rep)
+	var held heldSet
+	if needsHeld(rec, q.Config().DuplicateWindow, time.Now()) {
+		if held, err = readHeld(ctx, q, rep.Batch); err != nil {
+			if ctx.Err() != nil {
+				return rep, classify(ErrInterrupted, "reading what batch %s holds: nothing was enqueued", rep.Batch)
+			}
+			return rep, classify(ErrUnreachable, "reading what batch %s holds (nothing was enqueued): %w", rep.Batch, err)
+		}
+	}
+	err = publish(ctx, q, in, req, c, &rep, held)
 	if err != nil && !errors.Is(err, errCancelled) {
 		return rep, err
 	}
@@ -552,8 +561,10 @@ func equalSum(h hash.Hash, sum []byte) bool { return string(h.Sum(nil)) == strin
 var errStop = errors.New("enqueue: stopped")
 
 // publish is the second reading of a real run: every item is published
-// and confirmed, or rep says exactly what was.
-func publish(ctx context.Context, q *queue.Queue, in *input, req Request, c checked, rep *Report) error {
+// and confirmed, or rep says exactly what was. An item held already
+// (past JetStream's duplicate window: see needsHeld) is counted a
+// duplicate and not sent.
+func publish(ctx context.Context, q *queue.Queue, in *input, req Request, c checked, rep *Report, held heldSet) error {
 	pub, err := q.NewPublisher(req.Window)
 	if err != nil {
 		return classify(ErrUnreachable, "publishing (nothing was enqueued): %w", err)
@@ -562,11 +573,15 @@ func publish(ctx context.Context, q *queue.Queue, in *input, req Request, c chec
 	// already sent is waited for (bounded by the publish timeout) so that
 	// the count of confirmed items is exact.
 	pctx := context.WithoutCancel(ctx)
-	sent := 0
+	sent, skipped := 0, 0
 	lastNote, lastCheck := time.Now(), time.Now()
 	passErr := eachItem(in, req, c, func(it jsonl.Item) error {
 		if ctx.Err() != nil {
 			return errStop
+		}
+		if held != nil && held.has(it.ID) {
+			skipped++
+			return nil
 		}
 		if sent&0xff == 0 && time.Since(lastCheck) >= cancelCheckEvery {
 			// A long input: what the server stored so far goes into the
@@ -596,13 +611,13 @@ func publish(ctx context.Context, q *queue.Queue, in *input, req Request, c chec
 		if req.Progress != nil && sent&0x3ff == 0 && time.Since(lastNote) >= req.ProgressEvery {
 			lastNote = time.Now()
 			r := pub.Report()
-			req.Progress(Progress{Phase: Publishing, Confirmed: r.Published + r.Duplicates, Items: c.items})
+			req.Progress(Progress{Phase: Publishing, Confirmed: r.Published + r.Duplicates + skipped, Items: c.items})
 		}
 		return nil
 	})
 	pr, flushErr := pub.Flush(pctx)
-	rep.New, rep.Duplicates, rep.Unconfirmed, rep.NotSent = pr.Published, pr.Duplicates, pr.Unconfirmed, c.items-sent
-	if passErr == nil && flushErr == nil && pr.Published+pr.Duplicates == c.items {
+	rep.New, rep.Duplicates, rep.Unconfirmed, rep.NotSent = pr.Published, pr.Duplicates+skipped, pr.Unconfirmed, c.items-sent-skipped
+	if passErr == nil && flushErr == nil && pr.Published+pr.Duplicates+skipped == c.items {
 		return nil
 	}
 	if errors.Is(passErr, errCancelled) && flushErr == nil {
@@ -620,7 +635,7 @@ func publish(ctx context.Context, q *queue.Queue, in *input, req Request, c chec
 	case passErr != nil:
 		perr.Err = passErr
 	default:
-		perr.Err = fmt.Errorf("the server confirmed %d of %d publishes", pr.Published+pr.Duplicates, c.items)
+		perr.Err = fmt.Errorf("the server confirmed %d of %d publishes", pr.Published+pr.Duplicates, c.items-skipped)
 	}
 	return perr
 }
