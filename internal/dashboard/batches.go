@@ -119,6 +119,13 @@ func (t *tally) caughtUp() {
 func (t *tally) record(b queue.BatchInfo) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if b.Deleted {
+		// The batch holds nothing any more (its results are gone too): its
+		// counts go with it, so memory follows the batches alive.
+		delete(t.records, b.ID)
+		delete(t.batches, b.ID)
+		return
+	}
 	t.records[b.ID] = b
 }
 

@@ -50,6 +50,9 @@ type BatchInfo struct {
 	// Rev is the record's revision in the bucket (not stored): every
 	// change has a higher one.
 	Rev uint64 `json:"-"`
+	// Deleted (not stored): a watch saw the record deleted (the batch
+	// holds nothing any more: SweepBatchRecords); only ID and Rev are set.
+	Deleted bool `json:"-"`
 }
 
 // BatchEvent is one change of a batch's state.
@@ -232,7 +235,8 @@ func sortBatches(bs []BatchInfo) {
 }
 
 // WatchBatches calls fn with every batch record and then with every change,
-// until ctx ends (it then returns nil) or the watch fails.
+// until ctx ends (it then returns nil) or the watch fails. A deleted
+// record (SweepBatchRecords) comes as a BatchInfo with Deleted set.
 func (q *Queue) WatchBatches(ctx context.Context, fn func(BatchInfo)) error {
 	return q.WatchBatchesCaughtUp(ctx, fn, nil)
 }
@@ -240,7 +244,7 @@ func (q *Queue) WatchBatches(ctx context.Context, fn func(BatchInfo)) error {
 // WatchBatchesCaughtUp is WatchBatches that also calls caughtUp (when not
 // nil) once every record that existed when it began has been passed to fn.
 func (q *Queue) WatchBatchesCaughtUp(ctx context.Context, fn func(BatchInfo), caughtUp func()) error {
-	w, err := q.batches.WatchAll(ctx, jetstream.IgnoreDeletes())
+	w, err := q.batches.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("queue: watch batches: %w", err)
 	}
@@ -263,7 +267,13 @@ func (q *Queue) WatchBatchesCaughtUp(ctx context.Context, fn func(BatchInfo), ca
 				continue
 			}
 			var b BatchInfo
-			if err := json.Unmarshal(e.Value(), &b); err != nil {
+			if e.Operation() != jetstream.KeyValuePut {
+				id, err := batchFromKey(e.Key())
+				if err != nil {
+					continue
+				}
+				b = BatchInfo{ID: id, Deleted: true}
+			} else if err := json.Unmarshal(e.Value(), &b); err != nil {
 				continue
 			}
 			b.Rev = e.Revision()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,6 +20,10 @@ var (
 	// (pausing a paused batch, resuming a running one).
 	ErrBatchState = errors.New("the batch is not in a state this change applies to")
 )
+
+// MaxBatchHistory bounds the changes of state a batch's record keeps: the
+// latest ones.
+const MaxBatchHistory = 32
 
 // Actions on a batch (SetBatchState).
 const (
@@ -63,6 +68,9 @@ func (q *Queue) SetBatchState(ctx context.Context, batch, action, by string) (Ba
 		}
 		b.State = to
 		b.History = append(b.History, BatchEvent{At: time.Now().UTC(), Action: action, By: by})
+		if len(b.History) > MaxBatchHistory {
+			b.History = slices.Delete(b.History, 0, len(b.History)-MaxBatchHistory)
+		}
 		data, err := json.Marshal(b)
 		if err != nil {
 			return BatchInfo{}, fmt.Errorf("queue: encode batch record %q: %w", batch, err)

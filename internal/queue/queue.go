@@ -110,10 +110,12 @@ func ensure(ctx context.Context, nc *nats.Conn, cfg Config, update bool) (*Queue
 	}); err != nil {
 		return nil, fmt.Errorf("queue: worker bucket %s: %w", q.workersBucket(), err)
 	}
+	// A batch's record is kept as long as the batch holds items or results
+	// (no TTL: a batch paused for weeks can still be resumed, a cancelled
+	// one still refuses items); SweepBatchRecords deletes it after that.
 	if q.batches, err = ensureBucket(ctx, cfg.RequestTimeout, js, update, jetstream.KeyValueConfig{
 		Bucket:      q.batchesBucket(),
 		Description: "keyfleet batches: items enqueued per batch",
-		TTL:         cfg.ResultsMaxAge,
 		Storage:     storage,
 		Replicas:    cfg.Replicas,
 	}); err != nil {

@@ -85,11 +85,22 @@ func (w *Worker) watchBatches(ctx context.Context) {
 	}
 }
 
-// batchChanged takes a record the watch delivered.
+// batchChanged takes a record the watch delivered; a deleted one is
+// forgotten (the batch holds nothing any more).
 func (w *Worker) batchChanged(b queue.BatchInfo) {
 	v := w.batches
 	v.mu.Lock()
 	if old, ok := v.records[b.ID]; ok && old.Rev > b.Rev {
+		v.mu.Unlock()
+		return
+	}
+	if b.Deleted {
+		old := v.records[b.ID]
+		delete(v.records, b.ID)
+		delete(v.swept, b.ID)
+		for _, lane := range old.Lanes() {
+			delete(v.cons, lane)
+		}
 		v.mu.Unlock()
 		return
 	}
@@ -213,15 +224,22 @@ func (w *Worker) checkDrained(ctx context.Context, lane string) {
 // sweepCancelled drains cancelled batches once a second: their items not
 // started are recorded as cancelled and their messages deleted, including
 // those that come back after a worker held them (a nak's back-off, a dead
-// worker's ack wait). One worker at a time sweeps a batch.
+// worker's ack wait). One worker at a time sweeps a batch. Once every
+// recordSweepEvery, one worker of the fleet also deletes the records of
+// batches that hold nothing any more (queue.SweepBatchRecords).
 func (w *Worker) sweepCancelled(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	lastRecords := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if time.Since(lastRecords) >= recordSweepEvery {
+			lastRecords = time.Now()
+			w.sweepRecords(ctx)
 		}
 		w.batches.mu.Lock()
 		var todo []string
@@ -234,6 +252,26 @@ func (w *Worker) sweepCancelled(ctx context.Context) {
 		for _, id := range todo {
 			w.sweep(ctx, id)
 		}
+	}
+}
+
+// recordSweepEvery spaces the sweeps of batch records.
+const recordSweepEvery = 10 * time.Minute
+
+// sweepRecords deletes the records of batches that hold nothing any more,
+// one worker of the fleet at a time.
+func (w *Worker) sweepRecords(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if ok, err := w.sched.Claim(ctx, "sweep-records", w.id, recordSweepEvery/2); err != nil || !ok {
+		return
+	}
+	gone, err := w.q.SweepBatchRecords(ctx, time.Now())
+	if err != nil {
+		w.log.Warn("sweeping batch records", zap.Error(err))
+	}
+	if len(gone) > 0 {
+		w.log.Info("records of batches that hold nothing any more deleted", zap.Int("batches", len(gone)))
 	}
 }
 
