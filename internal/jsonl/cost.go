@@ -11,8 +11,11 @@ import (
 var ErrBadCost = errors.New("jsonl: bad cost")
 
 // Field returns the raw JSON value of the top-level field of the object in
-// obj (valid JSON), and whether it is there.
-func Field(obj []byte, field string) ([]byte, bool) {
+// obj (valid JSON), and whether it is there. A field given more than once
+// has its last value, as the APIs' own JSON decoders take it (Python's
+// json, Go's encoding/json): an item is charged and scoped by the value
+// the API reads.
+func Field(obj []byte, field string) (value []byte, found bool) {
 	s := scanner{b: obj}
 	s.space()
 	if s.eof() || s.b[s.i] != '{' {
@@ -22,35 +25,35 @@ func Field(obj []byte, field string) ([]byte, bool) {
 	for {
 		s.space()
 		if s.eof() {
-			return nil, false
+			return value, found
 		}
 		switch s.b[s.i] {
 		case '}':
-			return nil, false
+			return value, found
 		case ',':
 			s.i++
 			continue
 		case '"':
 		default:
-			return nil, false
+			return value, found
 		}
 		kStart := s.i
 		if !s.skipString() {
-			return nil, false
+			return value, found
 		}
 		key := s.b[kStart:s.i]
 		s.space()
 		if s.eof() || s.b[s.i] != ':' {
-			return nil, false
+			return value, found
 		}
 		s.i++
 		s.space()
 		vStart := s.i
 		if !s.skipValue() || s.i == vStart {
-			return nil, false
+			return value, found
 		}
 		if keyIs(key, field) {
-			return s.b[vStart:s.i], true
+			value, found = s.b[vStart:s.i], true
 		}
 	}
 }

@@ -47,3 +47,18 @@ func FuzzCost(f *testing.F) {
 		}
 	})
 }
+
+// A field given twice has its last value, as the APIs read it: an item
+// is charged and scoped as the API will run it.
+func TestFieldTakesTheLastOfRepeats(t *testing.T) {
+	obj := []byte(`{"model":"gpt-4o-mini","cost":1,"x":{"model":"inner"},"model":"gpt-4o","cost":9000}`)
+	if v, ok := jsonl.Field(obj, "model"); !ok || string(v) != `"gpt-4o"` {
+		t.Errorf("model: %s %v, want the last, \"gpt-4o\"", v, ok)
+	}
+	if c, err := jsonl.Cost(obj, "cost", 1); err != nil || c != 9000 {
+		t.Errorf("cost: %d %v, want the last, 9000", c, err)
+	}
+	if s, _, err := jsonl.Scope(obj, "model"); err != nil || s != "gpt-4o" {
+		t.Errorf("scope: %q %v", s, err)
+	}
+}
