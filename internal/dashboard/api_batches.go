@@ -247,13 +247,16 @@ func (s *Server) serveResults(rw http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// countingWriter counts the bytes written through it.
+// countingWriter counts the bytes written through it, and gives each
+// write writeTimeout to go out: a stream of any length goes on while the
+// client reads it, and ends when the client stops reading.
 type countingWriter struct {
 	w http.ResponseWriter
 	n int64
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
+	_ = http.NewResponseController(c.w).SetWriteDeadline(time.Now().Add(writeTimeout))
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err

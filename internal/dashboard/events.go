@@ -84,6 +84,8 @@ func (s *Server) serveEvents(rw http.ResponseWriter, r *http.Request) {
 	var sent uint64
 	for {
 		data, seq, next := s.board.latest(full)
+		rc := http.NewResponseController(rw)
+		_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 		if data != nil && seq != sent {
 			if _, err := fmt.Fprintf(rw, "event: status\ndata: %s\n\n", data); err != nil {
 				return
@@ -97,6 +99,7 @@ func (s *Server) serveEvents(rw http.ResponseWriter, r *http.Request) {
 		case <-s.done:
 			return
 		case <-keep.C:
+			_ = http.NewResponseController(rw).SetWriteDeadline(time.Now().Add(writeTimeout))
 			if _, err := fmt.Fprint(rw, ": keep-alive\n\n"); err != nil {
 				return
 			}

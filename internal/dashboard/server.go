@@ -177,7 +177,10 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.Handler(isLoopbackAddr(l.Addr())),
 		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       readBodyTimeout,
 		IdleTimeout:       time.Minute,
+		// No WriteTimeout: every response gets writeTimeout from headers,
+		// and the streams (events, results) each write.
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
@@ -197,6 +200,14 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	}
 	return nil
 }
+
+// Bounds of a connection: a request (its body included: an enqueue's
+// items) must arrive within readBodyTimeout; a response, or each write of
+// a stream, must go out within writeTimeout. Variables for the tests.
+var (
+	readBodyTimeout = 10 * time.Minute
+	writeTimeout    = time.Minute
+)
 
 // Handler routes the dashboard. With loopbackOnly, requests naming another
 // host are refused (a page elsewhere cannot reach it by DNS rebinding).
@@ -239,6 +250,9 @@ func (s *Server) headers(loopbackOnly bool, next http.Handler) http.Handler {
 		if strings.HasPrefix(r.URL.Path, "/api/") {
 			h.Set("Cache-Control", "no-store")
 		}
+		// A response has writeTimeout to go out; the streams extend it at
+		// each write (a client that stops reading ends its stream).
+		_ = http.NewResponseController(rw).SetWriteDeadline(time.Now().Add(writeTimeout))
 		if loopbackOnly && !isLoopbackHost(r.Host) {
 			writeError(rw, http.StatusMisdirectedRequest, fmt.Sprintf("this dashboard listens on loopback and answers only to localhost, 127.0.0.1 or [::1], not to %q", r.Host))
 			return

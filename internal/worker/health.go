@@ -22,7 +22,9 @@ func (w *Worker) Serve(ctx context.Context, addr string) (string, error) {
 		return "", fmt.Errorf("worker.listen %s: %w", addr, err)
 	}
 	h := healthMux(promhttp.HandlerFor(w.metrics.Registry, promhttp.HandlerOpts{}), w.Ready, w.cfg.Worker.PProf)
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	// A scrape is small and quick; a CPU profile (pprof) takes its 30 s.
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 2 * time.Minute, IdleTimeout: time.Minute}
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			w.log.Error("metrics listener", zap.Error(err))
