@@ -106,6 +106,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -185,8 +186,12 @@ type handlerProc struct {
 	waitErr error         // set before exited is closed
 
 	stderrDone chan struct{} // closed once its stderr reached its end
-	tailMu     sync.Mutex
-	tail       tailBuffer // the end of its stderr since the current item was sent, scrubbed (nil scrubber: empty)
+
+	// wroteNothing: the last item line's write failed before any byte
+	// went into its stdin (it had no reader any more).
+	wroteNothing bool
+	tailMu       sync.Mutex
+	tail         tailBuffer // the end of its stderr since the current item was sent, scrubbed (nil scrubber: empty)
 }
 
 // Run sends the item to a handler process and reads its answer; see the
@@ -201,16 +206,33 @@ func (h *persistentHandler) Run(ctx context.Context, item Item, cred Credential)
 	}
 	runCtx, cancel := context.WithTimeoutCause(ctx, h.cfg.Timeout, errExecTimeout)
 	defer cancel()
-	p, err := h.take()
-	if err != nil {
-		return Output{}, err
+	// A process that exits right after an answer may still look idle when
+	// the next item takes it: if it never read that item's line, the item
+	// goes to a new process at once and no attempt is spent (it did no
+	// work); once per run.
+	for retried := false; ; retried = true {
+		p, err := h.take()
+		if err != nil {
+			return Output{}, err
+		}
+		out, err, unread := h.exchange(ctx, runCtx, p, item, line, cred)
+		if !unread || retried {
+			return out, err
+		}
+		h.notes.note(NoteExit, p.pid, fmt.Sprintf("handler %d exited before it read an item; the item went to a new one", p.pid))
 	}
+}
+
+// exchange runs item on process p and maps its answer; unread reports
+// that p failed without having read the item's line (the item may go to
+// another process as if it had not run).
+func (h *persistentHandler) exchange(ctx, runCtx context.Context, p *handlerProc, item Item, line []byte, cred Credential) (_ Output, _ error, unread bool) {
 	sc := scrubberFor(h.cfg.Scrubber, cred)
 	var ans answer
 	var bad error // the line read is not an answer
 	var badLine []byte
 	stray := 0
-	err = p.exchange(runCtx, line, h.limit, func(raw []byte) bool {
+	err := p.exchange(runCtx, line, h.limit, func(raw []byte) bool {
 		ans = answer{}
 		if err := ans.parse(raw); err != nil {
 			bad, badLine = err, raw
@@ -231,20 +253,37 @@ func (h *persistentHandler) Run(ctx context.Context, item Item, cred Credential)
 		return false
 	})
 	if err != nil {
+		never := runCtx.Err() == nil && (errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE)) && p.neverRead(line)
 		h.discard(p)
 		if ctx.Err() != nil {
-			return Output{}, canceledError("exec", ctx)
+			return Output{}, canceledError("exec", ctx), false
 		}
-		return Output{}, h.failed(p, runCtx, err, cred)
+		if never {
+			return Output{}, nil, true
+		}
+		return Output{}, h.failed(p, runCtx, err, cred), false
 	}
 	if bad != nil {
 		h.discard(p)
 		quoted := headString(sc.Bytes(badLine), 200)
 		h.notes.note(NoteAnswer, p.pid, fmt.Sprintf("handler %d wrote %q: %v; killed, a new one serves the next item", p.pid, quoted, bad))
-		return Output{}, fmt.Errorf("exec: the persistent handler (pid %d) wrote a line that is not an answer (%v): %q", p.pid, bad, quoted)
+		return Output{}, fmt.Errorf("exec: the persistent handler (pid %d) wrote a line that is not an answer (%v): %q", p.pid, bad, quoted), false
 	}
 	h.put(p)
-	return ans.result(sc, time.Now())
+	out, err := ans.result(sc, time.Now())
+	return out, err, false
+}
+
+// neverRead reports whether the process broke before reading any of line,
+// the item line last written to it: its stdin was closed (the write
+// failed for want of a reader) or still holds the whole line.
+func (p *handlerProc) neverRead(line []byte) bool {
+	select {
+	case <-p.exited:
+	case <-time.After(handlerExitWait):
+		return false // it did not end: it may be working on the item
+	}
+	return unreadBytes(p.in) == len(line) || p.wroteNothing
 }
 
 // maxStrayAnswers bounds the answers for other items a process may write
@@ -497,7 +536,9 @@ func (p *handlerProc) exchange(ctx context.Context, line []byte, limit int, next
 			<-fired
 		}
 	}()
-	if _, err := p.in.Write(line); err != nil {
+	p.wroteNothing = false
+	if n, err := p.in.Write(line); err != nil {
+		p.wroteNothing = n == 0
 		return err
 	}
 	for {

@@ -71,6 +71,9 @@ for line in sys.stdin:
                 sys.exit(1)
             elif op == "exit":
                 sys.exit(1)
+    elif mode == "answer_exit":
+        answer({"status": "ok", "output": {"id": req["id"], "pid": os.getpid()}})
+        sys.exit(0)
     elif mode == "exit":
         print("Traceback: something broke", file=sys.stderr, flush=True)
         sys.exit(3)
@@ -446,6 +449,26 @@ func TestPersistentAnswersMatchTheirItems(t *testing.T) {
 	_, err = r.run(t.Context(), "d", line("answer", map[string]any{"before": strays[:19], "line": strays[19]}))
 	if jobs.Classify(err) != jobs.OutcomeTransient || !strings.Contains(err.Error(), "answers for other items") {
 		t.Fatalf("item d: %v, want a transient failure", err)
+	}
+}
+
+// A handler that exits right after an answer costs the next item nothing:
+// that item never reached it, so it runs on a new process at once, with no
+// failure (before, it failed as transient and used up an attempt).
+func TestPersistentExitAfterAnswer(t *testing.T) {
+	r := newPersistentRig(t, nil)
+	for i := range 5 {
+		id := fmt.Sprintf("one-shot-%d", i)
+		out, err := r.run(t.Context(), id, `{"mode":"answer_exit"}`)
+		if err != nil {
+			t.Fatalf("item %s after a handler that exited after its answer: %v", id, err)
+		}
+		if !strings.Contains(string(out.Body), id) {
+			t.Fatalf("item %s: output %q", id, out.Body)
+		}
+	}
+	if starts := r.pids("starts"); len(starts) != 5 {
+		t.Errorf("handler starts %v, want one per item", starts)
 	}
 }
 
