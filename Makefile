@@ -25,7 +25,9 @@ vet: ## gofmt check and go vet
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-test: vet ## vet, then every test with the race detector (needs redis-server)
+test: vet ## vet, then every test with the race detector (needs redis-server, chromium, node: installed when missing)
+	@bash scripts/ensure-redis.sh
+	@bash scripts/ensure-node-packages.sh
 	$(GO) test -race -count=1 -timeout 9m $(TESTFLAGS) ./...
 
 FUZZTIME ?= 10s
