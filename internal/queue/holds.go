@@ -43,9 +43,22 @@ func consumerHolds(have, want jetstream.ConsumerConfig) bool {
 		zeroOrEqual(want.MaxDeliver, have.MaxDeliver) &&
 		slices.Equal(have.BackOff, want.BackOff) &&
 		have.FilterSubject == want.FilterSubject &&
+		metadataHolds(have.Metadata, want.Metadata) &&
 		zeroOrEqual(want.MaxAckPending, have.MaxAckPending) &&
 		zeroOrEqual(want.MaxWaiting, have.MaxWaiting) &&
 		replicasHold(have.Replicas, want.Replicas)
+}
+
+// metadataHolds reports whether have holds every key of want with its
+// value. The server adds keys of its own (_nats.ver, _nats.level,
+// _nats.req.level): those are not keyfleet's to compare.
+func metadataHolds(have, want map[string]string) bool {
+	for k, v := range want {
+		if hv, ok := have[k]; !ok || hv != v {
+			return false
+		}
+	}
+	return true
 }
 
 // bucketHolds reports whether the stream behind a key-value bucket, as

@@ -9,8 +9,11 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/keyfleet/keyfleet/internal/termsafe"
 )
 
 // Lanes (docs/waiting-model.md): each batch's items are published on
@@ -113,14 +116,60 @@ func (q *Queue) LaneConsumerName(lane string) string {
 	return name
 }
 
-func (q *Queue) laneConsumerConfig(lane string) jetstream.ConsumerConfig {
-	what := "keyfleet workers, one batch"
-	if _, scope := LaneParts(lane); scope != "" {
-		what = "keyfleet workers, one batch's items of one scope"
+// Metadata keys of a lane's consumer: what `nats consumer info` shows,
+// and what a program reading the consumers can select on. They hold the
+// IDs exactly; the description holds them escaped for a terminal.
+const (
+	MetaBatch = "keyfleet.batch"
+	MetaScope = "keyfleet.scope" // absent for the batch's items without a scope
+)
+
+// maxDescribedID bounds how much of an ID a consumer's description
+// quotes (the server takes at most 4 KiB; an ID may be 512 bytes of
+// escapes).
+const maxDescribedID = 200
+
+// laneDescription names the lane's batch (and scope), so that `nats
+// consumer ls` reads like `producer batch list`: "keyfleet batch
+// docs-17083252" or "keyfleet batch docs-17083252, scope gpt-4o".
+func laneDescription(lane string) string {
+	batch, scope := LaneParts(lane)
+	d := "keyfleet batch " + describedID(batch)
+	if scope != "" {
+		d += ", scope " + describedID(scope)
 	}
+	return d
+}
+
+// describedID is an ID as a description shows it: its control and bidi
+// characters escaped (termsafe), cut at maxDescribedID bytes.
+func describedID(id string) string {
+	s := termsafe.String(id)
+	if len(s) <= maxDescribedID {
+		return s
+	}
+	n := maxDescribedID
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// laneMetadata is the lane's MetaBatch and MetaScope.
+func laneMetadata(lane string) map[string]string {
+	batch, scope := LaneParts(lane)
+	m := map[string]string{MetaBatch: batch}
+	if scope != "" {
+		m[MetaScope] = scope
+	}
+	return m
+}
+
+func (q *Queue) laneConsumerConfig(lane string) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:           q.LaneConsumerName(lane),
-		Description:       what,
+		Description:       laneDescription(lane),
+		Metadata:          laneMetadata(lane),
 		AckPolicy:         jetstream.AckExplicitPolicy,
 		AckWait:           q.cfg.AckWait,
 		MaxDeliver:        q.cfg.MaxDeliver,
