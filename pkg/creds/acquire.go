@@ -19,17 +19,21 @@ func (p *Pool) Acquire(ctx context.Context, owner string) (*Lease, error) {
 // Waiting is fleet-wide and first come, first served: the waiter joins
 // the pool's queue in Redis, and capacity freed anywhere (a release, a
 // rest or window ending, a lease expiring, an admin change) is granted to
-// the longest-waiting waiter by the script that frees it. Among usable
-// credentials the least recently used is chosen. A waiter whose cost does
-// not fit yet holds the ones behind it back, so a large cost is not
-// starved by smaller ones.
+// the longest-waiting waiter that can use it by the script that frees it.
+// Among usable credentials the least recently used is chosen. A waiter
+// whose cost does not fit yet holds back the ones behind it that wait for
+// the same keys (and scope), so a large cost is not starved by smaller
+// ones; a waiter whose cost fits only disabled credentials holds nothing
+// back: it gets ErrNeverFits.
 //
 // When ctx ends, AcquireCost returns an error matching ErrCanceled and
 // ctx's error, and holds nothing: a lease granted meanwhile is handed on.
 //
 // Errors: ErrPoolEmpty when the pool has no credential this handle may
 // use, a *CostError (ErrNeverFits) when cost is above a cost limit of
-// every one of them, ErrClosed, ErrCanceled, or a Redis error.
+// every one of them, or of every one that is not disabled (also while it
+// waits, when the credentials that take it are disabled), ErrClosed,
+// ErrCanceled, or a Redis error.
 func (p *Pool) AcquireCost(ctx context.Context, owner string, cost int64) (*Lease, error) {
 	return p.AcquireWith(ctx, Request{Owner: owner, Cost: cost})
 }

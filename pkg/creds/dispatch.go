@@ -487,7 +487,7 @@ func (d *dispatcher) apply(ops []*op, r stepReply, sent time.Time) {
 				w.res <- waitResult{err: d.emptyErr(w)}
 			case -2:
 				delete(d.waiters, w.wid)
-				w.res <- waitResult{err: &CostError{Cost: w.cost, Max: res.n, Limits: readableLimit(res.text)}}
+				w.res <- waitResult{err: w.costError(res.n, res.text, res.text2)}
 			case -3:
 				delete(d.waiters, w.wid)
 				wait := time.Duration(-1)
@@ -511,6 +511,15 @@ func (d *dispatcher) apply(ops []*op, r stepReply, sent time.Time) {
 		if g.lost {
 			if w != nil {
 				d.pushE(w) // its grant ran out unclaimed: wait again
+			}
+			continue
+		}
+		if g.neverFits != nil {
+			// It waited; the credentials that take its cost were disabled
+			// (or their limits changed) meanwhile: it left the queue.
+			if w != nil {
+				delete(d.waiters, g.wid)
+				w.res <- waitResult{err: w.costError(g.neverFits.max, g.neverFits.by, g.neverFits.disabled)}
 			}
 			continue
 		}
@@ -556,6 +565,13 @@ func (d *dispatcher) apply(ops []*op, r stepReply, sent time.Time) {
 	}
 }
 
+// costError is w's CostError from the script's figures: the largest
+// cost, "<id> <encoded limit>" that sets it, and the disabled credential
+// that would take w's cost ("" none).
+func (w *waiter) costError(largest int64, by, disabled string) *CostError {
+	return &CostError{Cost: w.cost, Max: largest, Limits: readableLimit(by), Disabled: disabled}
+}
+
 // readableLimit turns "<id> <encoded limit>" into "<id> cost=N/P".
 func readableLimit(s string) string {
 	id, enc, ok := strings.Cut(s, " ")
@@ -589,9 +605,10 @@ type stepReply struct {
 }
 
 type opResult struct {
-	code int64
-	n    int64
-	text string
+	code  int64
+	n     int64
+	text  string
+	text2 string
 }
 
 type grant struct {
@@ -602,6 +619,15 @@ type grant struct {
 	owner   string
 	at      time.Time // when it was granted (Redis's clock)
 	lost    bool
+	// neverFits: no grant; the waiter's cost fits no usable credential.
+	neverFits *neverFits
+}
+
+// neverFits is the script's answer to a queued waiter whose cost no
+// usable credential takes any more (see CostError).
+type neverFits struct {
+	max          int64
+	by, disabled string
 }
 
 func (g grant) member() string { return strconv.FormatUint(g.token, 10) + "|" + g.owner }
@@ -623,7 +649,7 @@ func decodeStep(reply any, nops int) (stepReply, error) {
 	}
 	for i, e := range results {
 		v, ok := e.([]any)
-		if !ok || len(v) == 0 || len(v) > 3 {
+		if !ok || len(v) == 0 || len(v) > 4 {
 			return r, fmt.Errorf("result %d: unexpected shape %T", i, e)
 		}
 		var res opResult
@@ -635,9 +661,14 @@ func decodeStep(reply any, nops int) (stepReply, error) {
 				return r, fmt.Errorf("result %d: %w", i, err)
 			}
 		}
-		if len(v) == 3 {
+		if len(v) >= 3 {
 			if res.text, ok = v[2].(string); !ok {
 				return r, fmt.Errorf("result %d: text is %T", i, v[2])
+			}
+		}
+		if len(v) == 4 {
+			if res.text2, ok = v[3].(string); !ok {
+				return r, fmt.Errorf("result %d: second text is %T", i, v[3])
 			}
 		}
 		r.results = append(r.results, res)
@@ -670,8 +701,10 @@ func decodeStep(reply any, nops int) (stepReply, error) {
 }
 
 // decodeGrant reads a grant of the step's reply (grant_reply in
-// lua/lib.lua): "wid|id|token|expiry_us|cost|granted_us|owner", or "wid|"
-// for a grant lost unclaimed. Its strings share the reply's memory.
+// lua/lib.lua): "wid|id|token|expiry_us|cost|granted_us|owner", "wid|"
+// for a grant lost unclaimed, or "wid|!max|disabled|by" for a waiter
+// whose cost never fits (never_fits_reply). Its strings share the reply's
+// memory.
 func decodeGrant(e any) (grant, error) {
 	s, ok := e.(string)
 	if !ok {
@@ -685,6 +718,19 @@ func decodeGrant(e any) (grant, error) {
 	}
 	if rest == "" {
 		g.lost = true
+		return g, nil
+	}
+	if nf, ok := cutPrefix(rest, "!"); ok {
+		largest, rest, ok1 := strings.Cut(nf, "|")
+		disabled, by, ok2 := strings.Cut(rest, "|")
+		if !ok1 || !ok2 {
+			return g, fmt.Errorf("%q: a never-fits answer has 4 fields", s)
+		}
+		n, err := strconv.ParseInt(largest, 10, 64)
+		if err != nil {
+			return g, fmt.Errorf("largest cost: not an integer: %q", largest)
+		}
+		g.neverFits = &neverFits{max: n, by: by, disabled: disabled}
 		return g, nil
 	}
 	for i := range f {

@@ -8,14 +8,19 @@
 // one Lua script, atomic, on Redis time, so every process enforces the same
 // limits, and limits changed at run time apply at the next acquire.
 //
-// Acquire blocks until a credential is usable or the context ends. Waiting
-// is event-driven: a release publishes a wake message on the pool's channel;
-// a cooldown, lease expiry or rate window wakes the waiter at the exact
-// moment it ends, because a failed attempt returns that moment. There is no
-// fixed-interval polling. Within one process the waiters queue in FIFO order
-// and only the head asks Redis, handing the turn to the next waiter after it
-// succeeds, so one release costs a couple of script calls, not one per
-// waiter.
+// Acquire blocks until a credential is usable or the context ends. Waiters
+// queue fleet-wide in Redis, by priority, then in the order they began to
+// wait, in one queue per class (the key group and scope they wait for):
+// the script that frees capacity (a release, a rest or window ending, an
+// admin change) grants it to the first waiter that can use it, looking at
+// the first waiter of each class only, so that a class that waits costs
+// one look however many waiters it holds, and sends one message to that
+// waiter's process. Waiting is event-driven: a cooldown, lease expiry or
+// rate window is acted on at the exact moment it ends by one process
+// that holds the pool's timer. There is no fixed-interval polling. A
+// process sends its callers' operations in steps, one script call
+// carrying every operation asked for meanwhile, so one release costs a
+// couple of script calls, not one per waiter.
 //
 // A lease carries a TTL and a fencing token. The holder renews it while it
 // works; a crashed holder's lease simply expires. Renew and release with a

@@ -30,7 +30,11 @@ var (
 	// error names the field.
 	ErrInvalid = errors.New("creds: invalid")
 	// ErrNeverFits: the cost asked for is above a cost limit of every
-	// credential the handle may use, so no wait would ever end. The error
+	// credential the handle may use, or of every one of them that is not
+	// disabled (it fits only disabled ones), so no wait would end while
+	// they stay disabled. An acquire already waiting gets it when the
+	// credentials that take its cost are disabled. When every credential
+	// the handle may use is disabled, an acquire waits instead. The error
 	// is a *CostError.
 	ErrNeverFits = errors.New("creds: cost never fits")
 )
@@ -38,18 +42,31 @@ var (
 // CostError is returned by Acquire for a cost that never fits.
 type CostError struct {
 	Cost int64
-	// Max is the largest cost any credential of the handle can take.
+	// Max is the largest cost any credential of the handle can take; when
+	// Disabled is set, any usable (not disabled) one.
 	Max int64
 	// Limits names the credential and cost limit that set Max:
 	// "key-a cost=6000/10s".
 	Limits string
+	// Disabled names a disabled credential that would take Cost: the cost
+	// fits only disabled credentials ("" when none takes it either).
+	Disabled string
 }
 
 func (e *CostError) Error() string {
-	if e.Limits == "" {
-		return fmt.Sprintf("%s: cost %d is above the largest any credential takes (%d)", ErrNeverFits, e.Cost, e.Max)
+	which := "credential"
+	if e.Disabled != "" {
+		which = "usable credential"
 	}
-	return fmt.Sprintf("%s: cost %d is above the largest any credential takes (%d, credential %s)", ErrNeverFits, e.Cost, e.Max, e.Limits)
+	msg := fmt.Sprintf("%s: cost %d is above the largest any %s takes (%d", ErrNeverFits, e.Cost, which, e.Max)
+	if e.Limits != "" {
+		msg += ", credential " + e.Limits
+	}
+	msg += ")"
+	if e.Disabled != "" {
+		msg += "; it fits only disabled credentials (" + e.Disabled + ")"
+	}
+	return msg
 }
 
 // Is makes errors.Is(err, ErrNeverFits) hold.

@@ -70,6 +70,7 @@ func FuzzDecodeStep(f *testing.F) {
 	for _, v := range []any{
 		[]any{"1700000000000000", []any{[]any{int64(0)}, []any{int64(1)}}, []any{"ab.1|key-a|42|1700000030000000|1|1700000000000000|w/x|y"}, "-1", int64(2)},
 		[]any{"1", []any{[]any{int64(-2), "6000"}, []any{int64(-3), "-1"}}, []any{"ab.2|"}, "0", int64(0)},
+		[]any{"1", []any{[]any{int64(-2), "1000", "small c1000/60000000", "big"}, []any{int64(0)}}, []any{"ab.3|!1000|big|small c1000/60000000"}, "0", int64(1)},
 		[]any{"1", []any{}, []any{"ab.1|key-a|99999999999999999999|1|1|1|o", "ab.1|key-a|1|2|3"}, "5", int64(0)},
 		[]any{"1", []any{[]any{}}, []any{}, "5", int64(0)},
 		[]any{int64(1)},
@@ -106,7 +107,17 @@ func TestDecodeGrant(t *testing.T) {
 	if g, err := decodeGrant("ab.2|"); err != nil || !g.lost || g.wid != "ab.2" {
 		t.Fatalf("lost grant: %+v, %v", g, err)
 	}
-	for _, bad := range []any{"ab.1", "ab.1|key-a|42|1|3", "ab.1|key-a|x|1|3|1|o", "ab.1|key-a|1|1|3|1.5|o", int64(1)} {
+	g, err = decodeGrant("ab.3|!1000|big|small c1000/60000000")
+	if err != nil || g.wid != "ab.3" || g.lost || g.neverFits == nil ||
+		*g.neverFits != (neverFits{max: 1000, by: "small c1000/60000000", disabled: "big"}) {
+		t.Fatalf("never fits: %+v, %v", g, err)
+	}
+	if ce := (&waiter{cost: 5000}).costError(g.neverFits.max, g.neverFits.by, g.neverFits.disabled); ce.Limits != "small cost=1000/m" ||
+		ce.Error() != "creds: cost never fits: cost 5000 is above the largest any usable credential takes (1000, credential small cost=1000/m); it fits only disabled credentials (big)" {
+		t.Fatalf("its error: %q (limits %q)", ce.Error(), ce.Limits)
+	}
+	for _, bad := range []any{"ab.1", "ab.1|key-a|42|1|3", "ab.1|key-a|x|1|3|1|o", "ab.1|key-a|1|1|3|1.5|o", int64(1),
+		"ab.3|!1000|big", "ab.3|!x|big|by"} {
 		if g, err := decodeGrant(bad); err == nil {
 			t.Errorf("decodeGrant(%#v) = %+v, want an error", bad, g)
 		}

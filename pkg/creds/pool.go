@@ -130,8 +130,8 @@ func WithOpTimeout(d time.Duration) Option {
 // Redis in steps: one script call at a time, carrying every operation
 // asked for while the previous one was on its way. Waiters queue in Redis,
 // fleet-wide, in the order they began to wait; the script that frees
-// capacity grants it to the longest-waiting waiter directly and sends one
-// message to that waiter's handle.
+// capacity grants it to the longest-waiting waiter that can use it
+// directly and sends one message to that waiter's handle.
 type Pool struct {
 	rdb       Client
 	scripts   redis.Scripter // runs the scripts: rdb unless WithScripter

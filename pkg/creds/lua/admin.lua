@@ -17,6 +17,10 @@
 --            then fail to renew
 -- Returns 1 (for rest: its end in us), or -1 when the credential does not
 -- exist.
+-- disable, enable and probed recompute the largest cost each group's
+-- usable credentials take when they change the credential's state (it
+-- reads every credential); serve then answers the waiters whose cost fits
+-- only disabled credentials.
 local id, claim_ttl, op = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 if redis.call('ZSCORE', K_CREDS, id) == false then
   return -1
@@ -32,11 +36,15 @@ if op == 'limits' then
   end
   recompute_maxcost()
 elseif op == 'disable' then
+  local was = redis.call('HGET', k_cred(id), 'disabled') == '1'
   redis.call('HSET', k_cred(id), 'disabled', '1', 'disabled_reason', ARGV[4], 'disabled_at', n2s(now), 'disabled_by', 'operator')
+  if not was then
+    recompute_maxcost() -- its costs no longer count for a usable key's
+  end
 elseif op == 'enable' or op == 'probed' then
   local by, why = 'operator', ''
+  local f = redis.call('HMGET', k_cred(id), 'disabled', 'disabled_by')
   if op == 'probed' then
-    local f = redis.call('HMGET', k_cred(id), 'disabled', 'disabled_by')
     if f[1] ~= '1' or f[2] ~= 'api' then
       return '0'
     end
@@ -45,6 +53,9 @@ elseif op == 'enable' or op == 'probed' then
   redis.call('HDEL', k_cred(id), 'disabled', 'disabled_reason', 'disabled_at', 'disabled_by', 'pace_us', 'pace_tat', 'pace_floor',
     'pace_streak', 'pace_widened', 'rest_until', 'rest_reason', 'rest_cause', 'rest_at', 'refused', 'refused_items')
   redis.call('HSET', k_cred(id), 'enabled_by', by, 'enabled_reason', why, 'enabled_at', n2s(now))
+  if f[1] == '1' then
+    recompute_maxcost()
+  end
 elseif op == 'rest' then
   ret = set_rest(id, now, tonumber(ARGV[4]), ARGV[5], ARGV[6])
 elseif op == 'remove' then

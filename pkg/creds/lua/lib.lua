@@ -28,11 +28,22 @@
 --   lcs:<id>:<P>     string running sum of lc:<id>:<P>
 --   lg:<id>:<spec>   string GCRA theoretical arrival time (us)
 --   fence            string fencing-token counter
---   waitq            zset   waiter -> priority * 2^40 + arrival number: the
---                           fleet's queue of waiters, highest priority (1)
---                           first, then first come first served,
---                           "<inst>.<n>|<cost>|<group>|<owner>"
+--   wq:<class>       zset   waiter -> priority * 2^40 + arrival number: the
+--                           queue of one class of waiters (<class>: a key
+--                           group, "=<scope>" when it has one), highest
+--                           priority (1) first, then first come first
+--                           served; a waiter is
+--                           "<inst>.<n>|<cost>|<class>|<owner>"
+--   waitq            zset   the fleet's queue: the head of each class's
+--                           queue (its first waiter, written
+--                           "<inst>.<n>|<cost>|~<class>|<owner>", with its
+--                           score), so that a blocked class is one entry
+--                           however many waiters it holds; and a waiter an
+--                           older version queued (no '~': it is in waitq
+--                           alone). Ordered like the classes' queues.
 --   wseq             string arrival counter
+--   wrot             string where serve's rotation through waitq past its
+--                           bound left off (a score; see serve)
 --   procs            zset   instance -> alive until (us): pool handles
 --                           with waiters refresh it
 --   pw:<inst>        set    the waiters of one instance
@@ -40,8 +51,13 @@
 --                           made to one instance, not yet claimed
 --   grp:<group>      set    credential ids a handle may use (WithOnly)
 --   groups           set    every group
---   maxcost          hash   group ('' for all) -> the largest cost any of
---                           its credentials can ever take (-1: none; "inf")
+--   maxcost          hash   group ('' for all; "<group>=<scope>" per scope)
+--                           -> the largest cost any of its credentials can
+--                           ever take (-1: none; "inf"), ':by' the limit
+--                           that sets it; ':use', ':useby': the same over
+--                           its usable (not disabled) credentials; ':dby':
+--                           the disabled credential that takes more than
+--                           any usable one ('' none)
 --   timer            hash   at, inst: who runs the next timed step, when
 --   g:<inst>         channel  messages to one pool handle: "g" (grants
 --                           wait in gr:<inst>), "t<us>" (run a step then)
@@ -54,6 +70,7 @@ local K_SCHED = PFX .. 'sched'
 local K_FENCE = PFX .. 'fence'
 local K_WAITQ = PFX .. 'waitq'
 local K_WSEQ = PFX .. 'wseq'
+local K_WROT = PFX .. 'wrot'
 -- PRIO_SPAN separates the priorities of the waiter queue's scores (2^40
 -- arrivals each; scores stay exact doubles up to priority 8).
 local PRIO_SPAN = 1099511627776
@@ -65,6 +82,7 @@ local K_GROUPS = PFX .. 'groups'
 local function k_cred(id) return PFX .. 'cred:' .. id end
 local function k_leases(id) return PFX .. 'leases:' .. id end
 local function k_pw(inst) return PFX .. 'pw:' .. inst end
+local function k_wq(class) return PFX .. 'wq:' .. class end
 local function k_gr(inst) return PFX .. 'gr:' .. inst end
 local function k_grp(g) return PFX .. 'grp:' .. g end
 local function ch_of(inst) return PFX .. 'g:' .. inst end
@@ -83,7 +101,12 @@ end
 -- pool or the fleet.
 local PROMOTE_MAX = 32   -- scheduled credentials re-examined per call
 local CANDIDATES = 8     -- ready credentials examined for one waiter
-local SCAN_MAX = 16      -- waiters examined per call beyond those served
+local SCAN_MAX = 16      -- waitq entries (class heads) examined per call
+                         -- in order, beyond those served
+local ROT_MAX = 8        -- waitq entries examined per call past those, where
+                         -- the previous call's rotation left off
+local ROT_NEXT_US = 2000 -- a rotation that did not come round asks for the
+                         -- next step this soon
 
 ---------------------------------------------------------------------------
 -- Limits. A credential's limits are one string, ';'-separated:
@@ -710,12 +733,21 @@ end
 -- Waiters
 ---------------------------------------------------------------------------
 
--- A waiter member: "<inst>.<n>|<cost>|<group>[=<scope>]|<owner>".
+-- A waiter member: "<inst>.<n>|<cost>|<class>|<owner>", class
+-- "<group>[=<scope>]"; in waitq, the head of its class's queue has '~'
+-- before its class (an entry an older version queued has none).
+-- parse_waiter returns wid, inst, cost, group, owner, scope, class and
+-- whether m is written as a class's head.
 local function parse_waiter(m)
   local wid, cost, class, owner = string.match(m, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
   local inst = string.match(wid or '', '^([^.]*)')
-  local group, scope = string.match(class or '', '^([^=]*)=?(.*)$')
-  return wid, inst, tonumber(cost) or 1, group or '', owner or '', scope or ''
+  class = class or ''
+  local head = string.sub(class, 1, 1) == '~'
+  if head then
+    class = string.sub(class, 2)
+  end
+  local group, scope = string.match(class, '^([^=]*)=?(.*)$')
+  return wid, inst, tonumber(cost) or 1, group or '', owner or '', scope or '', class, head
 end
 
 -- waiter_member writes a waiter's member (see parse_waiter).
@@ -725,6 +757,61 @@ local function waiter_member(wid, cost, group, scope, owner)
     class = group .. '=' .. scope
   end
   return wid .. '|' .. n2s(cost) .. '|' .. class .. '|' .. owner
+end
+
+-- head_entry: waiter m's entry in waitq when it heads its class. The '~'
+-- also keeps an older version's step, which reads waitq as waiters, from
+-- serving it (it finds no credential in group "~..."): only this
+-- version's steps, which keep the classes' queues, serve them.
+local function head_entry(m)
+  local a, b = string.match(m, '^([^|]*|[^|]*|)(.*)$')
+  if not a then
+    return m
+  end
+  return a .. '~' .. b
+end
+
+-- member_of is head_entry's inverse.
+local function member_of(e)
+  local a, b = string.match(e, '^([^|]*|[^|]*|)~(.*)$')
+  if not a then
+    return e
+  end
+  return a .. b
+end
+
+-- enqueue puts waiter m of class with score (a string) in the fleet's
+-- queue: in its class's queue, and in waitq when it comes first in its
+-- class (the class was empty, or m has a higher priority than its head).
+local function enqueue(m, class, score)
+  local k = k_wq(class)
+  local h = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+  redis.call('ZADD', k, score, m)
+  if #h == 0 then
+    redis.call('ZADD', K_WAITQ, score, head_entry(m))
+  elseif tonumber(score) < tonumber(h[2]) then
+    redis.call('ZREM', K_WAITQ, head_entry(h[1]))
+    redis.call('ZADD', K_WAITQ, score, head_entry(m))
+  end
+end
+
+-- unqueue takes waiter m (a member) out of the fleet's queue: out of its
+-- class's queue and, when it was its class's head, out of waitq, where the
+-- class's next waiter takes its place. A waiter an older version queued is
+-- in waitq alone. Returns whether m was queued.
+local function unqueue(m)
+  local _, _, _, _, _, _, class = parse_waiter(m)
+  local k = k_wq(class)
+  if redis.call('ZREM', k, m) == 0 then
+    return redis.call('ZREM', K_WAITQ, m) == 1
+  end
+  if redis.call('ZREM', K_WAITQ, head_entry(m)) == 1 then
+    local nx = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+    if #nx > 0 then
+      redis.call('ZADD', K_WAITQ, nx[2], head_entry(nx[1]))
+    end
+  end
+  return true
 end
 
 local function alive(inst, now)
@@ -737,39 +824,60 @@ end
 local function reap(inst)
   local ws = redis.call('SMEMBERS', k_pw(inst))
   for _, m in ipairs(ws) do
-    redis.call('ZREM', K_WAITQ, m)
+    unqueue(m)
   end
   redis.call('DEL', k_pw(inst), k_gr(inst))
   redis.call('ZREM', K_PROCS, inst)
 end
 
--- max_cost: the largest cost a handle of `group` can ever start in
--- `scope` (-1: no credential; math.huge: no cost limit on some
--- credential), and the field of K_MAXCOST it comes from (its ':by' field
--- names the limit that sets it). A scope no limit names has the group's.
-local function max_cost(group, scope)
-  local f = group
-  local v = nil
-  if scope ~= '' then
-    f = group .. '=' .. scope
-    v = redis.call('HGET', K_MAXCOST, f)
+-- cost_verdict: whether a waiter of group and scope ('' none) with cost
+-- can ever be served, from K_MAXCOST (a scope no limit names has the
+-- group's figures): nil when it can, or when every credential it may use
+-- is disabled (it waits for one to come back: nothing usable is held
+-- back meanwhile); 'none' when the group has no credential; 'over', max,
+-- by, dis when its cost is above the largest any credential takes (by:
+-- "<id> <limit>" that sets max; dis ''), or above the largest any usable
+-- one takes while a disabled one takes it (max and by of the usable
+-- ones, dis the disabled credential). A pool written by an older version
+-- has no ':use' fields: every credential counts as usable.
+local function cost_verdict(group, scope, cost)
+  local fs = group .. '=' .. scope
+  local v = redis.call('HMGET', K_MAXCOST, fs, fs .. ':use', group, group .. ':use')
+  local f, all, use = fs, v[1], v[2]
+  if scope == '' or not all then
+    f, all, use = group, v[3], v[4]
   end
-  if not v then
-    f = group
-    v = redis.call('HGET', K_MAXCOST, f)
+  local function dec(x)
+    if x == 'inf' then
+      return math.huge
+    end
+    return tonumber(x or '-1') or -1
   end
-  if v == 'inf' then
-    return math.huge, f
+  all = dec(all)
+  if use then
+    use = dec(use)
+  else
+    use = all
   end
-  return tonumber(v or '-1') or -1, f
+  if all < 0 then
+    return 'none'
+  end
+  if cost > all then
+    return 'over', n2s(all), redis.call('HGET', K_MAXCOST, f .. ':by') or '', ''
+  end
+  if use >= 0 and cost > use then
+    local r = redis.call('HMGET', K_MAXCOST, f .. ':useby', f .. ':dby')
+    return 'over', n2s(use), r[1] or '', r[2] or ''
+  end
+  return nil
 end
 
--- recompute_maxcost refreshes max_cost for every group, and which
--- credential's limit sets it (admin changes and registration only: it
--- reads every credential).
+-- recompute_maxcost refreshes K_MAXCOST for every group and scope: the
+-- largest cost over all its credentials and over its usable ones, and the
+-- limits that set them. It reads every credential: registration, admin
+-- changes and a credential disabled or enabled call it, never an acquire.
 local function recompute_maxcost()
   local ids = redis.call('ZRANGE', K_CREDS, 0, -1)
-  local per, by = {}, {}
   local function enc(x)
     if x == math.huge then
       return 'inf'
@@ -779,11 +887,13 @@ local function recompute_maxcost()
   -- per[scope][id]: the largest cost credential id takes in scope ('':
   -- the unscoped limits only); by[scope][id]: the limit that sets it.
   local scopes = {['' ] = true}
-  local loaded = {}
+  local loaded, off = {}, {}
   for _, id in ipairs(ids) do
-    if redis.call('EXISTS', k_cred(id)) == 1 then
-      local ls = all_limits(id)
+    local f = redis.call('HMGET', k_cred(id), 'limits', 'disabled', 'max')
+    if f[3] then -- the hash exists ('max' is always written)
+      local ls = parse_limits(f[1])
       loaded[id] = ls
+      off[id] = f[2] == '1'
       for _, l in ipairs(ls) do
         scopes[l.scope] = true
       end
@@ -805,18 +915,28 @@ local function recompute_maxcost()
   end
   local function set(g, members)
     for sc in pairs(scopes) do
-      local gm, gby = -1, ''
+      local gm, gby, um, uby, dm, dby = -1, '', -1, '', -1, ''
       for _, id in ipairs(members) do
         local m = per[sc][id]
         if m and m > gm then
           gm, gby = m, by[sc][id] or ''
         end
+        if m and off[id] then
+          if m > dm then
+            dm, dby = m, id
+          end
+        elseif m and m > um then
+          um, uby = m, by[sc][id] or ''
+        end
+      end
+      if dm <= um then
+        dby = ''
       end
       local f = g
       if sc ~= '' then
         f = g .. '=' .. sc
       end
-      redis.call('HSET', K_MAXCOST, f, enc(gm), f .. ':by', gby)
+      redis.call('HSET', K_MAXCOST, f, enc(gm), f .. ':by', gby, f .. ':use', enc(um), f .. ':useby', uby, f .. ':dby', dby)
     end
   end
   redis.call('DEL', K_MAXCOST)
@@ -959,21 +1079,46 @@ local function lost_reply(wid)
   return wid .. '|'
 end
 
+-- never_fits_reply: the reply for waiter wid whose cost no credential it
+-- may use can ever take (cost_verdict's max, by and dis):
+-- 'wid|!max|dis|by'. In gr:<inst>, the same without 'wid|'.
+local function never_fits_reply(wid, max, by, dis)
+  return wid .. '|!' .. max .. '|' .. dis .. '|' .. by
+end
+
 -- serve hands freed capacity to the longest-waiting waiters, one grant
--- per waiter, in arrival order. A waiter of the calling instance gets a
--- full lease (returned in the reply); one of another instance gets a
--- lease with the short claim TTL, recorded in gr:<inst>, and one message
--- on that instance's channel. A waiter that cannot be served holds back
--- only what it shares with the waiters behind it (no head-of-line
--- blocking across classes): the later waiters of its class (its group
--- and scope: first come, first served within a class) and the
--- credentials it waits for in their unscoped limits (so that a large
--- cost is not starved by smaller ones). A waiter of another class may
--- take any other credential, such as one only the first waiter's scope
--- has used up, or one of another group. Dead instances' waiters are
--- dropped on the way.
+-- per waiter, in the fleet's order (priority, then arrival). It walks
+-- waitq, which holds the first waiter of each class (a key group and
+-- scope; first come, first served within a class), so that a class whose
+-- first waiter cannot be served costs one look however many waiters it
+-- holds; the next waiter of a class served takes its place in the walk.
+-- A waiter of the calling instance gets a full lease (returned in the
+-- reply); one of another instance gets a lease with the short claim TTL,
+-- recorded in gr:<inst>, and one message on that instance's channel. A
+-- waiter that cannot be served holds back only what it shares with the
+-- waiters behind it (no head-of-line blocking across classes): its class
+-- and the credentials it waits for in their unscoped limits (so that a
+-- large cost is not starved by smaller ones). A waiter of another class
+-- may take any other credential, such as one only the first waiter's
+-- scope has used up, or one of another group. A waiter whose cost no
+-- usable credential it may use can ever take (it fits only disabled
+-- ones) leaves the queue with that answer and holds nothing back; an
+-- older version's waiter, which could not read the answer, is passed
+-- over. Dead instances' waiters are dropped on the way.
+--
+-- The walk examines at most max_grants + SCAN_MAX entries in order. When
+-- more remain, it examines ROT_MAX more from where the previous such walk
+-- left off (K_WROT), coming round to the start after the end; until it
+-- has come round it asks for the next step ROT_NEXT_US later (in hol),
+-- so that with more blocked classes than the bound every class is still
+-- examined within a few steps, even when nothing else happens. What those
+-- later classes take is what the ones ahead could not use at that
+-- moment; that the ones between were examined a step or two before is
+-- the price of a step whose cost does not grow with the number of
+-- classes.
 -- queue_empty: the caller knows nobody waits. Returns the grants of the
--- caller, hol (see pick) and whether anybody was waiting.
+-- caller, hol (see pick; or when the rotation goes on) and whether
+-- anybody was waiting.
 local function serve(now, caller, lease_ttl, claim_ttl, max_grants, queue_empty)
   local mine = {}
   local notify = {}
@@ -986,49 +1131,112 @@ local function serve(now, caller, lease_ttl, claim_ttl, max_grants, queue_empty)
     return mine, hol, true -- a saturated pool: nothing to hand out
   end
   local blocked, reserved = {}, {}
+  -- visit examines entry e of waitq. It returns true when e stays where
+  -- it was, false when it left (the entry after it now has its rank).
+  local function visit(e)
+    local wid, inst, cost, group, owner, scope, class, head = parse_waiter(e)
+    local m = e
+    if head then
+      m = member_of(e)
+    end
+    if inst ~= caller and not alive(inst, now) then
+      unqueue(m) -- also when an older version reaped its other entries
+      reap(inst)
+      return false
+    end
+    if blocked[class] then
+      return true -- an older version's waiter behind one of its class
+    end
+    local id, c, allowed, shared = pick(now, cost, group, scope, reserved)
+    if id then
+      local ttl = claim_ttl
+      if inst == caller then
+        ttl = lease_ttl
+      end
+      local token, exp = grant(id, c, now, owner, cost, ttl, scope)
+      unqueue(m)
+      redis.call('SREM', k_pw(inst), m)
+      served = served + 1
+      if inst == caller then
+        mine[#mine + 1] = grant_reply(wid, id, token, n2s(exp), n2s(cost), n2s(now), owner)
+      else
+        redis.call('HSET', k_gr(inst), wid, id .. '|' .. token .. '|' .. n2s(now) .. '|' .. n2s(cost) .. '|' .. owner)
+        notify[inst] = true
+      end
+      return false
+    end
+    if not allowed then
+      return true
+    end
+    -- pick's second result: when its cost fits (-1: unknown).
+    if c < 0 and cost > 1 then
+      -- No credential examined ever takes it, or none is ready: does any
+      -- usable one? (A disable or a limit change may have left none.)
+      local v, max, by, dis = cost_verdict(group, scope, cost)
+      if v == 'over' then
+        if not head then
+          return true
+        end
+        unqueue(m)
+        redis.call('SREM', k_pw(inst), m)
+        if inst == caller then
+          mine[#mine + 1] = never_fits_reply(wid, max, by, dis)
+        else
+          redis.call('HSET', k_gr(inst), wid, '!' .. max .. '|' .. dis .. '|' .. by)
+          notify[inst] = true
+        end
+        return false
+      end
+    end
+    -- The timer comes at the earliest of the blocked waiters'.
+    if c > 0 and (hol < 0 or c < hol) then
+      hol = c
+    end
+    blocked[class] = true
+    for _, k in ipairs(shared) do
+      reserved[k] = true
+    end
+    return true
+  end
+
+  local last, ended = nil, false
   while served < max_grants and scanned < max_grants + SCAN_MAX do
-    local w = redis.call('ZRANGE', K_WAITQ, idx, idx)
+    local w = redis.call('ZRANGE', K_WAITQ, idx, idx, 'WITHSCORES')
     if #w == 0 then
+      ended = true
       break
     end
     scanned = scanned + 1
-    local m = w[1]
-    local wid, inst, cost, group, owner, scope = parse_waiter(m)
-    local class = group .. '=' .. scope
-    if inst ~= caller and not alive(inst, now) then
-      reap(inst)
-    elseif blocked[class] then
-      idx = idx + 1 -- behind a waiter of its class that waits
+    last = w[2]
+    if visit(w[1]) then
+      idx = idx + 1
+    end
+  end
+  if not ended and served < max_grants then
+    -- The bound came before the end of the queue: the rotation.
+    local from = tonumber(last)
+    local cur = tonumber(redis.call('GET', K_WROT) or '')
+    if cur and cur > from then
+      from = cur
+    end
+    local es = redis.call('ZRANGEBYSCORE', K_WAITQ, '(' .. n2s(from), '+inf', 'WITHSCORES', 'LIMIT', 0, ROT_MAX)
+    local upto, seen = nil, 0
+    for j = 1, #es, 2 do
+      if served >= max_grants then
+        break
+      end
+      visit(es[j])
+      upto, seen = es[j + 1], seen + 2
+    end
+    if #es < 2 * ROT_MAX and seen == #es then
+      redis.call('DEL', K_WROT) -- come round: the next one starts after the walk
     else
-      local id, c, allowed, shared = pick(now, cost, group, scope, reserved)
-      if id then
-        local ttl = claim_ttl
-        if inst == caller then
-          ttl = lease_ttl
-        end
-        local token, exp = grant(id, c, now, owner, cost, ttl, scope)
-        redis.call('ZREM', K_WAITQ, m)
-        redis.call('SREM', k_pw(inst), m)
-        served = served + 1
-        if inst == caller then
-          mine[#mine + 1] = grant_reply(wid, id, token, n2s(exp), n2s(cost), n2s(now), owner)
-        else
-          redis.call('HSET', k_gr(inst), wid, id .. '|' .. token .. '|' .. n2s(now) .. '|' .. n2s(cost) .. '|' .. owner)
-          notify[inst] = true
-        end
-      elseif allowed then
-        -- pick's second result: when its cost fits; the timer comes at the
-        -- earliest of the blocked waiters'.
-        if c > 0 and (hol < 0 or c < hol) then
-          hol = c
-        end
-        blocked[class] = true
-        for _, k in ipairs(shared) do
-          reserved[k] = true
-        end
-        idx = idx + 1
-      else
-        idx = idx + 1
+      if upto then
+        redis.call('SET', K_WROT, upto)
+      end
+      local nxt = now + ROT_NEXT_US
+      if hol < 0 or nxt < hol then
+        hol = nxt
       end
     end
   end
@@ -1039,9 +1247,12 @@ local function serve(now, caller, lease_ttl, claim_ttl, max_grants, queue_empty)
 end
 
 -- arm_timer makes sure one live instance runs a step when the next timed
--- event comes (a rest, lease or window ending, or the head waiter's cost
--- fitting); waited says whether serve found anybody waiting. It returns the microseconds until then when the caller is
--- that instance, else -1.
+-- event comes (a rest, lease or window ending, a blocked waiter's cost
+-- fitting, or serve's rotation going on: hol); waited says whether serve
+-- found anybody waiting. It returns the microseconds until then when the
+-- caller is that instance, else -1. The head of waitq (the fleet's first
+-- waiter) names the instance that takes the duty when nobody alive has
+-- it.
 local function arm_timer(now, caller, hol, waited)
   if not waited then
     -- Nobody waited when this step served: no timer is needed. One left

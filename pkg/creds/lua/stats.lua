@@ -14,7 +14,19 @@
 -- disabled). Expired leases and starts that left a window are dropped on
 -- the way.
 local now = now_us()
-local out = {n2s(now), redis.call('ZCARD', K_WAITQ)}
+-- The waiters: every class's queue, and the entries an older version
+-- queued in waitq alone.
+local waiting, counted = 0, {}
+for _, e in ipairs(redis.call('ZRANGE', K_WAITQ, 0, -1)) do
+  local _, _, _, _, _, _, class, head = parse_waiter(e)
+  if not head then
+    waiting = waiting + 1
+  elseif not counted[class] then
+    counted[class] = true
+    waiting = waiting + redis.call('ZCARD', k_wq(class))
+  end
+end
+local out = {n2s(now), waiting}
 local ids = redis.call('ZRANGE', K_CREDS, 0, -1)
 for _, id in ipairs(ids) do
   local f = redis.call('HMGET', k_cred(id), 'max', 'limits', 'disabled', 'disabled_reason', 'disabled_at',

@@ -34,18 +34,25 @@
 --                             (text: reason); sig: the API's figures (see
 --                             apply_signals) | refuse (text: item, a tab,
 --                             reason: see refuse) | unused (never used:
---                             nothing learnt about the key)
+--                             nothing learnt about the key); a credential
+--                             it disables (disable, a refuse that ends a
+--                             streak) has the largest costs recomputed
+--                             (recompute_maxcost reads every credential)
 -- Returns {now, {result per op}, {grant...}, timer_us, queued}
 --   E: {0} queued or {1} (try: served, see grants) | {-1} no credential
---      usable by this handle | {-2, max, by} the cost never fits (max: the
---      largest cost any of its credentials takes; by: "<id> <limit>" that
---      sets it) | {-3, wait_us} (try:
---      not served; wait_us -1 when only a release can help)
+--      usable by this handle | {-2, max, by, dis} the cost never fits
+--      (max: the largest cost any of its credentials takes, or any usable
+--      one when a disabled one takes it; by: "<id> <limit>" that sets
+--      max; dis: that disabled credential, '' none: see cost_verdict) |
+--      {-3, wait_us} (try: not served; wait_us -1 when only a release can
+--      help)
 --   X: {0} left the queue | {1} its grant was handed back | {2} unknown
 --   R: {1} done | {0} the lease was not live
 --   grant: 'wid|id|token|expiry_us|cost|granted_us|owner' (grant_reply),
 --          a lease now held by this handle (claimed grants and its own
---          waiters served), or 'wid|' for a grant whose claim TTL ran out
+--          waiters served), 'wid|' for a grant whose claim TTL ran out, or
+--          'wid|!max|dis|by' for a queued waiter whose cost no usable
+--          credential takes any more (never_fits_reply; as E's -2)
 --   timer_us: run a step again in this many us (-1: not this handle's job)
 --   queued: how many of this handle's waiters are in the fleet's queue
 --          (-1: not counted, flag 'q' not given)
@@ -63,6 +70,7 @@ end
 
 local i = 7
 local queue_empty = nil -- known emptiness of the fleet's queue, this step
+local maxcost_stale = false -- an R op disabled a credential
 while i <= #ARGV do
   local op = ARGV[i]
   if op == 'E' then
@@ -85,18 +93,22 @@ while i <= #ARGV do
     end
     if not granted then
       -- It waits, unless no credential of its handle exists or its cost
-      -- never fits one.
-      local mc, mcf = max_cost(group, scope)
-      if mc < 0 then
+      -- never fits a usable one.
+      local v, max, by, dis = cost_verdict(group, scope, cost)
+      if v == 'none' then
         results[#results + 1] = {-1}
-      elseif cost > mc then
-        results[#results + 1] = {-2, n2s(mc), redis.call('HGET', K_MAXCOST, mcf .. ':by') or ''}
+      elseif v == 'over' then
+        results[#results + 1] = {-2, max, by, dis}
       else
         local m = waiter_member(wid, cost, group, scope, owner)
         queue_empty = false
         -- Priority first (1 before 5), then arrival: the head of the
         -- queue is the oldest waiter of the highest priority.
-        redis.call('ZADD', K_WAITQ, n2s(prio * PRIO_SPAN + redis.call('INCR', K_WSEQ)), m)
+        local class = group
+        if scope ~= '' then
+          class = group .. '=' .. scope
+        end
+        enqueue(m, class, n2s(prio * PRIO_SPAN + redis.call('INCR', K_WSEQ)))
         redis.call('SADD', k_pw(inst), m)
         if alive_ttl <= 0 then
           alive_ttl = claim_ttl
@@ -113,7 +125,7 @@ while i <= #ARGV do
   elseif op == 'X' then
     local wid, m = ARGV[i + 1], ARGV[i + 2]
     i = i + 3
-    if redis.call('ZREM', K_WAITQ, m) == 1 then
+    if unqueue(m) then
       redis.call('SREM', k_pw(inst), m)
       results[#results + 1] = {0}
     else
@@ -190,6 +202,7 @@ while i <= #ARGV do
     end
     if c and live then
       -- A stale lease (expired, released before) changes nothing more.
+      local was_disabled = c.disabled
       if mode == 'disable' then
         redis.call('HSET', k_cred(id), 'disabled', '1', 'disabled_reason', text, 'disabled_at', n2s(now), 'disabled_by', 'api')
         c.disabled = true
@@ -219,6 +232,9 @@ while i <= #ARGV do
           c.refused_items = ''
         end
       end
+      if c.disabled and not was_disabled then
+        maxcost_stale = true
+      end
       reindex(id, now, c)
     end
     if live then
@@ -232,7 +248,8 @@ while i <= #ARGV do
 end
 
 -- Claim the grants other handles made to this one: each becomes a full
--- lease, unless its claim TTL ran out.
+-- lease, unless its claim TTL ran out. A waiter whose cost serve found
+-- never fits gets that answer ('!': never_fits_reply).
 local grants = fast
 local pending = {}
 if string.find(flags, 'c', 1, true) then
@@ -242,20 +259,29 @@ if #pending > 0 then
   redis.call('DEL', k_gr(inst))
   for j = 1, #pending, 2 do
     local wid, g = pending[j], pending[j + 1]
-    local id, token, at, cost, owner = string.match(g, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
-    local member = (token or '') .. '|' .. (owner or '')
-    local lk = k_leases(id or '')
-    local exp = tonumber(redis.call('ZSCORE', lk, member) or '0') or 0
-    if id and exp > now then
-      local new_exp = now + lease_ttl
-      redis.call('ZADD', lk, 'XX', n2s(new_exp), member)
-      grants[#grants + 1] = grant_reply(wid, id, token, n2s(new_exp), cost, at, owner)
+    if string.sub(g, 1, 1) == '!' then
+      grants[#grants + 1] = wid .. '|' .. g
     else
-      grants[#grants + 1] = lost_reply(wid)
+      local id, token, at, cost, owner = string.match(g, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+      local member = (token or '') .. '|' .. (owner or '')
+      local lk = k_leases(id or '')
+      local exp = tonumber(redis.call('ZSCORE', lk, member) or '0') or 0
+      if id and exp > now then
+        local new_exp = now + lease_ttl
+        redis.call('ZADD', lk, 'XX', n2s(new_exp), member)
+        grants[#grants + 1] = grant_reply(wid, id, token, n2s(new_exp), cost, at, owner)
+      else
+        grants[#grants + 1] = lost_reply(wid)
+      end
     end
   end
 end
 
+if maxcost_stale then
+  -- The largest cost a group's usable credentials take may have fallen:
+  -- serve then answers the waiters whose cost fits only disabled ones.
+  recompute_maxcost()
+end
 promote(now)
 local mine, hol, waited = serve(now, inst, lease_ttl, claim_ttl, #ARGV - 6 + 8, queue_empty)
 for _, g in ipairs(mine) do
@@ -265,7 +291,7 @@ end
 -- A try that was not served leaves the queue at once.
 for _, t in ipairs(tries) do
   local r, wid, m = t[1], t[2], t[3]
-  if redis.call('ZREM', K_WAITQ, m) == 1 then
+  if unqueue(m) then
     redis.call('SREM', k_pw(inst), m)
     local wait = -1
     local s = redis.call('ZRANGE', K_SCHED, 0, 0, 'WITHSCORES')
