@@ -230,6 +230,10 @@ type Credential struct {
 	// Groups are the key groups the credential is in, which a kind's
 	// `credentials` may name; each a creds.ValidID. Default none.
 	Groups []string `yaml:"groups"`
+	// URL is the key's own base URL, for provider kinds (an Azure
+	// resource, a regional endpoint): their requests on this key go there
+	// instead of the kind's base. http or https. Default "" (the kind's).
+	URL string `yaml:"url"`
 }
 
 // PoolLimits is every limit of the credential as the pool takes them:
@@ -373,8 +377,7 @@ type Jobs struct {
 // Kind is a named kind of work: exactly one of HTTP and Exec, and the
 // keys it may use. Its name is a queue.CheckKindName and no built-in
 // kind's. Its section is checked as jobs.http's or jobs.exec's; its probe
-// (probe_url, probe_command) is not run yet: ProbeSections has the
-// built-in kinds' alone.
+// (probe_url, probe_command, a provider's) probes the keys it may use.
 type Kind struct {
 	// HTTP: one request per item, as jobs.http.
 	HTTP *HTTPJob `yaml:"http"`
@@ -433,6 +436,31 @@ func (j Jobs) KindSection(name string) (base jobs.Kind, sec jobs.Section, ok boo
 	return base, sec, true
 }
 
+// KindProvider returns the provider a kind speaks (http: {provider: ...}),
+// "" for none: a kind without http settings, or one that names no
+// provider.
+func (j Jobs) KindProvider(kind string) string {
+	_, sec, ok := j.KindSection(kind)
+	if !ok {
+		return ""
+	}
+	if h, isHTTP := sec.(*HTTPJob); isHTTP && h != nil {
+		return h.Provider
+	}
+	return ""
+}
+
+// HasProvider reports whether a configured kind names a provider (its
+// items are scoped by their model).
+func (j Jobs) HasProvider() bool {
+	for _, name := range append(j.KindNames(), jobs.KindHTTP) {
+		if j.KindProvider(name) != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // KindKeys returns the IDs of the credentials that items of kind may use,
 // sorted, each once: those whose ID or one of whose groups the kind's
 // `credentials` names. Nil means every key of the pool: a built-in kind,
@@ -480,15 +508,19 @@ func (j Jobs) Section(name string) (jobs.Section, bool) {
 	return sec, ok
 }
 
-// ProbeSections returns the section of every configured built-in kind
-// that has a probe (jobs.Probing), by kind name. Named kinds' probes are
-// not among them (the worker probes with the built-in kinds' alone).
+// ProbeSections returns the section of every configured kind, built-in
+// or named, that has a probe (jobs.Probing), by kind name. A kind's probe
+// probes the keys the kind may use (Config.KindKeys).
 func (j Jobs) ProbeSections() map[string]jobs.Probing {
 	out := map[string]jobs.Probing{}
+	names := j.KindNames()
 	for _, k := range jobs.Kinds() {
-		if sec, ok := j.Section(k.Name); ok {
+		names = append(names, k.Name)
+	}
+	for _, name := range names {
+		if _, sec, ok := j.KindSection(name); ok {
 			if p, ok := sec.(jobs.Probing); ok && p.HasProbe() {
-				out[k.Name] = p
+				out[name] = p
 			}
 		}
 	}

@@ -221,8 +221,8 @@ func TestLoadErrors(t *testing.T) {
 			name: "a scoped limit without pool.scope.field",
 			yaml: "pool:\n  credentials:\n    - id: a\n      secret_env: A\n      limits:\n        - rate: 5/s\n          scope: gpt-4o\n        - {cost: 100/m, scope: gpt-4o-mini}\n",
 			want: []string{
-				`config: FILE: line 7: pool.credentials[0].limits[0].scope: a scoped limit needs pool.scope.field (the items' field holding their scope, e.g. model)`,
-				`config: FILE: line 8: pool.credentials[0].limits[1].scope: a scoped limit needs pool.scope.field (the items' field holding their scope, e.g. model)`,
+				`config: FILE: line 7: pool.credentials[0].limits[0].scope: a scoped limit needs pool.scope.field (the items' field holding their scope, e.g. model) or a kind with a provider (its items' scope is their model)`,
+				`config: FILE: line 8: pool.credentials[0].limits[1].scope: a scoped limit needs pool.scope.field (the items' field holding their scope, e.g. model) or a kind with a provider (its items' scope is their model)`,
 			},
 		},
 		{

@@ -188,7 +188,7 @@ func TestValidateCodedConfig(t *testing.T) {
 	want := []string{
 		`config: built-in defaults: pool.credentials[0].rate: period must be at least 1ms, got 500µs`,
 		`config: built-in defaults: pool.credentials[0].limits[0]: count must be at least 1, got 0`,
-		`config: built-in defaults: pool.credentials[0].limits[1].scope: a scoped limit needs pool.scope.field (the items' field holding their scope, e.g. model)`,
+		`config: built-in defaults: pool.credentials[0].limits[1].scope: a scoped limit needs pool.scope.field (the items' field holding their scope, e.g. model) or a kind with a provider (its items' scope is their model)`,
 		`config: built-in defaults: pool.credentials[0].groups[0]: "g h": want at most 128 letters, digits, '_', '.', ':', '@' or '-'`,
 		`config: built-in defaults: jobs.kinds.chat.credentials[0]: "g" names no key: no credential has it as its id or among its groups`,
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/check"
 	"github.com/keyfleet/keyfleet/internal/jobs"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/secret"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
@@ -277,8 +278,13 @@ func (c *Config) checkPool(ps *check.List) {
 			if err := l.Validate(); err != nil {
 				ps.Add(lkey, "%s", limitMsg(err))
 			}
-			if l.Scope != "" && p.Scope.Field == "" {
-				ps.Add(lkey+".scope", "a scoped limit needs pool.scope.field (the items' field holding their scope, e.g. model)")
+			if l.Scope != "" && p.Scope.Field == "" && !c.Jobs.HasProvider() {
+				ps.Add(lkey+".scope", "a scoped limit needs pool.scope.field (the items' field holding their scope, e.g. model) or a kind with a provider (its items' scope is their model)")
+			}
+		}
+		if cr.URL != "" {
+			if u, err := url.Parse(cr.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				ps.Add(key+".url", "%s is not an http or https URL (the key's own base URL, such as https://east.example.com)", check.Quote(secret.RedactURL(cr.URL)))
 			}
 		}
 		for j, g := range cr.Groups {

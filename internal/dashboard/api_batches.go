@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"mime"
@@ -13,16 +14,18 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keyfleet/keyfleet/internal/enqueue"
+	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
 // The fleet's API for programs (DESIGN "Any language"):
 //
-//	POST /api/batches?kind=K&batch=ID&priority=N&weight=W&id_field=F
+//	POST /api/batches?kind=K&batch=ID&priority=N&weight=W&id_field=F&format=F
 //	     body: JSON Lines (Content-Type: application/x-ndjson), admin token
 //	     → 200 {"batch", "items", "new", "duplicates", "kind", "priority", "weight"}
 //	GET  /api/batches/{id}          → the batch object (Batch)
-//	GET  /api/batches/{id}/results  → its results as JSON Lines, admin token
+//	GET  /api/batches/{id}/results?format=F  → its results as JSON Lines
+//	     (jsonl, or a provider's batch output format), admin token
 
 // DefaultMaxEnqueueBody is the default Options.MaxEnqueueBody: 256 MiB.
 const DefaultMaxEnqueueBody = 256 << 20
@@ -31,7 +34,7 @@ const DefaultMaxEnqueueBody = 256 << 20
 const ndjson = "application/x-ndjson"
 
 // enqueueParams are the query parameters POST /api/batches takes.
-var enqueueParams = map[string]bool{"kind": true, "batch": true, "priority": true, "weight": true, "id_field": true}
+var enqueueParams = map[string]bool{"kind": true, "batch": true, "priority": true, "weight": true, "id_field": true, "format": true}
 
 // guard refuses, as every write action is refused, a request on a
 // read-only dashboard (403) or without the admin token (401). It reports
@@ -99,7 +102,7 @@ func (s *Server) enqueueBatch(rw http.ResponseWriter, r *http.Request) {
 func (s *Server) enqueueRequest(v url.Values, body enqueue.Source) (enqueue.Request, error) {
 	for name := range v {
 		if !enqueueParams[name] {
-			return enqueue.Request{}, fmt.Errorf("unknown query parameter %q (want kind, batch, priority, weight, id_field)", name)
+			return enqueue.Request{}, fmt.Errorf("unknown query parameter %q (want kind, batch, priority, weight, id_field, format)", name)
 		}
 	}
 	req := enqueue.Request{
@@ -109,6 +112,7 @@ func (s *Server) enqueueRequest(v url.Values, body enqueue.Source) (enqueue.Requ
 	if k := v.Get("kind"); k != "" {
 		req.Kind = k
 	}
+	req.Format, req.Provider = v.Get("format"), s.enq.Providers[req.Kind]
 	if v.Has("batch") && req.Batch == "" {
 		return req, errors.New("query parameter batch: empty (leave it out for the default, body-<hash>)")
 	}
@@ -227,9 +231,16 @@ func (s *Server) serveResults(rw http.ResponseWriter, r *http.Request) {
 		writeError(rw, http.StatusBadRequest, err.Error())
 		return
 	}
+	format := cmp.Or(r.URL.Query().Get("format"), provider.FormatJSONL)
+	if format != provider.FormatJSONL {
+		if _, err := provider.ResultLine(format, provider.ResultView{}); err != nil {
+			writeError(rw, http.StatusBadRequest, "query parameter format: "+err.Error())
+			return
+		}
+	}
 	rw.Header().Set("Content-Type", ndjson)
 	w := &countingWriter{w: rw}
-	n, err := s.q.WriteResults(r.Context(), id, w)
+	n, err := s.q.WriteResultsIn(r.Context(), id, format, w)
 	var werr *queue.WriteError
 	switch {
 	case err == nil:

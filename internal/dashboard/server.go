@@ -73,6 +73,9 @@ type EnqueueDefaults struct {
 	CostField   string
 	CostDefault int64
 	ScopeField  string
+	// Providers are the providers of the kinds that name one, by kind
+	// (jobs.kinds.<k>.http.provider): their items are requests.
+	Providers map[string]string
 	// TempDir is where a body is copied while it is enqueued ("":
 	// os.TempDir()).
 	TempDir string

@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/jsonl"
+	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
@@ -89,8 +90,17 @@ type Request struct {
 	// gives the same batch.
 	Batch string
 	// IDField is the top-level field holding each item's ID (default
-	// DefaultIDField).
+	// DefaultIDField; the batch formats' is custom_id).
 	IDField string
+	// Format of the input's lines: provider.FormatJSONL (the default),
+	// FormatOpenAIBatch or FormatAnthropicBatch (which need a kind of
+	// that provider).
+	Format string
+	// Provider is the provider the kind speaks ("" for none): each line is
+	// then a request to it (provider.Spec.Parse), checked before anything
+	// is published; an item's payload is the request's body, its scope the
+	// request's model and its cost the provider's estimate.
+	Provider string
 	// Priority (queue.PriorityFirst..PriorityLast) and Weight
 	// (queue.WeightMin..WeightMax) of the batch; 0: not given (a new batch
 	// gets queue.PriorityDefault and WeightDefault, an existing one keeps
@@ -182,7 +192,16 @@ func (r Report) Incomplete() string {
 
 // withDefaults fills the zero fields and checks the rest.
 func (req Request) withDefaults() (Request, error) {
-	req.IDField = cmp.Or(req.IDField, DefaultIDField)
+	req.Format = cmp.Or(req.Format, provider.FormatJSONL)
+	if err := provider.CheckFormat(req.Format, req.Provider); err != nil {
+		return req, invalid("format", "%v", err)
+	}
+	if req.Provider != "" {
+		if err := provider.Check(req.Provider); err != nil {
+			return req, invalid("provider", "%v", err)
+		}
+	}
+	req.IDField = provider.IDField(req.Format, cmp.Or(req.IDField, DefaultIDField))
 	req.MaxPayload = max(req.MaxPayload, 0)
 	if req.MaxPayload == 0 {
 		req.MaxPayload = DryRunMaxPayload
@@ -451,6 +470,7 @@ func check(ctx context.Context, in *input, req Request, fits func(queue.Item) (i
 	roomy := int(req.MaxPayload) - fitsSlack - 8*(batchLen+len(req.Kind))
 	bad := &problems{max: req.MaxProblems}
 	scopes := map[string]bool{}
+	spec, isProvider := provider.Lookup(req.Provider)
 	report := func(le *jsonl.LineError) {
 		if errors.Is(le, jsonl.ErrTooLong) {
 			le.Detail += " (the limit is the NATS server's max_payload)"
@@ -470,6 +490,18 @@ func check(ctx context.Context, in *input, req Request, fits func(queue.Item) (i
 		}
 		if err != nil {
 			return checked{}, in.readErr(err)
+		}
+		if isProvider {
+			pr, perr := spec.Parse(req.Format, req.IDField, it.Raw)
+			if perr != nil {
+				report(&jsonl.LineError{Line: it.Line, ID: it.ID, Err: provider.ErrNotRequest, Detail: perr.Error()})
+				continue
+			}
+			if err := creds.ValidScope(pr.Model); err != nil {
+				report(&jsonl.LineError{Line: it.Line, ID: it.ID, Err: provider.ErrNotRequest, Detail: fmt.Sprintf("model: %v", err)})
+				continue
+			}
+			it.Raw, it.Scope = pr.Body, pr.Model
 		}
 		if len(it.Raw) < roomy && len(it.ID) < fitsSlack/16 {
 			// Far from the limit whatever its headers: the exact size
@@ -517,7 +549,12 @@ func check(ctx context.Context, in *input, req Request, fits func(queue.Item) (i
 
 func readerOptions(req Request) jsonl.Options {
 	opts := jsonl.Options{IDField: req.IDField, CostField: req.CostField, CostDefault: req.CostDefault, ScopeField: req.ScopeField}
-	if req.ScopeField != "" {
+	if req.Provider != "" {
+		// A request's cost is the provider's estimate and its scope its
+		// model (provider.Spec.Parse); it has no fields of ours.
+		opts.CostField, opts.ScopeField = "", ""
+	}
+	if opts.ScopeField != "" {
 		opts.CheckScope = creds.ValidScope
 	}
 	return opts
@@ -604,7 +641,11 @@ func publish(ctx context.Context, q *queue.Queue, in *input, req Request, c chec
 				return errCancelled
 			}
 		}
-		if err := pub.Add(pctx, item(rep.Batch, rep.Kind, it)); err != nil {
+		qi, err := item(req, rep.Batch, rep.Kind, it)
+		if err != nil {
+			return in.changed(err)
+		}
+		if err := pub.Add(pctx, qi); err != nil {
 			return err
 		}
 		sent++
@@ -640,9 +681,23 @@ func publish(ctx context.Context, q *queue.Queue, in *input, req Request, c chec
 	return perr
 }
 
-// item is the queue item of one line of the input.
-func item(batch, kind string, it jsonl.Item) queue.Item {
-	return queue.Item{ID: it.ID, Batch: batch, Kind: kind, Payload: append([]byte(nil), it.Raw...), Cost: it.Cost, Scope: it.Scope}
+// item is the queue item of one line of the input: for a provider kind,
+// its request (body, endpoint when not the provider's, model as scope,
+// the estimate as cost), else the line.
+func item(req Request, batch, kind string, it jsonl.Item) (queue.Item, error) {
+	spec, ok := provider.Lookup(req.Provider)
+	if !ok {
+		return queue.Item{ID: it.ID, Batch: batch, Kind: kind, Payload: append([]byte(nil), it.Raw...), Cost: it.Cost, Scope: it.Scope}, nil
+	}
+	pr, err := spec.Parse(req.Format, req.IDField, it.Raw)
+	if err != nil {
+		return queue.Item{}, fmt.Errorf("line %d: %w", it.Line, err) // it passed the first reading
+	}
+	qi := queue.Item{ID: it.ID, Batch: batch, Kind: kind, Payload: append([]byte(nil), pr.Body...), Cost: pr.Estimate, Scope: pr.Model}
+	if pr.Endpoint != spec.Endpoint {
+		qi.Endpoint = pr.Endpoint
+	}
+	return qi, nil
 }
 
 // DefaultBatch is the batch ID of an input without --batch:

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/check"
+	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/secret"
 )
 
@@ -44,7 +45,17 @@ import (
 // Headers, X-Keyfleet-Item, X-Keyfleet-Batch, X-Keyfleet-Attempt and
 // Idempotency-Key: <batch>/<item id>.
 type HTTPConfig struct {
-	// URL receives the requests; http or https. Required.
+	// Provider names the API the kind speaks (provider.Names: openai,
+	// anthropic, openai-compatible); "" for none. With a provider, URL is
+	// the API's base (default: the provider's; openai-compatible needs
+	// it), each request goes to the provider's endpoint (or an OpenAI
+	// batch line's url) with the provider's auth and headers and the item's
+	// request as its body, a key's own url (pool.credentials[].url)
+	// replaces the base, the reply's usage is what the run cost, and
+	// probe_url defaults to the base's /v1/models. Default "".
+	Provider string `yaml:"provider"`
+	// URL receives the requests; http or https. Required without a
+	// provider.
 	URL string `yaml:"url"`
 	// Method is the request method. Default HTTPMethodDefault ("POST").
 	Method string `yaml:"method"`
@@ -96,8 +107,29 @@ const (
 )
 
 // WithDefaults fills the zero settings with their defaults (MaxOutput
-// too is left to NewHTTP: it is the worker's, not the section's).
+// too is left to NewHTTP: it is the worker's, not the section's); a
+// provider's first (its base URL, auth header, headers and probe).
 func (c HTTPConfig) WithDefaults() HTTPConfig {
+	if spec, ok := provider.Lookup(c.Provider); ok {
+		c.URL = cmp.Or(c.URL, spec.BaseURL)
+		c.Header = cmp.Or(c.Header, spec.AuthHeader)
+		c.Format = cmp.Or(c.Format, spec.AuthFormat)
+		if len(spec.Headers) > 0 {
+			h := maps.Clone(c.Headers)
+			if h == nil {
+				h = map[string]string{}
+			}
+			for name, v := range spec.Headers {
+				if !slices.ContainsFunc(slices.Collect(maps.Keys(h)), func(k string) bool { return strings.EqualFold(k, name) }) {
+					h[name] = v
+				}
+			}
+			c.Headers = h
+		}
+		if c.ProbeURL == "" && c.URL != "" {
+			c.ProbeURL = provider.URL(c.URL, spec.ProbePath)
+		}
+	}
 	c.Method = cmp.Or(c.Method, HTTPMethodDefault)
 	c.Header = cmp.Or(c.Header, HTTPHeaderDefault)
 	c.Format = cmp.Or(c.Format, HTTPFormatDefault)
@@ -110,10 +142,19 @@ func (c HTTPConfig) WithDefaults() HTTPConfig {
 // first: a zero Timeout or an empty Method is a problem.
 func (c *HTTPConfig) Check() check.List {
 	var l check.List
-	if c.URL == "" {
+	spec, isProvider := provider.Lookup(c.Provider)
+	switch {
+	case c.Provider != "" && !isProvider:
+		l.Add("provider", "%v", provider.Check(c.Provider))
+	case c.URL == "" && isProvider && spec.BaseURL == "":
+		l.Add("url", "must be set for provider %s: the server's base URL, e.g. http://vllm:8000", c.Provider)
+	case c.URL == "" && !isProvider:
 		l.Add("url", "must be set, e.g. https://api.example.com/v1/x")
-	} else {
+	case c.URL != "":
 		checkHTTPURL(&l, "url", c.URL)
+		if isProvider {
+			checkBaseURL(&l, "url", c.URL, spec)
+		}
 	}
 	if c.ProbeURL != "" {
 		checkHTTPURL(&l, "probe_url", c.ProbeURL)
@@ -149,6 +190,23 @@ func (c *HTTPConfig) Check() check.List {
 	}
 	l.Positive("timeout", c.Timeout)
 	return l
+}
+
+// checkBaseURL adds a problem at key when raw, a provider's base URL,
+// names an endpoint instead (…/v1/chat/completions): each request's
+// endpoint is added to the base.
+func checkBaseURL(l *check.List, key, raw string, spec provider.Spec) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return
+	}
+	for _, e := range spec.Endpoints {
+		if strings.HasSuffix(strings.TrimRight(u.Path, "/"), e) {
+			l.Add(key, "%s is an endpoint; with a provider, url is the API's base (such as %s): %s is added to it",
+				check.Quote(secret.RedactURL(raw)), cmp.Or(spec.BaseURL, "http://vllm:8000"), e)
+			return
+		}
+	}
 }
 
 // checkHTTPURL adds a problem at key unless raw is an absolute http or
@@ -199,6 +257,8 @@ type httpHandler struct {
 	headers http.Header // cfg.Headers, canonical
 	limit   int
 	client  *http.Client
+	// spec is the provider the kind speaks; nil for none.
+	spec *provider.Spec
 }
 
 // NewHTTP returns the http handler, after WithDefaults. Its errors name
@@ -215,6 +275,9 @@ func NewHTTP(cfg HTTPConfig) (Handler, error) {
 	h.cfg.Headers = maps.Clone(cfg.Headers)
 	for name, value := range cfg.Headers {
 		h.headers.Set(name, value)
+	}
+	if spec, ok := provider.Lookup(cfg.Provider); ok {
+		h.spec = &spec
 	}
 	return h, nil
 }
@@ -253,7 +316,11 @@ func (h *httpHandler) Run(ctx context.Context, item Item, cred Credential) (out 
 		out.Sent = sent
 		sentMu.Unlock()
 	}()
-	req, err := http.NewRequestWithContext(reqCtx, h.cfg.Method, h.cfg.URL, bytes.NewReader(item.Payload))
+	target := h.cfg.URL
+	if h.spec != nil {
+		target = provider.URL(cmp.Or(cred.URL, h.cfg.URL), cmp.Or(item.Endpoint, h.spec.Endpoint))
+	}
+	req, err := http.NewRequestWithContext(reqCtx, h.cfg.Method, target, bytes.NewReader(item.Payload))
 	if err != nil {
 		return Output{}, Permanent(fmt.Errorf("http: %w", err))
 	}
@@ -262,10 +329,13 @@ func (h *httpHandler) Run(ctx context.Context, item Item, cred Credential) (out 
 		req.Header[name] = slices.Clone(values) // not shared between requests
 	}
 	req.Header.Set(h.cfg.Header, auth)
-	req.Header.Set(headerItem, item.ID)
-	req.Header.Set(headerBatch, item.Batch)
-	req.Header.Set(headerAttempt, strconv.Itoa(item.Attempt))
-	req.Header.Set(headerIdempotency, item.Batch+"/"+item.ID)
+	if h.spec == nil {
+		// A provider gets what its own clients send, nothing of ours.
+		req.Header.Set(headerItem, item.ID)
+		req.Header.Set(headerBatch, item.Batch)
+		req.Header.Set(headerAttempt, strconv.Itoa(item.Attempt))
+		req.Header.Set(headerIdempotency, item.Batch+"/"+item.ID)
+	}
 
 	resp, err := h.client.Do(req)
 	if err != nil {
@@ -274,60 +344,107 @@ func (h *httpHandler) Run(ctx context.Context, item Item, cred Credential) (out 
 	defer resp.Body.Close()
 
 	rates := ParseRateHeaders(resp.Header, time.Now())
+	reply := Output{Status: resp.StatusCode, RequestID: h.requestID(resp.Header)}
 	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
 		body := &headBuffer{max: h.limit}
 		var w io.Writer = body
-		var whole *headBuffer // the reply as sent, for cost_from
+		var whole *headBuffer // the reply as sent, for cost_from and the usage
 		readMax := h.limit
-		if h.cfg.CostFrom != "" {
+		if h.cfg.CostFrom != "" || h.spec != nil {
 			whole = &headBuffer{max: httpCostBodyMax}
 			w = io.MultiWriter(body, whole)
 			readMax = max(readMax, httpCostBodyMax)
 		}
 		sw := scrubberFor(h.cfg.Scrubber, cred).Writer(w)
 		if _, err := io.CopyN(sw, resp.Body, int64(readMax)+httpDrainMax); err != nil && err != io.EOF {
-			return Output{}, h.requestError(ctx, reqCtx, fmt.Errorf("reading the %d response: %w", resp.StatusCode, err))
+			return reply, h.requestError(ctx, reqCtx, fmt.Errorf("reading the %d response: %w", resp.StatusCode, err))
 		}
 		_ = sw.Close()
 		out := body.output()
+		out.Status, out.RequestID = reply.Status, reply.RequestID
 		out.Signals = rates.Signals
-		if whole != nil {
+		switch {
+		case h.cfg.CostFrom != "":
 			out.Cost, out.CostNote = costAt(whole, h.cfg.CostFrom)
+			if h.spec != nil {
+				out.Usage = usageOf(whole)
+			}
+		case h.spec != nil:
+			if out.Usage = usageOf(whole); out.Usage != nil {
+				out.Cost = max(out.Usage.Total, 1)
+			} else {
+				out.CostNote = "the reply has no usage (or is longer than it is read for): its cost was not read"
+			}
 		}
 		return out, nil
 	}
 
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, httpErrBodyMax)) // a cut body still serves
 	_, _ = io.CopyN(io.Discard, resp.Body, httpDrainMax)
+	sc := scrubberFor(h.cfg.Scrubber, cred)
+	// The API's error reply is the run's output too (results show it as
+	// the reply, in the providers' formats).
+	errBody := &headBuffer{max: h.limit}
+	_, _ = errBody.Write(sc.Bytes(raw))
+	eo := errBody.output()
+	reply.Body, reply.Truncated = eo.Body, eo.Truncated
+	if resp.StatusCode != http.StatusTooManyRequests {
+		reply.Signals = rates.Signals // a 429's go with its RateLimitedError
+	}
 	status := statusText(resp.StatusCode)
-	if snip := snippet(raw, scrubberFor(h.cfg.Scrubber, cred)); snip != "" {
+	if snip := snippet(raw, sc); snip != "" {
 		status += ": " + snip
 	}
 	noRetry := strings.EqualFold(strings.TrimSpace(resp.Header.Get("X-Should-Retry")), "false")
 	switch code := resp.StatusCode; {
 	case code == http.StatusTooManyRequests && bytes.Contains(raw, []byte(quotaMarker)):
-		return Output{}, Rejected("insufficient quota (" + status + ")")
+		return reply, Rejected("insufficient quota (" + status + ")")
 	case code == http.StatusTooManyRequests && TooLarge(raw):
 		// The item can never fit what the key allows, however long it
 		// waits: the item's failure, and no key rests for it.
-		return Output{}, Permanent(fmt.Errorf("http: %s (the request is larger than the key's limit)", status))
+		return reply, Permanent(fmt.Errorf("http: %s (the request is larger than the key's limit)", status))
 	case code == http.StatusUnauthorized, code == http.StatusForbidden, code == http.StatusPaymentRequired:
-		return Output{}, Rejected(status)
+		return reply, Rejected(status)
 	case noRetry:
-		return Output{}, Permanent(fmt.Errorf("http: %s (x-should-retry: false)", status))
+		return reply, Permanent(fmt.Errorf("http: %s (x-should-retry: false)", status))
 	case code == http.StatusTooManyRequests:
 		detail := status
 		if rates.Unreadable != "" {
 			detail += " (unreadable " + rates.Unreadable + ")"
 		}
-		return Output{}, &RateLimitedError{RetryAfter: rates.RetryAfter, Source: rates.RetryAfterFrom, Detail: detail, Signals: rates.Signals}
+		return reply, &RateLimitedError{RetryAfter: rates.RetryAfter, Source: rates.RetryAfterFrom, Detail: detail, Signals: rates.Signals}
 	case code >= 300 && code <= 399:
-		return Output{}, Permanent(fmt.Errorf("http: %s (redirects are not followed)", status))
+		return reply, Permanent(fmt.Errorf("http: %s (redirects are not followed)", status))
 	case code >= 400 && code <= 499:
-		return Output{}, Permanent(fmt.Errorf("http: %s", status))
+		return reply, Permanent(fmt.Errorf("http: %s", status))
 	default: // 5xx (529 overloaded included: the API's trouble, not the key's), and any status outside the classes
-		return Output{}, fmt.Errorf("http: %s", status)
+		return reply, fmt.Errorf("http: %s", status)
 	}
+}
+
+// requestID is the API's ID of the request, from its reply's headers
+// (the provider's header, else x-request-id or request-id).
+func (h *httpHandler) requestID(hdr http.Header) string {
+	if h.spec != nil {
+		if v := hdr.Get(h.spec.RequestIDHeader); v != "" {
+			return headString([]byte(v), 200)
+		}
+	}
+	return headString([]byte(cmp.Or(hdr.Get("X-Request-Id"), hdr.Get("Request-Id"))), 200)
+}
+
+// usageOf reads the usage of a whole reply (nil when it has none, or was
+// too long to be read whole).
+func usageOf(whole *headBuffer) *provider.Usage {
+	out := whole.output()
+	if out.Truncated {
+		return nil
+	}
+	u, ok := provider.ReadUsage(out.Body)
+	if !ok {
+		return nil
+	}
+	return &u
 }
 
 // costAt reads the number at a dotted path of a JSON reply: what the item

@@ -3,6 +3,7 @@ package jobs
 import (
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/secret"
 )
 
@@ -17,14 +18,22 @@ type Item struct {
 	// Attempt is the run number: 1 on the item's first run, +1 on every
 	// later run whatever its reason.
 	Attempt int
-	// Payload is the item's JSON object exactly as enqueued.
+	// Payload is the item's JSON object exactly as enqueued (a provider
+	// kind's: the request's body).
 	Payload []byte
+	// Endpoint is the API path of a provider kind's request when it is not
+	// the provider's default (an OpenAI batch line's url); "" otherwise.
+	Endpoint string
 }
 
 // Credential is the credential leased for one run of an item.
 type Credential struct {
 	// ID names the credential in the pool; safe to log.
 	ID string
+	// URL is the key's own base URL (pool.credentials[].url), for a
+	// provider kind: its requests go there instead of the kind's base.
+	// "" for none.
+	URL string
 	// Secret is the credential's secret. It prints as [REDACTED]; handlers
 	// call Reveal only where they hand it to the job.
 	Secret secret.Secret
@@ -50,6 +59,15 @@ type Output struct {
 	// Signals are what the API said about the key's remaining room (http:
 	// its rate-limit headers).
 	Signals []Signal
+	// Status is the HTTP status of the API's reply (http kinds; 0 when
+	// none came), RequestID the API's ID of the request (from the reply's
+	// headers). Set with an error too, and then Body holds the API's
+	// error reply.
+	Status    int
+	RequestID string
+	// Usage is what the reply says the run used, in tokens (provider
+	// kinds); nil when it does not say.
+	Usage *provider.Usage
 	// Sent is when the run's request left, as near as the handler knows
 	// (http: when it was written; exec: when its process started, which
 	// no request of it can precede), zero when unknown or none left. The

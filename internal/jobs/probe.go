@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/secret"
 )
 
@@ -50,8 +51,9 @@ var (
 	_ Probing = (*ExecConfig)(nil)
 )
 
-// HasProbe reports whether ProbeURL is set.
-func (c *HTTPConfig) HasProbe() bool { return c.ProbeURL != "" }
+// HasProbe reports whether ProbeURL is set, or a provider (which probes
+// its base's /v1/models).
+func (c *HTTPConfig) HasProbe() bool { return c.ProbeURL != "" || c.Provider != "" }
 
 // NewProber returns the http kind's probe: a GET of ProbeURL with the key
 // in Header (formatted by Format) and Headers, redirects not followed; 2xx
@@ -83,14 +85,19 @@ type httpProber struct {
 }
 
 func (p *httpProber) Probe(ctx context.Context, cred Credential) (string, error) {
-	what := "probe GET " + secret.RedactURL(p.cfg.ProbeURL)
+	target := p.cfg.ProbeURL
+	if spec, ok := provider.Lookup(p.cfg.Provider); ok && cred.URL != "" {
+		// A key with its own base is probed there.
+		target = provider.URL(cred.URL, spec.ProbePath)
+	}
+	what := "probe GET " + secret.RedactURL(target)
 	auth := strings.ReplaceAll(p.cfg.Format, secretPlaceholder, cred.Secret.Reveal())
 	if !validHeaderValue(auth) {
 		return "", fmt.Errorf("%s: the secret contains control characters and cannot be sent in a header", what)
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.cfg.ProbeURL, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", what, err)
 	}

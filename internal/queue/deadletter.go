@@ -54,6 +54,7 @@ type DeadLetterSummary struct {
 	Batch    string    `json:"batch"`
 	Kind     string    `json:"kind"`
 	Scope    string    `json:"scope,omitempty"`
+	Endpoint string    `json:"endpoint,omitempty"`
 	Reason   string    `json:"reason"`
 	Attempts int       `json:"attempts"`
 	Failures int       `json:"failures"`
@@ -126,7 +127,7 @@ func (q *Queue) Replay(ctx context.Context, d DeadLetter) error {
 	if d.PayloadTruncated {
 		return fmt.Errorf("queue: replay %q of batch %q: %w", d.Item, d.Batch, ErrPayloadCut)
 	}
-	it := Item{ID: d.Item, Batch: d.Batch, Kind: d.Kind, Scope: d.Scope, Payload: d.Payload,
+	it := Item{ID: d.Item, Batch: d.Batch, Kind: d.Kind, Scope: d.Scope, Endpoint: d.Endpoint, Payload: d.Payload,
 		Replay: strconv.FormatInt(time.Now().UnixNano(), 10)}
 	if b, err := q.Batch(ctx, d.Batch); err == nil && b.Status() == BatchCancelled {
 		return fmt.Errorf("queue: replay %q: batch %q: %w", d.Item, d.Batch, ErrBatchCancelled)

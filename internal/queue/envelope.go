@@ -23,6 +23,10 @@ type Item struct {
 	// its payload, read at enqueue); "" for none. Items of one batch and
 	// scope travel in their own lane (Lane).
 	Scope string
+	// Endpoint is the API path a provider kind's request goes to when it
+	// is not the provider's default (an OpenAI batch line's url, such as
+	// /v1/embeddings); "" for the default.
+	Endpoint string
 }
 
 // message builds the JetStream message for an item.
@@ -48,6 +52,9 @@ func header(it Item) nats.Header {
 		h.Set(HeaderIDEncoding, IDEncodingPercent)
 	}
 	h.Set(HeaderKind, it.Kind)
+	if it.Endpoint != "" {
+		h.Set(HeaderEndpoint, it.Endpoint)
+	}
 	if it.Cost > 0 {
 		h.Set(HeaderCost, strconv.FormatInt(it.Cost, 10))
 	}
@@ -77,12 +84,13 @@ func Fits(it Item, limit int64) (size int, ok bool) {
 func DecodeItem(msg jetstream.Msg) (Item, error) {
 	h := msg.Headers()
 	it := Item{
-		ID:      h.Get(HeaderItem),
-		Batch:   h.Get(HeaderBatch),
-		Kind:    h.Get(HeaderKind),
-		Payload: msg.Data(),
-		Replay:  h.Get(HeaderReplay),
-		Scope:   h.Get(HeaderScope),
+		ID:       h.Get(HeaderItem),
+		Batch:    h.Get(HeaderBatch),
+		Kind:     h.Get(HeaderKind),
+		Payload:  msg.Data(),
+		Replay:   h.Get(HeaderReplay),
+		Scope:    h.Get(HeaderScope),
+		Endpoint: h.Get(HeaderEndpoint),
 	}
 	if v := h.Get(HeaderCost); v != "" {
 		if c, err := strconv.ParseInt(v, 10, 64); err == nil && c > 0 {

@@ -19,6 +19,9 @@ const (
 	// HeaderScope is the item's scope, when it has one (encoded as the IDs
 	// are: see HeaderIDEncoding).
 	HeaderScope = "Keyfleet-Scope"
+	// HeaderEndpoint is a provider request's API path, when it is not the
+	// provider's default.
+	HeaderEndpoint = "Keyfleet-Endpoint"
 )
 
 // MaxIDLen bounds item and batch IDs (they become subject tokens).

@@ -49,6 +49,18 @@ func (r *Result) AppendJSON(b []byte) ([]byte, error) {
 	}
 	b = append(b, `,"output_truncated":`...)
 	b = strconv.AppendBool(b, r.OutputTruncated)
+	if r.StatusCode != 0 {
+		b = append(b, `,"status_code":`...)
+		b = strconv.AppendInt(b, int64(r.StatusCode), 10)
+	}
+	if r.RequestID != "" {
+		b = append(b, `,"request_id":`...)
+		b = jsonl.AppendString(b, r.RequestID)
+	}
+	if r.Via != "" {
+		b = append(b, `,"via":`...)
+		b = jsonl.AppendString(b, r.Via)
+	}
 	b = append(b, `,"worker":`...)
 	b = jsonl.AppendString(b, r.Worker)
 	b = append(b, `,"finished_at":`...)
@@ -62,7 +74,7 @@ func (r *Result) AppendJSON(b []byte) ([]byte, error) {
 // the strings, plus an eighth for escapes (one allocation for most).
 func (r *Result) jsonSizeHint() int {
 	n := len(r.Item) + len(r.Batch) + len(r.Kind) + len(r.Outcome) + len(r.CredentialID) +
-		len(r.Error) + len(r.Output) + len(r.OutputEncoding) + len(r.Worker)
+		len(r.Error) + len(r.Output) + len(r.OutputEncoding) + len(r.Worker) + len(r.RequestID) + len(r.Via)
 	return 256 + n + n/8
 }
 

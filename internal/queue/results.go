@@ -34,11 +34,19 @@ type Result struct {
 	Error    string    `json:"error"`
 	// Output is the job's output (exec stdout, http body), at most the
 	// worker's jobs.max_output bytes; base64 when OutputEncoding says so.
-	Output          string    `json:"output"`
-	OutputEncoding  string    `json:"output_encoding,omitempty"` // "" (UTF-8 text) or "base64"
-	OutputTruncated bool      `json:"output_truncated"`
-	Worker          string    `json:"worker"`
-	FinishedAt      time.Time `json:"finished_at"`
+	Output          string `json:"output"`
+	OutputEncoding  string `json:"output_encoding,omitempty"` // "" (UTF-8 text) or "base64"
+	OutputTruncated bool   `json:"output_truncated"`
+	// StatusCode is the HTTP status of the item's last API reply (http
+	// and provider kinds; 0, left out, when it got none); RequestID the
+	// API's ID of that request, from its reply's headers.
+	StatusCode int    `json:"status_code,omitempty"`
+	RequestID  string `json:"request_id,omitempty"`
+	// Via names the provider batch the item ran in (a Batch API's batch
+	// ID); "" when it ran on its own.
+	Via        string    `json:"via,omitempty"`
+	Worker     string    `json:"worker"`
+	FinishedAt time.Time `json:"finished_at"`
 }
 
 // PutResult stores an item's outcome (confirmed by the server), cut to

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/termsafe"
 )
 
@@ -24,6 +25,18 @@ type ResultsWritten struct {
 // cannot act on it). A write error and a read error are told apart by
 // errors.As(err, *WriteError).
 func (q *Queue) WriteResults(ctx context.Context, batch string, w io.Writer) (ResultsWritten, error) {
+	return q.WriteResultsIn(ctx, batch, provider.FormatJSONL, w)
+}
+
+// WriteResultsIn is WriteResults in format: provider.FormatJSONL (a Result
+// a line), or a provider's batch output format (provider.ResultLine),
+// which code written for the provider's Batch API reads unchanged.
+func (q *Queue) WriteResultsIn(ctx context.Context, batch, format string, w io.Writer) (ResultsWritten, error) {
+	if format != provider.FormatJSONL {
+		if _, err := provider.ResultLine(format, provider.ResultView{}); err != nil {
+			return ResultsWritten{}, err
+		}
+	}
 	bw := bufio.NewWriterSize(w, 256<<10)
 	var line bytes.Buffer
 	enc := json.NewEncoder(&line)
@@ -31,8 +44,17 @@ func (q *Queue) WriteResults(ctx context.Context, batch string, w io.Writer) (Re
 	var n ResultsWritten
 	err := q.ReadResults(ctx, batch, func(r Result) error {
 		line.Reset()
-		if err := enc.Encode(r); err != nil {
-			return &WriteError{Err: err}
+		if format == provider.FormatJSONL {
+			if err := enc.Encode(r); err != nil {
+				return &WriteError{Err: err}
+			}
+		} else {
+			b, err := provider.ResultLine(format, r.view())
+			if err != nil {
+				return &WriteError{Err: err}
+			}
+			line.Write(b)
+			line.WriteByte('\n')
 		}
 		if _, err := bw.Write(termsafe.JSON(line.Bytes())); err != nil {
 			return &WriteError{Err: err}
@@ -50,6 +72,12 @@ func (q *Queue) WriteResults(ctx context.Context, batch string, w io.Writer) (Re
 		return n, &WriteError{Err: err}
 	}
 	return n, nil
+}
+
+// view is what a provider's result line is written from.
+func (r Result) view() provider.ResultView {
+	return provider.ResultView{Batch: r.Batch, Item: r.Item, Outcome: r.Outcome, StatusCode: r.StatusCode, RequestID: r.RequestID,
+		Output: r.Output, OutputEncoding: r.OutputEncoding, Error: r.Error}
 }
 
 // WriteError is a failure to write the results (not to read them).

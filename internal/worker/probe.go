@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,6 +42,7 @@ const (
 // kindProber is the probe of one job kind.
 type kindProber struct {
 	kind string
+	keys []string // the keys the kind may use (nil: every key)
 	p    jobs.Prober
 }
 
@@ -54,16 +57,15 @@ func buildProbers(cfg *config.Config, common jobs.Common) ([]kindProber, error) 
 	timeout := min(every, probeTimeoutMax)
 	var out []kindProber
 	secs := cfg.Jobs.ProbeSections()
-	for _, k := range jobs.Kinds() {
-		sec, ok := secs[k.Name]
-		if !ok {
-			continue
-		}
-		p, err := sec.NewProber(common, timeout)
+	for _, name := range slices.Sorted(maps.Keys(secs)) {
+		p, err := secs[name].NewProber(common, timeout)
 		if err != nil {
-			return nil, fmt.Errorf("jobs.%s: %w", k.Name, err)
+			if _, named := cfg.Jobs.Kinds[name]; named {
+				return nil, fmt.Errorf("jobs.kinds.%s: %w", name, err)
+			}
+			return nil, fmt.Errorf("jobs.%s: %w", name, err)
 		}
-		out = append(out, kindProber{kind: k.Name, p: p})
+		out = append(out, kindProber{kind: name, keys: cfg.KindKeys(name), p: p})
 	}
 	if len(out) == 0 {
 		return nil, errors.New("pool.probe_interval is set, but no job kind has a probe")
@@ -71,9 +73,17 @@ func buildProbers(cfg *config.Config, common jobs.Common) ([]kindProber, error) 
 	return out, nil
 }
 
-// probersFor returns the probes that may try credential id: every
-// configured kind's, as every kind uses every credential of the pool.
-func (w *Worker) probersFor(string) []kindProber { return w.probers }
+// probersFor returns the probes that may try credential id: those of the
+// kinds that may use it.
+func (w *Worker) probersFor(id string) []kindProber {
+	var out []kindProber
+	for _, p := range w.probers {
+		if p.keys == nil || slices.Contains(p.keys, id) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
 
 // probeLoop probes the keys the API disabled every pool.probe_interval
 // until ctx ends; a round in progress is cancelled with it.
@@ -143,7 +153,7 @@ func (w *Worker) probeRound(ctx context.Context, every time.Duration) {
 // passes, and then enables it again.
 func (w *Worker) probeCredential(ctx context.Context, id string) {
 	log := w.log.With(zap.String("credential", id))
-	cred := jobs.Credential{ID: id, Secret: w.secrets[id]}
+	cred := jobs.Credential{ID: id, Secret: w.secrets[id], URL: w.credURLs[id]}
 	var reasons []string
 	for _, kp := range w.probersFor(id) {
 		cause, err := kp.p.Probe(ctx, cred)

@@ -23,7 +23,8 @@ func (w *Worker) result(it queue.Item, outcome string, attempt int, dur time.Dur
 	r := queue.Result{
 		Item: it.ID, Batch: it.Batch, Kind: it.Kind, Outcome: outcome, Attempts: attempt,
 		Duration: dur.Seconds(), CredentialID: credID, Error: w.scrub.String(errText),
-		OutputTruncated: truncated, Worker: w.id, FinishedAt: time.Now().UTC(),
+		OutputTruncated: truncated, StatusCode: out.Status, RequestID: w.scrub.String(out.RequestID),
+		Worker: w.id, FinishedAt: time.Now().UTC(),
 	}
 	if utf8.Valid(body) {
 		r.Output = string(body)

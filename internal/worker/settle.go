@@ -199,7 +199,7 @@ func (w *Worker) deadLetter(d *delivery, reason, errText string) {
 func (w *Worker) deadLetterRun(ctx context.Context, d *delivery, reason string, r runResult) {
 	st, it := d.runs.cur, d.it
 	dl := queue.DeadLetter{DeadLetterSummary: queue.DeadLetterSummary{
-		Item: it.ID, Batch: it.Batch, Kind: it.Kind, Scope: it.Scope, Reason: reason, Attempts: st.Runs, Failures: st.Failures,
+		Item: it.ID, Batch: it.Batch, Kind: it.Kind, Scope: it.Scope, Endpoint: it.Endpoint, Reason: reason, Attempts: st.Runs, Failures: st.Failures,
 		Error: r.errText, Worker: w.id, FailedAt: time.Now().UTC(),
 	}, Payload: it.Payload}
 	if it.ID == "" {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/jobs"
 	"github.com/keyfleet/keyfleet/internal/jsonl"
+	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
@@ -58,8 +59,14 @@ func (w *Worker) handle(pullCtx, runCtx context.Context, msg jetstream.Msg) {
 		w.deadLetter(d, queue.ReasonUnknownKind, fmt.Sprintf("worker %s has no jobs.%s configured (it runs %v)", w.id, it.Kind, w.kinds()))
 		return
 	}
+	// A provider kind's item is a request: its scope is its model, its
+	// cost the provider's estimate (what enqueue set, unless it was
+	// published by hand).
+	isProvider := w.cfg.Jobs.KindProvider(it.Kind) != ""
 	cost := it.Cost
-	if cost == 0 {
+	if cost == 0 && isProvider {
+		cost = provider.Estimate(it.Payload, it.Endpoint)
+	} else if cost == 0 {
 		c, err := jsonl.Cost(it.Payload, w.cfg.Pool.Cost.Field, w.cfg.Pool.Cost.Default)
 		if err != nil {
 			w.deadLetter(d, queue.ReasonPermanent, err.Error())
@@ -67,10 +74,14 @@ func (w *Worker) handle(pullCtx, runCtx context.Context, msg jetstream.Msg) {
 		}
 		cost = c
 	}
-	if d.it.Scope == "" && w.cfg.Pool.Scope.Field != "" {
+	scopeField := w.cfg.Pool.Scope.Field
+	if isProvider {
+		scopeField = provider.ScopeField
+	}
+	if d.it.Scope == "" && scopeField != "" {
 		// Published without its scope (by hand, or by an older producer):
 		// read it here, so that its scope's limits bind it all the same.
-		scope, _, err := jsonl.Scope(it.Payload, w.cfg.Pool.Scope.Field)
+		scope, _, err := jsonl.Scope(it.Payload, scopeField)
 		if err == nil && scope != "" {
 			err = creds.ValidScope(scope)
 		}
@@ -210,8 +221,8 @@ func (w *Worker) runOnce(pullCtx, itemCtx context.Context, d *delivery, h jobs.H
 	log.Debug("job started")
 	start := time.Now()
 	out, jobErr := jobs.SafeRun(jobCtx, h,
-		jobs.Item{ID: it.ID, Batch: it.Batch, Kind: it.Kind, Attempt: attempt, Payload: it.Payload},
-		jobs.Credential{ID: lease.CredentialID, Secret: w.secrets[lease.CredentialID]})
+		jobs.Item{ID: it.ID, Batch: it.Batch, Kind: it.Kind, Attempt: attempt, Payload: it.Payload, Endpoint: it.Endpoint},
+		jobs.Credential{ID: lease.CredentialID, Secret: w.secrets[lease.CredentialID], URL: w.credURLs[lease.CredentialID]})
 	dur := time.Since(start)
 	inFlight.Dec()
 	renewal.Stop()

@@ -58,6 +58,7 @@ type Worker struct {
 	pool      *creds.Pool
 	defs      []creds.Credential
 	secrets   map[string]secret.Secret
+	credURLs  map[string]string // a key's own base URL (provider kinds), by ID
 	scrub     *secret.Scrubber
 	handlers  map[string]jobs.Handler
 	// kindKeys are the key sets of the kinds that name their keys
@@ -123,8 +124,12 @@ func New(o Options) (*Worker, error) {
 	w.busy.changed, w.done.changed, w.failed.changed = w.activity, w.activity, w.activity
 	w.setStarting("starting")
 	all := make([]secret.Secret, 0, len(secrets))
+	w.credURLs = map[string]string{}
 	for _, c := range cfg.Pool.Credentials {
 		all = append(all, secrets[c.ID])
+		if c.URL != "" {
+			w.credURLs[c.ID] = c.URL
+		}
 		w.defs = append(w.defs, creds.Credential{ID: c.ID, MaxConcurrent: c.MaxConcurrent, Limits: c.PoolLimits(), Groups: c.Groups})
 	}
 	w.scrub = secret.NewScrubber(all...)
