@@ -803,7 +803,10 @@ local function unqueue(m)
   local _, _, _, _, _, _, class = parse_waiter(m)
   local k = k_wq(class)
   if redis.call('ZREM', k, m) == 0 then
-    return redis.call('ZREM', K_WAITQ, m) == 1
+    -- An older version's waiter, or none; a head entry whose class queue
+    -- lost it (keys deleted by hand) goes too, so that no walk meets it
+    -- again.
+    return redis.call('ZREM', K_WAITQ, m, head_entry(m)) > 0
   end
   if redis.call('ZREM', K_WAITQ, head_entry(m)) == 1 then
     local nx = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
