@@ -27,35 +27,61 @@ type globalFlags struct {
 
 func (g *globalFlags) register(cmd *cobra.Command) {
 	f := cmd.PersistentFlags()
-	f.StringVar(&g.configFile, "config", "", "config file (default: $KEYFLEET_CONFIG, else built-in defaults for a local NATS and Redis)")
+	f.StringVar(&g.configFile, "config", "", "config file (default: $"+config.EnvConfig+", else ./"+config.LocalFile+
+		", else $"+config.EnvXDGConfigHome+"/"+config.UserFile+", else built-in defaults)")
 	f.StringVar(&g.natsURL, "nats-url", "", "NATS URL (overrides the config file and $KEYFLEET_NATS_URL)")
 	f.StringVar(&g.redisURL, "redis-url", "", "Redis URL (overrides the config file and $KEYFLEET_REDIS_URL)")
 	f.StringVar(&g.logLevel, "log-level", "", "log level: debug, info, warn, error (overrides log.level)")
 }
 
-// load reads the configuration and applies the global flags; edit applies
-// command flags before the final validation.
-func (g *globalFlags) load(edit func(*config.Config)) (*config.Config, error) {
-	cfg, err := config.Load(g.configFile, os.Getenv)
+// read reads the configuration (config.Read: the file config.Find finds,
+// then the environment's server URLs), applies the global flags and then
+// edit's (command flags, each noted with l.Note so that a problem of its
+// value names the flag, not a line), and validates the result.
+func (g *globalFlags) read(edit func(*config.Loaded)) (*config.Loaded, error) {
+	l, err := g.readUnchecked(edit)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.Validate(); err != nil {
+		return nil, exitcode.With(exitcode.Usage, err)
+	}
+	return l, nil
+}
+
+// readUnchecked is read without the validation.
+func (g *globalFlags) readUnchecked(edit func(*config.Loaded)) (*config.Loaded, error) {
+	l, err := config.Read(g.configFile, os.Getenv)
 	if err != nil {
 		return nil, exitcode.With(exitcode.Usage, err)
 	}
-	if g.natsURL != "" {
-		cfg.NATS.URL = g.natsURL
-	}
-	if g.redisURL != "" {
-		cfg.Redis.URL = g.redisURL
-	}
-	if g.logLevel != "" {
-		cfg.Log.Level = g.logLevel
+	cfg := l.Config
+	for _, f := range []struct {
+		flag, key, v string
+		dst          *string
+	}{
+		{"--nats-url", "nats.url", g.natsURL, &cfg.NATS.URL},
+		{"--redis-url", "redis.url", g.redisURL, &cfg.Redis.URL},
+		{"--log-level", "log.level", g.logLevel, &cfg.Log.Level},
+	} {
+		if f.v != "" {
+			*f.dst = f.v
+			l.Note(f.key, f.flag)
+		}
 	}
 	if edit != nil {
-		edit(cfg)
+		edit(l)
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, exitcode.With(exitcode.Usage, err)
+	return l, nil
+}
+
+// load is read's configuration.
+func (g *globalFlags) load(edit func(*config.Loaded)) (*config.Config, error) {
+	l, err := g.read(edit)
+	if err != nil {
+		return nil, err
 	}
-	return cfg, nil
+	return l.Config, nil
 }
 
 func newLogger(cfg *config.Config, out io.Writer) (*zap.Logger, error) {

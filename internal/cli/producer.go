@@ -42,16 +42,13 @@ const (
 	callTimeout    = 15 * time.Second // one admin or status call
 )
 
-const exitCodesHelp = `Exit codes:
-  0    ok
-  1    items failed (enqueue --wait, results)
-  2    usage, configuration or input error (nothing was enqueued)
-  3    NATS or Redis unreachable, or a publish not confirmed
-  130  interrupted (Ctrl-C) while waiting; the batch goes on`
-
-const configHelp = `Configuration: --config FILE, else $KEYFLEET_CONFIG, else built-in defaults
-for a local NATS and Redis. $KEYFLEET_NATS_URL and $KEYFLEET_REDIS_URL
-override the file; --nats-url and --redis-url override both.`
+// exitCodesHelp lists every exit code of the producer's commands.
+var exitCodesHelp = exitCodes(exitOK,
+	exitDoc{exitcode.Failed, "items failed or were cancelled (enqueue --wait, results), or a question not confirmed"},
+	exitDoc{exitcode.Usage, "usage, configuration or input error (nothing was changed), or a configuration config check refuses"},
+	exitDoc{exitcode.Unreachable, "NATS or Redis unreachable, or a publish not confirmed"},
+	exitDoc{exitcode.Interrupted, "interrupted (Ctrl-C) while waiting; the batch goes on"}) + `
+Each command's --help lists the codes it can return.`
 
 // producer is the state shared by the producer's commands.
 type producer struct {
@@ -69,23 +66,35 @@ func newProducerCmd(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 		Long: `producer is keyfleet's operator tool: it enqueues JSON Lines items on the
 NATS JetStream work queue (and can wait for their outcomes), shows the state
 of the queue, the workers and the credential pool, changes credentials for
-the running fleet, lists, pauses, resumes and cancels batches, exports
-results and replays dead letters; dashboard
-serves all of it as a live web page.
+the running fleet, lists, pauses, resumes and cancels batches, finds one
+item, exports results, replays dead letters and checks a configuration
+without servers; dashboard serves all of it as a live web page.
 
-` + configHelp + `
+Every command and subcommand takes --config FILE. ` + configHelp + `
+
+--json prints one JSON value on every command that reports something (an
+object, or an array for a list); results writes JSON Lines. Errors go to
+standard error. Commands that change the whole fleet at once (dlq replay
+of every batch, batch cancel, creds remove) ask first on a terminal;
+--yes skips the question.
 
 ` + exitCodesHelp,
-		Example: `  # enqueue a file and wait for every item's outcome
-  producer enqueue --config kf.yaml --wait items.jsonl
+		Example: `  # check the configuration (./keyfleet.yaml here) without any server
+  producer config check
+
+  # enqueue a file and wait for every item's outcome
+  producer enqueue --wait items.jsonl
 
   # what is going on
-  producer status --config kf.yaml
+  producer status
 
   # the batches; hold one back, or stop one for good
   producer batch list
   producer batch pause items-3f2a9c1b
   producer batch cancel items-3f2a9c1b
+
+  # where is one item, and why did it fail?
+  producer item show items-3f2a9c1b item-17
 
   # take a key out of use, then export a batch's results
   producer creds disable key-b --reason "billing issue"
@@ -99,7 +108,8 @@ serves all of it as a live web page.
 		SilenceUsage:  true,
 	}
 	p.g.register(root)
-	root.AddCommand(p.enqueueCmd(), p.statusCmd(), p.batchCmd(), p.credsCmd(), p.resultsCmd(), p.dlqCmd(), p.dashboardCmd())
+	root.AddCommand(p.enqueueCmd(), p.statusCmd(), p.batchCmd(), p.credsCmd(), p.resultsCmd(), p.dlqCmd(), p.itemCmd(), p.configCmd(),
+		p.dashboardCmd())
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -107,7 +117,7 @@ serves all of it as a live web page.
 }
 
 // setup loads the configuration and builds the logger.
-func (p *producer) setup(edit func(*config.Config)) (*config.Config, *zap.Logger, error) {
+func (p *producer) setup(edit func(*config.Loaded)) (*config.Config, *zap.Logger, error) {
 	cfg, err := p.g.load(edit)
 	if err != nil {
 		return nil, nil, err
@@ -218,9 +228,10 @@ func unreachable(what string, err error) error {
 	return exitcode.With(exitcode.Unreachable, fmt.Errorf("%s: %w", what, err))
 }
 
-// isTerminal reports whether w is a terminal.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
+// isTerminal reports whether f, a standard input, output or error, is a
+// terminal.
+func isTerminal(v any) bool {
+	f, ok := v.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 

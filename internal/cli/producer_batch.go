@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keyfleet/keyfleet/internal/batchview"
+	"github.com/keyfleet/keyfleet/internal/exitcode"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/termsafe"
 )
@@ -30,12 +30,14 @@ func (p *producer) batchCmd() *cobra.Command {
 		Short: "List batches, show one, pause, resume or cancel one",
 		Long: `batch shows the batches and steers them (see "Batches" in the README).
 
-  list [--json]       every batch: priority, weight, state, progress
-  show ID [--json]    one batch, with the history of its changes
-  pause ID            no new item of the batch starts; items running finish
-  resume ID           a paused batch goes on
-  cancel ID           no new item starts; items not started never run and
-                      are recorded as cancelled; the batch takes no new items
+  list [--json]         every batch: priority, weight, state, progress
+  show ID [--json]      one batch, with the history of its changes
+  pause ID [--json]     no new item of the batch starts; items running finish
+  resume ID [--json]    a paused batch goes on
+  cancel ID [--yes] [--json]
+                        no new item starts; items not started never run and
+                        are recorded as cancelled; the batch takes no new
+                        items (on a terminal, it asks first)
 
 A batch's state is "running", "paused", "cancelled", or "done" once every
 item has an outcome (and it was not cancelled). The counts come from the
@@ -49,7 +51,8 @@ command's return. A change that does not apply is refused with exit 2: an
 unknown batch, pausing a paused or done batch, resuming a running one,
 cancelling a done one, any change of a cancelled batch.
 
-` + exitCodesHelp,
+` + exitCodes(exitOK, exitDoc{exitcode.Failed, "cancel: not confirmed on a terminal; nothing changed"},
+			exitDoc{exitcode.Usage, "usage error, an unknown batch, a change that does not apply"}, exitNATS),
 		Example: `  producer batch list
   producer batch show items-3f2a9c1b --json | jq .state
   producer batch pause items-3f2a9c1b
@@ -71,7 +74,11 @@ func (p *producer) batchListCmd() *cobra.Command {
 		Long: `list shows every batch with a record (newest first), then those with results
 only (enqueued by an older version).
 
---json prints a JSON array of the objects "batch show --json" prints.`,
+--json prints a JSON array of the objects "batch show --json" prints.
+
+` + exitCodes(exitOK, exitUsage, exitNATS),
+		Example: `  producer batch list
+  producer batch list --json | jq -r '.[] | select(.state=="running") | .id'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return p.withQueue(cmd, func(ctx context.Context, q *queue.Queue) error {
@@ -104,7 +111,9 @@ func (p *producer) batchShowCmd() *cobra.Command {
   enqueued_at, last_result_at, history [{at, action, by}]
 Times are RFC 3339 or null.
 
-An unknown batch is exit 2.`,
+` + exitCodes(exitOK, exitDoc{exitcode.Usage, "usage error, or an unknown batch"}, exitNATS),
+		Example: `  producer batch show items-3f2a9c1b
+  producer batch show items-3f2a9c1b --json | jq '{state, done, total}'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
@@ -142,27 +151,76 @@ func readBatch(ctx context.Context, q *queue.Queue, id string) (batchview.Batch,
 }
 
 func (p *producer) batchActionCmd(action, short string) *cobra.Command {
-	return &cobra.Command{
+	var asJSON, yes bool
+	long := map[string]string{
+		queue.ActionPause: `pause holds a batch back: no new item of it starts, fleet-wide within a
+second; items already running finish. Its items wait (nothing is lost)
+until ` + "`producer batch resume`" + `. Pausing a paused, done or cancelled batch
+is refused.`,
+		queue.ActionResume: `resume lets a paused batch's items start again.`,
+		queue.ActionCancel: `cancel stops a batch for good: no new item starts, fleet-wide within a
+second; the items not started are recorded as cancelled and leave the
+stream (running ones finish and record their own outcome), and the batch
+takes no new items. It cannot be undone. ` + confirmHelp,
+	}[action]
+	done := map[string]string{queue.ActionPause: "paused", queue.ActionResume: "resumed", queue.ActionCancel: "cancelled"}[action]
+	codes := []exitDoc{exitOK, exitDoc{exitcode.Usage, "usage error, an unknown batch, or a batch that cannot be " + done + " (it is already, or done, or cancelled)"},
+		exitNATS}
+	if action == queue.ActionCancel {
+		codes = append(codes[:1], append([]exitDoc{exitDeclined}, codes[1:]...)...)
+	}
+	cmd := &cobra.Command{
 		Use:   action + " ID",
 		Short: short,
-		Args:  cobra.ExactArgs(1),
+		Long: long + `
+
+--json prints one JSON object: the batch as "batch show --json" prints it
+after the change, with "action" (` + action + `)` + map[string]string{queue.ActionCancel: `, "drained" (the items
+not started recorded as cancelled here) and "out" (the items out with
+workers, which finish or are recorded by the workers)`}[action] + `.
+
+` + exitCodes(codes...),
+		Example: fmt.Sprintf("  producer batch %s items-3f2a9c1b\n  producer batch %s items-3f2a9c1b --json | jq .state", action, action),
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
 			if err := queue.CheckID("batch", id); err != nil {
 				return usageErr("%v", err)
 			}
 			return p.withQueue(cmd, func(ctx context.Context, q *queue.Queue) error {
+				if action == queue.ActionCancel && !yes && isTerminal(p.stdin) {
+					if err := p.confirmCancel(ctx, q, id); err != nil {
+						return err
+					}
+				}
 				ctx, cancel := context.WithTimeout(ctx, actionTimeout)
 				defer cancel()
-				return p.steerBatch(ctx, q, id, action)
+				return p.steerBatch(ctx, q, id, action, asJSON)
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object: the batch after the change")
+	if action == queue.ActionCancel {
+		cmd.Example = "  producer batch cancel items-3f2a9c1b\n  producer batch cancel --yes items-3f2a9c1b    # in a script on a terminal: no question"
+		yesFlag(cmd, &yes)
+	}
+	return cmd
+}
+
+// batchChange is the --json object of pause, resume and cancel: the batch
+// after the change, and what the change did.
+type batchChange struct {
+	batchview.Batch
+	Action string `json:"action"`
+	// Drained and Out (cancel): items not started recorded as cancelled
+	// here, and items out with workers.
+	Drained *int `json:"drained,omitempty"`
+	Out     *int `json:"out,omitempty"`
 }
 
 // steerBatch applies action to batch id and says what happened in one
 // line; a change that does not apply is a usage error (exit 2) saying why.
-func (p *producer) steerBatch(ctx context.Context, q *queue.Queue, id, action string) error {
+func (p *producer) steerBatch(ctx context.Context, q *queue.Queue, id, action string, asJSON bool) error {
 	name := termsafe.String(id)
 	rec, err := q.Batch(ctx, id)
 	switch {
@@ -191,11 +249,18 @@ func (p *producer) steerBatch(ctx context.Context, q *queue.Queue, id, action st
 		}
 		return unreachable(fmt.Sprintf("changing batch %s", name), err)
 	}
+	change := batchChange{Action: action}
 	switch action {
 	case queue.ActionPause:
+		if asJSON {
+			break
+		}
 		fmt.Fprintf(p.stdout, "Paused batch %s: no new item of it starts; items already running finish. Resume it with: producer batch resume %s\n",
 			name, name)
 	case queue.ActionResume:
+		if asJSON {
+			break
+		}
 		fmt.Fprintf(p.stdout, "Resumed batch %s: its items start again.\n", name)
 	case queue.ActionCancel:
 		// The record says cancelled: no worker starts an item of it any
@@ -205,11 +270,54 @@ func (p *producer) steerBatch(ctx context.Context, q *queue.Queue, id, action st
 			return unreachable(fmt.Sprintf("batch %s is cancelled (no item of it starts), and %d items not started were recorded cancelled; "+
 				"recording the others stopped (the workers record them within seconds)", name, drained), err)
 		}
+		change.Drained, change.Out = &drained, &out
+		if asJSON {
+			break
+		}
 		fmt.Fprintf(p.stdout, "Cancelled batch %s: %d %s not started %s recorded cancelled and removed from the stream; "+
 			"%d %s out with workers (running ones finish and record their own outcome, the others are recorded cancelled).\n",
 			name, drained, plural(drained, "item", "items"), plural(drained, "was", "were"), out, plural(out, "was", "were"))
 	}
-	return nil
+	if !asJSON {
+		return nil
+	}
+	b, err := readBatch(ctx, q, id)
+	if err != nil {
+		return fmt.Errorf("batch %s: %s, but reading it back failed: %w", name, action, err)
+	}
+	change.Batch = b
+	return writeJSON(p.stdout, change)
+}
+
+// confirmCancel asks, on a terminal, whether batch id is to be cancelled,
+// once the cancel is known to apply (steerBatch checks it again after the
+// answer, which may come much later).
+func (p *producer) confirmCancel(ctx context.Context, q *queue.Queue, id string) error {
+	name := termsafe.String(id)
+	ctx, cancel := context.WithTimeout(ctx, actionTimeout)
+	defer cancel()
+	rec, err := q.Batch(ctx, id)
+	switch {
+	case errors.Is(err, queue.ErrNoBatch):
+		return usageErr("no batch %s (never enqueued, or its record is gone; `producer batch list` lists them)", name)
+	case err != nil:
+		return unreachable(fmt.Sprintf("reading batch %s", name), err)
+	}
+	if err := checkAction(rec, queue.ActionCancel); err != nil {
+		return err
+	}
+	if err := refuseDone(ctx, q, rec, queue.ActionCancel); err != nil {
+		return err
+	}
+	question := func() string {
+		left := ""
+		if b, err := readBatch(ctx, q, id); err == nil && b.TotalKnown {
+			left = fmt.Sprintf(" (%d of its %d items not done yet)", max(0, b.Total-b.Done), b.Total)
+		}
+		return fmt.Sprintf("Cancel batch %s%s? Its items not started will never run (recorded as cancelled), "+
+			"and it takes no new items. This cannot be undone.", id, left)
+	}
+	return p.confirm(false, question, "batch "+name+" is not cancelled")
 }
 
 // checkAction refuses an action that does not apply to the batch's
@@ -279,12 +387,6 @@ func operator() string {
 		host = "unknown"
 	}
 	return name + "@" + host
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 // printBatches prints the batches as a table.

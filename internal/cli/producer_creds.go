@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -28,7 +27,18 @@ configuration file does not change.
 
 Secrets are never shown: Redis holds only credential IDs.
 
-An ID not in the pool is an error (exit 2); Redis unreachable is exit 3.`,
+  list [--json]                       the pool and one row per credential
+  set ID [--max-concurrent N] [--rate R] [--limit SPEC]... [--json]
+  enable ID [--json]                  back into use
+  disable ID [--reason TEXT] [--json] out of use until enabled
+  remove ID [--yes] [--json]          delete it and its state (asks first on
+                                      a terminal)
+
+--json prints one JSON object: the pool (list), or the credential after the
+change with "action" (set, enable, disable, remove).
+
+` + exitCodes(exitOK, exitDoc{exitcode.Failed, "remove: not confirmed on a terminal; nothing changed"},
+			exitDoc{exitcode.Usage, "usage error, an ID not in the pool, an invalid limit"}, exitRedis),
 		Example: `  producer creds list
   producer creds set key-a --max-concurrent 4 --rate 120/m
   producer creds set key-a --rate none
@@ -52,14 +62,62 @@ func (p *producer) withPool(cmd *cobra.Command, fn func(ctx context.Context, poo
 }
 
 // changeCredential makes a change to credential id through withPool (its
-// error mapped by credErr), then shows the credential as done ("enabled").
-func (p *producer) changeCredential(cmd *cobra.Command, id, done string, change func(ctx context.Context, pool *creds.Pool) error) error {
+// error mapped by credErr), then shows the credential as done ("enabled"),
+// or with asJSON prints it as one object with the action.
+func (p *producer) changeCredential(cmd *cobra.Command, id, action, done string, asJSON bool,
+	change func(ctx context.Context, pool *creds.Pool) error) error {
 	return p.withPool(cmd, func(ctx context.Context, pool *creds.Pool) error {
 		if err := credErr(ctx, pool, id, change(ctx, pool)); err != nil {
 			return err
 		}
+		if asJSON {
+			return p.credentialJSON(ctx, pool, id, action)
+		}
 		return p.showCredential(ctx, pool, id, done)
 	})
+}
+
+// credentialChange is the --json object of set, enable, disable and
+// remove: the credential after the change (status's row; only its ID
+// after a remove) and the action.
+type credentialChange struct {
+	status.Credential
+	Action string `json:"action"`
+	Pool   string `json:"pool"`
+}
+
+// credentialJSON prints credential id after action as one object.
+func (p *producer) credentialJSON(ctx context.Context, pool *creds.Pool, id, action string) error {
+	out := credentialChange{Credential: status.Credential{ID: id}, Action: action, Pool: pool.Name()}
+	if action != "remove" {
+		st, err := pool.Stats(ctx)
+		if err != nil {
+			return unreachable("reading the credential pool", err)
+		}
+		for _, c := range status.PoolReport(st).Credentials {
+			if c.ID == id {
+				out.Credential = c
+			}
+		}
+	} else {
+		out.State = "removed"
+	}
+	return writeJSON(p.stdout, out)
+}
+
+// credentialExists is nil when the pool has credential id, else
+// creds.ErrNoSuchCredential.
+func credentialExists(ctx context.Context, pool *creds.Pool, id string) error {
+	st, err := pool.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	for _, c := range st.Credentials {
+		if c.ID == id {
+			return nil
+		}
+	}
+	return creds.ErrNoSuchCredential
 }
 
 // credErr maps the pool's errors to exit codes: an unknown ID or an invalid
@@ -115,7 +173,10 @@ func (p *producer) credsListCmd() *cobra.Command {
 in the current rate window, why it is cooling or disabled and who disabled
 it (the API or an operator), the API's refusals in a row, and the probe that
 enabled it again. --json prints
-the pool object of ` + "`producer status --json`" + `.`,
+the pool object of ` + "`producer status --json`" + `: its totals and its
+"credentials" array.
+
+` + exitCodes(exitOK, exitUsage, exitRedis),
 		Example: `  producer creds list
   producer creds list --json | jq -r '.credentials[] | select(.state=="disabled") | .id'`,
 		Args: cobra.NoArgs,
@@ -126,9 +187,7 @@ the pool object of ` + "`producer status --json`" + `.`,
 					return unreachable("reading the credential pool", err)
 				}
 				if asJSON {
-					enc := json.NewEncoder(p.stdout)
-					enc.SetIndent("", "  ")
-					return enc.Encode(status.PoolReport(st))
+					return writeJSON(p.stdout, status.PoolReport(st))
 				}
 				printPool(p.stdout, status.PoolReport(st))
 				return nil
@@ -140,6 +199,7 @@ the pool object of ` + "`producer status --json`" + `.`,
 }
 
 func (p *producer) credsSetCmd() *cobra.Command {
+	var asJSON bool
 	var maxConc int
 	var rate string
 	var limits []string
@@ -157,7 +217,12 @@ once (at least 1). Each --limit is one limit:
 PERIOD is s, m, h, d or a duration (60/m, 10/s, 5/30s). --rate R is short for
 --limit rate=R. The limits given replace all of the credential's limits
 (a limit that stays keeps its window's history); --limit none (or --rate
-none) removes them all. Flags not given stay as they are.`,
+none) removes them all. Flags not given stay as they are.
+
+--json prints the credential after the change as one object, with
+"action": "set".
+
+` + exitCodes(exitOK, exitDoc{exitcode.Usage, "usage error, an ID not in the pool, an invalid limit or nothing to change"}, exitRedis),
 		Example: `  producer creds set key-a --max-concurrent 2
   producer creds set key-a --limit rate=500/m --limit rate=10/s,burst=1 --limit cost=30000/m
   producer creds set key-a --limit rate=500/m --limit cost=30000/m,scope=gpt-4o --limit cost=200000/m,scope=gpt-4o-mini
@@ -193,11 +258,12 @@ none) removes them all. Flags not given stay as they are.`,
 			if l.MaxConcurrent == nil && l.Limits == nil {
 				return usageErr("creds set %s: nothing to change: give --max-concurrent, --limit and/or --rate", id)
 			}
-			return p.changeCredential(cmd, id, "updated", func(ctx context.Context, pool *creds.Pool) error {
+			return p.changeCredential(cmd, id, "set", "updated", asJSON, func(ctx context.Context, pool *creds.Pool) error {
 				return pool.SetLimits(ctx, id, l)
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the credential after the change as one JSON object")
 	cmd.Flags().IntVar(&maxConc, "max-concurrent", 0, "jobs that may hold the credential at once (at least 1)")
 	cmd.Flags().StringVar(&rate, "rate", "", `short for --limit rate=R; "none" removes every limit`)
 	cmd.Flags().StringArrayVar(&limits, "limit", nil, "a limit: rate=N/P, rate=N/P,burst=B or cost=N/P, with ,scope=S to bind only items of scope S (pool.scope); repeat for several; none removes every limit")
@@ -205,23 +271,31 @@ none) removes them all. Flags not given stay as they are.`,
 }
 
 func (p *producer) credsEnableCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "enable ID",
 		Short: "Put a disabled or cooling credential back into use",
 		Long: `enable clears a credential's disabled state, any cooldown and any streak of
-refusals, and wakes workers waiting for a credential.`,
-		Example: `  producer creds enable key-b`,
-		Args:    cobra.ExactArgs(1),
+refusals, and wakes workers waiting for a credential. --json prints the
+credential after the change as one object, with "action": "enable".
+
+` + exitCodes(exitOK, exitDoc{exitcode.Usage, "usage error, or an ID not in the pool"}, exitRedis),
+		Example: `  producer creds enable key-b
+  producer creds enable key-b --json | jq .state`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
-			return p.changeCredential(cmd, id, "enabled", func(ctx context.Context, pool *creds.Pool) error {
+			return p.changeCredential(cmd, id, "enable", "enabled", asJSON, func(ctx context.Context, pool *creds.Pool) error {
 				return pool.Enable(ctx, id)
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the credential after the change as one JSON object")
+	return cmd
 }
 
 func (p *producer) credsDisableCmd() *cobra.Command {
+	var asJSON bool
 	var reason string
 	cmd := &cobra.Command{
 		Use:   "disable ID [--reason TEXT]",
@@ -229,39 +303,78 @@ func (p *producer) credsDisableCmd() *cobra.Command {
 		Long: `disable stops every worker from taking the credential for new jobs; jobs
 already holding it run to their end. It stays disabled (across worker
 restarts) until ` + "`producer creds enable`" + `: as an operator's decision, it is
-never probed (pool.probe_interval probes only the keys the API disabled).`,
+never probed (pool.probe_interval probes only the keys the API disabled).
+--json prints the credential after the change as one object, with
+"action": "disable".
+
+` + exitCodes(exitOK, exitDoc{exitcode.Usage, "usage error, or an ID not in the pool"}, exitRedis),
 		Example: `  producer creds disable key-b --reason "billing issue"`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
-			return p.changeCredential(cmd, id, "disabled", func(ctx context.Context, pool *creds.Pool) error {
+			return p.changeCredential(cmd, id, "disable", "disabled", asJSON, func(ctx context.Context, pool *creds.Pool) error {
 				return pool.Disable(ctx, id, reason)
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the credential after the change as one JSON object")
 	cmd.Flags().StringVar(&reason, "reason", "disabled by an operator", "why, shown by status and creds list")
 	return cmd
 }
 
 func (p *producer) credsRemoveCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON, yes bool
+	cmd := &cobra.Command{
 		Use:   "remove ID",
 		Short: "Delete a credential and its state from the pool",
 		Long: `remove deletes a credential and all its state (limits, leases, cooldown,
-disabled flag) from the pool. Live leases on it fail at their next renewal.
-A worker whose configuration lists the credential adds it back when it
-starts: remove it from the configuration files too, or use disable.`,
-		Example: `  producer creds remove key-old`,
-		Args:    cobra.ExactArgs(1),
+disabled flag) from the pool, for every worker at once. Live leases on it
+fail at their next renewal. A worker whose configuration lists the
+credential adds it back when it starts: remove it from the configuration
+files too, or use disable. ` + confirmHelp + `
+
+--json prints {"id", "state": "removed", "action": "remove", "pool", ...}.
+
+` + exitCodes(exitOK, exitDeclined, exitDoc{exitcode.Usage, "usage error, or an ID not in the pool"}, exitRedis),
+		Example: `  producer creds remove key-old
+  producer creds remove --yes key-old`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
-			return p.withPool(cmd, func(ctx context.Context, pool *creds.Pool) error {
+			open := func(ctx context.Context, cfg *config.Config, _ *zap.Logger) (*creds.Pool, func(), error) {
+				return openPool(ctx, cfg)
+			}
+			// Each call has its own timeout: the answer to the question
+			// may take its time.
+			return withOpened(p, cmd.Context(), open, func(ctx context.Context, pool *creds.Pool) error {
+				if !yes && isTerminal(p.stdin) {
+					cctx, cancel := context.WithTimeout(ctx, callTimeout)
+					err := credErr(cctx, pool, id, credentialExists(cctx, pool, id))
+					cancel()
+					if err != nil {
+						return err
+					}
+					question := func() string {
+						return fmt.Sprintf("Remove credential %s from pool %s, with its limits and state, for every worker?", id, pool.Name())
+					}
+					if err := p.confirm(false, question, termsafe.String(id)+" is not removed"); err != nil {
+						return err
+					}
+				}
+				ctx, cancel := context.WithTimeout(ctx, callTimeout)
+				defer cancel()
 				if err := credErr(ctx, pool, id, pool.Remove(ctx, id)); err != nil {
 					return err
+				}
+				if asJSON {
+					return p.credentialJSON(ctx, pool, id, "remove")
 				}
 				fmt.Fprintf(p.stdout, "%s removed from pool %s.\n", termsafe.String(id), termsafe.String(pool.Name()))
 				return nil
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print what was removed as one JSON object")
+	yesFlag(cmd, &yes)
+	return cmd
 }

@@ -57,12 +57,21 @@ It is also the fleet's API for programs in any language:
        state, total, done, succeeded, failed, cancelled (404: unknown)
   GET  /api/batches/{id}/results   its results as JSON Lines, as
        ` + "`producer results`" + ` writes them (admin token)
+  GET  /api/batches/{id}/items/{item}  where one item is, as
+       ` + "`producer item show --json`" + ` prints it (404: unknown); its error
+       and output (text a job wrote) only with the admin token
+  POST /api/batches/{id}/pause, /resume, /cancel  (admin token) steer a
+       batch as ` + "`producer batch pause|resume|cancel`" + ` does; answer the batch
+       object after the change (409: a change that does not apply)
 
 It is read-only unless --admin-token-env names an environment variable
 holding a token (at least 16 characters); then the page offers write
-actions (replay dead letters, enable or disable a key), and each needs
-"Authorization: Bearer <token>" (the page asks for the token and keeps it
-in memory only). Writes without the right token are refused (401), writes
+actions, and each needs "Authorization: Bearer <token>" (the page asks for
+the token and keeps it in memory only):
+  - batches: pause, resume, cancel (it asks first)
+  - credentials: enable, disable (with a reason)
+  - dead letters: replay one, or all (it asks first)
+The page also finds one item by its batch and ID (the search box). Writes without the right token are refused (401), writes
 on a read-only dashboard too (403), and so are cross-site requests and
 bodies that are not JSON. The dashboard never reads a credential's secret.
 
@@ -71,10 +80,12 @@ names. Listening elsewhere (--listen 0.0.0.0:8080) shows the fleet's state
 to whoever can reach the port: put it behind your own authentication.
 SIGINT/SIGTERM stop it (exit 0).
 
-` + exitCodesHelp,
+` + exitCodes(exitDoc{exitcode.OK, "stopped by SIGINT or SIGTERM"},
+			exitDoc{exitcode.Usage, "usage or configuration error, a bad --admin-token-env, --listen address in use"}, exitServers),
 		Example: `  producer dashboard --config kf.yaml
   KEYFLEET_ADMIN_TOKEN=$(openssl rand -hex 24) producer dashboard --admin-token-env KEYFLEET_ADMIN_TOKEN
-  curl -s localhost:8080/api/status | jq '.batches[] | {id, done, total, eta_seconds}'`,
+  curl -s localhost:8080/api/status | jq '.batches[] | {id, done, total, eta_seconds}'
+  curl -s -X POST -H "Authorization: Bearer $KEYFLEET_ADMIN_TOKEN" localhost:8080/api/batches/items-3f2a9c1b/pause`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return p.dashboard(cmd, o) },
 	}
@@ -111,6 +122,10 @@ func (p *producer) dashboard(cmd *cobra.Command, o dashboardOptions) error {
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// POST /api/batches without kind= takes the only kind the
+	// configuration defines, as enqueue does; otherwise (several, or
+	// none) the dashboard's own default.
+	kind, _ := defaultKind(cfg)
 	q, pool, closeBoth, err := openQueueAndPool(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -121,7 +136,7 @@ func (p *producer) dashboard(cmd *cobra.Command, o dashboardOptions) error {
 		Sensitive: append(urlSecrets(cfg.NATS.URL), urlSecrets(cfg.Redis.URL)...),
 		Logger:    log.Named("dashboard"),
 		Enqueue: dashboard.EnqueueDefaults{
-			DefaultKind: defaultKind(cfg), NamedKinds: cfg.Jobs.KindNames(),
+			DefaultKind: kind, NamedKinds: cfg.Jobs.KindNames(),
 			CostField: cfg.Pool.Cost.Field, CostDefault: cfg.Pool.Cost.Default, ScopeField: cfg.Pool.Scope.Field,
 		},
 		MaxEnqueueBody: o.maxBody,

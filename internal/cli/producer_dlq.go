@@ -1,9 +1,8 @@
 package cli
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -22,7 +21,17 @@ func (p *producer) dlqCmd() *cobra.Command {
 		Long: `An item that failed permanently, or ran out of attempts (worker.max_attempts),
 gets a dead-letter record holding its payload and why it failed. dlq list
 shows them; dlq replay puts them back on the queue with fresh attempts and
-removes their records.`,
+removes their records.
+
+  list [--batch ID] [--json]              the records, of one batch or all
+  replay [--batch ID] [--yes] [--json] [ITEM...]
+                                          put them back on the queue
+
+replay without --batch and without items replays every dead letter of every
+batch: on a terminal it asks first (--yes skips the question).
+
+` + exitCodes(exitOK, exitDoc{exitcode.Failed, "replay of every batch: not confirmed on a terminal; nothing replayed"},
+			exitDoc{exitcode.Usage, "usage error, or an item without a record"}, exitNATS),
 		Example: `  producer dlq list --batch items-3f2a9c1b
   producer dlq replay --batch items-3f2a9c1b item-17 item-99
   producer dlq replay`,
@@ -55,11 +64,13 @@ func (p *producer) dlqListCmd() *cobra.Command {
 		Short: "List dead-letter records",
 		Long: `list shows the dead-letter records (of one batch with --batch, else of all):
 item, batch, kind, attempts (runs), reason, last error, time. --json prints
-one JSON object per line instead, with every field of the record:
-item, batch, kind, reason, attempts, failures, error, worker, failed_at,
-payload.`,
+one JSON array instead, of one object per record with every field of it:
+item, batch, kind, scope, reason, attempts, failures, error, worker,
+failed_at, payload.
+
+` + exitCodes(exitOK, exitUsage, exitNATS),
 		Example: `  producer dlq list
-  producer dlq list --batch items-3f2a9c1b --json | jq -r .item`,
+  producer dlq list --batch items-3f2a9c1b --json | jq -r '.[].item'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkBatchFlag(batch); err != nil {
@@ -67,13 +78,11 @@ payload.`,
 			}
 			return p.withQueue(cmd, func(ctx context.Context, q *queue.Queue) error {
 				if asJSON {
-					w := bufio.NewWriter(p.stdout)
-					enc := json.NewEncoder(w)
-					enc.SetEscapeHTML(false)
-					if err := q.ListDeadLetters(ctx, batch, func(d queue.DeadLetter) error { return enc.Encode(d) }); err != nil {
+					a := newJSONArray(p.stdout)
+					if err := q.ListDeadLetters(ctx, batch, func(d queue.DeadLetter) error { return a.add(d) }); err != nil {
 						return unreachable("reading the dead letters", err)
 					}
-					return w.Flush()
+					return a.end()
 				}
 				tw := tabwriter.NewWriter(p.stdout, 0, 4, 2, ' ', 0)
 				n := 0
@@ -96,7 +105,7 @@ payload.`,
 		},
 	}
 	cmd.Flags().StringVar(&batch, "batch", "", "only this batch's records")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object per line")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON array of the records")
 	return cmd
 }
 
@@ -109,6 +118,7 @@ func batchNote(batch string) string {
 
 func (p *producer) dlqReplayCmd() *cobra.Command {
 	var batch string
+	var asJSON, yes bool
 	cmd := &cobra.Command{
 		Use:   "replay [--batch ID] [ITEM...]",
 		Short: "Put dead-lettered items back on the queue with fresh attempts",
@@ -116,24 +126,47 @@ func (p *producer) dlqReplayCmd() *cobra.Command {
 batch, and fresh attempts, then removes its record. With item IDs it
 replays those (of --batch, or of any batch); an ID with no record is an
 error and then nothing is replayed. Without IDs it replays every record
-of --batch, or every record of every batch. It prints how many it replayed.`,
+of --batch, or, without --batch either, every record of every batch: that
+one asks first on a terminal (--yes skips the question; without a
+terminal it replays at once). It prints how many it replayed.
+
+--json prints one JSON object instead: {"replayed": N, "batch": ID or
+null, "items": [{"batch", "item"}, ...]}.
+
+` + exitCodes(exitOK, exitDoc{exitcode.Failed, "replay of every batch: not confirmed on a terminal; nothing replayed"},
+			exitDoc{exitcode.Usage, "usage error, an item without a record, a record that cannot be replayed"}, exitNATS),
 		Example: `  producer dlq replay --batch items-3f2a9c1b item-17
   producer dlq replay --batch items-3f2a9c1b
-  producer dlq replay`,
+  producer dlq replay                 # every batch's: asks first on a terminal
+  producer dlq replay --yes --json | jq .replayed`,
 		RunE: func(cmd *cobra.Command, ids []string) error {
 			if err := checkBatchFlag(batch); err != nil {
 				return err
 			}
 			return p.withQueue(cmd, func(ctx context.Context, q *queue.Queue) error {
-				return p.replay(ctx, q, batch, ids)
+				return p.replay(ctx, q, batch, ids, yes, asJSON)
 			})
 		},
 	}
 	cmd.Flags().StringVar(&batch, "batch", "", "only this batch's records")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object: what was replayed")
+	yesFlag(cmd, &yes)
 	return cmd
 }
 
-func (p *producer) replay(ctx context.Context, q *queue.Queue, batch string, ids []string) error {
+// replayed is `dlq replay --json`'s object.
+type replayed struct {
+	Replayed int          `json:"replayed"`
+	Batch    *string      `json:"batch"`
+	Items    []replayItem `json:"items"`
+}
+
+type replayItem struct {
+	Batch string `json:"batch"`
+	Item  string `json:"item"`
+}
+
+func (p *producer) replay(ctx context.Context, q *queue.Queue, batch string, ids []string, yes, asJSON bool) error {
 	todo, missing, err := q.DeadLettersToReplay(ctx, batch, ids)
 	if err != nil {
 		return unreachable("reading the dead letters", err)
@@ -142,11 +175,42 @@ func (p *producer) replay(ctx context.Context, q *queue.Queue, batch string, ids
 		return exitcode.With(exitcode.Usage, fmt.Errorf("no dead letter for %s%s: nothing replayed",
 			strings.Join(quoteAll(missing), ", "), batchNote(batch)))
 	}
+	if batch == "" && len(ids) == 0 && len(todo) > 0 {
+		// Every dead letter of every batch: the one replay that changes
+		// the whole fleet at once.
+		question := func() string {
+			batches := map[string]bool{}
+			for _, d := range todo {
+				batches[d.Batch] = true
+			}
+			return fmt.Sprintf("Replay all %d dead %s of %d %s, with fresh attempts?", len(todo), plural(len(todo), "letter", "letters"),
+				len(batches), plural(len(batches), "batch", "batches"))
+		}
+		if err := p.confirm(yes, question, "nothing replayed"); err != nil {
+			return err
+		}
+	}
+	out := replayed{Items: []replayItem{}}
+	if batch != "" {
+		out.Batch = &batch
+	}
 	for i, d := range todo {
 		if err := q.Replay(ctx, d); err != nil {
-			fmt.Fprintf(p.stdout, "Replayed %d of %d dead letters%s before an error.\n", i, len(todo), batchNote(batch))
+			w := p.stdout
+			if asJSON {
+				w = p.stderr
+			}
+			fmt.Fprintf(w, "Replayed %d of %d dead letters%s before an error.\n", i, len(todo), batchNote(batch))
+			if errors.Is(err, queue.ErrPayloadCut) || errors.Is(err, queue.ErrBatchCancelled) {
+				return exitcode.With(exitcode.Usage, err)
+			}
 			return unreachable("replaying", err)
 		}
+		out.Replayed++
+		out.Items = append(out.Items, replayItem{Batch: d.Batch, Item: d.Item})
+	}
+	if asJSON {
+		return writeJSON(p.stdout, out)
 	}
 	fmt.Fprintf(p.stdout, "Replayed %d dead %s%s: back on the queue with fresh attempts.\n",
 		len(todo), plural(len(todo), "letter", "letters"), batchNote(batch))

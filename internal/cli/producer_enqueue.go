@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -30,6 +31,7 @@ type enqueueOptions struct {
 	idField string
 	dryRun  bool
 	wait    bool
+	json    bool
 	window  int
 	file    string // "-" for stdin
 	// priority and weight of the batch; 0: not given.
@@ -81,8 +83,11 @@ in the README). They are kept in the batch's record: enqueueing into an
 existing batch without them leaves its priority and weight as they are;
 with them, they replace the batch's. Out of range: exit 2.
 
---kind defaults to the only job kind configured (jobs.exec or jobs.http) if
-exactly one is, else exec.
+--kind defaults to the only kind the configuration defines: a named kind
+(jobs.kinds.<name>) or a configured built-in one (jobs.exec, jobs.http).
+When it defines several, or none, --kind is required (exit 2, naming them);
+sleep needs no configuration. This flag's help below lists the kinds the
+configuration found defines.
 
 --dry-run validates and lists the items that would be enqueued, publishing
 nothing and needing no server; it assumes NATS's default max payload of
@@ -101,12 +106,27 @@ nothing is published (exit 2). If the batch is cancelled while enqueue
 publishes, enqueue stops, says exactly how many items were published and
 records them as cancelled with the rest of the batch (exit 2).
 
-` + exitCodesHelp,
+--json prints one JSON object on standard output instead of the text, the
+one POST /api/batches answers: {"batch", "items", "new", "duplicates",
+"kind", "priority", "weight"}; a dry run adds "dry_run": true (nothing
+published: new and duplicates are 0), --wait adds "wait": {"total",
+"succeeded", "failed", "cancelled", "duration_seconds", "items_per_second",
+"failures": [{"item", "error"}] (at most 10)}. Progress and errors stay on
+standard error.
+
+` + exitCodes(exitOK,
+			exitDoc{exitcode.Failed, "--wait: items failed or were cancelled"},
+			exitDoc{exitcode.Usage, "usage, configuration or input error, a kind to give, a cancelled batch (nothing was enqueued, or exactly what was is said)"},
+			exitDoc{exitcode.Unreachable, "NATS unreachable, or a publish not confirmed"},
+			exitDoc{exitcode.Interrupted, "--wait: interrupted (Ctrl-C) while waiting; the batch goes on"}),
 		Example: `  # enqueue items.jsonl (batch items-<hash>) and wait for the outcomes
   producer enqueue --config kf.yaml --wait items.jsonl
 
   # check a file without a server: list what would be enqueued
-  producer enqueue --dry-run items.jsonl
+  producer enqueue --dry-run --kind chat items.jsonl
+
+  # for a script: the batch ID from the JSON answer
+  producer enqueue --json items.jsonl | jq -r .batch
 
   # from standard input, items named by their "url" field, sleep jobs
   generate-items | producer enqueue --kind sleep --id-field url --batch crawl-7 -`,
@@ -117,7 +137,7 @@ records them as cancelled with the rest of the batch (exit 2).
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.kind, "kind", "", kindFlagUsage())
+	f.StringVar(&o.kind, "kind", "", kindFlagUsage(nil))
 	f.StringVar(&o.batch, "batch", "", "batch ID (default: <file name>-<content hash>, stdin-<content hash> for -)")
 	f.StringVar(&o.idField, "id-field", "id", "top-level field holding each item's ID")
 	f.IntVar(&o.priority, "priority", queue.PriorityDefault, fmt.Sprintf("the batch's priority: %d (first) to %d (last); a batch enqueued again keeps its own unless given",
@@ -126,8 +146,17 @@ records them as cancelled with the rest of the batch (exit 2).
 		queue.WeightMin, queue.WeightMax))
 	f.BoolVar(&o.dryRun, "dry-run", false, "validate and list the items; publish nothing (needs no server)")
 	f.BoolVar(&o.wait, "wait", false, "wait until every item has an outcome, then print a summary; exit 1 if any failed or was cancelled")
+	f.BoolVar(&o.json, "json", false, `print one JSON object: {"batch", "items", "new", "duplicates", ...}`)
 	f.IntVar(&o.window, "window", queue.DefaultWindow, "publishes awaiting confirmation at once")
 	_ = f.MarkHidden("window")
+	// The help lists the kinds of the configuration the flags name.
+	help := cmd.HelpFunc()
+	cmd.SetHelpFunc(func(c *cobra.Command, args []string) {
+		if cfg, err := p.g.load(nil); err == nil {
+			c.Flags().Lookup("kind").Usage = kindFlagUsage(cfg)
+		}
+		help(c, args)
+	})
 	return cmd
 }
 
@@ -146,33 +175,52 @@ func kindNotServed(cfg *config.Config, kind string) bool {
 	return !ok
 }
 
-// defaultKind is the only configured kind of those that take settings
-// (exec, http), else jobs.DefaultKind.
-func defaultKind(cfg *config.Config) string {
-	var configured []string
+// configuredKinds are the kinds cfg defines, sorted: its named kinds
+// (jobs.kinds) and the built-in kinds whose section it configures
+// (jobs.exec, jobs.http). Sleep, which needs no configuration, is not
+// among them.
+func configuredKinds(cfg *config.Config) []string {
+	kinds := cfg.Jobs.KindNames()
 	for _, k := range jobs.Kinds() {
 		if _, ok := cfg.Jobs.Section(k.Name); ok && k.Section != nil {
-			configured = append(configured, k.Name)
+			kinds = append(kinds, k.Name)
 		}
 	}
-	if len(configured) == 1 {
-		return configured[0]
-	}
-	return jobs.DefaultKind
+	slices.Sort(kinds)
+	return kinds
 }
 
-// kindFlagUsage is --kind's help: "job kind: exec, http or sleep (default:
-// the only configured kind of jobs.exec/jobs.http, else exec)".
-func kindFlagUsage() string {
-	var sections []string
-	for _, k := range jobs.Kinds() {
-		if k.Section != nil {
-			sections = append(sections, "jobs."+k.Name)
-		}
+// defaultKind is the kind of items enqueued without --kind: the only kind
+// cfg defines. With several, or none, --kind is required: a usage error
+// naming them.
+func defaultKind(cfg *config.Config) (string, error) {
+	switch kinds := configuredKinds(cfg); len(kinds) {
+	case 1:
+		return kinds[0], nil
+	case 0:
+		return "", usageErr("--kind is required: %s defines no job kind (jobs.kinds, jobs.exec or jobs.http); give --kind "+
+			"(sleep needs no configuration)", cfg.Source)
+	default:
+		return "", usageErr("--kind is required: %s defines several job kinds: %s; give one of them with --kind",
+			cfg.Source, strings.Join(kinds, ", "))
 	}
-	names := jobs.Names()
-	return fmt.Sprintf("job kind: %s or %s (default: the only configured kind of %s, else %s)",
-		strings.Join(names[:len(names)-1], ", "), names[len(names)-1], strings.Join(sections, "/"), jobs.DefaultKind)
+}
+
+// kindFlagUsage is --kind's help for cfg, or for the configuration not
+// known yet (nil).
+func kindFlagUsage(cfg *config.Config) string {
+	if cfg == nil {
+		return "job kind: one the configuration defines (jobs.kinds.<name>, jobs.exec, jobs.http), or sleep " +
+			"(default: the only kind it defines)"
+	}
+	switch kinds := configuredKinds(cfg); len(kinds) {
+	case 0:
+		return fmt.Sprintf("job kind: %s defines none, so give one: sleep needs no configuration", cfg.Source)
+	case 1:
+		return fmt.Sprintf("job kind: %s, or sleep (default %s: the only kind %s defines)", kinds[0], kinds[0], cfg.Source)
+	default:
+		return fmt.Sprintf("job kind: %s (defined by %s), or sleep; required: it defines several", strings.Join(kinds, ", "), cfg.Source)
+	}
 }
 
 // enqueue is `producer enqueue`: internal/enqueue does the work; this
@@ -186,7 +234,9 @@ func (p *producer) enqueue(cmd *cobra.Command, o enqueueOptions) error {
 	defer func() { _ = log.Sync() }()
 	flags := cmd.Flags()
 	if !flags.Changed("kind") {
-		o.kind = defaultKind(cfg)
+		if o.kind, err = defaultKind(cfg); err != nil {
+			return err
+		}
 	}
 	if o.idField == "" {
 		return usageErr("--id-field must not be empty")
@@ -260,7 +310,7 @@ func (p *producer) enqueue(cmd *cobra.Command, o enqueueOptions) error {
 		}
 	}
 	var w *bufio.Writer
-	if o.dryRun {
+	if o.dryRun && !o.json {
 		w = bufio.NewWriter(p.stdout)
 		req.Checked = func(rep enqueue.Report) {
 			fmt.Fprintf(w, "Dry run: would enqueue %d items of kind %s from %s as batch %s (nothing published;\n",
@@ -281,9 +331,11 @@ func (p *producer) enqueue(cmd *cobra.Command, o enqueueOptions) error {
 		}
 	}
 	if err != nil {
-		return p.enqueueFailed(rep, err, log)
+		return p.enqueueFailed(rep, err, log, o.json)
 	}
 	switch {
+	case o.json && (rep.Items == 0 || o.dryRun):
+		return writeJSON(p.stdout, enqueueJSON(rep))
 	case rep.Items == 0:
 		fmt.Fprintf(p.stdout, "%s: 0 items (%d lines): nothing to enqueue.\n", name, rep.Lines)
 		return nil
@@ -291,6 +343,25 @@ func (p *producer) enqueue(cmd *cobra.Command, o enqueueOptions) error {
 		return nil
 	}
 	batch := termsafe.String(rep.Batch)
+	if rep.RecordErr != nil {
+		log.Debug("batch record", zap.Error(rep.RecordErr))
+		fmt.Fprintf(p.stderr, "warning: batch %s: %d new items enqueued, but its record (the dashboard's total) was not updated: %s\n",
+			batch, rep.New, termsafe.String(rep.RecordErr.Error()))
+	}
+	if o.json {
+		out := enqueueJSON(rep)
+		if !o.wait {
+			return writeJSON(p.stdout, out)
+		}
+		sum, err := p.follow(ctx, q, rep.Batch, rep.IDs, rep.Items, start)
+		if sum != nil {
+			out.Wait = sum
+			if werr := writeJSON(p.stdout, out); werr != nil && err == nil {
+				err = werr
+			}
+		}
+		return err
+	}
 	if rep.Duplicates == 0 {
 		fmt.Fprintf(p.stdout, "Enqueued batch %s: %d items of kind %s from %s (%d new, 0 duplicates).\n",
 			batch, rep.Items, rep.Kind, name, rep.New)
@@ -301,22 +372,21 @@ func (p *producer) enqueue(cmd *cobra.Command, o enqueueOptions) error {
 	if rep.Priority != queue.PriorityDefault || rep.Weight != queue.WeightDefault {
 		fmt.Fprintf(p.stdout, "Batch %s: priority %d, weight %d.\n", batch, rep.Priority, rep.Weight)
 	}
-	if rep.RecordErr != nil {
-		log.Debug("batch record", zap.Error(rep.RecordErr))
-		fmt.Fprintf(p.stderr, "warning: batch %s: %d new items enqueued, but its record (the dashboard's total) was not updated: %s\n",
-			batch, rep.New, termsafe.String(rep.RecordErr.Error()))
-	}
 	if !o.wait {
 		fmt.Fprintf(p.stdout, "Follow it with: producer status; results with: producer results --batch %s\n", batch)
 		return nil
 	}
-	return p.follow(ctx, q, rep.Batch, rep.IDs, rep.Items, start)
+	sum, err := p.follow(ctx, q, rep.Batch, rep.IDs, rep.Items, start)
+	if sum != nil {
+		printSummary(p.stdout, rep.Batch, sum)
+	}
+	return err
 }
 
 // enqueueFailed reports a failed enqueue: the bad lines of the input on
 // stderr, what a partial publishing confirmed on stdout; the error it
 // returns carries the exit code.
-func (p *producer) enqueueFailed(rep enqueue.Report, err error, log *zap.Logger) error {
+func (p *producer) enqueueFailed(rep enqueue.Report, err error, log *zap.Logger, json bool) error {
 	var ie *enqueue.InputError
 	var pe *enqueue.PublishError
 	switch {
@@ -334,7 +404,11 @@ func (p *producer) enqueueFailed(rep enqueue.Report, err error, log *zap.Logger)
 		return exitcode.With(exitcode.Usage, fmt.Errorf("%s: %d bad %s in %d lines: %s",
 			ie.Source, ie.Count, plural(ie.Count, "line", "lines"), ie.Lines, what))
 	case errors.As(err, &pe):
-		fmt.Fprintf(p.stdout, "Enqueue incomplete: %s.\n"+
+		out := p.stdout
+		if json {
+			out = p.stderr // standard output is for the one JSON value
+		}
+		fmt.Fprintf(out, "Enqueue incomplete: %s.\n"+
 			"Rerunning the same command with the same input is safe: items already enqueued are dropped as duplicates.\n",
 			termsafe.String(pe.Report.Incomplete()))
 		log.Debug("publish failed", zap.Error(pe.Err))

@@ -37,22 +37,44 @@ func TestWireSizeMatchesFits(t *testing.T) {
 	}
 }
 
+// Without --kind, enqueue takes the only kind the configuration defines,
+// named (jobs.kinds) or built-in (jobs.exec, jobs.http); several or none
+// is a usage error naming them. The flag's help lists them.
 func TestDefaultKind(t *testing.T) {
-	cfg := config.Default()
-	if k := defaultKind(cfg); k != "exec" {
-		t.Fatalf("nothing configured: %s", k)
-	}
-	cfg.Jobs.HTTP = &config.HTTPJob{URL: "http://x"}
-	if k := defaultKind(cfg); k != "http" {
-		t.Fatalf("only http configured: %s", k)
-	}
-	cfg.Jobs.Exec = &config.ExecJob{Command: []string{"x"}}
-	if k := defaultKind(cfg); k != "exec" {
-		t.Fatalf("both configured: %s", k)
-	}
-	want := "job kind: exec, http or sleep (default: the only configured kind of jobs.exec/jobs.http, else exec)"
-	if got := kindFlagUsage(); got != want {
-		t.Fatalf("--kind help:\nwant %s\ngot  %s", want, got)
+	for _, c := range []struct {
+		name  string
+		jobs  config.Jobs
+		want  string
+		err   string
+		usage string
+	}{
+		{name: "none", err: "kf.yaml defines no job kind (jobs.kinds, jobs.exec or jobs.http); give --kind (sleep needs no configuration)",
+			usage: "job kind: kf.yaml defines none, so give one: sleep needs no configuration"},
+		{name: "only http", jobs: config.Jobs{HTTP: &config.HTTPJob{URL: "http://x"}}, want: "http",
+			usage: "job kind: http, or sleep (default http: the only kind kf.yaml defines)"},
+		{name: "only a named kind", jobs: config.Jobs{Kinds: map[string]config.Kind{"chat": {HTTP: &config.HTTPJob{URL: "http://y"}}}},
+			want: "chat", usage: "job kind: chat, or sleep (default chat: the only kind kf.yaml defines)"},
+		{name: "exec and http", jobs: config.Jobs{Exec: &config.ExecJob{Command: []string{"x"}}, HTTP: &config.HTTPJob{URL: "http://x"}},
+			err: "kf.yaml defines several job kinds: exec, http; give one of them with --kind", usage: "job kind: exec, http (defined by kf.yaml), or sleep; required: it defines several"},
+		{name: "a named kind and exec", jobs: config.Jobs{Exec: &config.ExecJob{Command: []string{"x"}},
+			Kinds: map[string]config.Kind{"chat": {HTTP: &config.HTTPJob{URL: "http://y"}}, "embed": {HTTP: &config.HTTPJob{URL: "http://z"}}}},
+			err: "kf.yaml defines several job kinds: chat, embed, exec"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := config.Default()
+			cfg.Source = "kf.yaml"
+			cfg.Jobs = c.jobs
+			got, err := defaultKind(cfg)
+			switch {
+			case c.err == "" && (err != nil || got != c.want):
+				t.Fatalf("want %s, got %q, %v", c.want, got, err)
+			case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err) || exitcode.Of(err) != exitcode.Usage):
+				t.Fatalf("want exit 2 saying %q, got %q, %v", c.err, got, err)
+			}
+			if u := kindFlagUsage(cfg); c.usage != "" && u != c.usage {
+				t.Fatalf("--kind help:\nwant %s\ngot  %s", c.usage, u)
+			}
+		})
 	}
 }
 

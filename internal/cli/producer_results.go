@@ -36,8 +36,8 @@ Items still queued or running have no line yet. After a cancel, every item
 of the batch has exactly one line. -o writes FILE atomically
 (a temporary file renamed at the end).
 
-Exit 1 when any item of the batch failed or was cancelled (the file is
-complete all the same), 0 otherwise; 3 when NATS cannot be reached.`,
+` + exitCodes(exitOK, exitDoc{exitcode.Failed, "items of the batch failed or were cancelled (the output is complete all the same)"},
+			exitDoc{exitcode.Usage, "usage error, or -o FILE cannot be written"}, exitNATS),
 		Example: `  producer results --batch items-3f2a9c1b > results.jsonl
   producer results --batch items-3f2a9c1b -o results.jsonl
   producer results --batch items-3f2a9c1b | jq -r 'select(.outcome=="failed") | .item'`,

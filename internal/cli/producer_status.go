@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -39,7 +38,9 @@ why, starts in the rate window).
   last_used,starts,rate_limited}]}
 Times are RFC 3339 or null; every key is always present.
 
-It needs NATS and Redis (exit 3 naming the one that cannot be reached).`,
+It needs NATS and Redis.
+
+` + exitCodes(exitOK, exitUsage, exitDoc{exitcode.Unreachable, "NATS or Redis unreachable (the message names which)"}),
 		Example: `  producer status --config kf.yaml
   producer status --json | jq '.consumer.pending + .consumer.ack_pending'`,
 		Args: cobra.NoArgs,
@@ -61,9 +62,7 @@ It needs NATS and Redis (exit 3 naming the one that cannot be reached).`,
 				return exitcode.With(exitcode.Unreachable, err)
 			}
 			if asJSON {
-				enc := json.NewEncoder(p.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
+				return writeJSON(p.stdout, rep)
 			}
 			printStatus(p.stdout, rep, q.Config().HeartbeatTTL)
 			return nil

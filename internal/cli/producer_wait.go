@@ -93,16 +93,35 @@ func (s *itemStates) set(k jsonl.Key, now uint8) (was uint8, ok bool) {
 	return was, true
 }
 
+// waitSummary is what following a batch found: the seeds' summary, and
+// the first failed items (at most maxFailuresShown) with their errors.
+type waitSummary struct {
+	Total          int       `json:"total"`
+	Succeeded      int64     `json:"succeeded"`
+	Failed         int64     `json:"failed"`
+	Cancelled      int64     `json:"cancelled"`
+	Duration       float64   `json:"duration_seconds"`
+	ItemsPerSecond float64   `json:"items_per_second"`
+	Failures       []failure `json:"failures"`
+}
+
+// failure is a failed item of a waitSummary.
+type failure struct {
+	Item  string `json:"item"`
+	Error string `json:"error"`
+}
+
 // follow waits until every item of ids (the input, total items) has an
-// outcome in batch, showing progress on stderr, then prints the summary.
-// Each item counts once, by its latest outcome, however often it ran. An
-// item of a cancelled batch that never ran has the outcome "cancelled"
-// (the cancel and the workers record one for every such item), so
-// following a batch that is cancelled ends too.
-func (p *producer) follow(ctx context.Context, q *queue.Queue, batch string, ids *jsonl.IDs, total int, start time.Time) error {
+// outcome in batch, showing progress on stderr, and returns the summary
+// (nil when the waiting stopped first) with an error carrying the exit
+// code: 1 if any item failed or was cancelled. Each item counts once, by
+// its latest outcome, however often it ran. An item of a cancelled batch
+// that never ran has the outcome "cancelled" (the cancel and the workers
+// record one for every such item), so following a batch that is cancelled
+// ends too.
+func (p *producer) follow(ctx context.Context, q *queue.Queue, batch string, ids *jsonl.IDs, total int, start time.Time) (*waitSummary, error) {
 	t := &tally{total: total}
 	states := newItemStates(ids)
-	type failure struct{ item, err string }
 	failures := map[jsonl.Key]failure{}
 
 	stopProgress := p.showProgress(termsafe.String(batch), t, start)
@@ -122,7 +141,7 @@ func (p *producer) follow(ctx context.Context, q *queue.Queue, batch string, ids
 		t.counter(now).Add(1)
 		if now == stateFailed {
 			if len(failures) < maxFailuresShown {
-				failures[k] = failure{item: r.Item, err: r.Error}
+				failures[k] = failure{Item: r.Item, Error: r.Error}
 			}
 		} else {
 			delete(failures, k)
@@ -136,48 +155,54 @@ func (p *producer) follow(ctx context.Context, q *queue.Queue, batch string, ids
 		follow := fmt.Sprintf("follow it again by rerunning this command with --wait (the items already enqueued are not added twice), "+
 			"or with `producer status` and `producer results --batch %s`", batch)
 		if ctx.Err() != nil {
-			return exitcode.With(exitcode.Interrupted, fmt.Errorf(
+			return nil, exitcode.With(exitcode.Interrupted, fmt.Errorf(
 				"interrupted: stopped waiting with %d of %d items done (%d failed); the batch goes on: %s",
 				done, total, t.failed.Load(), follow))
 		}
-		return unreachable(fmt.Sprintf("following batch %s (%d of %d items done; the batch goes on: %s)",
+		return nil, unreachable(fmt.Sprintf("following batch %s (%d of %d items done; the batch goes on: %s)",
 			batch, done, total, follow), err)
 	}
 
-	failed, cancelled := t.failed.Load(), t.cancelled.Load()
-	fmt.Fprintf(p.stdout, "\nBatch %s complete:\n", termsafe.String(batch))
-	fmt.Fprintf(p.stdout, "  Total: %d\n", total)
-	fmt.Fprintf(p.stdout, "  Succeeded: %d\n", t.succeeded.Load())
-	fmt.Fprintf(p.stdout, "  Failed: %d\n", failed)
-	fmt.Fprintf(p.stdout, "  Cancelled: %d\n", cancelled)
-	fmt.Fprintf(p.stdout, "  Duration: %.2fs\n", elapsed.Seconds())
-	fmt.Fprintf(p.stdout, "  Items/s: %.1f\n", float64(total)/max(elapsed.Seconds(), 1e-3))
-	if cancelled > 0 {
-		fmt.Fprintf(p.stdout, "The batch was cancelled: %d %s never ran (`producer results --batch %s` lists them as cancelled).\n",
-			cancelled, plural(int(cancelled), "item", "items"), termsafe.String(batch))
-	}
-	if failed == 0 && cancelled == 0 {
-		return nil
-	}
-	if failed == 0 {
-		return exitcode.With(exitcode.Failed, fmt.Errorf("%d of %d items were cancelled", cancelled, total))
-	}
-	list := make([]failure, 0, len(failures))
+	s := &waitSummary{Total: total, Succeeded: t.succeeded.Load(), Failed: t.failed.Load(), Cancelled: t.cancelled.Load(),
+		Duration: elapsed.Seconds(), ItemsPerSecond: float64(total) / max(elapsed.Seconds(), 1e-3), Failures: []failure{}}
 	for _, f := range failures {
-		list = append(list, f)
+		s.Failures = append(s.Failures, f)
 	}
-	sort.Slice(list, func(i, j int) bool { return list[i].item < list[j].item })
-	fmt.Fprintf(p.stdout, "Failed items (`producer dlq list --batch %s` lists them all):\n", termsafe.String(batch))
-	for _, f := range list {
-		fmt.Fprintf(p.stdout, "  - %s: %s\n", termsafe.String(f.item), oneLine(f.err, 200))
+	sort.Slice(s.Failures, func(i, j int) bool { return s.Failures[i].Item < s.Failures[j].Item })
+	switch {
+	case s.Failed == 0 && s.Cancelled == 0:
+		return s, nil
+	case s.Failed == 0:
+		return s, exitcode.With(exitcode.Failed, fmt.Errorf("%d of %d items were cancelled", s.Cancelled, total))
+	case s.Cancelled > 0:
+		return s, exitcode.With(exitcode.Failed, fmt.Errorf("%d of %d items failed and %d were cancelled", s.Failed, total, s.Cancelled))
 	}
-	if int64(len(list)) < failed {
-		fmt.Fprintf(p.stdout, "  ... and %d more\n", failed-int64(len(list)))
+	return s, exitcode.With(exitcode.Failed, fmt.Errorf("%d of %d items failed", s.Failed, total))
+}
+
+// printSummary prints the summary of following batch.
+func printSummary(w io.Writer, batch string, s *waitSummary) {
+	fmt.Fprintf(w, "\nBatch %s complete:\n", termsafe.String(batch))
+	fmt.Fprintf(w, "  Total: %d\n", s.Total)
+	fmt.Fprintf(w, "  Succeeded: %d\n", s.Succeeded)
+	fmt.Fprintf(w, "  Failed: %d\n", s.Failed)
+	fmt.Fprintf(w, "  Cancelled: %d\n", s.Cancelled)
+	fmt.Fprintf(w, "  Duration: %.2fs\n", s.Duration)
+	fmt.Fprintf(w, "  Items/s: %.1f\n", s.ItemsPerSecond)
+	if s.Cancelled > 0 {
+		fmt.Fprintf(w, "The batch was cancelled: %d %s never ran (`producer results --batch %s` lists them as cancelled).\n",
+			s.Cancelled, plural(int(s.Cancelled), "item", "items"), termsafe.String(batch))
 	}
-	if cancelled > 0 {
-		return exitcode.With(exitcode.Failed, fmt.Errorf("%d of %d items failed and %d were cancelled", failed, total, cancelled))
+	if s.Failed == 0 {
+		return
 	}
-	return exitcode.With(exitcode.Failed, fmt.Errorf("%d of %d items failed", failed, total))
+	fmt.Fprintf(w, "Failed items (`producer dlq list --batch %s` lists them all):\n", termsafe.String(batch))
+	for _, f := range s.Failures {
+		fmt.Fprintf(w, "  - %s: %s\n", termsafe.String(f.Item), oneLine(f.Error, 200))
+	}
+	if int64(len(s.Failures)) < s.Failed {
+		fmt.Fprintf(w, "  ... and %d more\n", s.Failed-int64(len(s.Failures)))
+	}
 }
 
 // showProgress renders progress on stderr until the returned func is

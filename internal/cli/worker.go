@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keyfleet/keyfleet/internal/config"
+	"github.com/keyfleet/keyfleet/internal/configcheck"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
 	"github.com/keyfleet/keyfleet/internal/jobguard"
 	"github.com/keyfleet/keyfleet/internal/version"
@@ -40,8 +41,16 @@ worker.shutdown_grace, hands the rest back for immediate redelivery and exits
 messages come back after the ack wait). However the worker ends, SIGKILL
 included, its exec job processes die with it.
 
-Exit codes: 0 clean shutdown, 2 bad configuration or flags, 3 NATS or Redis
-unreachable at start, 4 interrupted by a second signal or an internal error.`,
+Before it asks any server it checks its configuration as
+` + "`producer config check`" + ` does (every problem at once, each with its line):
+secrets present, job commands that can run, and the rest.
+
+` + configHelp + `
+
+` + exitCodes(exitDoc{exitcode.OK, "clean shutdown"},
+			exitDoc{exitcode.Usage, "bad configuration or flags (every problem listed, with its line)"},
+			exitDoc{exitcode.Unreachable, "NATS or Redis unreachable at start"},
+			exitDoc{exitcode.Internal, "interrupted by a second signal, or an internal error"}),
 		Example: `  # one worker with the settings in kf.yaml, 8 jobs at a time
   worker --config kf.yaml --concurrency 8
 
@@ -50,14 +59,22 @@ unreachable at start, 4 interrupted by a second signal or an internal error.`,
 		Version: version.Version,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := g.load(func(c *config.Config) {
+			l, err := g.readUnchecked(func(l *config.Loaded) {
 				if cmd.Flags().Changed("concurrency") {
-					c.Worker.Concurrency = concurrency
+					l.Config.Worker.Concurrency = concurrency
+					l.Note("worker.concurrency", "--concurrency")
 				}
 			})
 			if err != nil {
 				return err
 			}
+			// What `producer config check` checks (the configuration's
+			// values, secrets, job commands), a worker checks before it
+			// asks a server: every problem at once, each with its line.
+			if err := configcheck.Check(l, os.Getenv); err != nil {
+				return exitcode.With(exitcode.Usage, err)
+			}
+			cfg := l.Config
 			log, err := newLogger(cfg, stderr)
 			if err != nil {
 				return err

@@ -1,0 +1,286 @@
+// Package itemview builds the view of one item that `producer item show`
+// and the dashboard's GET /api/batches/{id}/items/{item} show: where the
+// item is (waiting, running, succeeded, failed, dead-lettered, cancelled),
+// its attempts, last error, key and result. Front ends only format an
+// Item; what makes an item's state is State, here, so the CLI and the web
+// page cannot disagree.
+//
+// An item leaves a trace in up to three places, each read by its subject
+// or its batch's: its message in the work stream while it waits or runs
+// (the batch's subjects, read headers only until the item is found), its
+// latest result (queue.ResultSubject), and its dead-letter record
+// (queue.DeadLetterSubject). A replayed item has a message again and may
+// keep an older result; the latest of the three says where it is.
+package itemview
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/keyfleet/keyfleet/internal/queue"
+)
+
+// States of an Item.
+const (
+	// StateWaiting: its message waits in the stream, not delivered yet
+	// (behind other items, or its batch is paused).
+	StateWaiting = "waiting"
+	// StateRunning: its message is out with a worker and not settled:
+	// running, waiting there for a key, or for its next try.
+	StateRunning      = "running"
+	StateSucceeded    = queue.OutcomeSucceeded
+	StateFailed       = queue.OutcomeFailed
+	StateCancelled    = queue.OutcomeCancelled
+	StateDeadLettered = "dead-lettered"
+)
+
+// ErrNoItem: the item has no message, no result and no dead letter.
+var ErrNoItem = errors.New("itemview: no such item")
+
+// Item is where one item is: `item show --json`'s object and the answer of
+// GET /api/batches/{id}/items/{item}. Keys may be added, never removed.
+type Item struct {
+	Batch string `json:"batch"`
+	Item  string `json:"item"`
+	Kind  string `json:"kind"`
+	Scope string `json:"scope,omitempty"`
+	// State: waiting, running, succeeded, failed, dead-lettered or
+	// cancelled.
+	State string `json:"state"`
+	// BatchState is the batch's record's state (running, paused,
+	// cancelled); "" without a record.
+	BatchState string `json:"batch_state"`
+	// Attempts, Error, Reason, CredentialID and the output come from the
+	// item's latest recorded outcome (its result, or its dead letter): runs
+	// of the item, the last run's error, why it was dead-lettered (a
+	// class: queue.Reason*), the key it last ran on, and what it wrote. An
+	// item that waits or runs again after a replay shows its previous
+	// outcome's; one that never settled has none (0, "").
+	Attempts        int    `json:"attempts"`
+	Error           string `json:"error"`
+	Reason          string `json:"reason,omitempty"`
+	CredentialID    string `json:"credential_id"`
+	Output          string `json:"output"`
+	OutputEncoding  string `json:"output_encoding,omitempty"`
+	OutputTruncated bool   `json:"output_truncated"`
+	// Message is its message while it waits or runs (null otherwise).
+	Message *Message `json:"message"`
+	// Result is its latest result as `producer results` writes it, and
+	// DeadLetter its dead-letter record without the payload (null when
+	// there is none).
+	Result     *queue.Result            `json:"result"`
+	DeadLetter *queue.DeadLetterSummary `json:"dead_letter"`
+	// TextHidden: Error, Output and the error and output of Result and
+	// DeadLetter were left out (Public), as the dashboard does for a
+	// reader without the admin token.
+	TextHidden bool `json:"text_hidden,omitempty"`
+}
+
+// Message is an item's message in the work stream.
+type Message struct {
+	Sequence   uint64    `json:"sequence"`
+	Subject    string    `json:"subject"`
+	EnqueuedAt time.Time `json:"enqueued_at"`
+	// Delivered: a worker has it (State running).
+	Delivered bool `json:"delivered"`
+	// Replay: the message is a replay of a dead letter.
+	Replay bool `json:"replay"`
+}
+
+// Public is the item without the text jobs and APIs wrote (errors,
+// outputs): what a reader without the admin token may see.
+func (it Item) Public() Item {
+	it.Error, it.Output, it.TextHidden = "", "", true
+	if it.Result != nil {
+		r := *it.Result
+		r.Error, r.Output = "", ""
+		it.Result = &r
+	}
+	if it.DeadLetter != nil {
+		d := *it.DeadLetter
+		d.Error = ""
+		it.DeadLetter = &d
+	}
+	return it
+}
+
+// State is where an item is from what it left: its message (nil: none;
+// delivered to a worker or not), its result and its dead letter (nil:
+// none). The latest of them wins: a message newer than the item's
+// outcomes is a replay or a new enqueue (waiting or running); a result is
+// stored just before its message leaves the stream, so a result newer
+// than the message is the item's outcome. A dead letter is written with
+// the failed result of the same run: it wins unless a newer result
+// (of a later run) is there.
+func State(msg *Message, res *queue.Result, dl *queue.DeadLetterSummary) string {
+	var settled time.Time
+	if res != nil {
+		settled = res.FinishedAt
+	}
+	if dl != nil && dl.FailedAt.After(settled) {
+		settled = dl.FailedAt
+	}
+	switch {
+	case msg != nil && (res == nil && dl == nil || !msg.EnqueuedAt.Before(settled)):
+		if msg.Delivered {
+			return StateRunning
+		}
+		return StateWaiting
+	case deadLetterLatest(res, dl):
+		return StateDeadLettered
+	case res != nil:
+		switch res.Outcome {
+		case queue.OutcomeSucceeded, queue.OutcomeCancelled:
+			return res.Outcome
+		}
+		return StateFailed
+	}
+	return ""
+}
+
+// deadLetterLatest reports whether the item's dead letter is its latest
+// outcome: there is one, and no result of a later run that succeeded.
+func deadLetterLatest(res *queue.Result, dl *queue.DeadLetterSummary) bool {
+	return dl != nil && (res == nil || res.Outcome != queue.OutcomeSucceeded || !res.FinishedAt.After(dl.FailedAt))
+}
+
+// Read returns where item of batch is, read now. It fails with ErrNoItem
+// when the item left no trace (never enqueued, or its records are older
+// than queue.results_max_age); other errors are the server's.
+func Read(ctx context.Context, q *queue.Queue, batch, item string) (Item, error) {
+	out := Item{Batch: batch, Item: item}
+	res, err := lastRecord[queue.Result](ctx, q, q.ResultSubject(batch, item))
+	if err != nil {
+		return out, fmt.Errorf("reading the result of item %q of batch %q: %w", item, batch, err)
+	}
+	dl, err := lastRecord[queue.DeadLetter](ctx, q, q.DeadLetterSubject(batch, item))
+	if err != nil {
+		return out, fmt.Errorf("reading the dead letter of item %q of batch %q: %w", item, batch, err)
+	}
+	msg, it, err := waiting(ctx, q, batch, item)
+	if err != nil {
+		return out, fmt.Errorf("reading the waiting items of batch %q: %w", batch, err)
+	}
+	if rec, err := q.Batch(ctx, batch); err == nil {
+		out.BatchState = rec.Status()
+	} else if !errors.Is(err, queue.ErrNoBatch) {
+		return out, fmt.Errorf("reading batch %q: %w", batch, err)
+	}
+	var sum *queue.DeadLetterSummary
+	if dl != nil {
+		sum = &dl.DeadLetterSummary
+	}
+	out.Message, out.Result, out.DeadLetter = msg, res, sum
+	out.State = State(msg, res, sum)
+	if out.State == "" {
+		return out, fmt.Errorf("%w: %q in batch %q (no message waiting, no result, no dead letter: never enqueued, "+
+			"or its records are older than queue.results_max_age)", ErrNoItem, item, batch)
+	}
+	switch {
+	case msg != nil:
+		out.Kind, out.Scope = it.Kind, it.Scope
+	case sum != nil:
+		out.Kind, out.Scope = sum.Kind, sum.Scope
+	default:
+		out.Kind = res.Kind
+	}
+	// The latest outcome's details: the result's, or the dead letter's
+	// when it is the later (a dead letter and the failed result of the
+	// same run say the same; the result names the key).
+	if res != nil {
+		out.Attempts, out.Error, out.CredentialID = res.Attempts, res.Error, res.CredentialID
+		out.Output, out.OutputEncoding, out.OutputTruncated = res.Output, res.OutputEncoding, res.OutputTruncated
+	}
+	if deadLetterLatest(res, sum) {
+		out.Reason = sum.Reason
+		if res == nil || sum.FailedAt.After(res.FinishedAt) {
+			out.Attempts, out.Error = sum.Attempts, sum.Error
+		}
+	}
+	return out, nil
+}
+
+// lastRecord reads the last message on subject (a result's or a dead
+// letter's) as a T; nil when there is none.
+func lastRecord[T any](ctx context.Context, q *queue.Queue, subject string) (*T, error) {
+	js := q.JetStream()
+	name, err := js.StreamNameBySubject(ctx, subject)
+	if err != nil {
+		return nil, err
+	}
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var v T
+	if err := json.Unmarshal(m.Data, &v); err != nil {
+		return nil, fmt.Errorf("record %d on %s: %w", m.Sequence, subject, err)
+	}
+	return &v, nil
+}
+
+// waiting finds item's message among the messages batch holds in the
+// work stream, read in the order they were stored, one direct read each
+// (as queue.HeldItems reads them: a work-queue stream takes no consumer
+// beside the lanes'), and says whether a worker has it: on a work-queue
+// stream a message stays until it is acknowledged or terminated, so one
+// at or below its lane consumer's delivered sequence is out with a worker.
+// Nil when the item has none.
+func waiting(ctx context.Context, q *queue.Queue, batch, item string) (*Message, queue.Item, error) {
+	cfg := q.Config()
+	js := q.JetStream()
+	s, err := js.Stream(ctx, cfg.Stream)
+	if err != nil {
+		return nil, queue.Item{}, err
+	}
+	filter := cfg.SubjectPrefix + ".b." + queue.Token(batch) + ".>"
+	for seq := uint64(1); ; {
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, queue.Item{}, nil
+		}
+		if err != nil {
+			return nil, queue.Item{}, err
+		}
+		seq = m.Sequence + 1
+		found, err := queue.DecodeItem(rawMsg{m: m})
+		if err != nil || found.ID != item || found.Batch != batch {
+			continue
+		}
+		msg := &Message{Sequence: m.Sequence, Subject: m.Subject, EnqueuedAt: m.Time.UTC(), Replay: found.Replay != ""}
+		c, err := js.Consumer(ctx, cfg.Stream, q.LaneConsumerName(queue.Lane(batch, found.Scope)))
+		switch {
+		case errors.Is(err, jetstream.ErrConsumerNotFound):
+		case err != nil:
+			return nil, queue.Item{}, err
+		default:
+			msg.Delivered = c.CachedInfo().Delivered.Stream >= msg.Sequence
+		}
+		return msg, found, nil
+	}
+}
+
+// rawMsg is a stored message as queue.DecodeItem reads a delivered one:
+// it asks for its headers, subject and data alone (the embedded Msg, nil,
+// is never called).
+type rawMsg struct {
+	jetstream.Msg
+	m *jetstream.RawStreamMsg
+}
+
+func (r rawMsg) Headers() nats.Header { return r.m.Header }
+func (r rawMsg) Subject() string      { return r.m.Subject }
+func (r rawMsg) Data() []byte         { return r.m.Data }
