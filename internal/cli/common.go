@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
@@ -27,8 +28,7 @@ type globalFlags struct {
 
 func (g *globalFlags) register(cmd *cobra.Command) {
 	f := cmd.PersistentFlags()
-	f.StringVar(&g.configFile, "config", "", "config file (default: $"+config.EnvConfig+", else ./"+config.LocalFile+
-		", else $"+config.EnvXDGConfigHome+"/"+config.UserFile+", else built-in defaults)")
+	f.StringVar(&g.configFile, "config", "", "config file; without it: "+strings.TrimPrefix(config.DiscoveryHelp, "--config FILE, else "))
 	f.StringVar(&g.natsURL, "nats-url", "", "NATS URL (overrides the config file and $KEYFLEET_NATS_URL)")
 	f.StringVar(&g.redisURL, "redis-url", "", "Redis URL (overrides the config file and $KEYFLEET_REDIS_URL)")
 	f.StringVar(&g.logLevel, "log-level", "", "log level: debug, info, warn, error (overrides log.level)")

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
 )
 
@@ -38,10 +37,12 @@ func exitCodes(docs ...exitDoc) string {
 	return b.String()
 }
 
-// configHelp says where the configuration comes from.
-const configHelp = "Configuration: " + config.DiscoveryHelp + `.
-$KEYFLEET_NATS_URL and $KEYFLEET_REDIS_URL override the file; --nats-url and
---redis-url override both.`
+// configHelp says where the configuration comes from (config.Find).
+const configHelp = `The configuration file is --config FILE, else $KEYFLEET_CONFIG, else
+./keyfleet.yaml, else $XDG_CONFIG_HOME/keyfleet/config.yaml (by default
+~/.config/keyfleet/config.yaml), else none: built-in defaults for a local
+NATS and Redis. $KEYFLEET_NATS_URL and $KEYFLEET_REDIS_URL override the
+file; --nats-url and --redis-url override both.`
 
 // confirmHelp is the help of a command that asks before it acts.
 const confirmHelp = `On a terminal it asks for confirmation first (--yes skips the question);

@@ -70,7 +70,8 @@ the running fleet, lists, pauses, resumes and cancels batches, finds one
 item, exports results, replays dead letters and checks a configuration
 without servers; dashboard serves all of it as a live web page.
 
-Every command and subcommand takes --config FILE. ` + configHelp + `
+Every command and subcommand takes --config FILE.
+` + configHelp + `
 
 --json prints one JSON value on every command that reports something (an
 object, or an array for a list); results writes JSON Lines. Errors go to

@@ -51,9 +51,9 @@ func (p *producer) configCheckCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "check",
 		Short: "Check the configuration as a worker does at start, without any server",
-		Long: `check reads the configuration (` + config.DiscoveryHelp + `)
-and checks everything a worker checks before it asks a server, with the
-very same function the worker runs at start:
+		Long: `check reads the configuration and checks everything a worker checks
+before it asks a server, with the very same function the worker runs at
+start:
 
   - the file: unknown keys (with a "did you mean"), values of the wrong
     type, keys set twice;
@@ -75,6 +75,8 @@ values) and runs no job.
 --json prints one JSON object on standard output instead:
 {"config": FILE, "ok": true|false, "problems": [{"line": N or null,
 "message": TEXT}]} (exit 0 or 2 all the same).
+
+` + configHelp + `
 
 ` + exitCodes(exitDoc{exitcode.OK, "the configuration is good: a worker starts with it (servers aside)"},
 			exitDoc{exitcode.Usage, "usage error, or problems in the configuration (each listed)"}),

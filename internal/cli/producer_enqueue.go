@@ -198,10 +198,10 @@ func defaultKind(cfg *config.Config) (string, error) {
 	case 1:
 		return kinds[0], nil
 	case 0:
-		return "", usageErr("--kind is required: %s defines no job kind (jobs.kinds, jobs.exec or jobs.http); give --kind "+
-			"(sleep needs no configuration)", cfg.Source)
+		return "", usageErr("--kind is required: the configuration (%s) defines no job kind (jobs.kinds, jobs.exec or jobs.http); "+
+			"give --kind (sleep needs no configuration)", cfg.Source)
 	default:
-		return "", usageErr("--kind is required: %s defines several job kinds: %s; give one of them with --kind",
+		return "", usageErr("--kind is required: the configuration (%s) defines several job kinds: %s; give one of them with --kind",
 			cfg.Source, strings.Join(kinds, ", "))
 	}
 }
@@ -215,11 +215,12 @@ func kindFlagUsage(cfg *config.Config) string {
 	}
 	switch kinds := configuredKinds(cfg); len(kinds) {
 	case 0:
-		return fmt.Sprintf("job kind: %s defines none, so give one: sleep needs no configuration", cfg.Source)
+		return fmt.Sprintf("job kind: the configuration (%s) defines none, so give one: sleep needs no configuration", cfg.Source)
 	case 1:
-		return fmt.Sprintf("job kind: %s, or sleep (default %s: the only kind %s defines)", kinds[0], kinds[0], cfg.Source)
+		return fmt.Sprintf("job kind: %s, or sleep (default %s: the only kind the configuration (%s) defines)", kinds[0], kinds[0], cfg.Source)
 	default:
-		return fmt.Sprintf("job kind: %s (defined by %s), or sleep; required: it defines several", strings.Join(kinds, ", "), cfg.Source)
+		return fmt.Sprintf("job kind: %s (defined by the configuration, %s), or sleep; required: it defines several",
+			strings.Join(kinds, ", "), cfg.Source)
 	}
 }
 

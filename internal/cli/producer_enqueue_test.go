@@ -48,17 +48,17 @@ func TestDefaultKind(t *testing.T) {
 		err   string
 		usage string
 	}{
-		{name: "none", err: "kf.yaml defines no job kind (jobs.kinds, jobs.exec or jobs.http); give --kind (sleep needs no configuration)",
-			usage: "job kind: kf.yaml defines none, so give one: sleep needs no configuration"},
+		{name: "none", err: "the configuration (kf.yaml) defines no job kind (jobs.kinds, jobs.exec or jobs.http); give --kind (sleep needs no configuration)",
+			usage: "job kind: the configuration (kf.yaml) defines none, so give one: sleep needs no configuration"},
 		{name: "only http", jobs: config.Jobs{HTTP: &config.HTTPJob{URL: "http://x"}}, want: "http",
-			usage: "job kind: http, or sleep (default http: the only kind kf.yaml defines)"},
+			usage: "job kind: http, or sleep (default http: the only kind the configuration (kf.yaml) defines)"},
 		{name: "only a named kind", jobs: config.Jobs{Kinds: map[string]config.Kind{"chat": {HTTP: &config.HTTPJob{URL: "http://y"}}}},
-			want: "chat", usage: "job kind: chat, or sleep (default chat: the only kind kf.yaml defines)"},
+			want: "chat", usage: "job kind: chat, or sleep (default chat: the only kind the configuration (kf.yaml) defines)"},
 		{name: "exec and http", jobs: config.Jobs{Exec: &config.ExecJob{Command: []string{"x"}}, HTTP: &config.HTTPJob{URL: "http://x"}},
-			err: "kf.yaml defines several job kinds: exec, http; give one of them with --kind", usage: "job kind: exec, http (defined by kf.yaml), or sleep; required: it defines several"},
+			err: "the configuration (kf.yaml) defines several job kinds: exec, http; give one of them with --kind", usage: "job kind: exec, http (defined by the configuration, kf.yaml), or sleep; required: it defines several"},
 		{name: "a named kind and exec", jobs: config.Jobs{Exec: &config.ExecJob{Command: []string{"x"}},
 			Kinds: map[string]config.Kind{"chat": {HTTP: &config.HTTPJob{URL: "http://y"}}, "embed": {HTTP: &config.HTTPJob{URL: "http://z"}}}},
-			err: "kf.yaml defines several job kinds: chat, embed, exec"},
+			err: "the configuration (kf.yaml) defines several job kinds: chat, embed, exec"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := config.Default()

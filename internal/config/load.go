@@ -22,11 +22,10 @@ const (
 	EnvHome          = "HOME"
 )
 
-// DiscoveryHelp says in which order the configuration file is found, for
-// the commands' help.
-const DiscoveryHelp = `--config FILE, else $` + EnvConfig + `, else ./` + LocalFile + `, else
-$` + EnvXDGConfigHome + `/` + UserFile + ` (~/.config/` + UserFile + `), else built-in
-defaults for a local NATS and Redis`
+// DiscoveryHelp says in which order the configuration file is found, on
+// one line, for the commands' help.
+const DiscoveryHelp = "--config FILE, else $" + EnvConfig + ", else ./" + LocalFile + ", else $" + EnvXDGConfigHome + "/" +
+	UserFile + " (~/.config/" + UserFile + "), else built-in defaults for a local NATS and Redis"
 
 // Find returns the configuration file Load reads: path when it is not "";
 // else the file named by getenv(EnvConfig); else LocalFile in the working

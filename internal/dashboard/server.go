@@ -229,6 +229,7 @@ func (s *Server) Handler(loopbackOnly bool) http.Handler {
 	mux.HandleFunc("POST /api/batches", s.enqueueBatch)
 	mux.HandleFunc("GET /api/batches/{id}", s.serveBatch)
 	mux.HandleFunc("GET /api/batches/{id}/results", s.serveResults)
+	mux.HandleFunc("GET /api/batches/{id}/items/{item...}", s.serveItem)
 	for _, action := range []string{queue.ActionPause, queue.ActionResume, queue.ActionCancel} {
 		mux.HandleFunc("POST /api/batches/{id}/"+action, s.steerBatch(action))
 	}

@@ -410,6 +410,77 @@
           act('/api/dlq/replay', {batch: d.batch, items: [d.item]}, `replay ${d.item}`))))), {class: 'dead'})];
   }
 
+  // ---- find an item -----------------------------------------------------
+
+  const itemStates = {
+    waiting: 'waiting for a worker',
+    running: 'a worker has it: running, or waiting there for a key or its next try',
+    succeeded: 'done',
+    failed: 'failed for good',
+    'dead-lettered': 'failed for good: its dead letter can be replayed',
+    cancelled: 'its batch was cancelled before it ran',
+  };
+
+  // findItem reads GET /api/batches/{id}/items/{item}, with the admin
+  // token when one is entered (only then do errors and outputs come).
+  async function findItem(e) {
+    e.preventDefault();
+    const batch = $('item-batch').value, id = $('item-id').value;
+    const out = $('item-result');
+    const token = ($('token') || {}).value || '';
+    out.replaceChildren(el('p', {class: 'muted'}, 'looking…'));
+    try {
+      const resp = await fetch(`/api/batches/${encodeURIComponent(batch)}/items/${encodeURIComponent(id)}`, {
+        headers: token ? {'Authorization': 'Bearer ' + token} : {}, cache: 'no-store', credentials: 'omit',
+      });
+      const it = await resp.json().catch(() => ({}));
+      if (!resp.ok) {
+        out.replaceChildren(el('p', {class: 'bad-text', 'data-item-error': resp.status}, it.error || resp.statusText));
+        return;
+      }
+      out.replaceChildren(renderItem(it));
+    } catch (err) {
+      out.replaceChildren(el('p', {class: 'bad-text'}, String(err)));
+    }
+  }
+
+  function renderItem(it) {
+    const now = Date.now();
+    const rows = [];
+    const row = (k, ...v) => rows.push(el('dt', {}, k), el('dd', {}, ...v));
+    row('state', el('span', {class: 'badge ist ' + it.state, 'data-state': it.state}, it.state), ' ',
+      el('span', {class: 'muted'}, itemStates[it.state] || ''),
+      it.batch_state === 'paused' && it.state === 'waiting' ? el('span', {class: 'muted'}, ' (its batch is paused)') : null);
+    row('kind', it.kind || '–', it.scope ? el('span', {class: 'muted'}, ` · scope ${it.scope}`) : null);
+    if (it.message) row('enqueued', `${ago(now, it.message.enqueued_at)}${it.message.replay ? ' (replayed from the dead letters)' : ''}`);
+    if (it.result || it.dead_letter) {
+      row('attempts', String(it.attempts));
+      row('key', it.credential_id || '–');
+      if (it.reason) row('dead-lettered', el('span', {class: 'badge reason'}, it.reason));
+      if (it.result) row('finished', `${it.result.outcome} · ${ago(now, it.result.finished_at)}`);
+      if (it.text_hidden) {
+        row('error, output', el('span', {class: 'muted'}, 'enter the admin token to see what the job wrote'));
+      } else {
+        if (it.error) row('last error', el('pre', {class: 'item-error'}, it.error));
+        if (it.result) row('output', it.output ? el('pre', {class: 'item-output'}, it.output) : el('span', {class: 'muted'}, '(none)'));
+      }
+    }
+    return el('div', {class: 'item-view', 'data-item': it.item},
+      el('div', {}, el('b', {class: 'id'}, it.item), el('span', {class: 'muted'}, ` of batch ${it.batch}`)),
+      el('dl', {}, rows));
+  }
+
+  $('item-form').addEventListener('submit', findItem);
+
+  // The batch box offers the batches shown.
+  function renderBatchIDs(s) {
+    const ids = (s.batches || []).map((b) => b.id);
+    const key = ids.join('\n');
+    if (key === renderBatchIDs.key) return;
+    renderBatchIDs.key = key;
+    $('batch-ids').replaceChildren(...ids.map((id) => el('option', {value: id})));
+  }
+
   function render(s) {
     intervalMS = s.dashboard.interval_ms || 1000;
     const err = $('error');
@@ -421,6 +492,7 @@
     }
     $('updated').textContent = `updated ${clock(s.at)}`;
     replaceIfChanged($('batches'), [renderBatches(s)]);
+    renderBatchIDs(s);
     replaceIfChanged($('pool'), renderPool(s));
     $('workers').replaceChildren(renderWorkers(s));
     $('queue').replaceChildren(...renderQueue(s));
