@@ -119,6 +119,57 @@ func TestSignalsRestTheKeyUntilTheReset(t *testing.T) {
 	}
 }
 
+// A key whose told limits of a signal's unit leave no more room than the
+// API says is left does not rest on the signal: the told window binds
+// first and frees exactly what it needs, where the API's reset is when
+// its whole window is clear (bench 13b (a): told limits and OpenAI's
+// headers together reached 0.69 of the allowed tokens, the told limits
+// alone 0.90). Where the API says less is left than the told limits
+// think (the key's room is shared), the signal rests the key as before.
+func TestSignalsPassedOverWhenToldLimitsBindFirst(t *testing.T) {
+	e := newEnv(t)
+	lim := func(s string) creds.Limit {
+		t.Helper()
+		l, err := creds.ParseLimit(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 3, Limits: []creds.Limit{lim("cost=1000/m"), lim("rate=10/m")}})
+	ctx := context.Background()
+	sig := func(tokensLeft, requestsLeft int64) []creds.Signal {
+		return []creds.Signal{
+			{Name: "x-ratelimit-remaining-tokens", Tokens: true, Remaining: tokensLeft, Reset: 30 * time.Second},
+			{Name: "x-ratelimit-remaining-requests", Remaining: requestsLeft, Reset: 30 * time.Second},
+		}
+	}
+	// Told: 1000 tokens a minute, 400 + 400 taken: 200 left; the API says
+	// 300 left (more): the told limit binds first, no rest.
+	a, err := p.AcquireCost(ctx, "a", 400)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.AcquireCost(ctx, "b", 400)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Settle(ctx, b, creds.Outcome{Signals: sig(300, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	if c := credStats(t, p, "k"); c.State == creds.StateCooling {
+		t.Fatalf("rested on a signal the told limits already bind: %+v", c)
+	}
+	// The API says 100 tokens are left, less than the told 200: the key's
+	// room is used elsewhere too; the signal rests it.
+	if err := p.Settle(ctx, a, creds.Outcome{Signals: sig(100, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	if c := credStats(t, p, "k"); c.State != creds.StateCooling || c.RestCause != "x-ratelimit-remaining-tokens" {
+		t.Fatalf("the API says less than the told limits: want a rest, got %+v", c)
+	}
+}
+
 // gateway admits a key's request only if its last admitted one was at
 // least interval ago, as nginx limit_req without burst does; the rest get
 // a bare 429.

@@ -702,8 +702,32 @@ local function refuse(id, c, now, text)
   redis.call('HSET', k_cred(id), 'refused', lines, 'refused_items', c.refused_items)
 end
 
+-- told_room: the least room credential id's told limits of kind ('c':
+-- cost, 'w': a window of starts) that bind a start of scope leave now;
+-- nil when it has none of that kind.
+local function told_room(id, c, now, kind, scope)
+  local room = nil
+  for _, l in ipairs(limits_for(id, c, scope or '')) do
+    local left = nil
+    if l.kind == 'c' and kind == 'c' then
+      local k, sk = lim_keys(id, l)
+      left = l.n - cw_sum(k, sk, l.p, now)
+    elseif l.kind == 'w' and kind == 'w' then
+      left = l.n - sw_count(lim_keys(id, l), l.p, now)
+    end
+    if left and (room == nil or left < room) then
+      room = left
+    end
+  end
+  return room
+end
+
 -- scope ('' none): a run of a scope the key has limits of rests only that
--- scope (see set_scope_rest).
+-- scope (see set_scope_rest). A signal is passed over when the key's told
+-- limits of its unit (cost limits for tokens, windows of starts for
+-- requests) leave no more room than the API says is left: they bind
+-- first, and wait exactly as long as the window needs, where the API's
+-- reset is when its whole window is clear again.
 local function apply_signals(id, c, now, est, sig, scope)
   if not sig or sig == '' then
     return
@@ -712,18 +736,21 @@ local function apply_signals(id, c, now, est, sig, scope)
   for kind, remaining, reset, name in string.gmatch(sig, '(%a+):(%-?%d+):(%d+):([^;]*)') do
     remaining, reset = tonumber(remaining), tonumber(reset)
     local need = inflight + 1
-    local unit = 'requests'
+    local unit, lkind = 'requests', 'w'
     if kind == 'tok' then
       need = est * (inflight + 1)
-      unit = 'tokens'
+      unit, lkind = 'tokens', 'c'
     end
     if remaining < need and reset > 0 then
-      local why = name .. ': ' .. n2s(remaining) .. ' ' .. unit .. ' left, ' .. n2s(need) .. ' needed (' .. n2s(inflight) ..
-        ' in flight)'
-      if scope and scope ~= '' then
-        set_scope_rest(id, c, now, reset, scope, why .. ' [' .. scope .. ']')
-      else
-        set_rest(id, now, reset, why, name, c)
+      local room = told_room(id, c, now, lkind, scope)
+      if room == nil or room > remaining then
+        local why = name .. ': ' .. n2s(remaining) .. ' ' .. unit .. ' left, ' .. n2s(need) .. ' needed (' .. n2s(inflight) ..
+          ' in flight)'
+        if scope and scope ~= '' then
+          set_scope_rest(id, c, now, reset, scope, why .. ' [' .. scope .. ']')
+        else
+          set_rest(id, now, reset, why, name, c)
+        end
       end
     end
   end
