@@ -107,13 +107,14 @@ func printItem(w io.Writer, it itemview.Item, now time.Time) {
 	if it.BatchState != "" {
 		fmt.Fprintf(tw, "  Batch:\t%s\n", it.BatchState)
 	}
-	if m := it.Message; m != nil {
+	pending := it.State == itemview.StateWaiting || it.State == itemview.StateRunning
+	if m := it.Message; m != nil && pending {
 		fmt.Fprintf(tw, "  Enqueued:\t%s (%s)%s\n", m.EnqueuedAt.Local().Format(time.DateTime), ago(now, m.EnqueuedAt),
 			map[bool]string{true: ", replayed from the dead letters"}[m.Replay])
 	}
 	if it.Result != nil || it.DeadLetter != nil {
 		what := "Last outcome"
-		if it.Message != nil {
+		if pending {
 			what = "Previous outcome"
 		}
 		outcome := ""
