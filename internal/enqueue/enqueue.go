@@ -101,6 +101,11 @@ type Request struct {
 	// is published; an item's payload is the request's body, its scope the
 	// request's model and its cost the provider's estimate.
 	Provider string
+	// Deadline, when set, is when the batch's items must be done by: they
+	// may run through the provider's Batch API (half price) instead of one
+	// request each. It needs a kind of provider openai or anthropic, and a
+	// moment in the future.
+	Deadline time.Time
 	// Priority (queue.PriorityFirst..PriorityLast) and Weight
 	// (queue.WeightMin..WeightMax) of the batch; 0: not given (a new batch
 	// gets queue.PriorityDefault and WeightDefault, an existing one keeps
@@ -201,6 +206,11 @@ func (req Request) withDefaults() (Request, error) {
 			return req, invalid("provider", "%v", err)
 		}
 	}
+	if !req.Deadline.IsZero() {
+		if err := CheckDeadline(req.Deadline, req.Provider, time.Now()); err != nil {
+			return req, err
+		}
+	}
 	req.IDField = provider.IDField(req.Format, cmp.Or(req.IDField, DefaultIDField))
 	req.MaxPayload = max(req.MaxPayload, 0)
 	if req.MaxPayload == 0 {
@@ -237,6 +247,37 @@ func (req Request) withDefaults() (Request, error) {
 		req.Source.Name = req.Source.Path
 	}
 	return req, nil
+}
+
+// CheckDeadline reports whether a batch of a kind of provider prov may
+// have deadline d, at now: a Batch API's provider (openai, anthropic) and
+// a moment after now (a RequestError when not).
+func CheckDeadline(d time.Time, prov string, now time.Time) error {
+	spec, ok := provider.Lookup(prov)
+	switch {
+	case !ok || !spec.HasBatchAPI:
+		return invalid("deadline", "runs a batch through a provider's Batch API: it needs a kind of provider %s or %s (this kind's: %s)",
+			provider.OpenAI, provider.Anthropic, cmp.Or(prov, "none"))
+	case !d.After(now):
+		return invalid("deadline", "%s is not in the future", d.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// ParseDeadline reads a deadline as the front ends take it: a duration
+// from now ("24h", "90m") or an RFC 3339 time.
+func ParseDeadline(s string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		if d <= 0 {
+			return time.Time{}, invalid("deadline", "%q: a duration from now must be positive", s)
+		}
+		return now.Add(d), nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, invalid("deadline", "%q: want a duration from now (24h) or an RFC 3339 time (2026-12-01T06:00:00Z)", s)
+	}
+	return t, nil
 }
 
 // CheckPriority reports whether p is a batch priority (a RequestError

@@ -46,6 +46,10 @@ type Spec struct {
 	// BatchFormat is the item and result format of the provider's Batch
 	// API (FormatOpenAIBatch, FormatAnthropicBatch).
 	BatchFormat string
+	// HasBatchAPI: the provider runs batches of requests at a discount
+	// (OpenAI Batch, Anthropic Message Batches); an OpenAI-compatible
+	// server may not.
+	HasBatchAPI bool
 }
 
 var specs = []Spec{
@@ -57,6 +61,7 @@ var specs = []Spec{
 		ProbePath:       "/v1/models",
 		RequestIDHeader: "x-request-id",
 		BatchFormat:     FormatOpenAIBatch,
+		HasBatchAPI:     true,
 	},
 	{
 		Name: OpenAICompatible,
@@ -77,6 +82,7 @@ var specs = []Spec{
 		ProbePath:       "/v1/models",
 		RequestIDHeader: "request-id",
 		BatchFormat:     FormatAnthropicBatch,
+		HasBatchAPI:     true,
 	},
 }
 
