@@ -387,7 +387,7 @@ func (p *producer) enqueue(cmd *cobra.Command, o enqueueOptions) error {
 // enqueueFailed reports a failed enqueue: the bad lines of the input on
 // stderr, what a partial publishing confirmed on stdout; the error it
 // returns carries the exit code.
-func (p *producer) enqueueFailed(rep enqueue.Report, err error, log *zap.Logger, json bool) error {
+func (p *producer) enqueueFailed(rep enqueue.Report, err error, log *zap.Logger, asJSON bool) error {
 	var ie *enqueue.InputError
 	var pe *enqueue.PublishError
 	switch {
@@ -406,7 +406,7 @@ func (p *producer) enqueueFailed(rep enqueue.Report, err error, log *zap.Logger,
 			ie.Source, ie.Count, plural(ie.Count, "line", "lines"), ie.Lines, what))
 	case errors.As(err, &pe):
 		out := p.stdout
-		if json {
+		if asJSON {
 			out = p.stderr // standard output is for the one JSON value
 		}
 		fmt.Fprintf(out, "Enqueue incomplete: %s.\n"+

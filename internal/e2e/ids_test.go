@@ -60,7 +60,7 @@ func TestIDsKeptExactly(t *testing.T) {
 		t.Fatalf("want 1 of 2 failed and exit 1:\n%s", r)
 	}
 	r = f.producer(nil, "dlq", "list", "--json", "--batch", "b3 ")
-	recs := parseJSONLines(t, r.stdout)
+	recs := parseJSONArray(t, r.stdout)
 	if r.code != 0 || len(recs) != 1 || recs[0]["item"] != "bad " || recs[0]["batch"] != "b3 " {
 		t.Fatalf("dlq list --batch 'b3 ': want the one record of %q:\n%s", "bad ", r)
 	}

@@ -62,7 +62,7 @@ func TestProducerDLQListAndReplay(t *testing.T) {
 		}
 	}
 	r = f.producer(nil, "dlq", "list", "--json")
-	recs := parseJSONLines(t, r.stdout)
+	recs := parseJSONArray(t, r.stdout)
 	if r.code != 0 || len(recs) != 3 {
 		t.Fatalf("dlq list --json: want 3 records:\n%s", r)
 	}

@@ -199,7 +199,7 @@ func TestReliabilitySecretsNeverLeak(t *testing.T) {
 			}
 		}
 		if args[0] == "dlq" && args[len(args)-1] == "--json" {
-			if n := len(parseJSONLines(t, r.stdout)); n != 5 {
+			if n := len(parseJSONArray(t, r.stdout)); n != 5 {
 				t.Errorf("dlq list --json: %d records, want 5 (2 perm, 2 trans, 1 cuterr):\n%s", n, r.stdout)
 			}
 		}

@@ -102,7 +102,7 @@ func TestTerminalSafetyOfJobText(t *testing.T) {
 
 	// --json is encoding/json's: ESC and BEL as \u001b and \u0007.
 	r = f.producer(nil, "dlq", "list", "--json")
-	if r.code != 0 || len(parseJSONLines(t, r.stdout)) != 2 {
+	if r.code != 0 || len(parseJSONArray(t, r.stdout)) != 2 {
 		t.Fatalf("dlq list --json:\n%s", r)
 	}
 	for i := 0; i < len(r.stdout); i++ {
