@@ -447,8 +447,15 @@ func admit(ctx context.Context, q *queue.Queue, rep Report) (queue.BatchInfo, er
 func record(ctx context.Context, q *queue.Queue, req Request, rep Report, n int) (queue.BatchInfo, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	return q.AddToBatch(rctx, rep.Batch, rep.Kind, n, queue.WithPriority(req.Priority), queue.WithWeight(req.Weight),
-		queue.WithScopes(rep.Scopes...))
+	opts := []queue.BatchOption{queue.WithPriority(req.Priority), queue.WithWeight(req.Weight)}
+	if req.Deadline.IsZero() {
+		opts = append(opts, queue.WithScopes(rep.Scopes...))
+	} else {
+		// Staged items have no lane until some of them come back to real
+		// time: the worker that sends them adds their scopes.
+		opts = append(opts, queue.WithDeadline(req.Deadline, req.Provider))
+	}
+	return q.AddToBatch(rctx, rep.Batch, rep.Kind, n, opts...)
 }
 
 // fitsSlack bounds the message headers of an item with a short ID,
@@ -734,7 +741,8 @@ func item(req Request, batch, kind string, it jsonl.Item) (queue.Item, error) {
 	if err != nil {
 		return queue.Item{}, fmt.Errorf("line %d: %w", it.Line, err) // it passed the first reading
 	}
-	qi := queue.Item{ID: it.ID, Batch: batch, Kind: kind, Payload: append([]byte(nil), pr.Body...), Cost: pr.Estimate, Scope: pr.Model}
+	qi := queue.Item{ID: it.ID, Batch: batch, Kind: kind, Payload: append([]byte(nil), pr.Body...), Cost: pr.Estimate, Scope: pr.Model,
+		Staged: !req.Deadline.IsZero()}
 	if pr.Endpoint != spec.Endpoint {
 		qi.Endpoint = pr.Endpoint
 	}

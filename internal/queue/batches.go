@@ -47,6 +47,15 @@ type BatchInfo struct {
 	State string `json:"state,omitempty"`
 	// History records each change of state: what, when, by whom.
 	History []BatchEvent `json:"history,omitempty"`
+	// Deadline, when set, is when the batch's items enqueued with a
+	// deadline must be done by: they run through the Provider's Batch
+	// API (internal/batchapi), and those not back by the deadline less
+	// jobs.batch_api.margin run in real time. The earliest deadline of
+	// the batch's enqueues.
+	Deadline time.Time `json:"deadline,omitzero"`
+	// Provider is the Batch API's provider (openai, anthropic) of a batch
+	// with a deadline.
+	Provider string `json:"provider,omitempty"`
 	// Rev is the record's revision in the bucket (not stored): every
 	// change has a higher one.
 	Rev uint64 `json:"-"`
@@ -125,6 +134,23 @@ func WithScopes(scopes ...string) BatchOption {
 			if i, found := slices.BinarySearch(b.Scopes, s); !found {
 				b.Scopes = slices.Insert(b.Scopes, i, s)
 			}
+		}
+	}
+}
+
+// WithDeadline gives the batch a deadline for its items run through the
+// provider's Batch API (zero: none given; a later deadline than the
+// record's keeps the record's).
+func WithDeadline(deadline time.Time, provider string) BatchOption {
+	return func(b *BatchInfo) {
+		if deadline.IsZero() {
+			return
+		}
+		if b.Deadline.IsZero() || deadline.Before(b.Deadline) {
+			b.Deadline = deadline.UTC()
+		}
+		if b.Provider == "" {
+			b.Provider = provider
 		}
 	}
 }

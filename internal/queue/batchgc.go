@@ -65,14 +65,18 @@ func (q *Queue) SweepBatchRecords(ctx context.Context, now time.Time) ([]string,
 		if err := q.batches.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil {
 			continue // changed meanwhile: it holds something again
 		}
+		q.deleteProviderBatches(ctx, b.ID)
 		deleted = append(deleted, b.ID)
 	}
 	return deleted, nil
 }
 
 // batchHoldsAnything reports whether batch has a message in the work
-// stream or a result.
+// stream (staged ones included), an active provider batch or a result.
 func (q *Queue) batchHoldsAnything(ctx context.Context, batch string) (bool, error) {
+	if active, err := q.providerBatchesActive(ctx, batch); err != nil || active {
+		return true, err
+	}
 	for _, c := range []struct {
 		s      jetstream.Stream
 		filter string

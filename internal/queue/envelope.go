@@ -27,11 +27,24 @@ type Item struct {
 	// is not the provider's default (an OpenAI batch line's url, such as
 	// /v1/embeddings); "" for the default.
 	Endpoint string
+	// Staged: the item waits for a provider's Batch API (its batch has a
+	// deadline): it is published on the batch's staging subject, which no
+	// lane reads (StagingSubject), for a worker to put into a provider
+	// batch (internal/batchapi).
+	Staged bool
+	// Fallback names the provider batch record (ProviderBatch.ID) the item
+	// comes back from to run in real time: its message ID differs from
+	// the item's first one, so that deduplication does not drop it.
+	Fallback string
 }
 
 // message builds the JetStream message for an item.
 func (q *Queue) message(it Item) *nats.Msg {
-	m := nats.NewMsg(q.batchSubject(it.Batch, it.Kind, it.Scope))
+	subject := q.batchSubject(it.Batch, it.Kind, it.Scope)
+	if it.Staged {
+		subject = q.StagingSubject(it.Batch, it.Kind, it.Scope, it.Endpoint)
+	}
+	m := nats.NewMsg(subject)
 	m.Data = it.Payload
 	m.Header = header(it)
 	return m
@@ -63,6 +76,10 @@ func header(it Item) nats.Header {
 		h.Set(HeaderReplay, it.Replay)
 		id += "/replay-" + it.Replay
 	}
+	if it.Fallback != "" {
+		h.Set(HeaderFallback, it.Fallback)
+		id += "/rt-" + it.Fallback
+	}
 	h.Set(jetstream.MsgIDHeader, id)
 	return h
 }
@@ -91,6 +108,7 @@ func DecodeItem(msg jetstream.Msg) (Item, error) {
 		Replay:   h.Get(HeaderReplay),
 		Scope:    h.Get(HeaderScope),
 		Endpoint: h.Get(HeaderEndpoint),
+		Fallback: h.Get(HeaderFallback),
 	}
 	if v := h.Get(HeaderCost); v != "" {
 		if c, err := strconv.ParseInt(v, 10, 64); err == nil && c > 0 {

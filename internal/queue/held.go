@@ -9,8 +9,9 @@ import (
 )
 
 // HeldItems calls fn with the ID of every item batch holds: each item
-// whose message waits in the work stream, then each item with a result
-// (an item may be given twice). JetStream's duplicate window finds a
+// whose message waits in the work stream (in a lane, or staged for a
+// Batch API), each item an active provider batch holds, then each item
+// with a result (an item may be given more than once). JetStream's duplicate window finds a
 // repeated enqueue only within the window; past it, an enqueue into an
 // existing batch asks this instead, so that a repeated enqueue never runs
 // an item twice. Messages are read in the order they were stored, one
@@ -40,6 +41,9 @@ func (q *Queue) HeldItems(ctx context.Context, batch string, fn func(id string) 
 			}
 		}
 		seq = m.Sequence + 1
+	}
+	if err := q.heldByProviderBatches(ctx, batch, fn); err != nil {
+		return fmt.Errorf("queue: reading batch %q's provider batches: %w", batch, err)
 	}
 	info, err := q.results.Info(ctx, jetstream.WithSubjectFilter(q.batchFilter("results", batch)))
 	if err != nil {

@@ -22,6 +22,9 @@ const (
 	// HeaderEndpoint is a provider request's API path, when it is not the
 	// provider's default.
 	HeaderEndpoint = "Keyfleet-Endpoint"
+	// HeaderFallback names the provider batch record an item came back
+	// from to run in real time (Item.Fallback).
+	HeaderFallback = "Keyfleet-Fallback"
 )
 
 // MaxIDLen bounds item and batch IDs (they become subject tokens).
