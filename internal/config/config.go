@@ -372,7 +372,29 @@ type Jobs struct {
 	// Kinds are named kinds of work: items enqueued with --kind <name>
 	// run as the kind says, on the keys it may use. Default none.
 	Kinds map[string]Kind `yaml:"kinds"`
+	// BatchAPI tunes the batches enqueued with a deadline, which run
+	// through the providers' Batch APIs (docs/batch-api.md).
+	BatchAPI BatchAPI `yaml:"batch_api"`
 }
+
+// BatchAPI tunes the deadline batches run through a provider's Batch API
+// (OpenAI Batch, Anthropic Message Batches).
+type BatchAPI struct {
+	// Poll is how often a provider batch's status is read. Default
+	// BatchAPIPollDefault (1m).
+	Poll time.Duration `yaml:"poll"`
+	// Margin: an item not back from its provider batch by the batch's
+	// deadline less Margin runs in real time (the provider batch is
+	// cancelled first, and what it finished kept). Default
+	// BatchAPIMarginDefault (1h).
+	Margin time.Duration `yaml:"margin"`
+}
+
+// Defaults of BatchAPI.
+const (
+	BatchAPIPollDefault   = time.Minute
+	BatchAPIMarginDefault = time.Hour
+)
 
 // Kind is a named kind of work: exactly one of HTTP and Exec, and the
 // keys it may use. Its name is a queue.CheckKindName and no built-in
@@ -586,7 +608,7 @@ func Default() *Config {
 			Storage:         "file",
 			ResultsMaxAge:   queue.ResultsMaxAgeDefault,
 		},
-		Jobs: Jobs{MaxOutput: jobs.MaxOutputDefault},
+		Jobs: Jobs{MaxOutput: jobs.MaxOutputDefault, BatchAPI: BatchAPI{Poll: BatchAPIPollDefault, Margin: BatchAPIMarginDefault}},
 		Log:  Log{Level: "info", Format: "auto"},
 
 		Source: DefaultsSource,

@@ -375,6 +375,8 @@ func (c *Config) checkJobs(ps *check.List) {
 	if j.MaxOutput < 0 {
 		ps.Add("jobs.max_output", "must not be negative, got %d", j.MaxOutput)
 	}
+	ps.Positive("jobs.batch_api.poll", j.BatchAPI.Poll)
+	ps.Positive("jobs.batch_api.margin", j.BatchAPI.Margin)
 	// Each configured kind's section, by the kind's own rules.
 	for _, k := range jobs.Kinds() {
 		if sec, ok := j.Section(k.Name); ok && sec != nil {
