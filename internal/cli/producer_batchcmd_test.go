@@ -245,23 +245,3 @@ func TestBatchCommandsTerminalSafe(t *testing.T) {
 		}
 	}
 }
-
-// The cancelled results are counted in the stream WriteResults writes,
-// whatever the chunks it comes in.
-func TestCancelledCounter(t *testing.T) {
-	line := `{"item":"x","outcome":"cancelled","error":"the \"outcome\":\"cancelled\" text"}` + "\n"
-	other := `{"item":"y","outcome":"failed"}` + "\n"
-	all := []byte(strings.Repeat(line+other, 7))
-	for _, size := range []int{1, 2, 3, 7, 20, 21, 22, 100, len(all)} {
-		var dst bytes.Buffer
-		c := &cancelledCounter{w: &dst}
-		for i := 0; i < len(all); i += size {
-			if _, err := c.Write(all[i:min(i+size, len(all))]); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if c.n != 7 || !bytes.Equal(dst.Bytes(), all) {
-			t.Fatalf("chunks of %d: counted %d, want 7 (passed through intact: %v)", size, c.n, bytes.Equal(dst.Bytes(), all))
-		}
-	}
-}

@@ -123,9 +123,15 @@ func (p *producer) dashboard(cmd *cobra.Command, o dashboardOptions) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// POST /api/batches without kind= takes the only kind the
-	// configuration defines, as enqueue does; otherwise (several, or
-	// none) the dashboard's own default.
+	// configuration defines, as enqueue does; with several, or none, it
+	// is a 400 naming them.
 	kind, _ := defaultKind(cfg)
+	providers := map[string]string{}
+	for _, k := range configuredKinds(cfg) {
+		if prov := cfg.Jobs.KindProvider(k); prov != "" {
+			providers[k] = prov
+		}
+	}
 	q, pool, closeBoth, err := openQueueAndPool(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -136,7 +142,7 @@ func (p *producer) dashboard(cmd *cobra.Command, o dashboardOptions) error {
 		Sensitive: append(urlSecrets(cfg.NATS.URL), urlSecrets(cfg.Redis.URL)...),
 		Logger:    log.Named("dashboard"),
 		Enqueue: dashboard.EnqueueDefaults{
-			DefaultKind: kind, NamedKinds: cfg.Jobs.KindNames(),
+			DefaultKind: kind, Kinds: configuredKinds(cfg), NamedKinds: cfg.Jobs.KindNames(), Providers: providers,
 			CostField: cfg.Pool.Cost.Field, CostDefault: cfg.Pool.Cost.Default, ScopeField: cfg.Pool.Scope.Field,
 		},
 		MaxEnqueueBody: o.maxBody,

@@ -20,20 +20,23 @@ import (
 	"github.com/keyfleet/keyfleet/internal/enqueue"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
 	"github.com/keyfleet/keyfleet/internal/jobs"
+	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/termsafe"
 )
 
 // enqueueOptions are the flags and argument of `producer enqueue`.
 type enqueueOptions struct {
-	kind    string
-	batch   string
-	idField string
-	dryRun  bool
-	wait    bool
-	json    bool
-	window  int
-	file    string // "-" for stdin
+	kind     string
+	batch    string
+	idField  string
+	format   string
+	deadline string
+	dryRun   bool
+	wait     bool
+	json     bool
+	window   int
+	file     string // "-" for stdin
 	// priority and weight of the batch; 0: not given.
 	priority, weight int
 }
@@ -128,6 +131,12 @@ standard error.
   # for a script: the batch ID from the JSON answer
   producer enqueue --json items.jsonl | jq -r .batch
 
+  # an OpenAI Batch API input file, on a kind of provider openai
+  producer enqueue --kind chat --format openai-batch batchinput.jsonl
+
+  # work that can wait: through the provider's Batch API, done within a day
+  producer enqueue --kind chat --format openai-batch --deadline 24h batchinput.jsonl
+
   # from standard input, items named by their "url" field, sleep jobs
   generate-items | producer enqueue --kind sleep --id-field url --batch crawl-7 -`,
 		Args: cobra.ExactArgs(1),
@@ -139,7 +148,11 @@ standard error.
 	f := cmd.Flags()
 	f.StringVar(&o.kind, "kind", "", kindFlagUsage(nil))
 	f.StringVar(&o.batch, "batch", "", "batch ID (default: <file name>-<content hash>, stdin-<content hash> for -)")
-	f.StringVar(&o.idField, "id-field", "id", "top-level field holding each item's ID")
+	f.StringVar(&o.idField, "id-field", "id", "top-level field holding each item's ID (the batch formats' is custom_id)")
+	f.StringVar(&o.format, "format", provider.FormatJSONL, "the lines' format: jsonl, openai-batch (OpenAI Batch API input lines) or anthropic-batch "+
+		"({custom_id, params}); the batch formats need a kind of that provider")
+	f.StringVar(&o.deadline, "deadline", "", "the batch may finish any time before this (a duration from now, 24h, or an RFC 3339 time): "+
+		"its items run through the provider's Batch API at half price (a kind of provider openai or anthropic)")
 	f.IntVar(&o.priority, "priority", queue.PriorityDefault, fmt.Sprintf("the batch's priority: %d (first) to %d (last); a batch enqueued again keeps its own unless given",
 		queue.PriorityFirst, queue.PriorityLast))
 	f.IntVar(&o.weight, "weight", queue.WeightDefault, fmt.Sprintf("the batch's share of the keys among batches of its priority: %d to %d; kept like --priority",
@@ -257,9 +270,15 @@ func (p *producer) enqueue(cmd *cobra.Command, o enqueueOptions) error {
 	}
 	req := enqueue.Request{
 		Kind: o.kind, NamedKinds: cfg.Jobs.KindNames(), Batch: o.batch, IDField: o.idField, Priority: o.priority, Weight: o.weight,
+		Format: o.format, Provider: cfg.Jobs.KindProvider(o.kind),
 		CostField: cfg.Pool.Cost.Field, CostDefault: cfg.Pool.Cost.Default, ScopeField: cfg.Pool.Scope.Field,
 		DryRun: o.dryRun, MaxPayload: dryRunMaxPayload, Window: o.window, MaxProblems: maxProblemsShown,
 		By: operator(),
+	}
+	if o.deadline != "" {
+		if req.Deadline, err = enqueue.ParseDeadline(o.deadline, time.Now()); err != nil {
+			return enqueueErr(err)
+		}
 	}
 	req.Source = enqueue.Source{Name: termsafe.String(o.file), Path: o.file}
 	if o.file == "-" {

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,14 +11,15 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keyfleet/keyfleet/internal/exitcode"
+	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/termsafe"
 )
 
 func (p *producer) resultsCmd() *cobra.Command {
-	var batch, out string
+	var batch, out, format string
 	cmd := &cobra.Command{
-		Use:   "results --batch ID [-o FILE]",
+		Use:   "results --batch ID [--format jsonl|openai-batch|anthropic-batch] [-o FILE]",
 		Short: "Write a batch's results as JSON Lines, one line per item",
 		Long: `results writes the latest outcome of every item of a batch that has one,
 as JSON Lines (standard output, or FILE with -o), streaming: a batch of
@@ -30,7 +30,19 @@ stored it:
   cancelled before the item ran), attempts (runs of the
   item), duration (seconds, of the last run), credential_id, error, output
   (exec stdout or http body, at most jobs.max_output bytes; base64 when
-  output_encoding is "base64"), output_truncated, worker, finished_at
+  output_encoding is "base64"), output_truncated, status_code and
+  request_id (of the item's last API reply: http and provider kinds), via
+  (the provider batch it ran in), worker, finished_at
+
+--format writes them as a provider's batch output instead, which code
+written for the provider's Batch API reads unchanged:
+
+  openai-batch     a line of OpenAI's batch output file: {"id", "custom_id",
+                   "response": {"status_code", "request_id", "body"}, "error"};
+                   an item that got no API reply has "response": null and
+                   "error": {"code", "message"}
+  anthropic-batch  a Message Batch result: {"custom_id", "result": {"type":
+                   "succeeded", "message"}} | errored with "error" | canceled
 
 Items still queued or running have no line yet. After a cancel, every item
 of the batch has exactly one line. -o writes FILE atomically
@@ -40,24 +52,31 @@ of the batch has exactly one line. -o writes FILE atomically
 			exitDoc{exitcode.Usage, "usage error, or -o FILE cannot be written"}, exitNATS),
 		Example: `  producer results --batch items-3f2a9c1b > results.jsonl
   producer results --batch items-3f2a9c1b -o results.jsonl
-  producer results --batch items-3f2a9c1b | jq -r 'select(.outcome=="failed") | .item'`,
+  producer results --batch items-3f2a9c1b | jq -r 'select(.outcome=="failed") | .item'
+  producer results --batch nightly --format openai-batch -o batchoutput.jsonl`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := queue.CheckID("batch", batch); err != nil {
 				return usageErr("--batch: %v", err)
 			}
+			if format != provider.FormatJSONL {
+				if _, err := provider.ResultLine(format, provider.ResultView{}); err != nil {
+					return usageErr("--format: %v", err)
+				}
+			}
 			return p.withQueue(cmd, func(ctx context.Context, q *queue.Queue) error {
-				return p.writeResults(ctx, q, batch, out)
+				return p.writeResults(ctx, q, batch, format, out)
 			})
 		},
 	}
 	cmd.Flags().StringVar(&batch, "batch", "", "batch ID (required)")
+	cmd.Flags().StringVar(&format, "format", provider.FormatJSONL, "jsonl, openai-batch or anthropic-batch (a provider's batch output)")
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write to FILE instead of standard output")
 	_ = cmd.MarkFlagRequired("batch")
 	return cmd
 }
 
-func (p *producer) writeResults(ctx context.Context, q *queue.Queue, batch, out string) error {
+func (p *producer) writeResults(ctx context.Context, q *queue.Queue, batch, format, out string) error {
 	var dst io.Writer = p.stdout
 	var tmp *os.File
 	if out != "" {
@@ -75,9 +94,8 @@ func (p *producer) writeResults(ctx context.Context, q *queue.Queue, batch, out 
 		_ = tmp.Chmod(0o644)
 		dst = tmp
 	}
-	cw := &cancelledCounter{w: dst}
-	written, err := q.WriteResults(ctx, batch, cw)
-	n, failed, cancelled := written.Results, written.Failed-cw.n, cw.n
+	written, err := q.WriteResultsIn(ctx, batch, format, dst)
+	n, failed, cancelled := written.Results, written.Failed-written.Cancelled, written.Cancelled
 	var werr *queue.WriteError
 	switch {
 	case errors.As(err, &werr):
@@ -113,32 +131,4 @@ func (p *producer) writeResults(ctx context.Context, q *queue.Queue, batch, out 
 		return exitcode.With(exitcode.Failed, fmt.Errorf("%d of %d items of batch %s failed", failed, n, batch))
 	}
 	return nil
-}
-
-// cancelledOutcome is how a cancelled item's line says its outcome. It
-// cannot occur inside a JSON string (its quotes would be escaped there),
-// so counting it in the lines written counts the cancelled items.
-const cancelledOutcome = `"outcome":"` + queue.OutcomeCancelled + `"`
-
-// cancelledCounter passes the results through to w and counts the
-// cancelled ones (WriteResults counts them with the failed).
-type cancelledCounter struct {
-	w    io.Writer
-	n    int
-	tail []byte // the end of the last write: a match may span two
-}
-
-func (c *cancelledCounter) Write(p []byte) (int, error) {
-	pat := []byte(cancelledOutcome)
-	// The matches that span the last write and this one (tail and head are
-	// each shorter than a match), then those inside this one.
-	joint := append(c.tail, p[:min(len(p), len(pat)-1)]...)
-	c.n += bytes.Count(joint, pat) + bytes.Count(p, pat)
-	src := p
-	if len(p) < len(pat)-1 {
-		src = joint
-	}
-	keep := min(len(src), len(pat)-1)
-	c.tail = append(c.tail[:0:0], src[len(src)-keep:]...)
-	return c.w.Write(p)
 }

@@ -26,11 +26,8 @@ const (
 // allowed to be missing from the commands until it exists. Once it
 // exists, the test asks for its entry here to go.
 var pendingFlags = map[string]bool{
-	"producer enqueue --format":   true,
-	"producer enqueue --deadline": true,
 	"producer enqueue --budget":   true,
 	"producer enqueue --tenant":   true,
-	"producer results --format":   true,
 	"producer batch set":          true,
 	"producer batch set --budget": true,
 }

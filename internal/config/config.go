@@ -3,7 +3,9 @@
 // Where the configuration comes from (Load):
 //
 //   - the path given (the --config flag), else the file named by
-//     KEYFLEET_CONFIG, else the built-in defaults for a local NATS and Redis;
+//     KEYFLEET_CONFIG, else ./keyfleet.yaml, else
+//     $XDG_CONFIG_HOME/keyfleet/config.yaml (~/.config/keyfleet/config.yaml),
+//     else the built-in defaults for a local NATS and Redis (Find);
 //   - then KEYFLEET_NATS_URL and KEYFLEET_REDIS_URL override the file;
 //   - callers apply their flags afterwards and call Validate again.
 //

@@ -20,7 +20,7 @@ import (
 
 // The fleet's API for programs (DESIGN "Any language"):
 //
-//	POST /api/batches?kind=K&batch=ID&priority=N&weight=W&id_field=F&format=F
+//	POST /api/batches?kind=K&batch=ID&priority=N&weight=W&id_field=F&format=F&deadline=D
 //	     body: JSON Lines (Content-Type: application/x-ndjson), admin token
 //	     → 200 {"batch", "items", "new", "duplicates", "kind", "priority", "weight"}
 //	GET  /api/batches/{id}          → the batch object (Batch)
@@ -34,7 +34,7 @@ const DefaultMaxEnqueueBody = 256 << 20
 const ndjson = "application/x-ndjson"
 
 // enqueueParams are the query parameters POST /api/batches takes.
-var enqueueParams = map[string]bool{"kind": true, "batch": true, "priority": true, "weight": true, "id_field": true, "format": true}
+var enqueueParams = map[string]bool{"kind": true, "batch": true, "priority": true, "weight": true, "id_field": true, "format": true, "deadline": true}
 
 // guard refuses, as every write action is refused, a request on a
 // read-only dashboard (403) or without the admin token (401). It reports
@@ -102,7 +102,7 @@ func (s *Server) enqueueBatch(rw http.ResponseWriter, r *http.Request) {
 func (s *Server) enqueueRequest(v url.Values, body enqueue.Source) (enqueue.Request, error) {
 	for name := range v {
 		if !enqueueParams[name] {
-			return enqueue.Request{}, fmt.Errorf("unknown query parameter %q (want kind, batch, priority, weight, id_field, format)", name)
+			return enqueue.Request{}, fmt.Errorf("unknown query parameter %q (want kind, batch, priority, weight, id_field, format, deadline)", name)
 		}
 	}
 	req := enqueue.Request{
@@ -112,7 +112,20 @@ func (s *Server) enqueueRequest(v url.Values, body enqueue.Source) (enqueue.Requ
 	if k := v.Get("kind"); k != "" {
 		req.Kind = k
 	}
+	if req.Kind == "" {
+		if len(s.enq.Kinds) == 0 {
+			return req, errors.New("query parameter kind: required: the configuration defines no job kind (sleep needs none)")
+		}
+		return req, fmt.Errorf("query parameter kind: required: the configuration defines several job kinds: %s", strings.Join(s.enq.Kinds, ", "))
+	}
 	req.Format, req.Provider = v.Get("format"), s.enq.Providers[req.Kind]
+	if d := v.Get("deadline"); d != "" {
+		t, err := enqueue.ParseDeadline(d, time.Now())
+		if err != nil {
+			return req, fmt.Errorf("query parameter deadline: %v", strings.TrimPrefix(err.Error(), "deadline: "))
+		}
+		req.Deadline = t
+	}
 	if v.Has("batch") && req.Batch == "" {
 		return req, errors.New("query parameter batch: empty (leave it out for the default, body-<hash>)")
 	}

@@ -63,9 +63,12 @@ type Options struct {
 // EnqueueDefaults are what an enqueue over HTTP takes from the
 // configuration.
 type EnqueueDefaults struct {
-	// DefaultKind is the kind of items enqueued without ?kind= (default
-	// jobs.DefaultKind).
+	// DefaultKind is the kind of items enqueued without ?kind=; "" with
+	// Kinds set (the configuration's kinds: several, or none) makes kind=
+	// required, the answer naming them; "" without Kinds is
+	// jobs.DefaultKind.
 	DefaultKind string
+	Kinds       []string
 	// NamedKinds are the configuration's named kinds (jobs.kinds): a kind
 	// an enqueue may name besides the built-in ones.
 	NamedKinds []string
@@ -127,8 +130,8 @@ func New(o Options) (*Server, error) {
 	if o.MaxEnqueueBody == 0 {
 		o.MaxEnqueueBody = DefaultMaxEnqueueBody
 	}
-	if o.Enqueue.DefaultKind == "" {
-		o.Enqueue.DefaultKind = jobs.DefaultKind
+	if o.Enqueue.DefaultKind == "" && o.Enqueue.Kinds == nil {
+		o.Enqueue.DefaultKind = jobs.DefaultKind // nothing is known of the configuration's kinds
 	}
 	if o.Interval == 0 {
 		o.Interval = DefaultInterval

@@ -112,7 +112,11 @@ const (
 func (c HTTPConfig) WithDefaults() HTTPConfig {
 	if spec, ok := provider.Lookup(c.Provider); ok {
 		c.URL = cmp.Or(c.URL, spec.BaseURL)
-		c.Header = cmp.Or(c.Header, spec.AuthHeader)
+		// The generic defaults (a section may start from them) give way
+		// to the provider's auth.
+		if c.Header == "" || c.Header == HTTPHeaderDefault && c.Format == HTTPFormatDefault {
+			c.Header, c.Format = spec.AuthHeader, cmp.Or(spec.AuthFormat, c.Format)
+		}
 		c.Format = cmp.Or(c.Format, spec.AuthFormat)
 		if len(spec.Headers) > 0 {
 			h := maps.Clone(c.Headers)

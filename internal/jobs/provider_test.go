@@ -110,7 +110,13 @@ func TestProviderSettings(t *testing.T) {
 			t.Errorf("%+v: %v, want %q", tc.cfg, err, tc.want)
 		}
 	}
-	c := jobs.HTTPConfig{Provider: "anthropic"}.WithDefaults()
+	// From nothing, or from the generic defaults a config section starts
+	// from, the provider's auth.
+	c := jobs.HTTPConfig{Provider: "anthropic", Header: jobs.HTTPHeaderDefault, Format: jobs.HTTPFormatDefault}.WithDefaults()
+	if c.Header != "x-api-key" || c.Format != "{secret}" {
+		t.Errorf("anthropic over the generic defaults: %+v", c)
+	}
+	c = jobs.HTTPConfig{Provider: "anthropic"}.WithDefaults()
 	if c.URL != "https://api.anthropic.com" || c.Header != "x-api-key" || c.Format != "{secret}" ||
 		c.Headers["anthropic-version"] != "2023-06-01" || c.ProbeURL != "https://api.anthropic.com/v1/models" {
 		t.Errorf("anthropic defaults: %+v", c)

@@ -12,9 +12,11 @@ import (
 	"github.com/keyfleet/keyfleet/internal/termsafe"
 )
 
-// ResultsWritten counts what WriteResults wrote.
+// ResultsWritten counts what WriteResults wrote: every result, and of
+// them those that failed and those cancelled (Failed counts both: every
+// item that did not succeed).
 type ResultsWritten struct {
-	Results, Failed int
+	Results, Failed, Cancelled int
 }
 
 // WriteResults writes the latest result of every item of batch to w as
@@ -62,6 +64,9 @@ func (q *Queue) WriteResultsIn(ctx context.Context, batch, format string, w io.W
 		n.Results++
 		if r.Outcome != OutcomeSucceeded {
 			n.Failed++
+		}
+		if r.Outcome == OutcomeCancelled {
+			n.Cancelled++
 		}
 		return nil
 	})
