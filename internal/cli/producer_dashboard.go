@@ -126,10 +126,10 @@ func (p *producer) dashboard(cmd *cobra.Command, o dashboardOptions) error {
 	// configuration defines, as enqueue does; with several, or none, it
 	// is a 400 naming them.
 	kind, _ := defaultKind(cfg)
-	providers := map[string]string{}
+	providers, endpoints := map[string]string{}, map[string]string{}
 	for _, k := range configuredKinds(cfg) {
 		if prov := cfg.Jobs.KindProvider(k); prov != "" {
-			providers[k] = prov
+			providers[k], endpoints[k] = prov, cfg.Jobs.KindEndpoint(k)
 		}
 	}
 	q, pool, closeBoth, err := openQueueAndPool(ctx, cfg, log)
@@ -142,7 +142,7 @@ func (p *producer) dashboard(cmd *cobra.Command, o dashboardOptions) error {
 		Sensitive: append(urlSecrets(cfg.NATS.URL), urlSecrets(cfg.Redis.URL)...),
 		Logger:    log.Named("dashboard"),
 		Enqueue: dashboard.EnqueueDefaults{
-			DefaultKind: kind, Kinds: configuredKinds(cfg), NamedKinds: cfg.Jobs.KindNames(), Providers: providers,
+			DefaultKind: kind, Kinds: configuredKinds(cfg), NamedKinds: cfg.Jobs.KindNames(), Providers: providers, Endpoints: endpoints,
 			CostField: cfg.Pool.Cost.Field, CostDefault: cfg.Pool.Cost.Default, ScopeField: cfg.Pool.Scope.Field,
 		},
 		MaxEnqueueBody: o.maxBody,

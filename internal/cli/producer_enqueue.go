@@ -270,7 +270,7 @@ func (p *producer) enqueue(cmd *cobra.Command, o enqueueOptions) error {
 	}
 	req := enqueue.Request{
 		Kind: o.kind, NamedKinds: cfg.Jobs.KindNames(), Batch: o.batch, IDField: o.idField, Priority: o.priority, Weight: o.weight,
-		Format: o.format, Provider: cfg.Jobs.KindProvider(o.kind),
+		Format: o.format, Provider: cfg.Jobs.KindProvider(o.kind), Endpoint: cfg.Jobs.KindEndpoint(o.kind),
 		CostField: cfg.Pool.Cost.Field, CostDefault: cfg.Pool.Cost.Default, ScopeField: cfg.Pool.Scope.Field,
 		DryRun: o.dryRun, MaxPayload: dryRunMaxPayload, Window: o.window, MaxProblems: maxProblemsShown,
 		By: operator(),

@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/jobs"
+	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 	"github.com/keyfleet/keyfleet/pkg/ratelimit"
@@ -472,6 +473,24 @@ func (j Jobs) KindProvider(kind string) string {
 		return h.Provider
 	}
 	return ""
+}
+
+// KindEndpoint returns the endpoint a provider kind's requests go to (its
+// http.endpoint, else its provider's), "" for a kind without a provider.
+func (j Jobs) KindEndpoint(kind string) string {
+	_, sec, ok := j.KindSection(kind)
+	if !ok {
+		return ""
+	}
+	h, isHTTP := sec.(*HTTPJob)
+	if !isHTTP || h == nil {
+		return ""
+	}
+	spec, ok := provider.Lookup(h.Provider)
+	if !ok {
+		return ""
+	}
+	return cmp.Or(h.Endpoint, spec.Endpoint)
 }
 
 // HasProvider reports whether a configured kind names a provider (its

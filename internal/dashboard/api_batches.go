@@ -118,7 +118,7 @@ func (s *Server) enqueueRequest(v url.Values, body enqueue.Source) (enqueue.Requ
 		}
 		return req, fmt.Errorf("query parameter kind: required: the configuration defines several job kinds: %s", strings.Join(s.enq.Kinds, ", "))
 	}
-	req.Format, req.Provider = v.Get("format"), s.enq.Providers[req.Kind]
+	req.Format, req.Provider, req.Endpoint = v.Get("format"), s.enq.Providers[req.Kind], s.enq.Endpoints[req.Kind]
 	if d := v.Get("deadline"); d != "" {
 		t, err := enqueue.ParseDeadline(d, time.Now())
 		if err != nil {

@@ -77,8 +77,9 @@ type EnqueueDefaults struct {
 	CostDefault int64
 	ScopeField  string
 	// Providers are the providers of the kinds that name one, by kind
-	// (jobs.kinds.<k>.http.provider): their items are requests.
-	Providers map[string]string
+	// (jobs.kinds.<k>.http.provider): their items are requests; Endpoints
+	// where those requests go (http.endpoint, else the provider's).
+	Providers, Endpoints map[string]string
 	// TempDir is where a body is copied while it is enqueued ("":
 	// os.TempDir()).
 	TempDir string

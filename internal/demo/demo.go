@@ -97,8 +97,12 @@ func (d *demo) runSteps(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.say("  NATS (JetStream) %s · Redis %s · stand-in API %s", natsURL, redisURL, apiURL)
-	if err := d.writeConfig(natsURL, redisURL, apiURL); err != nil {
+	openaiURL, openai, err := d.startOpenAI()
+	if err != nil {
+		return err
+	}
+	d.say("  NATS (JetStream) %s · Redis %s · stand-in API %s · strict stand-in of OpenAI's API %s", natsURL, redisURL, apiURL, openaiURL)
+	if err := d.writeConfig(natsURL, redisURL, apiURL, openaiURL); err != nil {
 		return err
 	}
 	itemsFile, err := d.writeItems()
@@ -161,7 +165,7 @@ func (d *demo) runSteps(ctx context.Context) error {
 		return err
 	}
 
-	if err := d.kinds(ctx, api); err != nil {
+	if err := d.kinds(ctx, openai); err != nil {
 		return err
 	}
 
@@ -170,6 +174,7 @@ func (d *demo) runSteps(ctx context.Context) error {
 	d.say("\nDone in %s.", time.Since(start).Round(100*time.Millisecond))
 	d.say("To run it against your own API: copy config/demo.yaml, set jobs.http.url and your keys (secret_env),")
 	d.say("then start workers anywhere with `bin/worker --config kf.yaml` and run `bin/producer enqueue --config kf.yaml --wait items.jsonl`.")
+	d.say("OpenAI, Anthropic or an OpenAI-compatible server: docs/providers.md, from a batch file to results in three commands.")
 	if leaks > 0 {
 		return fmt.Errorf("%d secrets found in the logs", leaks)
 	}
@@ -193,7 +198,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func (d *demo) writeConfig(natsURL, redisURL, apiURL string) error {
+func (d *demo) writeConfig(natsURL, redisURL, apiURL, openaiURL string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "nats: {url: %q}\nredis: {url: %q}\n", natsURL, redisURL)
 	b.WriteString("pool:\n  name: keyfleet-demo\n  lease_ttl: 10s\n  cooldown: 5s\n  cost: {field: cost, default: 1}\n")
@@ -209,10 +214,12 @@ func (d *demo) writeConfig(natsURL, redisURL, apiURL string) error {
 	b.WriteString("worker:\n  concurrency: 4\n  shutdown_grace: 5s\n  max_attempts: 3\n  retry_backoff: [500ms, 1s]\n")
 	b.WriteString("queue:\n  stream: KEYFLEET_DEMO\n  subject_prefix: keyfleet.demo\n  consumer: demo-workers\n  storage: memory\n")
 	// Three kinds, each on its own key group; every worker serves them all.
+	// chat and embed speak OpenAI's own API (provider: openai), here its
+	// strict stand-in's.
 	b.WriteString("jobs:\n  kinds:\n")
 	fmt.Fprintf(&b, "    enrich: {http: {url: %q, timeout: 10s, cost_from: usage.total_tokens}, credentials: [enrich]}\n", apiURL+"/v1/enrich")
-	fmt.Fprintf(&b, "    chat: {http: {url: %q, timeout: 10s}, credentials: [llm]}\n", apiURL+"/v1/chat/completions")
-	fmt.Fprintf(&b, "    embed: {http: {url: %q, timeout: 10s}, credentials: [emb]}\n", apiURL+"/v1/embeddings")
+	fmt.Fprintf(&b, "    chat: {http: {provider: openai, url: %q, timeout: 10s}, credentials: [llm]}\n", openaiURL)
+	fmt.Fprintf(&b, "    embed: {http: {provider: openai, url: %q, endpoint: /v1/embeddings, timeout: 10s}, credentials: [emb]}\n", openaiURL)
 	b.WriteString("log: {level: info, format: json}\n")
 	d.cfg = filepath.Join(d.dir, "keyfleet.yaml")
 	return os.WriteFile(d.cfg, []byte(b.String()), 0o600)

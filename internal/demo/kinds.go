@@ -16,11 +16,14 @@ import (
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
 )
 
-// The demo's second part: items of the chat kind (two models, each
-// limited per key) and of the embed kind, on their own key groups, served
-// by the same workers. Items of the slow model go first and wait for
-// their limit; those of the fast model and the embed items are not held
-// back by them.
+// The demo's second part: an OpenAI Batch API input file of chat requests
+// (two models, each limited per key) on the chat kind, and JSON Lines of
+// embeddings requests on the embed kind, both provider: openai, on their
+// own key groups, served by the same workers, against a strict stand-in
+// of OpenAI's API. Requests of the slow model go first and wait for their
+// limit; those of the fast model and the embeddings are not held back by
+// them. The chat batch's results come back in OpenAI's batch output
+// format.
 const (
 	slowItems  = 24 // 2 llm keys × 2/s: some 6 s
 	fastItems  = 60 // 2 × 10/s: some 3 s
@@ -28,7 +31,7 @@ const (
 )
 
 func (d *demo) kinds(ctx context.Context, api *fakeapi.Server) error {
-	d.step(8, "One fleet, several kinds of work: chat on the llm keys (limited per model), embed on the emb key")
+	d.step(8, "OpenAI's own formats: a Batch API input file on the chat kind (llm keys, limited per model), embeddings on the emb key")
 	tw := tabwriter.NewWriter(d.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  KEY\tGROUP\tPOOL LIMITS (scope: the item's model)\tTHE API ALLOWS\t")
 	for _, k := range kindKeys {
@@ -39,9 +42,10 @@ func (d *demo) kinds(ctx context.Context, api *fakeapi.Server) error {
 	if err != nil {
 		return err
 	}
-	d.say("  Enqueue %d chat items, the %d of %s first, then %d of %s; and %d embed items:", slowItems+fastItems, slowItems, slowModel, fastItems, fastModel, embedItems)
+	d.say("  Enqueue an OpenAI batch file of %d chat requests, the %d of %s first, then %d of %s; and %d embeddings requests:",
+		slowItems+fastItems, slowItems, slowModel, fastItems, fastModel, embedItems)
 	start := time.Now()
-	if err := d.producer(ctx, "enqueue", "--kind", "chat", "--batch", "chat", chat); err != nil {
+	if err := d.producer(ctx, "enqueue", "--kind", "chat", "--format", "openai-batch", "--batch", "chat", chat); err != nil {
 		return err
 	}
 	if err := d.producer(ctx, "enqueue", "--kind", "embed", "--batch", "embed", embed); err != nil {
@@ -55,7 +59,7 @@ func (d *demo) kinds(ctx context.Context, api *fakeapi.Server) error {
 		return err
 	}
 	d.say("\n  Follow the chat batch to the end (the embed batch is done by now):")
-	if err := d.producer(ctx, "enqueue", "--kind", "chat", "--batch", "chat", "--wait", chat); err != nil {
+	if err := d.producer(ctx, "enqueue", "--kind", "chat", "--format", "openai-batch", "--batch", "chat", "--wait", chat); err != nil {
 		return err
 	}
 	d.say("\n  When each finished (its last item, from the enqueue):")
@@ -72,6 +76,16 @@ func (d *demo) kinds(ctx context.Context, api *fakeapi.Server) error {
 	}
 	d.say("  The %s items waited for their own limit only: the other model and the other kind ran at theirs.", slowModel)
 	d.kindsAPITable(api.Stats())
+
+	d.say("\n  The chat batch's results in OpenAI's batch output format (first 2; `producer results --batch chat --format openai-batch`):")
+	out, err := exec.CommandContext(ctx, filepath.Join(d.bin, "producer"), "results", "--batch", "chat", "--format", "openai-batch", "--config", d.cfg).Output()
+	if err != nil {
+		return fmt.Errorf("producer results --format openai-batch: %w", err)
+	}
+	lines := strings.SplitN(string(out), "\n", 3)
+	for _, l := range lines[:min(2, len(lines))] {
+		d.say("  %s", l)
+	}
 	return nil
 }
 
@@ -79,14 +93,19 @@ func (d *demo) kinds(ctx context.Context, api *fakeapi.Server) error {
 // embed items.
 func (d *demo) writeKindItems() (chat, embed string, err error) {
 	var c, e strings.Builder
+	// An OpenAI Batch API input file, as it would be uploaded.
+	line := `{"custom_id": "%s-%03d", "method": "POST", "url": "/v1/chat/completions", "body": {"model": %q, ` +
+		`"messages": [{"role": "user", "content": "%s document %d"}], "max_completion_tokens": 20}}` + "\n"
 	for i := 1; i <= slowItems; i++ {
-		fmt.Fprintf(&c, `{"id":"4o-%03d","model":%q,"messages":[{"role":"user","content":"summarise document %d"}]}`+"\n", i, slowModel, i)
+		fmt.Fprintf(&c, line, "4o", i, slowModel, "summarise", i)
 	}
 	for i := 1; i <= fastItems; i++ {
-		fmt.Fprintf(&c, `{"id":"mini-%03d","model":%q,"messages":[{"role":"user","content":"classify document %d"}]}`+"\n", i, fastModel, i)
+		fmt.Fprintf(&c, line, "mini", i, fastModel, "classify", i)
 	}
+	// Embeddings requests as JSON Lines: the request is the line without
+	// its id.
 	for i := 1; i <= embedItems; i++ {
-		fmt.Fprintf(&e, `{"id":"emb-%03d","input":"document %d"}`+"\n", i, i)
+		fmt.Fprintf(&e, `{"id":"emb-%03d","model":"text-embedding-3-small","input":"document %d"}`+"\n", i, i)
 	}
 	chat, embed = filepath.Join(d.dir, "chat.jsonl"), filepath.Join(d.dir, "embed.jsonl")
 	if err := os.WriteFile(chat, []byte(c.String()), 0o600); err != nil {
@@ -131,9 +150,8 @@ func (d *demo) kindsAPITable(st fakeapi.Stats) {
 	d.say("\n  What the stand-in API saw of these keys:")
 	tw := tabwriter.NewWriter(d.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  KEY\tMODEL\tREQUESTS\t200 OK\t429 RATE LIMITED\tADMITTED OVER ITS LIMITS\t")
-	first := len(st.Keys) - len(kindKeys)
 	for i, k := range kindKeys {
-		s := st.Keys[first+i]
+		s := st.Keys[i]
 		if len(s.Models) == 0 {
 			fmt.Fprintf(tw, "  %s\t\t%d\t%d\t%d\t%d\t\n", k.id, s.Requests, s.OK, s.RateLimited, s.OverLimit)
 			continue

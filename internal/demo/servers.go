@@ -45,18 +45,36 @@ func (d *demo) startRedis(ctx context.Context) (string, error) {
 	return r.URL(), nil
 }
 
-// startAPI serves the stand-in API on a free loopback port.
+// startAPI serves the stand-in API of the first part (the enrich kind's
+// keys) on a free loopback port.
 func (d *demo) startAPI() (string, *fakeapi.Server, error) {
-	keys := make([]fakeapi.Key, 0, len(demoKeys)+len(kindKeys))
-	for _, ks := range [][]demoKey{demoKeys, kindKeys} {
-		for i := range ks {
-			if !ks[i].revoked {
-				ks[i].api.Secret = ks[i].secret
-				keys = append(keys, ks[i].api)
-			}
+	return d.serveAPI(fakeapi.Config{Keys: apiKeys(demoKeys), Latency: 60 * time.Millisecond})
+}
+
+// startOpenAI serves a strict stand-in of OpenAI's API (fakeapi's
+// provider mode: it refuses what OpenAI refuses, answers as OpenAI
+// answers) for the second part's keys.
+func (d *demo) startOpenAI() (string, *fakeapi.Server, error) {
+	return d.serveAPI(fakeapi.Config{Provider: fakeapi.ProviderOpenAI, Keys: apiKeys(kindKeys), Latency: 60 * time.Millisecond})
+}
+
+// apiKeys are the stand-in's keys of ks (the revoked ones it does not
+// know), each with its secret.
+func apiKeys(ks []demoKey) []fakeapi.Key {
+	keys := make([]fakeapi.Key, 0, len(ks))
+	for i := range ks {
+		if !ks[i].revoked {
+			ks[i].api.Secret = ks[i].secret
+			keys = append(keys, ks[i].api)
 		}
 	}
-	api, err := fakeapi.New(fakeapi.Config{Keys: keys, Latency: 60 * time.Millisecond})
+	return keys
+}
+
+// serveAPI serves a stand-in API on a free loopback port until the demo
+// ends.
+func (d *demo) serveAPI(cfg fakeapi.Config) (string, *fakeapi.Server, error) {
+	api, err := fakeapi.New(cfg)
 	if err != nil {
 		return "", nil, err
 	}

@@ -52,9 +52,6 @@ const (
 	// recordTimeout bounds the reading and the writing of the batch
 	// record.
 	recordTimeout = 15 * time.Second
-	// cancelCheckEvery spaces the readings of the batch's record while a
-	// long input is published: a cancel seen stops the publishing.
-	cancelCheckEvery = time.Second
 	// drainTimeout bounds recording as cancelled what an enqueue that
 	// raced a cancel published (the workers' sweeper does the rest).
 	drainTimeout = 30 * time.Second
@@ -63,6 +60,11 @@ const (
 	// A scope is what items share a limit by (a model), not one item's.
 	MaxScopes = 256
 )
+
+// cancelCheckEvery spaces the readings of the batch's record while a long
+// input is published: a cancel seen stops the publishing, and what was
+// published so far is recorded. A variable for the tests.
+var cancelCheckEvery = time.Second
 
 // Source is the input.
 type Source struct {
@@ -101,6 +103,11 @@ type Request struct {
 	// is published; an item's payload is the request's body, its scope the
 	// request's model and its cost the provider's estimate.
 	Provider string
+	// Endpoint is where the kind's requests go (its http.endpoint), when
+	// it is not the provider's default: a line of JSON Lines is a request
+	// to it (/v1/embeddings needs an input, not messages). "" for the
+	// provider's.
+	Endpoint string
 	// Deadline, when set, is when the batch's items must be done by: they
 	// may run through the provider's Batch API (half price) instead of one
 	// request each. It needs a kind of provider openai or anthropic, and a
@@ -247,6 +254,15 @@ func (req Request) withDefaults() (Request, error) {
 		req.Source.Name = req.Source.Path
 	}
 	return req, nil
+}
+
+// spec is the provider of the request's kind, its endpoint the kind's.
+func (req Request) spec() (provider.Spec, bool) {
+	spec, ok := provider.Lookup(req.Provider)
+	if ok && req.Endpoint != "" {
+		spec.Endpoint = req.Endpoint
+	}
+	return spec, ok
 }
 
 // CheckDeadline reports whether a batch of a kind of provider prov may
@@ -518,7 +534,7 @@ func check(ctx context.Context, in *input, req Request, fits func(queue.Item) (i
 	roomy := int(req.MaxPayload) - fitsSlack - 8*(batchLen+len(req.Kind))
 	bad := &problems{max: req.MaxProblems}
 	scopes := map[string]bool{}
-	spec, isProvider := provider.Lookup(req.Provider)
+	spec, isProvider := req.spec()
 	report := func(le *jsonl.LineError) {
 		if errors.Is(le, jsonl.ErrTooLong) {
 			le.Detail += " (the limit is the NATS server's max_payload)"
@@ -733,7 +749,7 @@ func publish(ctx context.Context, q *queue.Queue, in *input, req Request, c chec
 // its request (body, endpoint when not the provider's, model as scope,
 // the estimate as cost), else the line.
 func item(req Request, batch, kind string, it jsonl.Item) (queue.Item, error) {
-	spec, ok := provider.Lookup(req.Provider)
+	spec, ok := req.spec()
 	if !ok {
 		return queue.Item{ID: it.ID, Batch: batch, Kind: kind, Payload: append([]byte(nil), it.Raw...), Cost: it.Cost, Scope: it.Scope}, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/keyfleet/keyfleet/internal/enqueue"
 	"github.com/keyfleet/keyfleet/internal/queue"
@@ -14,6 +15,9 @@ import (
 // workers pull the batch), so that workers start before the whole input is
 // published; the record's total ends right, each item counted once.
 func TestLongEnqueueRecordsAsItGoes(t *testing.T) {
+	// Every 20 ms instead of every second: however fast the machine
+	// publishes, the input takes several of them.
+	defer enqueue.SetCancelCheckEvery(20 * time.Millisecond)()
 	q, _ := open(t)
 	const n = 60_000
 	path := writeFile(t, "long.jsonl", lines(n, `{"id":"i-%d"}`))

@@ -57,6 +57,12 @@ type HTTPConfig struct {
 	// URL receives the requests; http or https. Required without a
 	// provider.
 	URL string `yaml:"url"`
+	// Endpoint is the path a provider kind's requests go to, after URL:
+	// one of the provider's (provider.Spec.Endpoints, such as
+	// /v1/embeddings). Default: the provider's (/v1/chat/completions,
+	// /v1/messages); an OpenAI batch line's url names its own. Only with
+	// a provider.
+	Endpoint string `yaml:"endpoint"`
 	// Method is the request method. Default HTTPMethodDefault ("POST").
 	Method string `yaml:"method"`
 	// Header names the header that carries the secret. Default
@@ -159,6 +165,13 @@ func (c *HTTPConfig) Check() check.List {
 		if isProvider {
 			checkBaseURL(&l, "url", c.URL, spec)
 		}
+	}
+	switch {
+	case c.Endpoint == "":
+	case !isProvider:
+		l.Add("endpoint", "is a provider's endpoint: set provider too (or put the whole address in url)")
+	case !slices.Contains(spec.Endpoints, c.Endpoint):
+		l.Add("endpoint", "%s is not one of %s's endpoints (%s)", check.Quote(c.Endpoint), c.Provider, strings.Join(spec.Endpoints, ", "))
 	}
 	if c.ProbeURL != "" {
 		checkHTTPURL(&l, "probe_url", c.ProbeURL)
@@ -281,6 +294,7 @@ func NewHTTP(cfg HTTPConfig) (Handler, error) {
 		h.headers.Set(name, value)
 	}
 	if spec, ok := provider.Lookup(cfg.Provider); ok {
+		spec.Endpoint = cmp.Or(cfg.Endpoint, spec.Endpoint)
 		h.spec = &spec
 	}
 	return h, nil
