@@ -49,7 +49,8 @@
 // from the APIs) is cited where it is built.
 //
 //   - Auth: OpenAI "Authorization: Bearer <key>"; Anthropic "x-api-key:
-//     <key>" and "anthropic-version: 2023-06-01" (AnthropicVersion).
+//     <key>" and "anthropic-version: 2023-06-01" (AnthropicVersion; also
+//     2026-10-21, the official Go SDK v2's: AnthropicVersions).
 //     Missing, unknown and revoked (Revoke) keys get the provider's 401.
 //   - Endpoints: OpenAI POST /v1/chat/completions, POST /v1/embeddings,
 //     GET /v1/models[/{id}], the Files API (POST/GET /v1/files, GET and

@@ -27,10 +27,17 @@ const (
 // Config.OutputTokens nor an output_tokens marker says otherwise.
 const DefaultOutputTokens = 16
 
-// AnthropicVersion is the anthropic-version the strict Anthropic mode
-// serves: the one keyfleet sends and the stand-in's shapes follow. Another
-// value is refused as the API refuses an unknown version.
+// AnthropicVersion is the anthropic-version keyfleet's real-time requests
+// send and the stand-in's shapes follow.
 const AnthropicVersion = "2023-06-01"
+
+// AnthropicVersions are the anthropic-version values the strict Anthropic
+// mode serves: AnthropicVersion, and 2026-10-21, the version the official
+// Go SDK v2 sends (anthropic-sdk-go v2.0.0's changelog: "add support for
+// new API version 2026-10-21"; its internal/requestconfig sets it on every
+// request), whose Message Batches shapes are those served here. Any other
+// value is refused as the API refuses an unknown version.
+var AnthropicVersions = []string{AnthropicVersion, "2026-10-21"}
 
 // DefaultModels are what GET /v1/models lists when Config.Models is empty.
 var DefaultModels = map[string][]string{
@@ -550,7 +557,7 @@ func anthropicVersionError(values []string) *apiError {
 		return invalid("anthropic-version: header is required", "", "")
 	}
 	v := strings.Join(values, ", ")
-	if v != AnthropicVersion {
+	if !slices.Contains(AnthropicVersions, v) {
 		return invalid(fmt.Sprintf("anthropic-version: %q is not a valid version", v), "", "")
 	}
 	return nil

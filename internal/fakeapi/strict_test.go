@@ -150,6 +150,10 @@ func TestStrictAnthropicAuth(t *testing.T) {
 	want(t, "no version", r, 400, anError(r, "invalid_request_error", "anthropic-version: header is required"))
 	r = send(t, "POST", url+"/v1/messages", msg, "x-api-key", anKey, "anthropic-version", "2099-01-01")
 	want(t, "bad version", r, 400, anError(r, "invalid_request_error", `anthropic-version: "2099-01-01" is not a valid version`))
+	// The version the official Go SDK v2 sends is served too.
+	if r := send(t, "POST", url+"/v1/messages", msg, "x-api-key", anKey, "anthropic-version", "2026-10-21"); r.status != 200 {
+		t.Errorf("anthropic-version 2026-10-21: %d %s", r.status, r.body)
+	}
 	if r := send(t, "POST", url+"/v1/messages", msg, anthropicAuth(anKey)...); r.status != 200 || !strings.HasPrefix(r.header.Get("request-id"), "req_") {
 		t.Errorf("known key: %d %s request-id %q", r.status, r.body, r.header.Get("request-id"))
 	}

@@ -73,8 +73,9 @@ type ProviderBatch struct {
 	// Attempts counts the attempts at creating it at the provider.
 	Attempts int `json:"attempts,omitempty"`
 	// Cancel says why keyfleet cancelled it at the provider: CancelDeadline
-	// or CancelBatch ("": it did not).
-	Cancel string `json:"cancel,omitempty"`
+	// or CancelBatch ("": it did not), CancelAt when.
+	Cancel   string    `json:"cancel,omitempty"`
+	CancelAt time.Time `json:"cancel_at,omitzero"`
 	// Error is the last error met (the provider's refusal, say).
 	Error string `json:"error,omitempty"`
 	// What was recorded of its items once it ended: results of succeeded

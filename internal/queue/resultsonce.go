@@ -52,3 +52,23 @@ func (q *Queue) PutResultsIfAbsent(ctx context.Context, rs []Result) (stored []b
 	}
 	return stored, nil
 }
+
+// ItemsWithResults calls fn with the ID of every item of batch that has a
+// result (read from the results stream's subjects, in pages; no result is
+// read).
+func (q *Queue) ItemsWithResults(ctx context.Context, batch string, fn func(id string)) error {
+	info, err := q.results.Info(ctx, jetstream.WithSubjectFilter(q.batchFilter("results", batch)))
+	if err != nil {
+		return fmt.Errorf("queue: reading batch %q's results: %w", batch, err)
+	}
+	prefix := q.cfg.SubjectPrefix + ".results." + Token(batch) + "."
+	for subj := range info.State.Subjects {
+		if len(subj) <= len(prefix) || subj[:len(prefix)] != prefix {
+			continue
+		}
+		if id, err := Untoken(subj[len(prefix):]); err == nil {
+			fn(id)
+		}
+	}
+	return nil
+}
