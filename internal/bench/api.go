@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -68,9 +70,21 @@ func startAPI(cfg fakeapi.Config, ids []string) (*apiServer, error) {
 
 func (a *apiServer) serve(w http.ResponseWriter, r *http.Request) {
 	at := time.Now()
+	item := r.Header.Get("X-Keyfleet-Item")
+	if item == "" {
+		// A request a handler sent (not the http kind): its item is the
+		// body's "user" (an OpenAI request's end-user field).
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		var b struct {
+			User string `json:"user"`
+		}
+		_ = json.Unmarshal(body, &b)
+		item = b.User
+	}
 	rec := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 	a.api.ServeHTTP(rec, r)
-	ev := apiEvent{at: at, cred: a.byID[r.Header.Get("Authorization")], item: r.Header.Get("X-Keyfleet-Item"), status: rec.status}
+	ev := apiEvent{at: at, cred: a.byID[r.Header.Get("Authorization")], item: item, status: rec.status}
 	if rec.status == http.StatusTooManyRequests {
 		var body struct {
 			Limit string `json:"limit"`

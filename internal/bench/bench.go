@@ -91,6 +91,7 @@ var scenarios = []*scenario{
 	gatewayScenario,
 	llmScenario,
 	llm95Scenario,
+	llmHandlerScenario,
 	scopesScenario,
 	peersScenario,
 	persistentScenario,

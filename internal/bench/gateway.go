@@ -124,7 +124,11 @@ func (e *env) runHTTPFleet(ctx context.Context, tag string, spec fleetSpec, n, w
 		return CPUUse{}, nil, err
 	}
 	defer f.close(ctx)
-	if err := f.enqueueKind(ctx, "http", n, payload); err != nil {
+	kind := "http"
+	if spec.httpURL == "" && spec.exec != "" {
+		kind = "exec"
+	}
+	if err := f.enqueueKind(ctx, kind, n, payload); err != nil {
 		return CPUUse{}, nil, err
 	}
 	m, err := e.meter(ctx)

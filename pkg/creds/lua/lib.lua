@@ -722,12 +722,47 @@ local function told_room(id, c, now, kind, scope)
   return room
 end
 
+-- told_freed_at: the moment credential id's told limits of kind ('c' or
+-- 'w') that bind a start of scope will have freed `amount` more units
+-- than they hold free now (the oldest starts leaving their windows); nil
+-- when one of them holds too little to free that much.
+local function told_freed_at(id, c, now, kind, scope, amount)
+  local at = now
+  for _, l in ipairs(limits_for(id, c, scope or '')) do
+    local t = nil
+    if l.kind == 'c' and kind == 'c' then
+      local k, sk = lim_keys(id, l)
+      local sum = cw_sum(k, sk, l.p, now)
+      t = cw_when(k, sk, l.n, l.p, now, amount + l.n - sum)
+    elseif l.kind == 'w' and kind == 'w' then
+      local k = lim_keys(id, l)
+      local wait = sw_wait(k, l.n, l.p, now, amount + l.n - sw_count(k, l.p, now))
+      if wait >= 0 then
+        t = now + wait
+      else
+        t = -1
+      end
+    end
+    if t then
+      if t < 0 then
+        return nil
+      end
+      if t > at then
+        at = t
+      end
+    end
+  end
+  return at
+end
+
 -- scope ('' none): a run of a scope the key has limits of rests only that
--- scope (see set_scope_rest). A signal is passed over when the key's told
--- limits of its unit (cost limits for tokens, windows of starts for
--- requests) leave no more room than the API says is left: they bind
--- first, and wait exactly as long as the window needs, where the API's
--- reset is when its whole window is clear again.
+-- scope (see set_scope_rest). With told limits of the signal's unit (cost
+-- limits for tokens, windows of starts for requests), the signal is
+-- passed over when they leave no more room than the API says is left
+-- (they bind first); when the API says less, the key rests until the told
+-- windows have freed what the API is short of, as the API's own window
+-- frees its oldest requests at about the same time, rather than until the
+-- API's reset (when its whole window is clear again).
 local function apply_signals(id, c, now, est, sig, scope)
   if not sig or sig == '' then
     return
@@ -743,13 +778,22 @@ local function apply_signals(id, c, now, est, sig, scope)
     end
     if remaining < need and reset > 0 then
       local room = told_room(id, c, now, lkind, scope)
-      if room == nil or room > remaining then
+      local rest = reset
+      if room ~= nil and room <= remaining then
+        rest = 0
+      elseif room ~= nil then
+        local at = told_freed_at(id, c, now, lkind, scope, need - remaining)
+        if at and at - now < rest then
+          rest = at - now
+        end
+      end
+      if rest > 0 then
         local why = name .. ': ' .. n2s(remaining) .. ' ' .. unit .. ' left, ' .. n2s(need) .. ' needed (' .. n2s(inflight) ..
           ' in flight)'
         if scope and scope ~= '' then
-          set_scope_rest(id, c, now, reset, scope, why .. ' [' .. scope .. ']')
+          set_scope_rest(id, c, now, rest, scope, why .. ' [' .. scope .. ']')
         else
-          set_rest(id, now, reset, why, name, c)
+          set_rest(id, now, rest, why, name, c)
         end
       end
     end
