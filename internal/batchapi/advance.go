@@ -141,7 +141,7 @@ func (r *Runner) stepStaged(ctx context.Context, store *queue.ProviderBatchStore
 // "creating" before the request goes: a crash, or an answer that never
 // comes, leaves it so, and stepCreating finds the provider batch (or
 // learns there is none) before anything else is done.
-func (r *Runner) submit(ctx context.Context, store *queue.ProviderBatchStore, p *queue.ProviderBatch) error {
+func (r *Runner) submit(ctx context.Context, store *queue.ProviderBatchStore, p *queue.ProviderBatch) (err error) {
 	a, err := r.api(p.Kind, p.Credential)
 	if err != nil {
 		return err
@@ -173,7 +173,7 @@ func (r *Runner) submit(ctx context.Context, store *queue.ProviderBatchStore, p 
 			r.later(r.cl.recKey(p.ID), time.Second)
 			return err
 		}
-		defer r.cl.release(context.WithoutCancel(ctx), lock)
+		defer r.releaseUnlessCrashed(ctx, lock, &err)
 		// Another record's creation on this key that is unresolved is
 		// resolved first: at most one such creation per key at a time.
 		if err := r.resolveKey(ctx, store, p.Credential, p.ID); err != nil {
@@ -267,17 +267,25 @@ func (r *Runner) refused(ctx context.Context, store *queue.ProviderBatchStore, p
 // holds, of as many requests). Found, it is the record's; not found
 // ResolveGrace after the creation began, the record is staged again and
 // created anew.
-func (r *Runner) stepCreating(ctx context.Context, store *queue.ProviderBatchStore, p *queue.ProviderBatch) error {
+func (r *Runner) stepCreating(ctx context.Context, store *queue.ProviderBatchStore, p *queue.ProviderBatch) (err error) {
 	if p.Provider == provider.Anthropic {
 		lock := r.cl.keyKey(p.Credential)
 		got, err := r.cl.take(ctx, lock, r.o.WorkTTL)
 		if err != nil || !got {
 			return err
 		}
-		defer r.cl.release(context.WithoutCancel(ctx), lock)
+		defer r.releaseUnlessCrashed(ctx, lock, &err)
 	}
-	_, err := r.resolve(ctx, store, p)
+	_, err = r.resolve(ctx, store, p)
 	return err
+}
+
+// releaseUnlessCrashed releases a claim when the work is over, unless a
+// test crashed the runner (a dead worker's claims lapse by their TTL).
+func (r *Runner) releaseUnlessCrashed(ctx context.Context, key string, err *error) {
+	if !errors.Is(*err, errCrash) {
+		r.cl.release(context.WithoutCancel(ctx), key)
+	}
 }
 
 // resolveKey resolves the unresolved creations of other records on a key

@@ -21,6 +21,8 @@ import (
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
 	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 )
 
 // clock is a test's clock: real time, moved on when told.
@@ -260,3 +262,6 @@ func (e *env) model() string {
 	}
 	return "gpt-4o-mini"
 }
+
+// testLogger logs through t (with -v).
+func testLogger(t *testing.T) *zap.Logger { return zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)) }

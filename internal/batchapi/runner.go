@@ -334,7 +334,9 @@ func (r *Runner) Step(ctx context.Context) error {
 	slices.SortFunc(records, func(a, b queue.ProviderBatch) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	var errs []error
 	for _, b := range batches {
-		if err := r.stage(ctx, b); err != nil {
+		if err := r.stage(ctx, b); errors.Is(err, errCrash) {
+			return err
+		} else if err != nil {
 			errs = append(errs, fmt.Errorf("batch %q: %w", b.ID, err))
 		}
 	}
@@ -342,7 +344,9 @@ func (r *Runner) Step(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
-		if err := r.advance(ctx, p); err != nil {
+		if err := r.advance(ctx, p); errors.Is(err, errCrash) {
+			return err
+		} else if err != nil {
 			errs = append(errs, fmt.Errorf("provider batch %s of batch %q: %w", p.ID, p.Batch, err))
 		}
 	}

@@ -80,3 +80,136 @@ func TestBatchRunsThroughBatchAPI(t *testing.T) {
 		})
 	}
 }
+
+// A line that failed in a way a retry may cure (500) goes back to the
+// real-time lanes (its own message ID, the batch's lane registered); a
+// 4xx line fails its item as real time would: a dead letter and a failed
+// result with the API's error body and status.
+func TestLineFailures(t *testing.T) {
+	for _, prov := range providers {
+		t.Run(prov, func(t *testing.T) {
+			e := newEnv(t, prov)
+			e.enqueue("b2", e.items(9, func(i int) string {
+				switch i % 3 {
+				case 1:
+					return fmt.Sprintf("q%d [fake:status=500]", i)
+				case 2:
+					return fmt.Sprintf("q%d [fake:status=400]", i)
+				}
+				return fmt.Sprintf("q%d", i)
+			}))
+			r := e.runner(nil)
+			e.until(r, "the provider batch done", func() bool { return e.allDone("b2") })
+			res := e.results("b2")
+			lane := e.laneItems("b2", e.model())
+			rec := e.records("b2")[0]
+			if rec.Succeeded != 3 || rec.FailedN != 3 || rec.RealTime != 3 {
+				t.Errorf("record counts: %+v", rec)
+			}
+			dls := map[string]queue.DeadLetter{}
+			if err := e.q.ListDeadLetters(ctx(t), "b2", func(d queue.DeadLetter) error { dls[d.Item] = d; return nil }); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 9 {
+				id := fmt.Sprintf("item-%04d", i)
+				r, has := res[id]
+				switch i % 3 {
+				case 0:
+					if !has || r.Outcome != queue.OutcomeSucceeded || r.Via != rec.ProviderID {
+						t.Errorf("%s: %+v", id, r)
+					}
+				case 1:
+					it, queued := lane[id]
+					if has || !queued || it.Fallback != rec.ID || !strings.Contains(string(it.Payload), "[fake:status=500]") {
+						t.Errorf("%s: result %v %+v, on the lane %v %+v", id, has, r, queued, it)
+					}
+				case 2:
+					if !has || r.Outcome != queue.OutcomeFailed || r.StatusCode != 400 || !strings.Contains(r.Output, "error") ||
+						!strings.HasPrefix(r.Error, queue.ReasonPermanent) || r.Via != rec.ProviderID {
+						t.Errorf("%s: %+v", id, r)
+					}
+					d, ok := dls[id]
+					if !ok || d.Reason != queue.ReasonPermanent || !strings.Contains(string(d.Payload), "[fake:status=400]") {
+						t.Errorf("%s: dead letter %v %+v", id, ok, d)
+					}
+				}
+			}
+			// The lane is registered: the batch's record names the scope.
+			b, err := e.q.Batch(ctx(t), "b2")
+			if err != nil || len(b.Scopes) != 1 || b.Scopes[0] != e.model() {
+				t.Errorf("batch record %+v %v: want its scope %s registered", b, err, e.model())
+			}
+		})
+	}
+}
+
+// A provider batch that expires, or fails (OpenAI: at validation;
+// Anthropic: every request errored with api_error), sends its items to
+// real time; what it finished before keeps its result.
+func TestExpiredAndFailedBatchesGoRealTime(t *testing.T) {
+	for _, prov := range providers {
+		t.Run(prov+"/expired", func(t *testing.T) {
+			e := newEnv(t, prov)
+			e.enqueue("b3", e.items(6, func(i int) string {
+				if i < 3 {
+					return fmt.Sprintf("q%d", i)
+				}
+				return fmt.Sprintf("q%d [fake:hold]", i)
+			}))
+			r := e.runner(nil)
+			e.until(r, "the provider batch submitted", func() bool {
+				ps := e.records("b3")
+				return len(ps) == 1 && ps[0].State == queue.PBSubmitted
+			})
+			e.api.ExpireBatches()
+			e.until(r, "the provider batch done", func() bool { return e.allDone("b3") })
+			rec := e.records("b3")[0]
+			if rec.Succeeded != 3 || rec.RealTime != 3 {
+				t.Errorf("record: %+v", rec)
+			}
+			if lane := e.laneItems("b3", e.model()); len(lane) != 3 {
+				t.Errorf("%d items on the lane, want the 3 expired", len(lane))
+			}
+		})
+		t.Run(prov+"/failed", func(t *testing.T) {
+			e := newEnv(t, prov)
+			e.api.FailNextBatches(1)
+			e.enqueue("b4", e.items(4, func(i int) string { return fmt.Sprintf("q%d", i) }))
+			r := e.runner(nil)
+			e.until(r, "the provider batch done", func() bool { return e.allDone("b4") })
+			rec := e.records("b4")[0]
+			if rec.RealTime != 4 || len(e.results("b4")) != 0 {
+				t.Errorf("record: %+v", rec)
+			}
+			if lane := e.laneItems("b4", e.model()); len(lane) != 4 {
+				t.Errorf("%d items on the lane, want 4", len(lane))
+			}
+		})
+	}
+}
+
+// The size bound splits too: no provider batch's input passes MaxBytes,
+// and the stand-in takes each (OpenAI: the file; Anthropic: the body).
+func TestChunksWithinBytes(t *testing.T) {
+	for _, prov := range providers {
+		t.Run(prov, func(t *testing.T) {
+			e := newEnv(t, prov)
+			e.enqueue("s1", e.items(10, func(i int) string { return strings.Repeat("x", 100) + fmt.Sprint(i) }))
+			const most = 700
+			r := e.runner(func(o *batchapi.Options) {
+				o.Bounds = map[string]batchapi.Bounds{prov: {MaxRequests: 1000, MaxBytes: most}}
+			})
+			e.until(r, "every provider batch done", func() bool { return e.allDone("s1") })
+			recs, items := e.records("s1"), 0
+			for _, p := range recs {
+				items += p.Items
+				if p.Bytes > most || p.Items == 0 {
+					t.Errorf("record %s: %d items, %d bytes (at most %d)", p.ID, p.Items, p.Bytes, most)
+				}
+			}
+			if items != 10 || len(recs) < 3 || len(e.results("s1")) != 10 {
+				t.Errorf("%d records holding %d items, %d results", len(recs), items, len(e.results("s1")))
+			}
+		})
+	}
+}

@@ -26,7 +26,7 @@ const stageIdle = time.Second
 // stream order, fill provider batches within the provider's bounds; each
 // record is written with its input before its messages are purged. Items
 // staged in a cancelled batch are recorded cancelled instead.
-func (r *Runner) stage(ctx context.Context, b queue.BatchInfo) error {
+func (r *Runner) stage(ctx context.Context, b queue.BatchInfo) (err error) {
 	key := r.cl.stageKey(b.ID)
 	if !r.due(key) {
 		return nil
@@ -37,7 +37,11 @@ func (r *Runner) stage(ctx context.Context, b queue.BatchInfo) error {
 		return err
 	}
 	// Held on for stageIdle when done: the claim spaces the fleet's looks.
-	defer func() { _, _ = r.cl.extend(context.WithoutCancel(ctx), key, stageIdle) }()
+	defer func() {
+		if !errors.Is(err, errCrash) {
+			_, _ = r.cl.extend(context.WithoutCancel(ctx), key, stageIdle)
+		}
+	}()
 	subjects, err := r.q.StagedSubjects(ctx, b.ID)
 	if err != nil || len(subjects) == 0 {
 		return err
@@ -45,7 +49,9 @@ func (r *Runner) stage(ctx context.Context, b queue.BatchInfo) error {
 	settled := !r.now().Before(b.UpdatedAt.Add(r.o.Settle))
 	var errs []error
 	for _, subj := range slices.Sorted(maps.Keys(subjects)) {
-		if err := r.stageSubject(ctx, b, subj, subjects[subj], settled); err != nil {
+		if err := r.stageSubject(ctx, b, subj, subjects[subj], settled); errors.Is(err, errCrash) {
+			return err
+		} else if err != nil {
 			errs = append(errs, err)
 		}
 		if _, err := r.cl.extend(ctx, key, r.o.WorkTTL); err != nil {

@@ -1,0 +1,152 @@
+package batchapi_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/keyfleet/keyfleet/internal/queue"
+)
+
+// The deadline rule, on an injected clock: a provider batch still running
+// at the deadline less the margin is cancelled at the provider; what it
+// finished keeps its result (via it), the rest runs in real time, and the
+// batch's lane is registered. Nothing ran twice: the finished items are
+// not on the lane.
+func TestDeadlineCancelsAndFallsBack(t *testing.T) {
+	for _, prov := range providers {
+		t.Run(prov, func(t *testing.T) {
+			e := newEnv(t, prov)
+			e.enqueue("d1", e.items(6, func(i int) string {
+				if i%2 == 0 {
+					return fmt.Sprintf("q%d", i)
+				}
+				return fmt.Sprintf("q%d [fake:hold]", i)
+			}))
+			r := e.runner(nil)
+			e.until(r, "the provider batch submitted", func() bool {
+				ps := e.records("d1")
+				return len(ps) == 1 && ps[0].State == queue.PBSubmitted
+			})
+			// Polled before the deadline: nothing is cancelled.
+			for range 5 {
+				e.step(r)
+				time.Sleep(60 * time.Millisecond)
+			}
+			if st := e.records("d1")[0]; st.State != queue.PBSubmitted || st.Cancel != "" {
+				t.Fatalf("before the deadline: %+v", st)
+			}
+			e.clock.add(23*time.Hour + time.Minute) // 24 h deadline, 1 h margin
+			e.until(r, "the provider batch done", func() bool { return e.allDone("d1") })
+			rec := e.records("d1")[0]
+			if rec.Cancel != queue.CancelDeadline || rec.Succeeded != 3 || rec.RealTime != 3 {
+				t.Errorf("record: %+v", rec)
+			}
+			var cancels int64
+			for _, k := range e.api.Stats().Keys {
+				cancels += k.Batch.Cancelled
+			}
+			if cancels != 1 {
+				t.Errorf("%d cancels at the provider, want 1", cancels)
+			}
+			res, lane := e.results("d1"), e.laneItems("d1", e.model())
+			for i := range 6 {
+				id := fmt.Sprintf("item-%04d", i)
+				_, has := res[id]
+				_, queued := lane[id]
+				if i%2 == 0 && (!has || queued) || i%2 == 1 && (has || !queued) {
+					t.Errorf("%s: result %v, on the lane %v", id, has, queued)
+				}
+			}
+		})
+	}
+}
+
+// Items whose deadline less the margin has passed before their provider
+// batch is created run in real time at once: no provider batch is made.
+func TestDeadlineTooCloseRunsRealTime(t *testing.T) {
+	e := newEnv(t, providers[0])
+	e.enqueueBy("d2", e.items(3, func(i int) string { return fmt.Sprintf("q%d", i) }), time.Now().Add(30*time.Minute))
+	r := e.runner(nil)
+	e.until(r, "the record done", func() bool { return e.allDone("d2") })
+	if rec := e.records("d2")[0]; rec.RealTime != 3 || rec.ProviderID != "" {
+		t.Errorf("record: %+v", rec)
+	}
+	if n := e.created(); n != 0 {
+		t.Errorf("%d provider batches created, want none", n)
+	}
+	if lane := e.laneItems("d2", e.model()); len(lane) != 3 {
+		t.Errorf("%d items on the lane, want 3", len(lane))
+	}
+}
+
+// batch cancel: a running provider batch is cancelled at the provider,
+// its finished items keep their results and the rest are recorded
+// cancelled; staged items not yet in a provider batch are recorded
+// cancelled and leave the stream. Nothing goes to real time.
+func TestCancelCancelsAtProvider(t *testing.T) {
+	for _, prov := range providers {
+		t.Run(prov, func(t *testing.T) {
+			e := newEnv(t, prov)
+			e.enqueue("c1", e.items(4, func(i int) string {
+				if i < 2 {
+					return fmt.Sprintf("q%d", i)
+				}
+				return fmt.Sprintf("q%d [fake:hold]", i)
+			}))
+			r := e.runner(nil)
+			e.until(r, "the provider batch submitted", func() bool {
+				ps := e.records("c1")
+				return len(ps) == 1 && ps[0].State == queue.PBSubmitted
+			})
+			if _, err := e.q.SetBatchState(ctx(t), "c1", queue.ActionCancel, "test"); err != nil {
+				t.Fatal(err)
+			}
+			e.until(r, "the provider batch done", func() bool { return e.allDone("c1") })
+			rec := e.records("c1")[0]
+			if rec.Cancel != queue.CancelBatch || rec.Succeeded != 2 || rec.Cancelled != 2 || rec.RealTime != 0 {
+				t.Errorf("record: %+v", rec)
+			}
+			res := e.results("c1")
+			for i := range 4 {
+				want := queue.OutcomeSucceeded
+				if i >= 2 {
+					want = queue.OutcomeCancelled
+				}
+				if r := res[fmt.Sprintf("item-%04d", i)]; r.Outcome != want {
+					t.Errorf("item %d: %+v, want %s", i, r, want)
+				}
+			}
+			var cancels int64
+			for _, k := range e.api.Stats().Keys {
+				cancels += k.Batch.Cancelled
+			}
+			if cancels != 1 {
+				t.Errorf("%d cancels at the provider, want 1", cancels)
+			}
+			if lane := e.laneItems("c1", e.model()); len(lane) != 0 {
+				t.Errorf("%d items on the lane, want none", len(lane))
+			}
+		})
+	}
+	t.Run("staged", func(t *testing.T) {
+		e := newEnv(t, providers[0])
+		e.enqueue("c2", e.items(3, func(i int) string { return fmt.Sprintf("q%d", i) }))
+		if _, err := e.q.SetBatchState(ctx(t), "c2", queue.ActionCancel, "test"); err != nil {
+			t.Fatal(err)
+		}
+		r := e.runner(nil)
+		e.until(r, "every item cancelled", func() bool { return len(e.results("c2")) == 3 })
+		for id, res := range e.results("c2") {
+			if res.Outcome != queue.OutcomeCancelled {
+				t.Errorf("%s: %+v", id, res)
+			}
+		}
+		if subs, err := e.q.StagedSubjects(ctx(t), "c2"); err != nil || len(subs) != 0 {
+			t.Errorf("staged messages left: %v %v", subs, err)
+		}
+		if n := e.created(); n != 0 || len(e.records("c2")) != 0 {
+			t.Errorf("%d provider batches, %d records: want none", n, len(e.records("c2")))
+		}
+	})
+}
