@@ -92,6 +92,7 @@ var scenarios = []*scenario{
 	llmScenario,
 	llm95Scenario,
 	llmHandlerScenario,
+	providerBytesScenario,
 	scopesScenario,
 	peersScenario,
 	persistentScenario,

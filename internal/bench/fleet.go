@@ -61,8 +61,9 @@ type fleetSpec struct {
 	// the scope its payload's field holds, as producer enqueue does.
 	scope string
 	// httpURL configures the http job kind to send items there ("" none);
-	// costFrom is its cost_from.
-	httpURL, costFrom string
+	// costFrom is its cost_from; provider, when set, is its provider
+	// (httpURL is then the API's base).
+	httpURL, costFrom, provider string
 	// exec is the jobs.exec section as a YAML flow mapping ("" none).
 	exec string
 	// workerEnv is added to every worker's environment (e.g. GOMAXPROCS=1).
@@ -154,6 +155,9 @@ func (f *fleet) writeConfig(name string, listenPort int) (string, error) {
 	}
 	if f.spec.httpURL != "" {
 		fmt.Fprintf(&b, "  http: {url: %q, timeout: 10s", f.spec.httpURL)
+		if f.spec.provider != "" {
+			fmt.Fprintf(&b, ", provider: %s", f.spec.provider)
+		}
 		if f.spec.costFrom != "" {
 			fmt.Fprintf(&b, ", cost_from: %s", f.spec.costFrom)
 		}
