@@ -220,6 +220,7 @@ func (r *Runner) submitted(ctx context.Context, store *queue.ProviderBatchStore,
 	if err := r.update(ctx, store, p); err != nil {
 		return err
 	}
+	r.count(p.Provider, "created")
 	r.log.Info("provider batch created", zap.String("batch", p.Batch), zap.String("record", p.ID),
 		zap.String("provider_batch", p.ProviderID), zap.String("credential", p.Credential), zap.Int("items", p.Items))
 	return nil
@@ -429,6 +430,7 @@ func (r *Runner) stepPoll(ctx context.Context, store *queue.ProviderBatchStore, 
 			p.Status = crem.Status
 		}
 		p.State, p.Cancel, p.CancelAt = queue.PBCancelling, why, r.now().UTC()
+		r.count(p.Provider, "cancelled")
 		r.log.Info("provider batch cancelled", zap.String("record", p.ID), zap.String("provider_batch", p.ProviderID), zap.String("why", why))
 		return r.update(ctx, store, p)
 	}

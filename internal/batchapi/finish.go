@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/keyfleet/keyfleet/internal/metrics"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -141,8 +142,8 @@ func (r *Runner) finish(ctx context.Context, store *queue.ProviderBatchStore, p 
 	if r.crashed("real-time-sent") {
 		return errCrash
 	}
-	if ran > 0 && r.o.OnRequests != nil {
-		r.o.OnRequests(p.Kind, ran)
+	if ran > 0 && r.o.Metrics != nil {
+		r.o.Metrics.Requests.WithLabelValues(p.Kind, metrics.ViaBatchAPI).Add(float64(ran))
 	}
 	p.State = queue.PBDone
 	p.Succeeded, p.FailedN, p.Cancelled, p.RealTime = counts[endSucceeded], counts[endFailed], counts[endCancelled], counts[endRealTime]
@@ -153,6 +154,7 @@ func (r *Runner) finish(ctx context.Context, store *queue.ProviderBatchStore, p 
 		return err
 	}
 	store.DeleteObjects(ctx, *p)
+	r.count(p.Provider, "done")
 	r.log.Info("provider batch done", zap.String("batch", p.Batch), zap.String("record", p.ID), zap.String("provider_batch", p.ProviderID),
 		zap.Int("succeeded", p.Succeeded), zap.Int("failed", p.FailedN), zap.Int("real_time", p.RealTime), zap.Int("cancelled", p.Cancelled))
 	return nil
@@ -230,6 +232,7 @@ func (r *Runner) realTime(ctx context.Context, p *queue.ProviderBatch, items []q
 	if _, err := r.q.AddToBatch(ctx, p.Batch, p.Kind, 0, queue.WithScopes(p.Scope)); err != nil {
 		return err
 	}
+	r.count(p.Provider, "real_time")
 	r.log.Info("items of a provider batch sent to real time", zap.String("batch", p.Batch), zap.String("record", p.ID), zap.Int("items", n))
 	return nil
 }

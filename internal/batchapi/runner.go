@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keyfleet/keyfleet/internal/config"
+	"github.com/keyfleet/keyfleet/internal/metrics"
 	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/secret"
@@ -37,9 +38,10 @@ type Options struct {
 	// Scrubber removes the keys' secrets from what is recorded (default:
 	// the Secrets').
 	Scrubber *secret.Scrubber
-	// OnRequests, when set, is told of the requests a provider batch ran
-	// (its lines with a reply), by kind: the worker's metrics.
-	OnRequests func(kind string, n int)
+	// Metrics, when set, are the worker's: requests via the Batch API
+	// (keyfleet_requests_total{via="batch_api"}) and provider batches'
+	// events.
+	Metrics *metrics.Metrics
 	// Now is the clock of the deadline rule (default time.Now).
 	Now func() time.Time
 	// HTTPClient carries the SDKs' requests (default: theirs).
@@ -474,4 +476,11 @@ func (r *Runner) deadlinePassed(p queue.ProviderBatch, b queue.BatchInfo) bool {
 func defaultEndpoint(prov string) string {
 	spec, _ := provider.Lookup(prov)
 	return spec.Endpoint
+}
+
+// count counts a provider batch's event in the metrics.
+func (r *Runner) count(prov, event string) {
+	if r.o.Metrics != nil {
+		r.o.Metrics.ProviderBatches.WithLabelValues(prov, event).Inc()
+	}
 }

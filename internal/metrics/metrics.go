@@ -29,7 +29,20 @@ type Metrics struct {
 	RedisUnavailable prometheus.Counter
 	FetchBatch       prometheus.Histogram
 	CommitBatch      prometheus.Histogram
+	// Requests counts the API requests items made, by kind and how:
+	// ViaRealTime (a run of the item) or ViaBatchAPI (a request a
+	// provider batch ran).
+	Requests *prometheus.CounterVec // kind, via
+	// ProviderBatches counts provider batches by provider and event
+	// (created, done, cancelled, real_time: sent items to real time).
+	ProviderBatches *prometheus.CounterVec // provider, event
 }
+
+// Values of the via label of Requests.
+const (
+	ViaRealTime = "real_time"
+	ViaBatchAPI = "batch_api"
+)
 
 // New registers the metrics in a fresh registry, with the Go and process
 // collectors.
@@ -85,12 +98,16 @@ func New() *Metrics {
 			Help:    "Succeeded items per group commit (results stored, then their acks confirmed together).",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
 		}),
+		Requests: counterVec("keyfleet_requests_total",
+			"API requests of items, by kind and via: real_time (a run of the item on a key) or batch_api (a request a provider batch ran, at the Batch API's price).", "kind", "via"),
+		ProviderBatches: counterVec("keyfleet_provider_batches_total",
+			"Provider batches (Batch API) by provider and event: created, done, cancelled (at the provider, by keyfleet), real_time (some of its items sent to real time).", "provider", "event"),
 		RedisUnavailable: counter("keyfleet_redis_unavailable_total",
 			"Credential acquisitions that failed because Redis could not be reached (no job runs then)."),
 	}
 	r.MustRegister(m.Items, m.JobDuration, m.CredentialWait, m.Attempts, m.InFlight, m.Cooldowns,
 		m.Rejections, m.SlotsBusy, m.Slots, m.Redeliveries, m.LeaseRenewFails, m.LeasesLost,
-		m.MessagesLost, m.DeadLetters, m.RedisUnavailable, m.FetchBatch, m.CommitBatch)
+		m.MessagesLost, m.DeadLetters, m.RedisUnavailable, m.FetchBatch, m.CommitBatch, m.Requests, m.ProviderBatches)
 	return m
 }
 

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keyfleet/keyfleet/internal/jobs"
+	"github.com/keyfleet/keyfleet/internal/metrics"
 	"github.com/keyfleet/keyfleet/internal/jsonl"
 	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
@@ -227,6 +228,7 @@ func (w *Worker) runOnce(pullCtx, itemCtx context.Context, d *delivery, h jobs.H
 	inFlight.Dec()
 	renewal.Stop()
 	w.metrics.JobDuration.WithLabelValues(it.Kind).Observe(dur.Seconds())
+	w.metrics.Requests.WithLabelValues(it.Kind, metrics.ViaRealTime).Inc()
 	errText := ""
 	if jobErr != nil {
 		errText = w.scrub.String(jobErr.Error())

@@ -343,6 +343,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	var watchers sync.WaitGroup
 	watchers.Go(func() { w.watchBatches(watchCtx) })
 	watchers.Go(func() { w.sweepCancelled(watchCtx) })
+	watchers.Go(func() { w.runBatchAPI(watchCtx) })
 	lctx, lcancel := context.WithTimeout(ctx, 5*time.Second)
 	w.syncLegacyLane(lctx)
 	lcancel()
