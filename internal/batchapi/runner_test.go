@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/keyfleet/keyfleet/internal/batchapi"
+	"github.com/keyfleet/keyfleet/internal/batchview"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
 	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
@@ -64,6 +65,26 @@ func TestBatchRunsThroughBatchAPI(t *testing.T) {
 			}
 			if st.BadRequests != 0 || st.Unauthorized != 0 {
 				t.Errorf("the stand-in refused %d requests as bad, %d as unauthorized", st.BadRequests, st.Unauthorized)
+			}
+			// batch show: the provider batches, as the CLI and the dashboard
+			// show them.
+			row, err := batchview.Read(ctx(t), e.q, "b1")
+			if err != nil || row.Deadline == nil || len(row.ProviderBatches) != 3 || row.State != batchview.StateDone {
+				t.Fatalf("batch view: %+v %v", row, err)
+			}
+			ended := map[string]string{fakeapi.ProviderOpenAI: "completed", fakeapi.ProviderAnthropic: "ended"}[prov]
+			total := int64(0)
+			for _, pb := range row.ProviderBatches {
+				total += pb.Total
+				if !vias[pb.ID] || pb.Credential == "" || pb.Status != ended || pb.Completed != pb.Total || pb.Failed != 0 || pb.State != queue.PBDone {
+					t.Errorf("provider batch row %+v", pb)
+				}
+			}
+			if total != 25 {
+				t.Errorf("the provider batches hold %d requests, want 25", total)
+			}
+			if rows, err := batchview.List(ctx(t), e.q); err != nil || len(rows) != 1 || len(rows[0].ProviderBatches) != 3 {
+				t.Errorf("batch list: %+v %v", rows, err)
 			}
 			// The results read as the provider's own batch output.
 			var b strings.Builder

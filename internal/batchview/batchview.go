@@ -10,6 +10,7 @@
 package batchview
 
 import (
+	"slices"
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/queue"
@@ -71,6 +72,71 @@ type Batch struct {
 	// History lists the operators' changes of state (pause, resume,
 	// cancel): when, what, by whom (user@host); [] when none.
 	History []queue.BatchEvent `json:"history"`
+	// Deadline: the batch runs through its provider's Batch API and must
+	// be done by then (null: it runs in real time).
+	Deadline *time.Time `json:"deadline"`
+	// ProviderBatches are the provider batches (Batch API) its items run
+	// in, oldest first; [] when none.
+	ProviderBatches []ProviderBatch `json:"provider_batches"`
+}
+
+// ProviderBatch is one provider batch of a batch: what `batch show`
+// lists and the dashboard shows.
+type ProviderBatch struct {
+	// ID is the provider's batch ID ("" until it is created).
+	ID string `json:"id"`
+	// Record is keyfleet's record of it (the provider batch's metadata
+	// keyfleet_record, where the provider takes metadata).
+	Record     string `json:"record"`
+	Provider   string `json:"provider"`
+	Credential string `json:"credential"`
+	// Status is the provider's status as last polled (OpenAI's
+	// validating ... completed, Anthropic's in_progress, canceling,
+	// ended); before it is created, keyfleet's state (staged, creating).
+	Status string `json:"status"`
+	// State is keyfleet's: staged, creating, submitted, cancelling,
+	// collecting, fallback, done.
+	State string `json:"state"`
+	// Total is its requests; Completed and Failed the provider's counts.
+	Total     int64 `json:"total"`
+	Completed int64 `json:"completed"`
+	Failed    int64 `json:"failed"`
+	// RealTime: its items sent to real time (expired, failed in a way a
+	// retry may cure, past the deadline) once it ended.
+	RealTime int `json:"real_time"`
+	// Cancel says why keyfleet cancelled it at the provider ("deadline",
+	// "batch"; "" when it did not).
+	Cancel    string     `json:"cancel,omitempty"`
+	CreatedAt *time.Time `json:"created_at"`
+	EndedAt   *time.Time `json:"ended_at"`
+}
+
+// providerStatuses are the statuses a ProviderBatch shows: the
+// providers' (OpenAI's Batch.status, Anthropic's processing_status) and
+// keyfleet's states before creation.
+var providerStatuses = []string{
+	"validating", "in_progress", "finalizing", "completed", "failed", "expired", "cancelling", "cancelled",
+	"canceling", "ended",
+	queue.PBStaged, queue.PBCreating, queue.PBFallback, queue.PBDone,
+}
+
+// ProviderBatches are the rows of a batch's provider batch records, in
+// their order.
+func ProviderBatches(recs []queue.ProviderBatch) []ProviderBatch {
+	out := make([]ProviderBatch, 0, len(recs))
+	for _, p := range recs {
+		status := p.Status
+		if status == "" {
+			status = p.State
+		}
+		if !slices.Contains(providerStatuses, status) {
+			status = "other" // a word the view does not know: no API text reaches a page
+		}
+		out = append(out, ProviderBatch{ID: p.ProviderID, Record: p.ID, Provider: p.Provider, Credential: p.Credential,
+			Status: status, State: p.State, Total: int64(p.Items), Completed: p.Completed, Failed: p.Failed,
+			RealTime: p.RealTime, Cancel: p.Cancel, CreatedAt: timePtr(p.CreatedAt), EndedAt: timePtr(p.EndedAt)})
+	}
+	return out
 }
 
 // Tally is what a batch's results say: its items counted once each by
@@ -109,7 +175,8 @@ func State(rec queue.BatchInfo, known bool, t Tally) string {
 // taken depends on whether it follows the results or reads them once.
 func Row(id string, rec queue.BatchInfo, known bool, t Tally) Batch {
 	row := Batch{ID: id, Kind: t.Kind, TotalKnown: known, Succeeded: t.Succeeded, Failed: t.Failed, Cancelled: t.Cancelled,
-		Priority: rec.Prio(), Weight: rec.Wt(), History: []queue.BatchEvent{}, Scopes: append([]string{}, rec.Scopes...)}
+		Priority: rec.Prio(), Weight: rec.Wt(), History: []queue.BatchEvent{}, Scopes: append([]string{}, rec.Scopes...),
+		Deadline: timePtr(rec.Deadline), ProviderBatches: []ProviderBatch{}}
 	row.Done = t.Done()
 	row.Total = row.Done
 	if known {

@@ -42,7 +42,15 @@ func Read(ctx context.Context, q *queue.Queue, id string) (Batch, error) {
 	if !known && bc == nil {
 		return Batch{}, fmt.Errorf("%w: %q (never enqueued, or its record and results are gone)", ErrNoBatch, id)
 	}
-	return c.row(id, rec, known, now), nil
+	row := c.row(id, rec, known, now)
+	if !rec.Deadline.IsZero() {
+		pbs, err := q.ProviderBatches(ctx, id)
+		if err != nil {
+			return Batch{}, fmt.Errorf("reading the provider batches of batch %q: %w", id, err)
+		}
+		row.ProviderBatches = ProviderBatches(pbs)
+	}
+	return row, nil
 }
 
 // List returns the row of every batch, read now: those with a record,
@@ -58,11 +66,24 @@ func List(ctx context.Context, q *queue.Queue) ([]Batch, error) {
 	if err != nil {
 		return nil, err
 	}
+	var pbs map[string][]queue.ProviderBatch
+	if slices.ContainsFunc(recs, func(b queue.BatchInfo) bool { return !b.Deadline.IsZero() }) {
+		all, err := q.ProviderBatches(ctx, "")
+		if err != nil {
+			return nil, fmt.Errorf("reading the provider batches: %w", err)
+		}
+		pbs = map[string][]queue.ProviderBatch{}
+		for _, p := range all {
+			pbs[p.Batch] = append(pbs[p.Batch], p)
+		}
+	}
 	out := make([]Batch, 0, max(len(recs), len(c.batches)))
 	seen := make(map[string]bool, len(recs))
 	for _, rec := range recs {
 		seen[rec.ID] = true
-		out = append(out, c.row(rec.ID, rec, true, now))
+		row := c.row(rec.ID, rec, true, now)
+		row.ProviderBatches = ProviderBatches(pbs[rec.ID])
+		out = append(out, row)
 	}
 	var rest []Batch
 	for id := range c.batches {

@@ -1,10 +1,13 @@
 package dashboard
 
 import (
+	"context"
 	"hash/fnv"
 	"sort"
 	"sync"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/keyfleet/keyfleet/internal/batchview"
 	"github.com/keyfleet/keyfleet/internal/queue"
@@ -35,6 +38,9 @@ type tally struct {
 	// ready: the results stream has been read up to its end once. Until
 	// then counts climb as old results are read, which is no rate.
 	ready bool
+	// pbatches are the deadline batches' provider batches, read every
+	// collection (readProviderBatches).
+	pbatches map[string][]batchview.ProviderBatch
 }
 
 type batchTally struct {
@@ -157,7 +163,7 @@ func (t *tally) rows(now time.Time) []Batch {
 				b.samples = b.samples[1:]
 			}
 		}
-		row := b.row(id, rec, known, now)
+		row := t.withProviderBatches(b.row(id, rec, known, now))
 		last := rec.UpdatedAt
 		if b.last.After(last) {
 			last = b.last
@@ -198,7 +204,7 @@ func (t *tally) batch(id string, rec queue.BatchInfo, known bool, now time.Time)
 	if b == nil {
 		b = &batchTally{}
 	}
-	return b.row(id, rec, known, now), true
+	return t.withProviderBatches(b.row(id, rec, known, now)), true
 }
 
 // row is the batch's Batch at now; rec is its record when known. The row
@@ -209,6 +215,48 @@ func (b *batchTally) row(id string, rec queue.BatchInfo, known bool, now time.Ti
 		Kind: b.kind, First: b.first, Last: b.last})
 	row.SetRate(b.rate(row, rec, known), now)
 	return row
+}
+
+// withProviderBatches adds batch id's provider batches to its row (the
+// caller holds t.mu).
+func (t *tally) withProviderBatches(row Batch) Batch {
+	if pbs := t.pbatches[row.ID]; len(pbs) > 0 {
+		row.ProviderBatches = pbs
+	}
+	return row
+}
+
+// readProviderBatches reads the provider batches of the batches that
+// have a deadline (nothing when none has).
+func (s *Server) readProviderBatches(ctx context.Context) {
+	s.tally.mu.Lock()
+	deadlines := false
+	for _, b := range s.tally.records {
+		if !b.Deadline.IsZero() {
+			deadlines = true
+			break
+		}
+	}
+	s.tally.mu.Unlock()
+	if !deadlines {
+		return
+	}
+	all, err := s.q.ProviderBatches(ctx, "")
+	if err != nil {
+		s.log.Warn("reading the provider batches", zap.Error(err))
+		return
+	}
+	by := map[string][]queue.ProviderBatch{}
+	for _, p := range all {
+		by[p.Batch] = append(by[p.Batch], p)
+	}
+	rows := make(map[string][]batchview.ProviderBatch, len(by))
+	for id, ps := range by {
+		rows[id] = batchview.ProviderBatches(ps)
+	}
+	s.tally.mu.Lock()
+	s.tally.pbatches = rows
+	s.tally.mu.Unlock()
 }
 
 // rate is items/s: over the samples of the last minute while the batch

@@ -94,6 +94,7 @@ func (s *Server) collectOnce(ctx context.Context) {
 		s.hist.add(rep.At, rep.Pool)
 		s.mets.observe(rep)
 		s.readDeadLetters(rctx, rep.DeadLetters)
+		s.readProviderBatches(rctx)
 	}
 	s.tally.mu.Lock()
 	meta.ResultsCaughtUp = s.tally.ready

@@ -153,6 +153,26 @@
     return el('div', {class: 'muted small last-change', title: c.at}, `${verb} by ${c.by} · ${ago(now, c.at)}`);
   }
 
+  // providerBatches says how a deadline batch's provider batches (Batch
+  // API) stand: a line for the batch, one per provider batch (at most
+  // five, the active ones first).
+  function providerBatches(b, now) {
+    const pbs = b.provider_batches || [];
+    if (!b.deadline && pbs.length === 0) return null;
+    const done = pbs.filter((p) => p.state === 'done').length;
+    const back = pbs.reduce((n, p) => n + (p.real_time || 0), 0);
+    const head = `Batch API: ${plural(pbs.length, 'provider batch', 'provider batches')}, ${num(done)} done` +
+      (back ? `, ${plural(back, 'item', 'items')} to real time` : '') +
+      (b.deadline ? ` · deadline in ${dur((Date.parse(b.deadline) - now) / 1000)}` : '');
+    const shown = [...pbs].sort((x, y) => (x.state === 'done') - (y.state === 'done')).slice(0, 5);
+    return el('div', {class: 'muted small provider-batches', title: b.deadline ? `deadline ${b.deadline}` : ''},
+      el('div', {}, head),
+      shown.map((p) => el('div', {class: 'provider-batch'},
+        `${p.id || p.record} · ${p.status} · ${num(p.completed)}/${num(p.total)}` +
+        (p.failed ? `, ${num(p.failed)} failed` : '') + ` · ${p.credential}`)),
+      pbs.length > shown.length ? el('div', {}, `… and ${num(pbs.length - shown.length)} more`) : null);
+  }
+
   function renderBatches(s) {
     const bs = s.batches || [];
     if (bs.length === 0) return batchEmpty;
@@ -188,7 +208,7 @@
       setCell(c[4], 'state-cell', el('span', {class: 'badge bst ' + b.state}, b.state), lastChange(b, now));
       setCell(c[5], 'progress-cell',
         el('span', {class: 'progress'}, fill('ok', b.succeeded), fill('bad', b.failed), fill('cancelled', b.cancelled)),
-        el('span', {class: 'progress-text'}, text));
+        el('span', {class: 'progress-text'}, text), providerBatches(b, now));
       setCell(c[6], 'num' + (b.failed ? ' bad-text' : ''), num(b.failed));
       setCell(c[7], 'num cancelled-count', num(b.cancelled));
       setCell(c[8], 'num', rate(b.rate));
