@@ -11,8 +11,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keyfleet/keyfleet/internal/jobs"
-	"github.com/keyfleet/keyfleet/internal/metrics"
 	"github.com/keyfleet/keyfleet/internal/jsonl"
+	"github.com/keyfleet/keyfleet/internal/metrics"
 	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/pkg/creds"
