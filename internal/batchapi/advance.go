@@ -43,7 +43,14 @@ func (r *Runner) advance(ctx context.Context, p queue.ProviderBatch) (err error)
 		}
 		return err
 	}
+	var stopKeep func()
+	if !polling {
+		stopKeep = r.cl.keep(ctx, key, ttl)
+	}
 	defer func() {
+		if stopKeep != nil {
+			stopKeep()
+		}
 		if errors.Is(err, errCrash) {
 			return // a crash leaves its claims to their TTL
 		}
@@ -69,6 +76,7 @@ func (r *Runner) advance(ctx context.Context, p queue.ProviderBatch) (err error)
 	case queue.PBCreating:
 		err = r.stepCreating(ctx, store, &p)
 	case queue.PBSubmitted, queue.PBCancelling:
+		stopKeep = r.cl.keep(ctx, key, r.o.WorkTTL) // it may end and collect
 		err = r.stepPoll(ctx, store, &p, b)
 	case queue.PBCollecting:
 		err = r.stepCollecting(ctx, store, &p)
@@ -173,6 +181,7 @@ func (r *Runner) submit(ctx context.Context, store *queue.ProviderBatchStore, p 
 			r.later(r.cl.recKey(p.ID), time.Second)
 			return err
 		}
+		defer r.cl.keep(ctx, lock, r.o.WorkTTL)()
 		defer r.releaseUnlessCrashed(ctx, lock, &err)
 		// Another record's creation on this key that is unresolved is
 		// resolved first: at most one such creation per key at a time.
@@ -275,6 +284,7 @@ func (r *Runner) stepCreating(ctx context.Context, store *queue.ProviderBatchSto
 		if err != nil || !got {
 			return err
 		}
+		defer r.cl.keep(ctx, lock, r.o.WorkTTL)()
 		defer r.releaseUnlessCrashed(ctx, lock, &err)
 	}
 	_, err = r.resolve(ctx, store, p)

@@ -67,3 +67,30 @@ func (c *claims) extend(ctx context.Context, key string, ttl time.Duration) (boo
 func (c *claims) release(ctx context.Context, key string) {
 	_ = claimsScript.Run(ctx, c.rdb, []string{key}, "release", c.owner).Err()
 }
+
+// keep extends the owner's claim on key every ttl/3 until stop is
+// called: a long step (staging a large batch, recording 100,000 results)
+// keeps its claim, and a worker that dies loses it within ttl.
+func (c *claims) keep(ctx context.Context, key string, ttl time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(max(ttl/3, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if ok, err := c.extend(ctx, key, ttl); err == nil && !ok {
+					return // lost: the record's compare and set guards what follows
+				}
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}

@@ -62,8 +62,9 @@ type Options struct {
 	// ended this long after is given up on: its items not back run in
 	// real time all the same (default DefaultCancelWait).
 	CancelWait time.Duration
-	// WorkTTL is the claim of one step (renewed while it works; default
-	// DefaultWorkTTL).
+	// WorkTTL is the claim of one step, renewed every third of it while
+	// the step works: a worker that dies leaves its work to another within
+	// it (default DefaultWorkTTL).
 	WorkTTL time.Duration
 	// Bounds per provider (default DefaultBounds).
 	Bounds map[string]Bounds
@@ -74,7 +75,7 @@ const (
 	DefaultSettle       = 2 * time.Second
 	DefaultResolveGrace = 5 * time.Minute
 	DefaultCancelWait   = 10 * time.Minute
-	DefaultWorkTTL      = 2 * time.Minute
+	DefaultWorkTTL      = 20 * time.Second
 	// createSkew: a provider batch found again may have been created this
 	// long before the record says its creation began (the provider's
 	// clock against the worker's).

@@ -36,8 +36,10 @@ func (r *Runner) stage(ctx context.Context, b queue.BatchInfo) (err error) {
 		r.later(key, stageIdle)
 		return err
 	}
+	stopKeep := r.cl.keep(ctx, key, r.o.WorkTTL)
 	// Held on for stageIdle when done: the claim spaces the fleet's looks.
 	defer func() {
+		stopKeep()
 		if !errors.Is(err, errCrash) {
 			_, _ = r.cl.extend(context.WithoutCancel(ctx), key, stageIdle)
 		}
@@ -53,9 +55,6 @@ func (r *Runner) stage(ctx context.Context, b queue.BatchInfo) (err error) {
 			return err
 		} else if err != nil {
 			errs = append(errs, err)
-		}
-		if _, err := r.cl.extend(ctx, key, r.o.WorkTTL); err != nil {
-			break
 		}
 	}
 	return errors.Join(errs...)
