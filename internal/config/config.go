@@ -41,6 +41,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/jobs"
 	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/spend"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 	"github.com/keyfleet/keyfleet/pkg/ratelimit"
 )
@@ -74,6 +75,11 @@ type Config struct {
 	Queue Queue `yaml:"queue"`
 	// Jobs configures the job kinds.
 	Jobs Jobs `yaml:"jobs"`
+	// Tenants are the teams that share the fleet, by name: a batch
+	// enqueued with --tenant T belongs to T. Tenants share the keys by
+	// weight before their batches do (priority still comes first), and a
+	// tenant's budget bounds all its batches together. Default none.
+	Tenants map[string]Tenant `yaml:"tenants"`
 	// Log configures logging.
 	Log Log `yaml:"log"`
 
@@ -167,7 +173,52 @@ type Pool struct {
 	// limit with `scope: S` binds only items whose scope is S. Default:
 	// none (no item has a scope; scoped limits are an error).
 	Scope Scope `yaml:"scope"`
+	// Prices are the models' prices (a model is an item's scope), per
+	// 1,000,000 tokens, in any currency: a run's spend is its reply's
+	// input tokens times the input price plus its output tokens times the
+	// output price. Default none (runs have no spend; a budget cannot be
+	// set on a batch whose models have no price).
+	Prices map[string]spend.Price `yaml:"prices"`
+	// BatchAPIDiscount is the share of the price a request pays through a
+	// provider's Batch API (above 0, at most 1). Default 0.5.
+	BatchAPIDiscount float64 `yaml:"batch_api_discount"`
 }
+
+// Tenant is a team sharing the fleet.
+type Tenant struct {
+	// Weight is the tenant's share of the keys among the tenants of a
+	// priority (1 to 1000). Default 1.
+	Weight int `yaml:"weight"`
+	// Budget bounds what all the tenant's batches spend together in a
+	// UTC calendar period, written AMOUNT/PERIOD (period d, w or mo:
+	// 100/d, 500/w, 2000/mo); its batches pause with the reason
+	// tenant-budget until the next period. Default "" (none).
+	Budget string `yaml:"budget"`
+}
+
+// TenantWeightDefault is a tenant's weight when its config says none.
+const TenantWeightDefault = 1
+
+// WithDefaults fills the zero settings with their defaults; the decoder
+// starts each tenant of a file from it.
+func (t Tenant) WithDefaults() Tenant {
+	t.Weight = cmp.Or(t.Weight, TenantWeightDefault)
+	return t
+}
+
+// TenantBudget is tenant's budget, and whether it has one (a tenant the
+// configuration does not name has none).
+func (c *Config) TenantBudget(tenant string) (spend.Budget, bool) {
+	t, ok := c.Tenants[tenant]
+	if !ok || t.Budget == "" {
+		return spend.Budget{}, false
+	}
+	b, err := spend.ParseBudget(t.Budget)
+	return b, err == nil
+}
+
+// BatchAPIDiscountDefault is the default of pool.batch_api_discount.
+const BatchAPIDiscountDefault = 0.5
 
 // Scope says how an item's scope is read.
 type Scope struct {
@@ -609,6 +660,8 @@ func Default() *Config {
 			Cooldown: 60 * time.Second,
 			MaxRest:  MaxRestDefault,
 			Cost:     Cost{Field: CostFieldDefault, Default: CostDefault},
+
+			BatchAPIDiscount: BatchAPIDiscountDefault,
 		},
 		Worker: Worker{
 			Concurrency:    3,

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/jobs"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/secret"
+	"github.com/keyfleet/keyfleet/internal/spend"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
@@ -36,6 +38,7 @@ func (c *Config) validate() check.List {
 	c.checkWorker(&ps)
 	c.checkQueue(&ps)
 	c.checkJobs(&ps)
+	c.checkTenants(&ps)
 	c.checkLog(&ps)
 	return ps
 }
@@ -303,6 +306,38 @@ func (c *Config) checkPool(ps *check.List) {
 	}
 	if p.Scope.Field != "" {
 		checkField(ps, "pool.scope.field", p.Scope.Field)
+	}
+	for _, model := range slices.Sorted(maps.Keys(p.Prices)) {
+		pr := p.Prices[model]
+		for _, f := range []struct {
+			name string
+			v    float64
+		}{{"input", pr.Input}, {"output", pr.Output}} {
+			if !spend.ValidPrice(f.v) {
+				ps.Add("pool.prices."+model+"."+f.name, "must be a price per 1,000,000 tokens, 0 or more, got %v", f.v)
+			}
+		}
+	}
+	if !(p.BatchAPIDiscount > 0 && p.BatchAPIDiscount <= 1) {
+		ps.Add("pool.batch_api_discount", "must be above 0 and at most 1 (the share of the price a Batch API request pays), got %v", p.BatchAPIDiscount)
+	}
+}
+
+// checkTenants checks each tenant: a name, a weight, a budget.
+func (c *Config) checkTenants(ps *check.List) {
+	for _, name := range slices.Sorted(maps.Keys(c.Tenants)) {
+		key, t := "tenants."+name, c.Tenants[name]
+		if err := queue.CheckTenant(name); err != nil {
+			ps.Add(key, "%v", err)
+		}
+		if t.Weight < 1 || t.Weight > 1000 {
+			ps.Add(key+".weight", "must be 1 to 1000, got %d", t.Weight)
+		}
+		if t.Budget != "" {
+			if _, err := spend.ParseBudget(t.Budget); err != nil {
+				ps.Add(key+".budget", "%v", err)
+			}
+		}
 	}
 }
 

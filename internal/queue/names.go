@@ -208,6 +208,24 @@ func Untoken(t string) (string, error) {
 // (which KV keys cannot hold).
 func kvKey(id string) string { return strings.ReplaceAll(Token(id), "~", "=") }
 
+// MaxTenantLen bounds a tenant's name.
+const MaxTenantLen = 64
+
+// CheckTenant reports whether name can name a tenant: 1 to MaxTenantLen
+// letters, digits, '_', '.' or '-' (it is a metric label and a key).
+func CheckTenant(name string) error {
+	if name == "" || len(name) > MaxTenantLen {
+		return fmt.Errorf("tenant %q: want 1 to %d letters, digits, '_', '.' or '-'", name, MaxTenantLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return fmt.Errorf("tenant %q: want 1 to %d letters, digits, '_', '.' or '-'", name, MaxTenantLen)
+		}
+	}
+	return nil
+}
+
 // CheckID reports whether an item or batch ID can be used.
 func CheckID(what, id string) error {
 	switch {

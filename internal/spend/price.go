@@ -12,13 +12,19 @@ type Price struct {
 	Output float64 `yaml:"output"`
 }
 
-// Check reports a price that is not one (negative, not a number).
+// ValidPrice reports whether f can be a price per 1,000,000 tokens: a
+// number from 0 to 1,000,000.
+func ValidPrice(f float64) bool {
+	return f >= 0 && f <= 1e6 && !math.IsNaN(f)
+}
+
+// Check reports a price that is not one, naming its field.
 func (p Price) Check() error {
 	for _, v := range []struct {
 		name string
 		f    float64
 	}{{"input", p.Input}, {"output", p.Output}} {
-		if v.f < 0 || math.IsNaN(v.f) || math.IsInf(v.f, 0) || v.f > 1e6 {
+		if !ValidPrice(v.f) {
 			return fmt.Errorf("%s: %v is not a price per 1,000,000 tokens (want 0 or more)", v.name, v.f)
 		}
 	}
