@@ -10,10 +10,12 @@
 package batchview
 
 import (
+	"context"
 	"slices"
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/spend"
 )
 
 // States of a Batch: the record's (queue.BatchRunning, queue.BatchPaused,
@@ -78,6 +80,16 @@ type Batch struct {
 	// ProviderBatches are the provider batches (Batch API) its items run
 	// in, oldest first; [] when none.
 	ProviderBatches []ProviderBatch `json:"provider_batches"`
+	// Tenant is the team it belongs to ("" none).
+	Tenant string `json:"tenant"`
+	// Budget bounds what it spends (null: none); Spent is what it spent
+	// so far, fleet-wide (the spend ledger's, with Spend; else what its
+	// results say).
+	Budget *spend.Amount `json:"budget"`
+	Spent  spend.Amount  `json:"spent"`
+	// PausedReason says why it is paused: "" (an operator), budget or
+	// tenant-budget.
+	PausedReason string `json:"paused_reason"`
 }
 
 // ProviderBatch is one provider batch of a batch: what `batch show`
@@ -143,6 +155,8 @@ func ProviderBatches(recs []queue.ProviderBatch) []ProviderBatch {
 // their latest outcome.
 type Tally struct {
 	Succeeded, Failed, Cancelled int64
+	// Spent is what the results say their runs cost.
+	Spent spend.Amount
 	// Kind of the results (for a batch without a record).
 	Kind string
 	// First and Last are the earliest and latest finish times seen.
@@ -176,7 +190,7 @@ func State(rec queue.BatchInfo, known bool, t Tally) string {
 func Row(id string, rec queue.BatchInfo, known bool, t Tally) Batch {
 	row := Batch{ID: id, Kind: t.Kind, TotalKnown: known, Succeeded: t.Succeeded, Failed: t.Failed, Cancelled: t.Cancelled,
 		Priority: rec.Prio(), Weight: rec.Wt(), History: []queue.BatchEvent{}, Scopes: append([]string{}, rec.Scopes...),
-		Deadline: timePtr(rec.Deadline), ProviderBatches: []ProviderBatch{}}
+		Deadline: timePtr(rec.Deadline), ProviderBatches: []ProviderBatch{}, Spent: t.Spent}
 	row.Done = t.Done()
 	row.Total = row.Done
 	if known {
@@ -189,7 +203,25 @@ func Row(id string, rec queue.BatchInfo, known bool, t Tally) Batch {
 	row.LastResultAt = timePtr(t.Last)
 	row.Complete = known && row.Done >= row.Total
 	row.State = State(rec, known, t)
+	row.Tenant, row.Budget = rec.Tenant, rec.Budget
+	if row.State == StatePaused {
+		row.PausedReason = rec.PausedReason
+	}
 	return row
+}
+
+// Spend sets each row's Spent from the ledger (what every run of the
+// batch cost, fleet-wide, its reservations' lapsed ones included), where
+// the ledger holds more than the row's results say.
+func Spend(ctx context.Context, l *spend.Ledger, rows []Batch) error {
+	for i := range rows {
+		b, _, err := l.Read(ctx, rows[i].ID, "", "")
+		if err != nil {
+			return err
+		}
+		rows[i].Spent = max(rows[i].Spent, b.Spent)
+	}
+	return nil
 }
 
 // SetRate sets the row's Rate and, while items are left, its ETA at now.

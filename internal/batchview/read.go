@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/spend"
 )
 
 // Rate of a batch read once: the items finished within rateWindow before
@@ -116,6 +117,7 @@ type batchCount struct {
 	words       []uint64
 	kind        string
 	first, last time.Time
+	spent       spend.Amount
 }
 
 // The low 3 bits of a word.
@@ -159,6 +161,7 @@ func (c *counter) add(r queue.Result) error {
 		}
 	}
 	b.words = append(b.words, w)
+	b.spent += r.Spend // the results stream holds each item's latest result once
 	return nil
 }
 
@@ -196,7 +199,7 @@ func (c *counter) tally(id string) (t Tally, recent int64) {
 			recent++
 		}
 	}
-	t.Kind, t.First, t.Last = b.kind, b.first, b.last
+	t.Kind, t.First, t.Last, t.Spent = b.kind, b.first, b.last, b.spent
 	return t, recent
 }
 

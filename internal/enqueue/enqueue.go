@@ -36,6 +36,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/jsonl"
 	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/spend"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
@@ -108,6 +109,20 @@ type Request struct {
 	// to it (/v1/embeddings needs an input, not messages). "" for the
 	// provider's.
 	Endpoint string
+	// Budget, when set, bounds what the batch spends, fleet-wide (in its
+	// record and the spend ledger, Ledger): it needs a provider kind, and
+	// every request must name its max tokens (max_tokens,
+	// max_completion_tokens), which a start reserves. Nil: keep the
+	// batch's (none for a new one).
+	Budget *spend.Amount
+	// Ledger is where the budget is set (the pool's spend ledger); it
+	// must be set with Budget.
+	Ledger BudgetSetter
+	// Tenant, when set, is the team the batch belongs to (queue.CheckTenant;
+	// one of Tenants when Tenants is not nil). A batch keeps its tenant:
+	// another one for an existing batch is refused.
+	Tenant  string
+	Tenants []string
 	// Deadline, when set, is when the batch's items must be done by: they
 	// may run through the provider's Batch API (half price) instead of one
 	// request each. It needs a kind of provider openai or anthropic, and a
@@ -218,6 +233,24 @@ func (req Request) withDefaults() (Request, error) {
 			return req, err
 		}
 	}
+	if req.Budget != nil {
+		switch {
+		case req.Provider == "":
+			return req, invalid("budget", "a budget counts what a provider's replies say they used: it needs a kind with a provider")
+		case *req.Budget <= 0:
+			return req, invalid("budget", "must be more than 0")
+		case req.Ledger == nil && !req.DryRun:
+			return req, invalid("budget", "no spend ledger to keep it in")
+		}
+	}
+	if req.Tenant != "" {
+		if err := queue.CheckTenant(req.Tenant); err != nil {
+			return req, invalid("tenant", "%v", err)
+		}
+		if req.Tenants != nil && !slices.Contains(req.Tenants, req.Tenant) {
+			return req, invalid("tenant", "%q is not a tenant of the configuration (tenants: %s)", req.Tenant, strings.Join(req.Tenants, ", "))
+		}
+	}
 	req.IDField = provider.IDField(req.Format, cmp.Or(req.IDField, DefaultIDField))
 	req.MaxPayload = max(req.MaxPayload, 0)
 	if req.MaxPayload == 0 {
@@ -254,6 +287,11 @@ func (req Request) withDefaults() (Request, error) {
 		req.Source.Name = req.Source.Path
 	}
 	return req, nil
+}
+
+// BudgetSetter keeps a batch's budget: the spend ledger.
+type BudgetSetter interface {
+	SetBatchBudget(ctx context.Context, batch string, budget spend.Amount) (spend.Account, error)
 }
 
 // spec is the provider of the request's kind, its endpoint the kind's.
@@ -376,6 +414,20 @@ func Run(ctx context.Context, q *queue.Queue, req Request) (Report, error) {
 	}
 	if rec.ID != "" {
 		rep.Priority, rep.Weight = cmp.Or(req.Priority, rec.Prio()), cmp.Or(req.Weight, rec.Wt())
+		if req.Tenant != "" && rec.Tenant != "" && rec.Tenant != req.Tenant {
+			return rep, invalid("tenant", "batch %s belongs to tenant %q, not %q", rep.Batch, rec.Tenant, req.Tenant)
+		}
+		if req.Budget != nil && rec.Budget == nil && rec.Total > 0 {
+			return rep, invalid("budget", "batch %s has run without a budget: set one with producer batch set %s --budget", rep.Batch, rep.Batch)
+		}
+	}
+	if req.Budget != nil {
+		bctx, cancel := context.WithTimeout(ctx, recordTimeout)
+		_, err := req.Ledger.SetBatchBudget(bctx, rep.Batch, *req.Budget)
+		cancel()
+		if err != nil {
+			return rep, classify(ErrUnreachable, "setting batch %s's budget (nothing was enqueued): %w", rep.Batch, err)
+		}
 	}
 	var held heldSet
 	if needsHeld(rec, q.Config().DuplicateWindow, time.Now()) {
@@ -463,7 +515,8 @@ func admit(ctx context.Context, q *queue.Queue, rep Report) (queue.BatchInfo, er
 func record(ctx context.Context, q *queue.Queue, req Request, rep Report, n int) (queue.BatchInfo, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	opts := []queue.BatchOption{queue.WithPriority(req.Priority), queue.WithWeight(req.Weight)}
+	opts := []queue.BatchOption{queue.WithPriority(req.Priority), queue.WithWeight(req.Weight),
+		queue.WithTenant(req.Tenant), queue.WithBudget(req.Budget)}
 	if req.Deadline.IsZero() {
 		opts = append(opts, queue.WithScopes(rep.Scopes...))
 	} else {
@@ -563,6 +616,11 @@ func check(ctx context.Context, in *input, req Request, fits func(queue.Item) (i
 			}
 			if err := creds.ValidScope(pr.Model); err != nil {
 				report(&jsonl.LineError{Line: it.Line, ID: it.ID, Err: provider.ErrNotRequest, Detail: fmt.Sprintf("model: %v", err)})
+				continue
+			}
+			if req.Budget != nil && !pr.MaxOutputGiven {
+				report(&jsonl.LineError{Line: it.Line, ID: it.ID, Err: ErrNoMaxTokens,
+					Detail: "the batch has a budget: each request names max_tokens (or max_completion_tokens), which its start reserves"})
 				continue
 			}
 			it.Raw, it.Scope = pr.Body, pr.Model

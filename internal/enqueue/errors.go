@@ -35,6 +35,11 @@ var (
 	ErrCancelled = errors.New("enqueue: the batch is cancelled")
 )
 
+// ErrNoMaxTokens is a line's problem (a jsonl.LineError's Err) under a
+// budget: its request names no max_tokens (or max_completion_tokens),
+// so the most its start can cost is unknown.
+var ErrNoMaxTokens = errors.New("no max_tokens (the batch has a budget)")
+
 // CancelledError is an enqueue into a cancelled batch (ErrCancelled; it
 // is also a queue.ErrBatchCancelled).
 type CancelledError struct {

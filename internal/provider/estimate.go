@@ -30,6 +30,7 @@ func Estimate(body []byte, endpoint string) int64 {
 type estimated struct {
 	tokens int64 // prompt characters ÷ 4 + max output
 	maxOut int64 // the max output tokens it asks for (DefaultMaxTokens when none; 0 for embeddings)
+	given  bool  // it names its max output tokens (or takes none: embeddings)
 }
 
 // estimate reads a request's prompt text and its output bound: the
@@ -68,7 +69,7 @@ func estimate(body []byte, endpoint string) (estimated, *FieldError) {
 	var out estimated
 	out.maxOut = DefaultMaxTokens
 	if endpoint == "/v1/embeddings" {
-		out.maxOut = 0
+		out.maxOut, out.given = 0, true
 	}
 	for _, f := range []struct {
 		name string
@@ -81,7 +82,7 @@ func estimate(body []byte, endpoint string) (estimated, *FieldError) {
 		if json.Unmarshal(f.raw, &n) != nil || n < 0 || n != math.Trunc(n) || n > 1<<40 {
 			return out, &FieldError{f.name, fmt.Sprintf("is %s, want a whole number of tokens", shown(f.raw))}
 		}
-		out.maxOut = int64(n)
+		out.maxOut, out.given = int64(n), true
 		break
 	}
 	out.tokens = int64((chars+CharsPerToken-1)/CharsPerToken) + out.maxOut

@@ -76,10 +76,13 @@ type Request struct {
 	// prompt text's characters ÷ 4 plus its max_completion_tokens /
 	// max_tokens (DefaultMaxTokens when absent).
 	Estimate int64
-	// Ceiling is the most tokens the request can use: its input counted
-	// high (a token per byte of the body) plus its max tokens (for a
-	// budget's reservation).
+	// InputCeiling and MaxOutput are the most tokens the request can use,
+	// for a budget's reservation: its input counted high (a token per byte
+	// of the body: no tokenizer counts more) and its max output tokens;
+	// MaxOutputGiven says the request names that bound (without it the
+	// API's own default applies, which a budget cannot know).
 	InputCeiling, MaxOutput int64
+	MaxOutputGiven          bool
 }
 
 // FieldError is a line that is not a request the provider takes: Field
@@ -153,7 +156,7 @@ func (s Spec) Parse(format, idField string, line []byte) (Request, error) {
 		ferr.Field = prefix + ferr.Field
 		return req, ferr
 	}
-	req.Estimate, req.InputCeiling, req.MaxOutput = est.tokens, int64(len(req.Body)), est.maxOut
+	req.Estimate, req.InputCeiling, req.MaxOutput, req.MaxOutputGiven = est.tokens, int64(len(req.Body)), est.maxOut, est.given
 	return req, nil
 }
 

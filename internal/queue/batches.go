@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/keyfleet/keyfleet/internal/spend"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
@@ -47,6 +48,16 @@ type BatchInfo struct {
 	State string `json:"state,omitempty"`
 	// History records each change of state: what, when, by whom.
 	History []BatchEvent `json:"history,omitempty"`
+	// PausedReason says why a paused batch is paused: "" (an operator),
+	// spend.ReasonBudget or spend.ReasonTenantBudget (its budget, or its
+	// tenant's of the period, cannot cover its next start).
+	PausedReason string `json:"paused_reason,omitempty"`
+	// Tenant is the team the batch belongs to ("" none): tenants share the
+	// keys by weight before their batches do.
+	Tenant string `json:"tenant,omitempty"`
+	// Budget bounds what the batch spends, fleet-wide (nil: none); the
+	// ledger in Redis (spend.Ledger) holds it and what is spent.
+	Budget *spend.Amount `json:"budget,omitempty"`
 	// Deadline, when set, is when the batch's items enqueued with a
 	// deadline must be done by: they run through the Provider's Batch
 	// API (internal/batchapi), and those not back by the deadline less
@@ -69,6 +80,9 @@ type BatchEvent struct {
 	At     time.Time `json:"at"`
 	Action string    `json:"action"` // pause, resume, cancel
 	By     string    `json:"by"`     // user@host of the command, or the API's caller
+	// Reason is why a pause that no operator made was made: budget,
+	// tenant-budget ("" for an operator's).
+	Reason string `json:"reason,omitempty"`
 }
 
 // Batch states (BatchInfo.State).
@@ -119,6 +133,25 @@ func WithWeight(w int) BatchOption {
 	return func(b *BatchInfo) {
 		if w != 0 {
 			b.Weight = w
+		}
+	}
+}
+
+// WithTenant makes the batch the tenant's ("": keep the record's).
+func WithTenant(tenant string) BatchOption {
+	return func(b *BatchInfo) {
+		if tenant != "" {
+			b.Tenant = tenant
+		}
+	}
+}
+
+// WithBudget sets the batch's budget (nil: keep the record's).
+func WithBudget(budget *spend.Amount) BatchOption {
+	return func(b *BatchInfo) {
+		if budget != nil {
+			v := *budget
+			b.Budget = &v
 		}
 	}
 }

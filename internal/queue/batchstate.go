@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/keyfleet/keyfleet/internal/spend"
 )
 
 // Errors of the batch commands (and ErrNoBatch).
@@ -41,35 +43,43 @@ const (
 // batch) or ErrBatchState (pausing a paused batch, resuming a running
 // one).
 func (q *Queue) SetBatchState(ctx context.Context, batch, action, by string) (BatchInfo, error) {
-	var to string
-	switch action {
-	case ActionPause:
-		to = BatchPaused
-	case ActionResume:
-		to = BatchRunning
-	case ActionCancel:
-		to = BatchCancelled
-	default:
-		return BatchInfo{}, fmt.Errorf("queue: unknown batch action %q", action)
+	return q.setBatchState(ctx, batch, action, by, "")
+}
+
+// PauseFor pauses batch for reason (spend.ReasonBudget,
+// spend.ReasonTenantBudget), recorded as PausedReason, by by. A batch
+// paused already, or cancelled, is left as it is (no error: several
+// workers find the same budget spent).
+func (q *Queue) PauseFor(ctx context.Context, batch, reason, by string) (BatchInfo, error) {
+	b, err := q.setBatchState(ctx, batch, ActionPause, by, reason)
+	if errors.Is(err, ErrBatchState) || errors.Is(err, ErrBatchCancelled) {
+		return b, nil
 	}
+	return b, err
+}
+
+// SetBudget changes batch's budget in its record (nil: none).
+func (q *Queue) SetBudget(ctx context.Context, batch string, budget *spend.Amount) (BatchInfo, error) {
+	return q.updateBatch(ctx, batch, func(b *BatchInfo) error {
+		if b.Status() == BatchCancelled {
+			return fmt.Errorf("batch %q: %w", batch, ErrBatchCancelled)
+		}
+		b.Budget = budget
+		return nil
+	})
+}
+
+// updateBatch applies change to batch's record with a compare-and-set,
+// again while another writer (an enqueue, another command) got there
+// first. An error of change ends it, with the record as read.
+func (q *Queue) updateBatch(ctx context.Context, batch string, change func(*BatchInfo) error) (BatchInfo, error) {
 	for range maxBatchUpdateTries {
 		b, err := q.Batch(ctx, batch)
 		if err != nil {
 			return BatchInfo{}, err
 		}
-		from := b.Status()
-		switch {
-		case from == BatchCancelled:
-			return b, fmt.Errorf("batch %q: %w", batch, ErrBatchCancelled)
-		case action == ActionPause && from == BatchPaused:
-			return b, fmt.Errorf("batch %q is paused already: %w", batch, ErrBatchState)
-		case action == ActionResume && from == BatchRunning:
-			return b, fmt.Errorf("batch %q is not paused: %w", batch, ErrBatchState)
-		}
-		b.State = to
-		b.History = append(b.History, BatchEvent{At: time.Now().UTC(), Action: action, By: by})
-		if len(b.History) > MaxBatchHistory {
-			b.History = slices.Delete(b.History, 0, len(b.History)-MaxBatchHistory)
+		if err := change(&b); err != nil {
+			return b, err
 		}
 		data, err := json.Marshal(b)
 		if err != nil {
@@ -83,9 +93,42 @@ func (q *Queue) SetBatchState(ctx context.Context, batch, action, by string) (Ba
 		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLastSequence(err) {
 			return BatchInfo{}, fmt.Errorf("queue: write batch record %q: %w", batch, err)
 		}
-		// An enqueue or another command changed it meanwhile: again.
 	}
 	return BatchInfo{}, fmt.Errorf("queue: write batch record %q: gave up after %d concurrent updates", batch, maxBatchUpdateTries)
+}
+
+func (q *Queue) setBatchState(ctx context.Context, batch, action, by, reason string) (BatchInfo, error) {
+	var to string
+	switch action {
+	case ActionPause:
+		to = BatchPaused
+	case ActionResume:
+		to = BatchRunning
+	case ActionCancel:
+		to = BatchCancelled
+	default:
+		return BatchInfo{}, fmt.Errorf("queue: unknown batch action %q", action)
+	}
+	return q.updateBatch(ctx, batch, func(b *BatchInfo) error {
+		switch from := b.Status(); {
+		case from == BatchCancelled:
+			return fmt.Errorf("batch %q: %w", batch, ErrBatchCancelled)
+		case action == ActionPause && from == BatchPaused:
+			return fmt.Errorf("batch %q is paused already: %w", batch, ErrBatchState)
+		case action == ActionResume && from == BatchRunning:
+			return fmt.Errorf("batch %q is not paused: %w", batch, ErrBatchState)
+		}
+		b.State = to
+		b.PausedReason = ""
+		if to == BatchPaused {
+			b.PausedReason = reason
+		}
+		b.History = append(b.History, BatchEvent{At: time.Now().UTC(), Action: action, By: by, Reason: reason})
+		if len(b.History) > MaxBatchHistory {
+			b.History = slices.Delete(b.History, 0, len(b.History)-MaxBatchHistory)
+		}
+		return nil
+	})
 }
 
 // OutcomeCancelled is the outcome of an item of a cancelled batch that

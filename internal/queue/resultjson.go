@@ -61,6 +61,10 @@ func (r *Result) AppendJSON(b []byte) ([]byte, error) {
 		b = append(b, `,"via":`...)
 		b = jsonl.AppendString(b, r.Via)
 	}
+	if r.Spend != 0 {
+		b = append(b, `,"spend":`...)
+		b = append(b, r.Spend.String()...)
+	}
 	b = append(b, `,"worker":`...)
 	b = jsonl.AppendString(b, r.Worker)
 	b = append(b, `,"finished_at":`...)

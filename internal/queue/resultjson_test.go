@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/spend"
 )
 
 // FuzzResultJSON: Result.AppendJSON writes the bytes json.Marshal writes
@@ -14,18 +15,18 @@ import (
 // offset of 24 hours or more).
 func FuzzResultJSON(f *testing.F) {
 	now := time.Date(2026, 11, 24, 2, 3, 4, 567891234, time.UTC).UnixNano()
-	f.Add("item-1", "b1", "exec", queue.OutcomeSucceeded, 1, 0.012345, "key-a", "", "out <b>\n", "", false, 0, "", "", "w1", now, now, 0)
-	f.Add("i\u2028\xff", "", "", queue.OutcomeFailed, -3, 1e-9, "", "boom: \"quoted\"", "", "base64", true, 400, "req_1<", "", "", int64(0), now, 3600+1800)
-	f.Add("x", "y", "z", "", math.MaxInt32, math.NaN(), "", "", "", "", false, -1, "", "batch_\x01", "", now, now, -7*3600)
-	f.Add("x", "y", "z", "", 0, 2e21, "", "", "", "", false, 200, "r", "v", "", now, int64(math.MaxInt64), 0)
-	f.Add("x", "y", "z", "", 0, 0.5, "", "", "", "", false, 0, "", "", "", now, now, 25*3600) // no RFC 3339 form
+	f.Add("item-1", "b1", "exec", queue.OutcomeSucceeded, 1, 0.012345, "key-a", "", "out <b>\n", "", false, 0, "", "", int64(0), "w1", now, now, 0)
+	f.Add("i\u2028\xff", "", "", queue.OutcomeFailed, -3, 1e-9, "", "boom: \"quoted\"", "", "base64", true, 400, "req_1<", "", int64(1500), "", int64(0), now, 3600+1800)
+	f.Add("x", "y", "z", "", math.MaxInt32, math.NaN(), "", "", "", "", false, -1, "", "batch_\x01", int64(-7), "", now, now, -7*3600)
+	f.Add("x", "y", "z", "", 0, 2e21, "", "", "", "", false, 200, "r", "v", int64(math.MaxInt64), "", now, int64(math.MaxInt64), 0)
+	f.Add("x", "y", "z", "", 0, 0.5, "", "", "", "", false, 0, "", "", int64(1_000_000_000), "", now, now, 25*3600) // no RFC 3339 form
 	f.Fuzz(func(t *testing.T, item, batch, kind, outcome string, attempts int, dur float64, cred, errText, output, enc string,
-		truncated bool, status int, requestID, via, worker string, leasedNs, finishedNs int64, offsetSec int) {
+		truncated bool, status int, requestID, via string, spent int64, worker string, leasedNs, finishedNs int64, offsetSec int) {
 		zone := time.FixedZone("z", offsetSec%(30*3600))
 		r := queue.Result{
 			Item: item, Batch: batch, Kind: kind, Outcome: outcome, Attempts: attempts, Duration: dur,
 			CredentialID: cred, Error: errText, Output: output, OutputEncoding: enc, OutputTruncated: truncated,
-			StatusCode: status, RequestID: requestID, Via: via,
+			StatusCode: status, RequestID: requestID, Via: via, Spend: spend.Amount(spent),
 			Worker: worker, FinishedAt: time.Unix(0, finishedNs).In(zone),
 		}
 		if leasedNs != 0 {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/keyfleet/keyfleet/internal/spend"
 )
 
 // Outcomes of an item in a Result.
@@ -44,9 +46,12 @@ type Result struct {
 	RequestID  string `json:"request_id,omitempty"`
 	// Via names the provider batch the item ran in (a Batch API's batch
 	// ID); "" when it ran on its own.
-	Via        string    `json:"via,omitempty"`
-	Worker     string    `json:"worker"`
-	FinishedAt time.Time `json:"finished_at"`
+	Via string `json:"via,omitempty"`
+	// Spend is what the run cost at its model's price (pool.prices), from
+	// its reply's usage (0, left out, when unknown).
+	Spend      spend.Amount `json:"spend,omitempty"`
+	Worker     string       `json:"worker"`
+	FinishedAt time.Time    `json:"finished_at"`
 }
 
 // PutResult stores an item's outcome (confirmed by the server), cut to
