@@ -2,8 +2,9 @@
 // from next. A lane is one batch's items of one scope (queue.Lane: the
 // batch ID for its items without a scope); the schedule gives free slots to
 // the lanes by strict priority across levels 1..5 and by weighted fair
-// share within a level (start-time fair queueing), in one Lua script on
-// Redis, shared by every worker. docs/waiting-model.md describes the
+// share within a level (start-time fair queueing: among tenants by their
+// weights first, then among each tenant's lanes by theirs), in one Lua
+// script on Redis, shared by every worker. docs/waiting-model.md describes the
 // model; this package is its Redis half. It does not log.
 package lanes
 
@@ -87,6 +88,11 @@ type Lane struct {
 	// a key set and a scope), each without white space; a pick passes
 	// over a lane whose every class it is given. None: never passed over.
 	Classes []string
+	// Tenant is the batch's tenant ("" none) and TenantWeight its weight
+	// (>= 1): tenants share a level by their weights before their lanes
+	// do (a lane counts with its share of its tenant's).
+	Tenant       string
+	TenantWeight int
 }
 
 // Synced says what Sync did.
@@ -116,7 +122,7 @@ func (s *Schedule) Sync(ctx context.Context, l Lane) (Synced, error) {
 		}
 	}
 	n, err := script.Run(ctx, s.rdb, []string{s.epoch}, "sync", l.ID, l.State, l.Priority, l.Weight, l.Gen,
-		strings.Join(l.Classes, " ")).Int()
+		strings.Join(l.Classes, " "), l.Tenant, max(l.TenantWeight, 1)).Int()
 	if err != nil {
 		return Stale, fmt.Errorf("lanes: sync %q: %w", l.ID, err)
 	}

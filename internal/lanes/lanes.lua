@@ -4,11 +4,11 @@
 --          Redis that lost it has none: the workers register the lanes
 --          again)
 -- ARGV[1]  op, then per op:
---   sync    lane state prio weight gen classes
+--   sync    lane state prio weight gen classes tenant tweight
 --                                        register (state running) or take
 --           out (paused, cancelled) a lane; gen orders the calls;
 --           classes: what its items wait for (space separated, may be
---           empty: never passed over)
+--           empty: never passed over); tenant ("" none) and its weight
 --   pick    n turn_us turn_slots [class...]
 --                                        give n slots to the next lane,
 --                                        passing over the lanes whose
@@ -23,7 +23,12 @@
 --             hash  l (the lane of those classes whose turn it is at
 --             level p), e (the turn's end, us), n (slots given in it)
 --   lane:<l>  hash  p, w, gen, drained (the gen found empty), dry (until,
---             us), dryn (dry picks in a row), c (classes)
+--             us), dryn (dry picks in a row), c (classes), t (tenant), tw
+--             (its weight), ts ("<p>|<t>|<w>": what it adds to ts:<p>)
+--   ts:<p>    hash  tenant -> the sum of the weights of its lanes in q:<p>
+-- Tenants share a level by their weights before their lanes do: a lane of
+-- tenant T counts with weight tw(T) * w / ts(T) (its share of its
+-- tenant's share); a lane without a tenant with its own weight.
 local PFX = string.sub(KEYS[1], 1, -6) -- strip "epoch"
 local K_EPOCH = KEYS[1]
 local SCAN = 16           -- lanes examined per level and pick
@@ -43,16 +48,54 @@ local function k_vt(p) return PFX .. 'vt:' .. p end
 local function k_lane(l) return PFX .. 'lane:' .. l end
 local function k_turn(p, c) return PFX .. 'turn:' .. p .. ':' .. c end
 local function vt(p) return tonumber(redis.call('GET', k_vt(p)) or '0') or 0 end
+local function k_ts(p) return PFX .. 'ts:' .. p end
+
+-- uncount takes what lane l (its ts field: "<p>|<t>|<w>") added to its
+-- tenant's sum out.
+local function uncount(l, ts)
+  if not ts or ts == '' then
+    return
+  end
+  local p, t, w = string.match(ts, '^(%d+)|(.*)|(%d+)$')
+  if p and t ~= '' then
+    redis.call('HINCRBY', k_ts(tonumber(p)), t, -tonumber(w))
+  end
+  redis.call('HDEL', k_lane(l), 'ts')
+end
+
+-- count adds lane l of tenant t ('' none) and weight w at level p to its
+-- tenant's sum.
+local function count(l, p, t, w)
+  if t ~= '' then
+    redis.call('HINCRBY', k_ts(p), t, w)
+  end
+  redis.call('HSET', k_lane(l), 'ts', p .. '|' .. t .. '|' .. w)
+end
+
+-- eff is the weight a lane of weight w and tenant t (of weight tw) counts
+-- with at level p: its share of its tenant's share.
+local function eff(p, w, t, tw)
+  if not t or t == '' then
+    return w
+  end
+  local sum = tonumber(redis.call('HGET', k_ts(p), t) or '0') or 0
+  if sum < w then
+    sum = w
+  end
+  return (tonumber(tw) or 1) * w / sum
+end
 
 local op = ARGV[1]
 if op == 'sync' then
   local l, state, p, w, gen, c = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] or ''
+  local tenant, tw = ARGV[8] or '', tonumber(ARGV[9] or '1') or 1
   redis.call('SET', K_EPOCH, '1')
-  local h = redis.call('HMGET', k_lane(l), 'p', 'gen', 'drained')
+  local h = redis.call('HMGET', k_lane(l), 'p', 'gen', 'drained', 'ts')
   local oldp, oldgen, drained = tonumber(h[1] or '0') or 0, tonumber(h[2] or '0') or 0, tonumber(h[3] or '-1') or -1
   if gen < oldgen then
     return 0 -- a newer state is in already
   end
+  uncount(l, h[4])
   local score = nil
   if oldp > 0 then
     score = redis.call('ZSCORE', k_q(oldp), l)
@@ -60,7 +103,7 @@ if op == 'sync' then
       redis.call('ZREM', k_q(oldp), l)
     end
   end
-  redis.call('HSET', k_lane(l), 'p', p, 'w', w, 'gen', gen, 'c', c)
+  redis.call('HSET', k_lane(l), 'p', p, 'w', w, 'gen', gen, 'c', c, 't', tenant, 'tw', tw)
   redis.call('EXPIRE', k_lane(l), LANE_TTL)
   if state ~= 'running' then
     return 1
@@ -68,6 +111,7 @@ if op == 'sync' then
   if gen <= drained then
     return 2 -- found empty at this revision: nothing new came since
   end
+  count(l, p, tenant, w)
   if gen > oldgen then
     -- Something changed (items added, resumed): look at it at once.
     redis.call('HDEL', k_lane(l), 'dry', 'dryn')
@@ -117,14 +161,14 @@ elseif op == 'pick' then
       read = read + #m / 2
       for j = 1, #m, 2 do
         local l, sc = m[j], tonumber(m[j + 1])
-        local h = redis.call('HMGET', k_lane(l), 'dry', 'w', 'c')
+        local h = redis.call('HMGET', k_lane(l), 'dry', 'w', 'c', 't', 'tw')
         if passed_over(h[3]) then
           passed = true
         else
           examined = examined + 1
           local dry = tonumber(h[1] or '0') or 0
           if dry <= now then
-            best, bsc, bw, bc = l, sc, tonumber(h[2] or '1') or 1, h[3] or ''
+            best, bsc, bw, bc = l, sc, eff(p, tonumber(h[2] or '1') or 1, h[4], h[5]), h[3] or ''
             break
           elseif soonest < 0 or dry < soonest then
             soonest = dry
@@ -148,9 +192,13 @@ elseif op == 'pick' then
         local t = redis.call('HMGET', tk, 'l', 'e', 'n')
         if t[1] and (tonumber(t[2]) or 0) > now and (tonumber(t[3]) or turn_slots) < turn_slots then
           local tsc = tonumber(redis.call('ZSCORE', k_q(p), t[1]) or '')
-          local th = t[1] == best and {'0', bw, bc} or redis.call('HMGET', k_lane(t[1]), 'dry', 'w', 'c')
+          local th = t[1] == best and {'0', bw, bc} or redis.call('HMGET', k_lane(t[1]), 'dry', 'w', 'c', 't', 'tw')
           if tsc and (th[3] or '') == bc and (tonumber(th[1] or '0') or 0) <= now then
-            redis.call('ZADD', k_q(p), tsc + n / (tonumber(th[2] or '1') or 1), t[1])
+            local tw = bw
+            if t[1] ~= best then
+              tw = eff(p, tonumber(th[2] or '1') or 1, th[4], th[5])
+            end
+            redis.call('ZADD', k_q(p), tsc + n / tw, t[1])
             redis.call('HINCRBY', tk, 'n', n)
             return {t[1], tostring(n)}
           end
@@ -177,11 +225,12 @@ elseif op == 'pick' then
   return {'', n2s(soonest - now)}
 elseif op == 'got' then
   local l, asked, got = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-  local h = redis.call('HMGET', k_lane(l), 'p', 'w', 'dryn')
+  local h = redis.call('HMGET', k_lane(l), 'p', 'w', 'dryn', 't', 'tw')
   local p, w, dryn = tonumber(h[1] or '0') or 0, tonumber(h[2] or '1') or 1, tonumber(h[3] or '0') or 0
   if p == 0 then
     return 0
   end
+  w = eff(p, w, h[4], h[5])
   if got >= asked then
     if dryn > 0 then
       redis.call('HDEL', k_lane(l), 'dry', 'dryn')
@@ -196,7 +245,7 @@ elseif op == 'got' then
   return 1
 elseif op == 'drained' then
   local l, gen = ARGV[2], tonumber(ARGV[3])
-  local h = redis.call('HMGET', k_lane(l), 'p', 'gen')
+  local h = redis.call('HMGET', k_lane(l), 'p', 'gen', 'ts')
   local p, cur = tonumber(h[1] or '0') or 0, tonumber(h[2] or '0') or 0
   if cur ~= gen then
     return 0 -- registered again since: items came
@@ -204,6 +253,7 @@ elseif op == 'drained' then
   if p > 0 then
     redis.call('ZREM', k_q(p), l)
   end
+  uncount(l, h[3])
   redis.call('HSET', k_lane(l), 'drained', gen)
   redis.call('HDEL', k_lane(l), 'dry', 'dryn')
   return 1

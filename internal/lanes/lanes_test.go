@@ -90,6 +90,45 @@ func TestWeightedFairShare(t *testing.T) {
 	}
 }
 
+// Tenants share a level by their weights before their lanes do: tenant
+// research (weight 2) with three lanes and support (weight 1) with three
+// get 2:1 of the picks whatever their lanes' number; within a tenant its
+// lanes share by their own weights; a lane without a tenant counts as a
+// tenant of its own weight. A lane that drains gives its share back to
+// its tenant's others.
+func TestTenantsShareBeforeTheirLanes(t *testing.T) {
+	s, _ := newSchedule(t)
+	for i := range 3 {
+		sync(t, s, lanes.Lane{ID: fmt.Sprintf("r%d", i), Priority: 3, Gen: 1, Tenant: "research", TenantWeight: 2})
+		sync(t, s, lanes.Lane{ID: fmt.Sprintf("s%d", i), Priority: 3, Gen: 1, Tenant: "support", TenantWeight: 1, Weight: 1 + i})
+	}
+	got := picks(t, s, 3000)
+	r, sp := got["r0"]+got["r1"]+got["r2"], got["s0"]+got["s1"]+got["s2"]
+	if ratio := float64(r) / float64(sp); ratio < 1.95 || ratio > 2.05 {
+		t.Fatalf("tenants 2:1 with three lanes each: research %d, support %d (%.3f): %v", r, sp, ratio, got)
+	}
+	// Within support, lanes of weight 1, 2, 3.
+	if got["s2"] < 2*got["s0"]*9/10 || got["s1"] < got["s0"]*18/10 {
+		t.Fatalf("support's lanes by their weights 1:2:3: %v", got)
+	}
+	// research's r1 and r2 drain: r0 alone keeps research's share.
+	for _, l := range []string{"r1", "r2"} {
+		if ok, err := s.Drained(context.Background(), l, 1); err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+	}
+	got = picks(t, s, 3000)
+	if ratio := float64(got["r0"]) / float64(got["s0"]+got["s1"]+got["s2"]); ratio < 1.95 || ratio > 2.05 {
+		t.Fatalf("research down to one lane: %v (%.3f), want it to keep 2:1", got, ratio)
+	}
+	// A lane without a tenant: a tenant of its own weight (1) among them.
+	sync(t, s, lanes.Lane{ID: "solo", Priority: 3, Gen: 1})
+	got = picks(t, s, 4000)
+	if frac := float64(got["solo"]) / 4000; frac < 0.23 || frac > 0.27 {
+		t.Fatalf("a lane without a tenant beside tenants of weight 2 and 1: %v (%.3f), want a quarter", got, frac)
+	}
+}
+
 // A lane found empty rests, doubling while it stays empty; Sync with a
 // newer generation (items added) ends the rest at once.
 func TestDryLanes(t *testing.T) {
