@@ -18,6 +18,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/connect"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/spend"
 	"github.com/keyfleet/keyfleet/internal/version"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
@@ -186,6 +187,19 @@ func openPool(ctx context.Context, cfg *config.Config) (*creds.Pool, func(), err
 		return nil, nil, exitcode.With(exitcode.Usage, err)
 	}
 	return pool, func() { _ = pool.Close(); _ = rdb.Close() }, nil
+}
+
+// openLedger opens the spend ledger of the configuration's pool (its
+// Redis).
+func openLedger(ctx context.Context, cfg *config.Config) (*spend.Ledger, func(), error) {
+	rdb, err := connect.Redis(ctx, cfg.Redis, 2, connectTimeout)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = exitcode.With(exitcode.Unreachable, fmt.Errorf("%w (no answer within %s)", err, connectTimeout))
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return spend.NewLedger(rdb, cfg.Pool.Name), func() { _ = rdb.Close() }, nil
 }
 
 // openQueueAndPool opens the queue, then the pool (openQueue, openPool);

@@ -15,7 +15,9 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/batchview"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
+	"github.com/keyfleet/keyfleet/internal/ops"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/spend"
 	"github.com/keyfleet/keyfleet/internal/termsafe"
 )
 
@@ -27,7 +29,7 @@ const actionTimeout = 30 * time.Second
 func (p *producer) batchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "batch",
-		Short: "List batches, show one, pause, resume or cancel one",
+		Short: "List batches, show one, pause, resume, cancel one, or change its budget",
 		Long: `batch shows the batches and steers them (see "Batches" in the README).
 
   list [--json]         every batch: priority, weight, state, progress
@@ -38,6 +40,10 @@ func (p *producer) batchCmd() *cobra.Command {
                         no new item starts; items not started never run and
                         are recorded as cancelled; the batch takes no new
                         items (on a terminal, it asks first)
+  set ID --budget AMOUNT [--json]
+                        change the batch's budget; a batch paused for its
+                        budget runs again once the new one covers its next
+                        start
 
 A batch's state is "running", "paused", "cancelled", or "done" once every
 item has an outcome (and it was not cancelled). The counts come from the
@@ -62,7 +68,85 @@ cancelling a done one, any change of a cancelled batch.
 	cmd.AddCommand(p.batchListCmd(), p.batchShowCmd(),
 		p.batchActionCmd(queue.ActionPause, "No new item of the batch starts (items running finish)"),
 		p.batchActionCmd(queue.ActionResume, "A paused batch goes on"),
-		p.batchActionCmd(queue.ActionCancel, "No new item starts; those not started are recorded cancelled and leave the stream"))
+		p.batchActionCmd(queue.ActionCancel, "No new item starts; those not started are recorded cancelled and leave the stream"),
+		p.batchSetCmd())
+	return cmd
+}
+
+func (p *producer) batchSetCmd() *cobra.Command {
+	var asJSON bool
+	var budget string
+	cmd := &cobra.Command{
+		Use:   "set ID --budget AMOUNT",
+		Short: "Change a batch's budget (a batch paused for its budget resumes once the new one covers its next start)",
+		Long: `set changes what a batch may spend, fleet-wide, at pool.prices: in its
+record and in the spend ledger every worker's start reserves from, at once.
+A batch paused for its budget (paused_reason budget) resumes when the new
+budget covers its next start beside the reservations of the items running.
+--json prints the batch after the change, with "spent", "reserved" and
+"resumed".
+
+` + exitCodes(exitOK, exitDoc{exitcode.Usage, "usage error, an unknown or cancelled batch"}, exitNATS),
+		Example: `  producer batch set nightly-7 --budget 40
+  producer batch set nightly-7 --budget 40 --json | jq .resumed`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			if err := queue.CheckID("batch", id); err != nil {
+				return usageErr("%v", err)
+			}
+			if !cmd.Flags().Changed("budget") {
+				return usageErr("set: give --budget AMOUNT")
+			}
+			amount, err := spend.ParseAmount(budget)
+			if err != nil || amount <= 0 {
+				if err == nil {
+					err = fmt.Errorf("must be more than 0")
+				}
+				return usageErr("--budget: %v", err)
+			}
+			return p.withQueue(cmd, func(ctx context.Context, q *queue.Queue) error {
+				cfg, err := p.g.load(nil)
+				if err != nil {
+					return err
+				}
+				ledger, closeL, err := openLedger(ctx, cfg)
+				if err != nil {
+					return err
+				}
+				defer closeL()
+				set, err := ops.SetBudget(ctx, q, ledger, id, amount, operator())
+				switch {
+				case errors.Is(err, queue.ErrNoBatch):
+					return usageErr("no batch %s (never enqueued, or its record is gone; `producer batch list` lists them)", termsafe.String(id))
+				case errors.Is(err, queue.ErrBatchCancelled):
+					return usageErr("batch %s is cancelled: its budget cannot change", termsafe.String(id))
+				case err != nil:
+					return unreachable(fmt.Sprintf("setting batch %s's budget", termsafe.String(id)), err)
+				}
+				if asJSON {
+					b, err := readBatch(ctx, q, id)
+					if err != nil {
+						return err
+					}
+					b.Spent = max(b.Spent, set.Account.Spent)
+					return writeJSON(p.stdout, struct {
+						batchview.Batch
+						Reserved spend.Amount `json:"reserved"`
+						Resumed  bool         `json:"resumed"`
+					}{b, set.Account.Reserved, set.Resumed})
+				}
+				fmt.Fprintf(p.stdout, "Batch %s's budget is %s (spent %s, %s reserved by items running).\n",
+					termsafe.String(id), amount, set.Account.Spent, set.Account.Reserved)
+				if set.Resumed {
+					fmt.Fprintf(p.stdout, "It was paused for its budget: it runs again.\n")
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&budget, "budget", "", "the most the batch may spend, fleet-wide, at pool.prices (e.g. 40 or 12.50)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object: the batch after the change")
 	return cmd
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -22,6 +23,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/jobs"
 	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/spend"
 	"github.com/keyfleet/keyfleet/internal/termsafe"
 )
 
@@ -32,6 +34,8 @@ type enqueueOptions struct {
 	idField  string
 	format   string
 	deadline string
+	budget   string
+	tenant   string
 	dryRun   bool
 	wait     bool
 	json     bool
@@ -134,6 +138,9 @@ standard error.
   # an OpenAI Batch API input file, on a kind of provider openai
   producer enqueue --kind chat --format openai-batch batchinput.jsonl
 
+  # a batch that never spends more than 25.00 (at pool.prices), for the research team
+  producer enqueue --kind chat --budget 25 --tenant research prompts.jsonl
+
   # work that can wait: through the provider's Batch API, done within a day
   producer enqueue --kind chat --format openai-batch --deadline 24h batchinput.jsonl
 
@@ -151,6 +158,11 @@ standard error.
 	f.StringVar(&o.idField, "id-field", "id", "top-level field holding each item's ID (the batch formats' is custom_id)")
 	f.StringVar(&o.format, "format", provider.FormatJSONL, "the lines' format: jsonl, openai-batch (OpenAI Batch API input lines) or anthropic-batch "+
 		"({custom_id, params}); the batch formats need a kind of that provider")
+	f.StringVar(&o.budget, "budget", "", "the most the batch may spend, fleet-wide, at pool.prices (e.g. 25.50): a start reserves what its request "+
+		"can cost at most; once what is left cannot cover the next start the batch pauses (reason budget). Needs a provider kind "+
+		"and max_tokens in every request")
+	f.StringVar(&o.tenant, "tenant", "", "the team the batch belongs to (tenants: in the configuration): tenants share the keys by weight, "+
+		"and a tenant's budget bounds all its batches")
 	f.StringVar(&o.deadline, "deadline", "", "the batch may finish any time before this (a duration from now, 24h, or an RFC 3339 time): "+
 		"its items run through the provider's Batch API at half price (a kind of provider openai or anthropic)")
 	f.IntVar(&o.priority, "priority", queue.PriorityDefault, fmt.Sprintf("the batch's priority: %d (first) to %d (last); a batch enqueued again keeps its own unless given",
@@ -280,6 +292,17 @@ func (p *producer) enqueue(cmd *cobra.Command, o enqueueOptions) error {
 			return enqueueErr(err)
 		}
 	}
+	if o.budget != "" {
+		b, err := spend.ParseAmount(o.budget)
+		if err != nil {
+			return usageErr("--budget: %v", err)
+		}
+		req.Budget = &b
+	}
+	req.Tenant = o.tenant
+	if len(cfg.Tenants) > 0 {
+		req.Tenants = slices.Sorted(maps.Keys(cfg.Tenants))
+	}
 	req.Source = enqueue.Source{Name: termsafe.String(o.file), Path: o.file}
 	if o.file == "-" {
 		req.Source = enqueue.Source{Name: "stdin", Reader: p.stdin}
@@ -319,6 +342,14 @@ func (p *producer) enqueue(cmd *cobra.Command, o enqueueOptions) error {
 			return err
 		}
 		defer closeQ()
+		if req.Budget != nil {
+			ledger, closeL, err := openLedger(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			defer closeL()
+			req.Ledger = ledger
+		}
 	}
 
 	name := req.Source.Name
