@@ -2,10 +2,12 @@ package cli
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -137,12 +139,21 @@ func (p *producer) dashboard(cmd *cobra.Command, o dashboardOptions) error {
 		return err
 	}
 	defer closeBoth()
+	ledger, closeLedger, err := openLedger(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeLedger()
+	var tenants []string
+	if len(cfg.Tenants) > 0 {
+		tenants = slices.Sorted(maps.Keys(cfg.Tenants))
+	}
 	srv, err := dashboard.New(dashboard.Options{
 		Queue: q, Pool: pool, AdminToken: token, Interval: o.interval,
 		Sensitive: append(urlSecrets(cfg.NATS.URL), urlSecrets(cfg.Redis.URL)...),
 		Logger:    log.Named("dashboard"),
 		Enqueue: dashboard.EnqueueDefaults{
-			DefaultKind: kind, Kinds: configuredKinds(cfg), NamedKinds: cfg.Jobs.KindNames(), Providers: providers, Endpoints: endpoints,
+			DefaultKind: kind, Kinds: configuredKinds(cfg), NamedKinds: cfg.Jobs.KindNames(), Providers: providers, Endpoints: endpoints, Tenants: tenants, Ledger: ledger,
 			CostField: cfg.Pool.Cost.Field, CostDefault: cfg.Pool.Cost.Default, ScopeField: cfg.Pool.Scope.Field,
 		},
 		MaxEnqueueBody: o.maxBody,

@@ -16,11 +16,12 @@ import (
 	"github.com/keyfleet/keyfleet/internal/enqueue"
 	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/spend"
 )
 
 // The fleet's API for programs (DESIGN "Any language"):
 //
-//	POST /api/batches?kind=K&batch=ID&priority=N&weight=W&id_field=F&format=F&deadline=D
+//	POST /api/batches?kind=K&batch=ID&priority=N&weight=W&id_field=F&format=F&deadline=D&budget=B&tenant=T
 //	     body: JSON Lines (Content-Type: application/x-ndjson), admin token
 //	     → 200 {"batch", "items", "new", "duplicates", "kind", "priority", "weight"}
 //	GET  /api/batches/{id}          → the batch object (Batch)
@@ -34,7 +35,8 @@ const DefaultMaxEnqueueBody = 256 << 20
 const ndjson = "application/x-ndjson"
 
 // enqueueParams are the query parameters POST /api/batches takes.
-var enqueueParams = map[string]bool{"kind": true, "batch": true, "priority": true, "weight": true, "id_field": true, "format": true, "deadline": true}
+var enqueueParams = map[string]bool{"kind": true, "batch": true, "priority": true, "weight": true, "id_field": true, "format": true,
+	"deadline": true, "budget": true, "tenant": true}
 
 // guard refuses, as every write action is refused, a request on a
 // read-only dashboard (403) or without the admin token (401). It reports
@@ -102,7 +104,7 @@ func (s *Server) enqueueBatch(rw http.ResponseWriter, r *http.Request) {
 func (s *Server) enqueueRequest(v url.Values, body enqueue.Source) (enqueue.Request, error) {
 	for name := range v {
 		if !enqueueParams[name] {
-			return enqueue.Request{}, fmt.Errorf("unknown query parameter %q (want kind, batch, priority, weight, id_field, format, deadline)", name)
+			return enqueue.Request{}, fmt.Errorf("unknown query parameter %q (want kind, batch, priority, weight, id_field, format, deadline, budget, tenant)", name)
 		}
 	}
 	req := enqueue.Request{
@@ -119,6 +121,17 @@ func (s *Server) enqueueRequest(v url.Values, body enqueue.Source) (enqueue.Requ
 		return req, fmt.Errorf("query parameter kind: required: the configuration defines several job kinds: %s", strings.Join(s.enq.Kinds, ", "))
 	}
 	req.Format, req.Provider, req.Endpoint = v.Get("format"), s.enq.Providers[req.Kind], s.enq.Endpoints[req.Kind]
+	req.Tenant, req.Tenants = v.Get("tenant"), s.enq.Tenants
+	if b := v.Get("budget"); b != "" {
+		amount, err := spend.ParseAmount(b)
+		if err != nil {
+			return req, fmt.Errorf("query parameter budget: %v", err)
+		}
+		req.Budget = &amount
+		if s.enq.Ledger != nil {
+			req.Ledger = s.enq.Ledger
+		}
+	}
 	if d := v.Get("deadline"); d != "" {
 		t, err := enqueue.ParseDeadline(d, time.Now())
 		if err != nil {

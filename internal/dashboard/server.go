@@ -18,6 +18,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/jobs"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/secret"
+	"github.com/keyfleet/keyfleet/internal/spend"
 	"github.com/keyfleet/keyfleet/internal/status"
 	"github.com/keyfleet/keyfleet/internal/version"
 	"github.com/keyfleet/keyfleet/pkg/creds"
@@ -80,6 +81,10 @@ type EnqueueDefaults struct {
 	// (jobs.kinds.<k>.http.provider): their items are requests; Endpoints
 	// where those requests go (http.endpoint, else the provider's).
 	Providers, Endpoints map[string]string
+	// Tenants are the configuration's tenants (nil: any name); Ledger
+	// keeps the batches' budgets (nil: budget= is refused).
+	Tenants []string
+	Ledger  *spend.Ledger
 	// TempDir is where a body is copied while it is enqueued ("":
 	// os.TempDir()).
 	TempDir string
