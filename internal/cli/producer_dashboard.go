@@ -153,7 +153,7 @@ func (p *producer) dashboard(cmd *cobra.Command, o dashboardOptions) error {
 		Sensitive: append(urlSecrets(cfg.NATS.URL), urlSecrets(cfg.Redis.URL)...),
 		Logger:    log.Named("dashboard"),
 		Enqueue: dashboard.EnqueueDefaults{
-			DefaultKind: kind, Kinds: configuredKinds(cfg), NamedKinds: cfg.Jobs.KindNames(), Providers: providers, Endpoints: endpoints, Tenants: tenants, Ledger: ledger,
+			DefaultKind: kind, Kinds: configuredKinds(cfg), NamedKinds: cfg.Jobs.KindNames(), Providers: providers, Endpoints: endpoints, Tenants: tenants, TenantSpecs: tenantSpecs(cfg), Ledger: ledger,
 			CostField: cfg.Pool.Cost.Field, CostDefault: cfg.Pool.Cost.Default, ScopeField: cfg.Pool.Scope.Field,
 		},
 		MaxEnqueueBody: o.maxBody,

@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
 	"github.com/keyfleet/keyfleet/internal/status"
 	"github.com/keyfleet/keyfleet/internal/termsafe"
@@ -61,6 +64,16 @@ It needs NATS and Redis.
 			if err != nil {
 				return exitcode.With(exitcode.Unreachable, err)
 			}
+			if specs := tenantSpecs(cfg); len(specs) > 0 {
+				ledger, closeL, err := openLedger(ctx, cfg)
+				if err != nil {
+					return err
+				}
+				defer closeL()
+				if rep.Tenants, err = status.Tenants(ctx, ledger, specs, time.Now()); err != nil {
+					return exitcode.With(exitcode.Unreachable, err)
+				}
+			}
 			if asJSON {
 				return writeJSON(p.stdout, rep)
 			}
@@ -70,6 +83,19 @@ It needs NATS and Redis.
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object (schema in --help)")
 	return cmd
+}
+
+// tenantSpecs are the configuration's tenants, by name.
+func tenantSpecs(cfg *config.Config) []status.TenantSpec {
+	var out []status.TenantSpec
+	for _, name := range slices.Sorted(maps.Keys(cfg.Tenants)) {
+		sp := status.TenantSpec{Name: name, Weight: cfg.Tenants[name].Weight}
+		if b, ok := cfg.TenantBudget(name); ok {
+			sp.Budget = &b
+		}
+		out = append(out, sp)
+	}
+	return out
 }
 
 func printStatus(w io.Writer, r status.Report, heartbeatTTL time.Duration) {
@@ -95,6 +121,19 @@ func printStatus(w io.Writer, r status.Report, heartbeatTTL time.Duration) {
 	}
 	fmt.Fprintln(w)
 	printPool(w, r.Pool)
+	if len(r.Tenants) > 0 {
+		fmt.Fprintf(w, "\nTenants (spend of the current period):\n")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  TENANT\tWEIGHT\tBUDGET\tSPENT\tRESERVED\tPERIOD\t")
+		for _, t := range r.Tenants {
+			budget := "none"
+			if t.Budget != nil {
+				budget = t.Budget.String() + "/" + t.Period
+			}
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\t\n", termsafe.String(t.Name), t.Weight, budget, t.Spent, t.Reserved, t.PeriodID)
+		}
+		_ = tw.Flush()
+	}
 }
 
 // printPool prints the pool's totals and a table of its credentials.

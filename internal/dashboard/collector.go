@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keyfleet/keyfleet/internal/ctxsleep"
+	"github.com/keyfleet/keyfleet/internal/batchview"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/status"
 	"github.com/keyfleet/keyfleet/internal/version"
@@ -90,6 +91,13 @@ func (s *Server) collectOnce(ctx context.Context) {
 		}
 		s.logErr.Do(func() { s.log.Warn("reading the fleet failed", zap.Error(err)) })
 	} else {
+		if l := s.enq.Ledger; l != nil && len(s.enq.TenantSpecs) > 0 {
+			if ts, err := status.Tenants(rctx, l, s.enq.TenantSpecs, now); err == nil {
+				rep.Tenants = ts
+			} else {
+				s.logErr.Do(func() { s.log.Warn("reading the tenants' spend failed", zap.Error(err)) })
+			}
+		}
 		s.last, s.haveLast = rep, true
 		s.hist.add(rep.At, rep.Pool)
 		s.mets.observe(rep)
@@ -99,7 +107,13 @@ func (s *Server) collectOnce(ctx context.Context) {
 	s.tally.mu.Lock()
 	meta.ResultsCaughtUp = s.tally.ready
 	s.tally.mu.Unlock()
-	snap := Snapshot{Report: rep, Batches: s.tally.rows(now), DeadLetterList: s.deadLetters, Dashboard: meta}
+	rows := s.tally.rows(now)
+	if s.enq.Ledger != nil {
+		if err := batchview.Spend(rctx, s.enq.Ledger, rows); err != nil {
+			s.logErr.Do(func() { s.log.Warn("reading the batches' spend failed", zap.Error(err)) })
+		}
+	}
+	snap := Snapshot{Report: rep, Batches: rows, DeadLetterList: s.deadLetters, Dashboard: meta}
 	full, err := json.Marshal(snap)
 	if err != nil {
 		s.log.Error("encoding the snapshot", zap.Error(err))

@@ -82,9 +82,11 @@ type EnqueueDefaults struct {
 	// where those requests go (http.endpoint, else the provider's).
 	Providers, Endpoints map[string]string
 	// Tenants are the configuration's tenants (nil: any name); Ledger
-	// keeps the batches' budgets (nil: budget= is refused).
-	Tenants []string
-	Ledger  *spend.Ledger
+	// keeps the batches' budgets (nil: budget= is refused) and the
+	// tenants' spend the snapshot shows (TenantSpecs).
+	Tenants     []string
+	TenantSpecs []status.TenantSpec
+	Ledger      *spend.Ledger
 	// TempDir is where a body is copied while it is enqueued ("":
 	// os.TempDir()).
 	TempDir string

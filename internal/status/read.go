@@ -13,7 +13,7 @@ import (
 // could not be read ("reading the queue: ..."); the report holds what was
 // read before the error.
 func Read(ctx context.Context, q *queue.Queue, pool *creds.Pool) (Report, error) {
-	rep := Report{At: time.Now().UTC(), Workers: []Worker{}, Pool: Pool{Credentials: []Credential{}}}
+	rep := Report{At: time.Now().UTC(), Workers: []Worker{}, Pool: Pool{Credentials: []Credential{}}, Tenants: []Tenant{}}
 	qs, err := q.Stats(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("reading the queue: %w", err)

@@ -28,6 +28,8 @@ import (
 //	               "last_active"}   the consumer's last delivery (null: never)
 //	  "dead_letters": dead-letter records (`producer dlq list`)
 //	  "results":      result records kept (`producer results`)
+//	  "tenants":  [{"name", "weight", "budget" (null: none), "period" (d|w|mo),
+//	                "period_id", "period_end", "spent", "reserved"}]  the current period's
 //	  "workers":  [{"id", "host", "pid", "version", "state" (running|draining),
 //	                "concurrency", "busy", "done", "failed", "kinds", "started_at", "last_seen"}]
 //	              workers heard from within the heartbeat TTL, by id
@@ -68,6 +70,9 @@ type Report struct {
 	Results     uint64    `json:"results"`
 	Workers     []Worker  `json:"workers"`
 	Pool        Pool      `json:"pool"`
+	// Tenants are the configuration's tenants with their spend in the
+	// current period (Tenants); [] when none.
+	Tenants []Tenant `json:"tenants"`
 }
 
 // Stream is the work stream.

@@ -173,6 +173,27 @@
       pbs.length > shown.length ? el('div', {}, `… and ${num(pbs.length - shown.length)} more`) : null);
   }
 
+  // spendLine says a batch's tenant, what it spent and its budget, and
+  // why it is paused when its budget paused it.
+  function spendLine(b) {
+    const parts = [];
+    if (b.tenant) parts.push(`tenant ${b.tenant}`);
+    if (b.budget !== null && b.budget !== undefined) parts.push(`spent ${b.spent} of ${b.budget}`);
+    else if (b.spent) parts.push(`spent ${b.spent}`);
+    if (b.paused_reason) parts.push(`paused: ${b.paused_reason}`);
+    return parts.length ? el('div', {class: 'muted small spend'}, parts.join(' · ')) : null;
+  }
+
+  // renderTenants lists the tenants with their spend of the period.
+  function renderTenants(s) {
+    const ts = s.tenants || [];
+    if (ts.length === 0) return el('p', {class: 'muted'}, 'No tenants in the configuration.');
+    return table(['Tenant', '#Weight', 'Budget', '#Spent', '#Reserved', 'Period'], ts.map((t) => el('tr', {'data-tenant': t.name},
+      el('td', {class: 'id'}, t.name), el('td', {class: 'num'}, t.weight),
+      el('td', {}, t.budget !== null && t.budget !== undefined ? `${t.budget}/${t.period}` : 'none'),
+      el('td', {class: 'num'}, String(t.spent)), el('td', {class: 'num'}, String(t.reserved)), el('td', {class: 'muted'}, t.period_id))));
+  }
+
   function renderBatches(s) {
     const bs = s.batches || [];
     if (bs.length === 0) return batchEmpty;
@@ -205,7 +226,7 @@
       setCell(c[1], '', b.kind || '–');
       setCell(c[2], 'num', b.priority);
       setCell(c[3], 'num', b.weight);
-      setCell(c[4], 'state-cell', el('span', {class: 'badge bst ' + b.state}, b.state), lastChange(b, now));
+      setCell(c[4], 'state-cell', el('span', {class: 'badge bst ' + b.state}, b.state), lastChange(b, now), spendLine(b));
       setCell(c[5], 'progress-cell',
         el('span', {class: 'progress'}, fill('ok', b.succeeded), fill('bad', b.failed), fill('cancelled', b.cancelled)),
         el('span', {class: 'progress-text'}, text), providerBatches(b, now));
@@ -512,6 +533,7 @@
     }
     $('updated').textContent = `updated ${clock(s.at)}`;
     replaceIfChanged($('batches'), [renderBatches(s)]);
+    if ($('tenants')) $('tenants').replaceChildren(renderTenants(s));
     renderBatchIDs(s);
     replaceIfChanged($('pool'), renderPool(s));
     $('workers').replaceChildren(renderWorkers(s));
