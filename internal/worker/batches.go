@@ -38,10 +38,10 @@ func newBatchView() *batchView {
 	}
 }
 
-// state is batch's state as last seen (running when unknown: an item of a
+// State is batch's state as last seen (running when unknown: an item of a
 // batch the worker has not heard of yet, or of the previous version). A
 // lane may be given for its batch.
-func (v *batchView) state(batch string) (state string, prio int) {
+func (v *batchView) State(batch string) (state string, prio int) {
 	batch, _ = queue.LaneParts(batch)
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -61,7 +61,8 @@ func (v *batchView) gen(lane string) uint64 {
 	return v.records[batch].Rev
 }
 
-func (v *batchView) poke() {
+// Poke tells the puller something changed.
+func (v *batchView) Poke() {
 	select {
 	case v.wake <- struct{}{}:
 	default:
@@ -110,7 +111,7 @@ func (w *Worker) batchChanged(b queue.BatchInfo) {
 		w.log.Warn("cannot mirror a batch's state into the lane schedule (Redis): it is done again when Redis answers",
 			zap.String("batch", b.ID), zap.Error(err))
 	}
-	v.poke()
+	v.Poke()
 }
 
 // syncLane mirrors a batch's record into the schedule: each of its lanes

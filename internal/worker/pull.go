@@ -95,7 +95,7 @@ func (w *Worker) pull(pullCtx, runCtx context.Context, slots *sync.WaitGroup) {
 		// Lanes whose items' classes have their share of this worker's
 		// slots waiting for a key are passed over: the free slots go to
 		// other lanes (waits.go).
-		lane, share, wait, err := w.pick(pullCtx, n, w.waits.full()...)
+		lane, share, wait, err := w.pick(pullCtx, n, w.waits.Full()...)
 		if err != nil {
 			giveBack(n)
 			w.pullFailed(pullCtx, err, backoff)

@@ -5,13 +5,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/executor"
 	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
 )
 
 func TestRunCounting(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	c := &runCounter{rdb: rdb, prefix: "keyfleet:runs:" + redistest.UniqueName(t) + ":", ttl: time.Hour}
+	c := &runLog{rdb: rdb, prefix: "keyfleet:runs:" + redistest.UniqueName(t) + ":", ttl: time.Hour}
+	forItem := func(batch, id string, delivery uint64) *executor.ItemRuns {
+		return executor.NewItemRuns(c, batch, id, delivery)
+	}
 	ctx := context.Background()
 	exists := func(id string) bool {
 		n, err := rdb.Exists(ctx, c.prefix+"b/"+id).Result()
@@ -26,12 +30,12 @@ func TestRunCounting(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must := func(st runCount, err error) runCount {
+	must := func(st executor.RunCount, err error) executor.RunCount {
 		t.Helper()
 		noErr(err)
 		return st
 	}
-	check := func(what string, got, want runCount) {
+	check := func(what string, got, want executor.RunCount) {
 		t.Helper()
 		if got != want {
 			t.Fatalf("%s: got %+v, want %+v", what, got, want)
@@ -39,69 +43,69 @@ func TestRunCounting(t *testing.T) {
 	}
 
 	t.Run("first run succeeds: nothing written", func(t *testing.T) {
-		r := c.forItem("b", "ok", 1)
-		check("start", must(r.start(ctx)), runCount{Runs: 1})
-		if err := r.done(ctx); err != nil || exists("ok") {
+		r := forItem("b", "ok", 1)
+		check("start", must(r.Start(ctx)), executor.RunCount{Runs: 1})
+		if err := r.Done(ctx); err != nil || exists("ok") {
 			t.Fatalf("a first-time success must write nothing (err %v)", err)
 		}
 	})
 	t.Run("failure, then the next delivery", func(t *testing.T) {
-		r := c.forItem("b", "flaky", 1)
-		must(r.start(ctx))
-		check("fail", must(r.fail(ctx)), runCount{Runs: 1, Failures: 1})
-		r2 := c.forItem("b", "flaky", 2)
-		check("second start", must(r2.start(ctx)), runCount{Runs: 2, Failures: 1})
-		if err := r2.done(ctx); err != nil || exists("flaky") {
+		r := forItem("b", "flaky", 1)
+		must(r.Start(ctx))
+		check("fail", must(r.Fail(ctx)), executor.RunCount{Runs: 1, Failures: 1})
+		r2 := forItem("b", "flaky", 2)
+		check("second start", must(r2.Start(ctx)), executor.RunCount{Runs: 2, Failures: 1})
+		if err := r2.Done(ctx); err != nil || exists("flaky") {
 			t.Fatal("done must delete the counters")
 		}
 	})
 	t.Run("first run died silently", func(t *testing.T) {
-		r := c.forItem("b", "killed", 1)
-		must(r.start(ctx)) // recorded nothing; the worker dies
-		r2 := c.forItem("b", "killed", 2)
-		check("after the death", must(r2.start(ctx)), runCount{Runs: 2, Failures: 1, Lost: 1})
+		r := forItem("b", "killed", 1)
+		must(r.Start(ctx)) // recorded nothing; the worker dies
+		r2 := forItem("b", "killed", 2)
+		check("after the death", must(r2.Start(ctx)), executor.RunCount{Runs: 2, Failures: 1, Lost: 1})
 		// The second run dies too, after recording its start.
-		r3 := c.forItem("b", "killed", 3)
-		check("after the second death", must(r3.start(ctx)), runCount{Runs: 3, Failures: 2, Lost: 1})
+		r3 := forItem("b", "killed", 3)
+		check("after the second death", must(r3.Start(ctx)), executor.RunCount{Runs: 3, Failures: 2, Lost: 1})
 	})
 	t.Run("handed back before running", func(t *testing.T) {
-		r := c.forItem("b", "drained", 1)
-		noErr(r.handBack(ctx))
-		r2 := c.forItem("b", "drained", 2)
-		check("next delivery", must(r2.start(ctx)), runCount{Runs: 1})
+		r := forItem("b", "drained", 1)
+		noErr(r.HandBack(ctx))
+		r2 := forItem("b", "drained", 2)
+		check("next delivery", must(r2.Start(ctx)), executor.RunCount{Runs: 1})
 	})
 	t.Run("rate limited, then run again in place", func(t *testing.T) {
-		r := c.forItem("b", "limited", 1)
-		must(r.start(ctx))
-		noErr(r.settle(ctx))
-		check("second run", must(r.start(ctx)), runCount{Runs: 2})
-		noErr(r.settle(ctx))
+		r := forItem("b", "limited", 1)
+		must(r.Start(ctx))
+		noErr(r.Settle(ctx))
+		check("second run", must(r.Start(ctx)), executor.RunCount{Runs: 2})
+		noErr(r.Settle(ctx))
 		// Shutdown while waiting for the next credential: the last run
 		// reported, so nothing is lost at the next delivery.
-		noErr(r.handBack(ctx))
-		r2 := c.forItem("b", "limited", 2)
-		check("next delivery", must(r2.start(ctx)), runCount{Runs: 3})
+		noErr(r.HandBack(ctx))
+		r2 := forItem("b", "limited", 2)
+		check("next delivery", must(r2.Start(ctx)), executor.RunCount{Runs: 3})
 	})
 	t.Run("a later delivery handed back before running", func(t *testing.T) {
 		// A run is rate limited; the next deliveries are handed back
 		// before they run (their lane's slots all wait for a key): none of
 		// them is a run that died.
-		r := c.forItem("b", "bounced", 1)
-		must(r.start(ctx))
-		must(r.limited(ctx))
+		r := forItem("b", "bounced", 1)
+		must(r.Start(ctx))
+		must(r.Limited(ctx))
 		for d := uint64(2); d <= 4; d++ {
-			rd := c.forItem("b", "bounced", d)
-			noErr(rd.peek(ctx))
-			noErr(rd.handBack(ctx))
+			rd := forItem("b", "bounced", d)
+			noErr(rd.Peek(ctx))
+			noErr(rd.HandBack(ctx))
 		}
-		r5 := c.forItem("b", "bounced", 5)
-		noErr(r5.peek(ctx))
-		check("delivery 5", must(r5.start(ctx)), runCount{Runs: 2, Limited: 1})
+		r5 := forItem("b", "bounced", 5)
+		noErr(r5.Peek(ctx))
+		check("delivery 5", must(r5.Start(ctx)), executor.RunCount{Runs: 2, Limited: 1})
 	})
 	t.Run("counters lost with Redis", func(t *testing.T) {
 		// Delivery 4 of an item whose counters are gone: the three earlier
 		// deliveries stand in for lost runs.
-		r := c.forItem("b", "amnesia", 4)
-		check("start", must(r.start(ctx)), runCount{Runs: 4, Failures: 3, Lost: 3})
+		r := forItem("b", "amnesia", 4)
+		check("start", must(r.Start(ctx)), executor.RunCount{Runs: 4, Failures: 3, Lost: 3})
 	})
 }

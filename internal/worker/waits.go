@@ -3,123 +3,10 @@ package worker
 import (
 	"slices"
 	"strings"
-	"sync"
 
+	"github.com/keyfleet/keyfleet/internal/executor"
 	"github.com/keyfleet/keyfleet/internal/queue"
-	"github.com/keyfleet/keyfleet/pkg/creds"
 )
-
-// classWaits bounds how many of a worker's slots may wait for a key on
-// behalf of one class of items: the keys of their kind (a key set, or
-// every key) and their scope, what an item can wait for. At most half the
-// slots may be in an acquire of one class that may wait (enter); an item
-// past that tries once without waiting. The class is full, and the puller
-// passes its lanes over until one of its slots leaves, when that many are
-// queued in the pool without a grant (queued), or are in acquires while
-// the class's last acquire was queued (its keys are busy: the next ones
-// will be too, and an item pulled meanwhile would only try once and go
-// back). So items blocked on one
-// scope's or one group's limits never take every slot while items of
-// another class have room (no head-of-line blocking), a class whose keys
-// merely take turns keeps enough waiters queued to use every key the
-// moment it frees, acquires served at once never stop the pulling, and
-// lanes of one class (batches that want the same keys) share the waiting
-// slots in the order the lane schedule picks them, so priority and
-// weights hold among them. See docs/waiting-model.md.
-type classWaits struct {
-	max int // slots one class may have waiting
-
-	mu       sync.Mutex
-	entered  map[string]int  // slots in an acquire that may wait
-	inQueued map[string]int  // of those, queued in the pool without a grant
-	busy     map[string]bool // the class's last acquire was queued
-}
-
-// classWaitShare is the share of a worker's slots one class may have
-// waiting for a key: half, at least one.
-func classWaitShare(concurrency int) int { return max(1, concurrency/2) }
-
-func newClassWaits(concurrency int) *classWaits {
-	return &classWaits{max: classWaitShare(concurrency), entered: map[string]int{}, inQueued: map[string]int{}, busy: map[string]bool{}}
-}
-
-// enter counts a slot that is about to acquire for class and may wait,
-// and reports false (counting nothing) when the class has its share of
-// slots in such acquires already.
-func (c *classWaits) enter(class string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.entered[class] >= c.max {
-		return false
-	}
-	c.entered[class]++
-	return true
-}
-
-// queued counts an entered slot that the pool queued without a grant.
-func (c *classWaits) queued(class string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.inQueued[class]++
-	c.busy[class] = true
-}
-
-// leave ends what enter (and queued, if wasQueued) counted; it reports
-// whether the class was full (so that the puller may look at its lanes
-// again).
-func (c *classWaits) leave(class string, wasQueued bool) (wasFull bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	wasFull = c.isFull(class)
-	decr(c.entered, class)
-	if wasQueued {
-		decr(c.inQueued, class)
-	} else {
-		delete(c.busy, class) // served at once: its keys have room
-	}
-	return wasFull
-}
-
-func (c *classWaits) isFull(class string) bool {
-	return c.inQueued[class] >= c.max || (c.busy[class] && c.entered[class] >= c.max)
-}
-
-func decr(m map[string]int, k string) {
-	if m[k] <= 1 {
-		delete(m, k)
-	} else {
-		m[k]--
-	}
-}
-
-// full lists the classes that are full, sorted: the puller passes their
-// lanes over.
-func (c *classWaits) full() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []string
-	for class := range c.entered {
-		if c.isFull(class) {
-			out = append(out, class)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// waitClass names what an item of kind and scope waits for: its kind's
-// key set (everyKey: every key) and its scope. The name holds no white
-// space (a key set's name is hex, a scope has none: creds.ValidScope).
-func waitClass(keys *creds.KeySet, scope string) string {
-	set := everyKey
-	if keys != nil {
-		set = keys.Name()
-	}
-	return set + "|" + scope
-}
-
-// everyKey is the key-set part of a class whose kind may use every key.
-const everyKey = "*"
 
 // laneClasses are the classes of lane's items, from its batch record: one
 // per kind the batch was enqueued with (the record's comma-separated
@@ -135,7 +22,7 @@ func (w *Worker) laneClasses(b queue.BatchInfo, lane string) []string {
 	for _, kind := range strings.Split(b.Kind, ",") {
 		var class string
 		if _, ok := w.handlers[kind]; ok {
-			class = waitClass(w.keysFor(kind), scope)
+			class = executor.WaitClass(w.keysFor(kind), scope)
 		} else {
 			class = "?" + kind + "|" + scope
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/connect"
+	"github.com/keyfleet/keyfleet/internal/executor"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
 	"github.com/keyfleet/keyfleet/internal/jobguard"
 	"github.com/keyfleet/keyfleet/internal/jobs"
@@ -65,16 +66,15 @@ type Worker struct {
 	// (jobs.kinds.<name>.credentials); other kinds may use every key. One
 	// pool handle serves them all, batching their acquires together.
 	kindKeys map[string]*creds.KeySet
-	waits    *classWaits
-	probers  []kindProber // with pool.probe_interval (probe.go)
-	runs     *runCounter
+	waits    *executor.ClassWaits
+	probers  []kindProber    // with pool.probe_interval (probe.go)
 	sched    *lanes.Schedule // which batch to pull from (batches.go)
 	batches  *batchView
-	keeper   *keeper
-	started  time.Time
+	// exec runs each delivery of an item (slot.go).
+	exec    *executor.Executor
+	started time.Time
 
 	registerMu sync.Mutex
-	noted      sync.Map // what noteOnce has said
 	busy       activityCounter
 	done       activityCounter
 	failed     activityCounter
@@ -118,7 +118,7 @@ func New(o Options) (*Worker, error) {
 		secrets: secrets,
 		started: time.Now(),
 		batches: newBatchView(),
-		waits:   newClassWaits(cfg.Worker.Concurrency),
+		waits:   executor.NewClassWaits(cfg.Worker.Concurrency),
 	}
 	w.activity = make(chan struct{}, 1)
 	w.busy.changed, w.done.changed, w.failed.changed = w.activity, w.activity, w.activity
@@ -232,9 +232,6 @@ func (w *Worker) Start(ctx context.Context) error {
 			return exitcode.With(exitcode.Usage, fmt.Errorf("jobs.kinds.%s: %w", kind, err))
 		}
 	}
-	// The counters use the plain client: they are written rarely (never on
-	// an item's first successful run) and must end by their deadline.
-	w.runs = &runCounter{rdb: w.rdb, prefix: "keyfleet:runs:" + qcfg.WithDefaults().Stream + ":", ttl: 7 * 24 * time.Hour}
 	w.sched = lanes.New(w.rdb, qcfg.WithDefaults().Stream)
 	w.setStarting("registering the credentials")
 	rctx, cancel := context.WithTimeout(ctx, setupAttemptTimeout)
@@ -246,7 +243,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		return exitcode.With(exitcode.Unreachable, err)
 	}
 	w.redisOK.Store(true)
-	w.keeper = newKeeper()
+	if w.exec, err = w.newExecutor(); err != nil {
+		return exitcode.With(exitcode.Usage, err)
+	}
 	ok = true
 	w.up.Store(true)
 	return nil
@@ -374,7 +373,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		zap.Int64("in_flight", w.busy.Load()), zap.Duration("grace", grace))
 	w.draining.Store(true)
 	w.noteActivity() // announce the draining state
-	stopPull(errDraining)
+	stopPull(executor.ErrDraining)
 	stopProbes()
 
 	idle := make(chan struct{})
@@ -388,7 +387,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	case <-time.After(grace):
 		w.log.Warn("shutdown grace over: cancelling running items for immediate redelivery",
 			zap.Int64("in_flight", w.busy.Load()))
-		stopRun(errGraceOver)
+		stopRun(executor.ErrGraceOver)
 		select {
 		case <-idle:
 		case <-time.After(15 * time.Second):
@@ -416,8 +415,8 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 func (w *Worker) closeConns() {
-	if w.keeper != nil {
-		w.keeper.close()
+	if w.exec != nil {
+		w.exec.Close()
 	}
 	if w.commits != nil {
 		w.commits.Close()
@@ -451,12 +450,4 @@ func (w *Worker) kinds() []string {
 		}
 	}
 	return append(ks, w.cfg.Jobs.KindNames()...)
-}
-
-// noteOnce runs say the first time it is called with key, and never again:
-// for a warning that would repeat for every item.
-func (w *Worker) noteOnce(key string, say func()) {
-	if _, done := w.noted.LoadOrStore(key, true); !done {
-		say()
-	}
 }
