@@ -26,6 +26,19 @@ func Estimate(body []byte, endpoint string) int64 {
 	return est.tokens
 }
 
+// Ceiling is the most tokens a request to endpoint ("" for the
+// provider's default) whose body is body can use, for a budget's
+// reservation: its input counted high (a token per byte of the body) and
+// its max output tokens; given says the request names its max output
+// (or takes none: embeddings).
+func Ceiling(body []byte, endpoint string) (in, out int64, given bool) {
+	est, err := estimate(body, endpoint)
+	if err != nil {
+		return int64(len(body)), est.maxOut, false
+	}
+	return int64(len(body)), est.maxOut, est.given
+}
+
 // estimated is what estimate learnt of a request.
 type estimated struct {
 	tokens int64 // prompt characters ÷ 4 + max output
