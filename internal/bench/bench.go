@@ -93,6 +93,7 @@ var scenarios = []*scenario{
 	llm95Scenario,
 	llmHandlerScenario,
 	providerBytesScenario,
+	batchAPIScenario,
 	scopesScenario,
 	peersScenario,
 	persistentScenario,

@@ -38,6 +38,7 @@ var quickExcluded = map[string]string{
 	"llm":           "the stand-in API's windows are 10 s: a quick run lasts at least 11 s by construction",
 	"llm95":         "the stand-in API's windows are 10 s: a quick run lasts at least 11 s by construction (skewOf is tested)",
 	"llmhandler":    "the stand-in API's windows are 10 s: two fleets of at least 11 s each, with node and python3 handlers (the handlers' headers are tested end to end: internal/e2e TestHandlersPassHeaders)",
+	"batchapi":      "a fleet of worker processes and a 10,000-item deadline batch against the strict stand-in, whose provider batches take 5 s: ~20 s even at quick size; what it measures is tested in-process (internal/batchapi) and end to end (internal/e2e/batchapi)",
 	"providerbytes": "a fleet of worker processes against the strict stand-in; what a provider kind sends is tested in-process (internal/jobs TestProviderRequests) and end to end (internal/e2e providers_test.go)",
 	"scopes":        "two fleets of worker processes for 5 s or more each even at quick size (scopeItems and scopeRatios are tested)",
 	"scopecost":     "four pools of 100 keys and ten handles, a few seconds at quick size, the same machinery as acquirecost (covered)",

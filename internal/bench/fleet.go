@@ -68,6 +68,9 @@ type fleetSpec struct {
 	exec string
 	// workerEnv is added to every worker's environment (e.g. GOMAXPROCS=1).
 	workerEnv []string
+	// batchAPI is the jobs.batch_api section as a YAML flow mapping (""
+	// none).
+	batchAPI string
 }
 
 // fleet is one run's stream, pool and worker processes.
@@ -147,8 +150,11 @@ func (f *fleet) writeConfig(name string, listenPort int) (string, error) {
 		ackWait = 30 * time.Second
 	}
 	fmt.Fprintf(&b, "queue:\n  stream: %s\n  subject_prefix: %s\n  consumer: workers\n  ack_wait: %s\n", f.stream, f.prefix, ackWait)
-	if f.spec.httpURL != "" || f.spec.exec != "" {
+	if f.spec.httpURL != "" || f.spec.exec != "" || f.spec.batchAPI != "" {
 		b.WriteString("jobs:\n")
+	}
+	if f.spec.batchAPI != "" {
+		fmt.Fprintf(&b, "  batch_api: %s\n", f.spec.batchAPI)
 	}
 	if f.spec.exec != "" {
 		fmt.Fprintf(&b, "  exec: %s\n", f.spec.exec)
@@ -338,7 +344,8 @@ func (f *fleet) close(ctx context.Context) error {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	return f.e.reset(rctx, []string{f.stream, f.stream + "_RESULTS", f.stream + "_DLQ"}, []string{f.stream + "_WORKERS", f.stream + "_BATCHES"})
+	return f.e.reset(rctx, []string{f.stream, f.stream + "_RESULTS", f.stream + "_DLQ", "OBJ_" + f.stream + "_PBINPUT"},
+		[]string{f.stream + "_WORKERS", f.stream + "_BATCHES", f.stream + "_PBATCHES"})
 }
 
 // enqueue publishes n sleep items of ms milliseconds (confirmed).
