@@ -1,13 +1,8 @@
-// Package ops holds the operators' actions on the fleet, each written
-// once for every front end (the producer CLI, the dashboard's HTTP API):
-// what an action does, in what order, and its typed errors; a front end
-// maps those to its exit codes or statuses, and says it in its own way.
 package ops
 
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/spend"
@@ -25,30 +20,43 @@ type BudgetSet struct {
 }
 
 // ErrNoBudgetWithoutProvider: a budget counts what a provider's replies
-// say they used.
-var ErrNoBudgetWithoutProvider = errors.New("a budget counts what a provider's replies say they used: the batch's kind has no provider")
+// say they used (ErrInvalid).
+var ErrNoBudgetWithoutProvider error = &Error{Class: ErrInvalid,
+	Err: errors.New("a budget counts what a provider's replies say they used: the batch's kind has no provider")}
 
 // SetBudget changes batch's budget to budget: in its record and in the
 // spend ledger (which every worker's reservation reads at once), and,
 // when the batch was paused for its budget and the new one covers its
 // next start (what the last refused start needed), resumes it, by by.
-// Its errors: queue.ErrNoBatch, queue.ErrBatchCancelled, or a server's.
+// Its errors: ErrInvalid (the batch ID, an amount not above 0),
+// ErrNotFound (no record), ErrConflict (a cancelled batch),
+// ErrUnavailable.
 func SetBudget(ctx context.Context, q *queue.Queue, l *spend.Ledger, batch string, budget spend.Amount, by string) (BudgetSet, error) {
+	if err := queue.CheckID("batch", batch); err != nil {
+		return BudgetSet{}, &Error{Class: ErrInvalid, Err: err}
+	}
 	if budget <= 0 {
-		return BudgetSet{}, fmt.Errorf("budget %s: must be more than 0", budget)
+		return BudgetSet{}, Errorf(ErrInvalid, "budget %s: must be more than 0", budget)
 	}
 	rec, err := q.SetBudget(ctx, batch, &budget)
-	if err != nil {
-		return BudgetSet{Batch: rec}, err
+	switch {
+	case errors.Is(err, queue.ErrNoBatch):
+		return BudgetSet{Batch: rec}, noRecord(batch)
+	case errors.Is(err, queue.ErrBatchCancelled):
+		return BudgetSet{Batch: rec}, Errorf(ErrConflict, "batch %s is cancelled: its budget cannot change", batch)
+	case err != nil:
+		return BudgetSet{Batch: rec}, unavailable(err, "setting batch %s's budget", batch)
 	}
 	acct, err := l.SetBatchBudget(ctx, batch, budget)
 	if err != nil {
-		return BudgetSet{Batch: rec}, err
+		return BudgetSet{Batch: rec}, unavailable(err, "setting batch %s's budget", batch)
 	}
 	out := BudgetSet{Batch: rec, Account: acct}
 	if rec.Status() == queue.BatchPaused && rec.PausedReason == spend.ReasonBudget && acct.Covers() {
-		if rec, err = q.SetBatchState(ctx, batch, queue.ActionResume, by); err != nil && !errors.Is(err, queue.ErrBatchState) {
-			return out, err
+		// Resumed or cancelled meanwhile by someone else: left as it is.
+		rec, err = q.SetBatchState(ctx, batch, queue.ActionResume, by)
+		if err != nil && !errors.Is(err, queue.ErrBatchState) && !errors.Is(err, queue.ErrBatchCancelled) {
+			return out, unavailable(err, "resuming batch %s", batch)
 		}
 		out.Batch, out.Resumed = rec, err == nil
 	}
