@@ -2,9 +2,13 @@ package batchapi_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/enqueue"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -149,4 +153,57 @@ func TestCancelCancelsAtProvider(t *testing.T) {
 			t.Errorf("%d provider batches, %d records: want none", n, len(e.records("c2")))
 		}
 	})
+}
+
+// A paused batch creates no provider batch (its items are checkpointed
+// all the same); resumed, it is created.
+func TestPausedBatchCreatesNothing(t *testing.T) {
+	e := newEnv(t, providers[1])
+	e.enqueue("p1", e.items(3, func(i int) string { return fmt.Sprintf("q%d", i) }))
+	if _, err := e.q.SetBatchState(ctx(t), "p1", queue.ActionPause, "test"); err != nil {
+		t.Fatal(err)
+	}
+	r := e.runner(nil)
+	e.until(r, "the items checkpointed", func() bool { return len(e.records("p1")) == 1 })
+	for range 10 {
+		e.step(r)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := e.created(); n != 0 {
+		t.Fatalf("%d provider batches created while paused", n)
+	}
+	if _, err := e.q.SetBatchState(ctx(t), "p1", queue.ActionResume, "test"); err != nil {
+		t.Fatal(err)
+	}
+	e.until(r, "the provider batch done", func() bool { return e.allDone("p1") })
+	if n := e.created(); n != 1 || len(e.results("p1")) != 3 {
+		t.Errorf("%d created, %d results", n, len(e.results("p1")))
+	}
+}
+
+// The same file enqueued again past the duplicate window while its items
+// sit in a running provider batch adds nothing: what the batch holds
+// counts the items of its active provider batch records.
+func TestEnqueueAgainWhileInProviderBatch(t *testing.T) {
+	e := newEnvWith(t, providers[0], queue.Config{Stream: "BAPI", DuplicateWindow: 2 * time.Second})
+	lines := e.items(4, func(i int) string { return fmt.Sprintf("q%d [fake:hold]", i) })
+	e.enqueue("again", lines)
+	r := e.runner(nil)
+	e.until(r, "the provider batch running", func() bool {
+		ps := e.records("again")
+		return len(ps) == 1 && ps[0].State == queue.PBSubmitted
+	})
+	time.Sleep(2500 * time.Millisecond) // past the duplicate window
+	path := filepath.Join(t.TempDir(), "again.jsonl")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := enqueue.Run(ctx(t), e.q, enqueue.Request{Source: enqueue.Source{Path: path}, Kind: "llm", NamedKinds: []string{"llm"},
+		Batch: "again", Format: "openai-batch", Provider: e.prov, Deadline: time.Now().Add(24 * time.Hour)})
+	if err != nil || rep.New != 0 || rep.Duplicates != 4 {
+		t.Fatalf("enqueue again: %+v %v, want 0 new, 4 duplicates", rep, err)
+	}
+	if subs, _ := e.q.StagedSubjects(ctx(t), "again"); len(subs) != 0 {
+		t.Errorf("staged again: %v", subs)
+	}
 }

@@ -59,7 +59,10 @@ type env struct {
 
 var keys = map[string]string{"key-a": "sk-batchapi-test-key-a-0001", "key-b": "sk-batchapi-test-key-b-0002"}
 
-func newEnv(t *testing.T, prov string) *env {
+func newEnv(t *testing.T, prov string) *env { return newEnvWith(t, prov, queue.Config{Stream: "BAPI"}) }
+
+// newEnvWith is newEnv with the queue's configuration qc.
+func newEnvWith(t *testing.T, prov string, qc queue.Config) *env {
 	t.Helper()
 	api, err := fakeapi.New(fakeapi.Config{Provider: prov, Record: true,
 		Keys: []fakeapi.Key{{Secret: keys["key-a"]}, {Secret: keys["key-b"]}}})
@@ -69,7 +72,7 @@ func newEnv(t *testing.T, prov string) *env {
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
 	ns := natstest.Start(t)
-	q, err := queue.Open(ctx(t), natstest.Connect(t, ns.URL()), queue.Config{Stream: "BAPI"})
+	q, err := queue.Open(ctx(t), natstest.Connect(t, ns.URL()), qc)
 	if err != nil {
 		t.Fatal(err)
 	}
