@@ -3,7 +3,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -92,8 +91,9 @@ func newLogger(cfg *config.Config, out io.Writer) (*zap.Logger, error) {
 	return log, nil
 }
 
-// run executes a root command and turns its error into an exit code,
-// printing the error once.
+// run executes a root command and turns its error into an exit code
+// (exitcode.Lookup: the one place an error gets its code), printing the
+// error once.
 func run(root *cobra.Command, args []string, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SilenceErrors = true
@@ -102,15 +102,30 @@ func run(root *cobra.Command, args []string, stderr io.Writer) int {
 	if err == nil {
 		return exitcode.OK
 	}
-	var ee *exitcode.Error
-	if !errors.As(err, &ee) {
+	code, known := exitcode.Lookup(err)
+	if !known {
 		// cobra's own errors: unknown flags, wrong argument counts.
 		fmt.Fprintf(stderr, "%s: %s\nRun '%s --help' for usage.\n", root.Name(), termsafe.Lines(err.Error()), root.Name())
 		return exitcode.Usage
 	}
-	if ee.Code != exitcode.Failed || ee.Err.Error() != "" {
+	if code != exitcode.Failed || err.Error() != "" {
 		// Errors quote IDs, job errors and server replies: escaped.
 		fmt.Fprintf(stderr, "%s: %s\n", root.Name(), termsafe.Lines(err.Error()))
 	}
-	return ee.Code
+	return code
+}
+
+// reworded is an error said otherwise: its text is text, its chain err's
+// (so its class and exit code are err's).
+type reworded struct {
+	text string
+	err  error
+}
+
+func (r *reworded) Error() string { return r.text }
+func (r *reworded) Unwrap() error { return r.err }
+
+// reword returns err with the text of format and args.
+func reword(err error, format string, args ...any) error {
+	return &reworded{text: fmt.Sprintf(format, args...), err: err}
 }

@@ -21,9 +21,9 @@ import (
 	"github.com/keyfleet/keyfleet/internal/termsafe"
 )
 
-// actionTimeout bounds a pause, resume or cancel: reading and writing the
-// record, and a cancel's drain of the items not started (the workers'
-// sweeper drains what is left).
+// actionTimeout bounds a pause, resume or cancel: reading and checking
+// the record, and writing it (a cancel's drain has its own bound,
+// ops.DrainTimeout; the workers' sweeper drains what is left).
 const actionTimeout = 30 * time.Second
 
 func (p *producer) batchCmd() *cobra.Command {
@@ -116,13 +116,8 @@ budget covers its next start beside the reservations of the items running.
 				}
 				defer closeL()
 				set, err := ops.SetBudget(ctx, q, ledger, id, amount, operator())
-				switch {
-				case errors.Is(err, queue.ErrNoBatch):
-					return usageErr("no batch %s (never enqueued, or its record is gone; `producer batch list` lists them)", termsafe.String(id))
-				case errors.Is(err, queue.ErrBatchCancelled):
-					return usageErr("batch %s is cancelled: its budget cannot change", termsafe.String(id))
-				case err != nil:
-					return unreachable(fmt.Sprintf("setting batch %s's budget", termsafe.String(id)), err)
+				if err != nil {
+					return listHint(err)
 				}
 				if asJSON {
 					b, err := readBatch(ctx, q, id)
@@ -221,17 +216,32 @@ Times are RFC 3339 or null.
 	return cmd
 }
 
-// readBatch is batchview.Read with the CLI's exit codes: an unknown batch
-// is a usage error.
+// readBatch is batchview.Read, its errors said for the CLI: an unknown
+// batch (not found) names the command that lists them; any other is the
+// server's (unavailable).
 func readBatch(ctx context.Context, q *queue.Queue, id string) (batchview.Batch, error) {
 	b, err := batchview.Read(ctx, q, id)
 	switch {
 	case errors.Is(err, batchview.ErrNoBatch):
-		return b, usageErr("no batch %s (never enqueued, or its record and results are gone; `producer batch list` lists them)", termsafe.String(id))
+		return b, listHint(ops.Errorf(ops.ErrNotFound, "no batch %s (never enqueued, or its record and results are gone)", id))
 	case err != nil:
 		return b, unreachable(fmt.Sprintf("reading batch %s", termsafe.String(id)), err)
 	}
 	return b, nil
+}
+
+// listHint adds to an unknown batch's error (ops.ErrNotFound) the command
+// that lists the batches; a *ops.StateError of a paused batch gets the
+// command that resumes it. Other errors are returned as they are.
+func listHint(err error) error {
+	var se *ops.StateError
+	switch {
+	case errors.Is(err, ops.ErrNotFound):
+		return reword(err, "%s; `producer batch list` lists them", err)
+	case errors.As(err, &se) && se.State == queue.BatchPaused && se.Action == queue.ActionPause:
+		return reword(err, "%s (resume it with: producer batch resume %s)", err, se.Batch)
+	}
+	return err
 }
 
 func (p *producer) batchActionCmd(action, short string) *cobra.Command {
@@ -302,36 +312,16 @@ type batchChange struct {
 	Out     *int `json:"out,omitempty"`
 }
 
-// steerBatch applies action to batch id and says what happened in one
-// line; a change that does not apply is a usage error (exit 2) saying why.
+// steerBatch applies action to batch id (ops.Steer) and says what
+// happened in one line, or with asJSON prints the batch after it. A change
+// that does not apply is refused by its error (exit 2, saying why); a
+// cancel whose drain stopped early is cancelled all the same, and exits 3
+// saying so.
 func (p *producer) steerBatch(ctx context.Context, q *queue.Queue, id, action string, asJSON bool) error {
 	name := termsafe.String(id)
-	rec, err := q.Batch(ctx, id)
-	switch {
-	case errors.Is(err, queue.ErrNoBatch):
-		return usageErr("no batch %s (never enqueued, or its record is gone; `producer batch list` lists them)", name)
-	case err != nil:
-		return unreachable(fmt.Sprintf("reading batch %s", name), err)
-	}
-	if err := checkAction(rec, action); err != nil {
-		return err
-	}
-	if action != queue.ActionResume {
-		if err := refuseDone(ctx, q, rec, action); err != nil {
-			return err
-		}
-	}
-	by := operator()
-	rec, err = q.SetBatchState(ctx, id, action, by)
+	s, err := ops.Steer(ctx, q, id, action, operator())
 	if err != nil {
-		if errors.Is(err, queue.ErrBatchCancelled) || errors.Is(err, queue.ErrBatchState) {
-			// Changed meanwhile by someone else: say it as it is now.
-			if cerr := checkAction(rec, action); cerr != nil {
-				return cerr
-			}
-			return usageErr("%v", err)
-		}
-		return unreachable(fmt.Sprintf("changing batch %s", name), err)
+		return listHint(err)
 	}
 	change := batchChange{Action: action}
 	switch action {
@@ -348,11 +338,11 @@ func (p *producer) steerBatch(ctx context.Context, q *queue.Queue, id, action st
 		fmt.Fprintf(p.stdout, "Resumed batch %s: its items start again.\n", name)
 	case queue.ActionCancel:
 		// The record says cancelled: no worker starts an item of it any
-		// more. What is not out with a worker is recorded cancelled here.
-		drained, out, err := q.DrainCancelled(ctx, id, by)
-		if err != nil {
-			return unreachable(fmt.Sprintf("batch %s is cancelled (no item of it starts), and %d items not started were recorded cancelled; "+
-				"recording the others stopped (the workers record them within seconds)", name, drained), err)
+		// more. What was not out with a worker was recorded cancelled.
+		drained, out := s.Drain.Drained, s.Drain.Out
+		if err := s.Drain.Err; err != nil {
+			return reword(err, "batch %s is cancelled (no item of it starts), and %d items not started were recorded cancelled; "+
+				"recording the others stopped (the workers record them within seconds): %v", id, drained, err)
 		}
 		change.Drained, change.Out = &drained, &out
 		if asJSON {
@@ -374,24 +364,13 @@ func (p *producer) steerBatch(ctx context.Context, q *queue.Queue, id, action st
 }
 
 // confirmCancel asks, on a terminal, whether batch id is to be cancelled,
-// once the cancel is known to apply (steerBatch checks it again after the
-// answer, which may come much later).
+// once the cancel is known to apply (ops.CheckSteer; Steer checks again
+// after the answer, which may come much later).
 func (p *producer) confirmCancel(ctx context.Context, q *queue.Queue, id string) error {
-	name := termsafe.String(id)
 	ctx, cancel := context.WithTimeout(ctx, actionTimeout)
 	defer cancel()
-	rec, err := q.Batch(ctx, id)
-	switch {
-	case errors.Is(err, queue.ErrNoBatch):
-		return usageErr("no batch %s (never enqueued, or its record is gone; `producer batch list` lists them)", name)
-	case err != nil:
-		return unreachable(fmt.Sprintf("reading batch %s", name), err)
-	}
-	if err := checkAction(rec, queue.ActionCancel); err != nil {
-		return err
-	}
-	if err := refuseDone(ctx, q, rec, queue.ActionCancel); err != nil {
-		return err
+	if _, err := ops.CheckSteer(ctx, q, id, queue.ActionCancel); err != nil {
+		return listHint(err)
 	}
 	question := func() string {
 		left := ""
@@ -401,63 +380,7 @@ func (p *producer) confirmCancel(ctx context.Context, q *queue.Queue, id string)
 		return fmt.Sprintf("Cancel batch %s%s? Its items not started will never run (recorded as cancelled), "+
 			"and it takes no new items. This cannot be undone.", id, left)
 	}
-	return p.confirm(false, question, "batch "+name+" is not cancelled")
-}
-
-// checkAction refuses an action that does not apply to the batch's
-// record as it is (exit 2).
-func checkAction(rec queue.BatchInfo, action string) error {
-	name := termsafe.String(rec.ID)
-	switch st := rec.Status(); {
-	case st == queue.BatchCancelled:
-		by := ""
-		if n := len(rec.History); n > 0 {
-			e := rec.History[n-1]
-			by = fmt.Sprintf(" (by %s at %s)", termsafe.String(e.By), e.At.Local().Format(time.DateTime))
-		}
-		return usageErr("batch %s is cancelled%s: it cannot be %s", name, by, pastTense(action))
-	case action == queue.ActionPause && st == queue.BatchPaused:
-		return usageErr("batch %s is paused already (resume it with: producer batch resume %s)", name, name)
-	case action == queue.ActionResume && st != queue.BatchPaused:
-		return usageErr("batch %s is not paused: it is %s", name, st)
-	}
-	return nil
-}
-
-// refuseDone refuses to pause or cancel a batch whose items all have an
-// outcome (exit 2). A batch whose lanes (one per scope) still hold
-// messages is not done: its results are read only when they hold none (or
-// have no consumer: the workers delete a drained lane's, and this does not
-// make it again).
-func refuseDone(ctx context.Context, q *queue.Queue, rec queue.BatchInfo, action string) error {
-	for _, lane := range rec.Lanes() {
-		if c, err := q.JetStream().Consumer(ctx, q.Config().Stream, q.LaneConsumerName(lane)); err == nil {
-			if pending, unacked, err := queue.LaneHolds(ctx, c); err == nil && pending+uint64(unacked) > 0 {
-				return nil
-			}
-		}
-	}
-	b, err := readBatch(ctx, q, rec.ID)
-	if err != nil {
-		return err
-	}
-	if b.State == batchview.StateDone {
-		return usageErr("batch %s is done (%d of %d items have an outcome: %d succeeded, %d failed, %d cancelled): nothing is left to %s",
-			termsafe.String(rec.ID), b.Done, b.Total, b.Succeeded, b.Failed, b.Cancelled, action)
-	}
-	return nil
-}
-
-func pastTense(action string) string {
-	switch action {
-	case queue.ActionPause:
-		return "paused"
-	case queue.ActionResume:
-		return "resumed"
-	case queue.ActionCancel:
-		return "cancelled again"
-	}
-	return action
+	return p.confirm(false, question, "batch "+termsafe.String(id)+" is not cancelled")
 }
 
 // operator names who runs the command: user@host.

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -11,6 +10,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
+	"github.com/keyfleet/keyfleet/internal/ops"
 	"github.com/keyfleet/keyfleet/internal/status"
 	"github.com/keyfleet/keyfleet/internal/termsafe"
 	"github.com/keyfleet/keyfleet/pkg/creds"
@@ -61,13 +61,13 @@ func (p *producer) withPool(cmd *cobra.Command, fn func(ctx context.Context, poo
 	return withOpened(p, ctx, open, fn)
 }
 
-// changeCredential makes a change to credential id through withPool (its
-// error mapped by credErr), then shows the credential as done ("enabled"),
+// changeCredential makes a change to credential id through withPool (an
+// action of internal/ops), then shows the credential as done ("enabled"),
 // or with asJSON prints it as one object with the action.
 func (p *producer) changeCredential(cmd *cobra.Command, id, action, done string, asJSON bool,
 	change func(ctx context.Context, pool *creds.Pool) error) error {
 	return p.withPool(cmd, func(ctx context.Context, pool *creds.Pool) error {
-		if err := credErr(ctx, pool, id, change(ctx, pool)); err != nil {
+		if err := change(ctx, pool); err != nil {
 			return err
 		}
 		if asJSON {
@@ -103,43 +103,6 @@ func (p *producer) credentialJSON(ctx context.Context, pool *creds.Pool, id, act
 		out.State = "removed"
 	}
 	return writeJSON(p.stdout, out)
-}
-
-// credentialExists is nil when the pool has credential id, else
-// creds.ErrNoSuchCredential.
-func credentialExists(ctx context.Context, pool *creds.Pool, id string) error {
-	st, err := pool.Stats(ctx)
-	if err != nil {
-		return err
-	}
-	for _, c := range st.Credentials {
-		if c.ID == id {
-			return nil
-		}
-	}
-	return creds.ErrNoSuchCredential
-}
-
-// credErr maps the pool's errors to exit codes: an unknown ID or an invalid
-// value is a usage error, anything else a server error.
-func credErr(ctx context.Context, pool *creds.Pool, id string, err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, creds.ErrNoSuchCredential):
-		known := "none"
-		if st, serr := pool.Stats(ctx); serr == nil && len(st.Credentials) > 0 {
-			ids := make([]string, len(st.Credentials))
-			for i, c := range st.Credentials {
-				ids[i] = c.ID
-			}
-			known = strings.Join(ids, ", ")
-		}
-		return exitcode.With(exitcode.Usage, fmt.Errorf("no credential %q in pool %q (it has: %s)", id, pool.Name(), known))
-	case errors.Is(err, creds.ErrInvalid):
-		return exitcode.With(exitcode.Usage, err)
-	}
-	return unreachable("Redis", err)
 }
 
 // showCredential prints one credential's row after a change.
@@ -259,7 +222,7 @@ none) removes them all. Flags not given stay as they are.
 				return usageErr("creds set %s: nothing to change: give --max-concurrent, --limit and/or --rate", id)
 			}
 			return p.changeCredential(cmd, id, "set", "updated", asJSON, func(ctx context.Context, pool *creds.Pool) error {
-				return pool.SetLimits(ctx, id, l)
+				return ops.SetKeyLimits(ctx, pool, id, l)
 			})
 		},
 	}
@@ -286,7 +249,7 @@ credential after the change as one object, with "action": "enable".
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
 			return p.changeCredential(cmd, id, "enable", "enabled", asJSON, func(ctx context.Context, pool *creds.Pool) error {
-				return pool.Enable(ctx, id)
+				return ops.EnableKey(ctx, pool, id)
 			})
 		},
 	}
@@ -313,7 +276,7 @@ never probed (pool.probe_interval probes only the keys the API disabled).
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
 			return p.changeCredential(cmd, id, "disable", "disabled", asJSON, func(ctx context.Context, pool *creds.Pool) error {
-				return pool.Disable(ctx, id, reason)
+				return ops.DisableKey(ctx, pool, id, reason)
 			})
 		},
 	}
@@ -349,7 +312,7 @@ files too, or use disable. ` + confirmHelp + `
 			return withOpened(p, cmd.Context(), open, func(ctx context.Context, pool *creds.Pool) error {
 				if !yes && isTerminal(p.stdin) {
 					cctx, cancel := context.WithTimeout(ctx, callTimeout)
-					err := credErr(cctx, pool, id, credentialExists(cctx, pool, id))
+					err := ops.CheckKey(cctx, pool, id)
 					cancel()
 					if err != nil {
 						return err
@@ -363,7 +326,7 @@ files too, or use disable. ` + confirmHelp + `
 				}
 				ctx, cancel := context.WithTimeout(ctx, callTimeout)
 				defer cancel()
-				if err := credErr(ctx, pool, id, pool.Remove(ctx, id)); err != nil {
+				if err := ops.RemoveKey(ctx, pool, id); err != nil {
 					return err
 				}
 				if asJSON {

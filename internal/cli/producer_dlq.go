@@ -2,14 +2,13 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/keyfleet/keyfleet/internal/exitcode"
+	"github.com/keyfleet/keyfleet/internal/ops"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/termsafe"
 )
@@ -109,12 +108,9 @@ failed_at, payload.
 	return cmd
 }
 
-func batchNote(batch string) string {
-	if batch == "" {
-		return " (all batches)"
-	}
-	return " in batch " + termsafe.String(batch)
-}
+// batchNote says which batches a list or replay covers (ops.BatchNote),
+// escaped.
+func batchNote(batch string) string { return termsafe.String(ops.BatchNote(batch)) }
 
 func (p *producer) dlqReplayCmd() *cobra.Command {
 	var batch string
@@ -166,61 +162,48 @@ type replayItem struct {
 	Item  string `json:"item"`
 }
 
+// replay replays dead letters (ops.PickReplay, then Run), asking first on
+// a terminal when it takes every record of every batch.
 func (p *producer) replay(ctx context.Context, q *queue.Queue, batch string, ids []string, yes, asJSON bool) error {
-	todo, missing, err := q.DeadLettersToReplay(ctx, batch, ids)
+	r, err := ops.PickReplay(ctx, q, batch, ids)
 	if err != nil {
-		return unreachable("reading the dead letters", err)
+		return err
 	}
-	if len(missing) > 0 {
-		return exitcode.With(exitcode.Usage, fmt.Errorf("no dead letter for %s%s: nothing replayed",
-			strings.Join(quoteAll(missing), ", "), batchNote(batch)))
-	}
-	if batch == "" && len(ids) == 0 && len(todo) > 0 {
+	if batch == "" && len(ids) == 0 && len(r.Letters) > 0 {
 		// Every dead letter of every batch: the one replay that changes
 		// the whole fleet at once.
 		question := func() string {
 			batches := map[string]bool{}
-			for _, d := range todo {
+			for _, d := range r.Letters {
 				batches[d.Batch] = true
 			}
-			return fmt.Sprintf("Replay all %d dead %s of %d %s, with fresh attempts?", len(todo), plural(len(todo), "letter", "letters"),
+			return fmt.Sprintf("Replay all %d dead %s of %d %s, with fresh attempts?", len(r.Letters), plural(len(r.Letters), "letter", "letters"),
 				len(batches), plural(len(batches), "batch", "batches"))
 		}
 		if err := p.confirm(yes, question, "nothing replayed"); err != nil {
 			return err
 		}
 	}
-	out := replayed{Items: []replayItem{}}
-	if batch != "" {
-		out.Batch = &batch
-	}
-	for i, d := range todo {
-		if err := q.Replay(ctx, d); err != nil {
-			w := p.stdout
-			if asJSON {
-				w = p.stderr
-			}
-			fmt.Fprintf(w, "Replayed %d of %d dead letters%s before an error.\n", i, len(todo), batchNote(batch))
-			if errors.Is(err, queue.ErrPayloadCut) || errors.Is(err, queue.ErrBatchCancelled) {
-				return exitcode.With(exitcode.Usage, err)
-			}
-			return unreachable("replaying", err)
+	n, err := r.Run(ctx)
+	if err != nil {
+		w := p.stdout
+		if asJSON {
+			w = p.stderr
 		}
-		out.Replayed++
-		out.Items = append(out.Items, replayItem{Batch: d.Batch, Item: d.Item})
+		fmt.Fprintf(w, "Replayed %d of %d dead letters%s before an error.\n", n, len(r.Letters), batchNote(batch))
+		return err
 	}
 	if asJSON {
+		out := replayed{Replayed: n, Items: make([]replayItem, 0, n)}
+		if batch != "" {
+			out.Batch = &batch
+		}
+		for _, d := range r.Letters {
+			out.Items = append(out.Items, replayItem{Batch: d.Batch, Item: d.Item})
+		}
 		return writeJSON(p.stdout, out)
 	}
 	fmt.Fprintf(p.stdout, "Replayed %d dead %s%s: back on the queue with fresh attempts.\n",
-		len(todo), plural(len(todo), "letter", "letters"), batchNote(batch))
+		n, plural(n, "letter", "letters"), batchNote(batch))
 	return nil
-}
-
-func quoteAll(ss []string) []string {
-	out := make([]string, len(ss))
-	for i, s := range ss {
-		out[i] = fmt.Sprintf("%q", s)
-	}
-	return out
 }

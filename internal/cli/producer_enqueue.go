@@ -452,8 +452,7 @@ func (p *producer) enqueueFailed(rep enqueue.Report, err error, log *zap.Logger,
 		if ie.DryRun {
 			what = "nothing would be enqueued"
 		}
-		return exitcode.With(exitcode.Usage, fmt.Errorf("%s: %d bad %s in %d lines: %s",
-			ie.Source, ie.Count, plural(ie.Count, "line", "lines"), ie.Lines, what))
+		return reword(err, "%s: %d bad %s in %d lines: %s", ie.Source, ie.Count, plural(ie.Count, "line", "lines"), ie.Lines, what)
 	case errors.As(err, &pe):
 		out := p.stdout
 		if asJSON {
@@ -467,23 +466,17 @@ func (p *producer) enqueueFailed(rep enqueue.Report, err error, log *zap.Logger,
 	return enqueueErr(err)
 }
 
-// enqueueErr gives an internal/enqueue error its exit code.
+// enqueueErr says an internal/enqueue error for the command line: a wrong
+// field of the request names its flag. Its exit code is its class's
+// (exitcode.Lookup), as the HTTP API's status is.
 func enqueueErr(err error) error {
 	var re *enqueue.RequestError
-	switch {
-	case errors.As(err, &re):
-		if re.Field == "id_field" {
-			re.Field = "id-field"
+	if errors.As(err, &re) {
+		field := re.Field
+		if field == "id_field" {
+			field = "id-field"
 		}
-		return usageErr("--%s: %v", re.Field, re.Err)
-	case errors.Is(err, enqueue.ErrCancelled):
-		return exitcode.With(exitcode.Usage, err)
-	case errors.Is(err, enqueue.ErrInterrupted):
-		return exitcode.With(exitcode.Interrupted, err)
-	case errors.Is(err, enqueue.ErrUnreachable):
-		return exitcode.With(exitcode.Unreachable, err)
-	case errors.Is(err, enqueue.ErrInput), errors.Is(err, enqueue.ErrInvalid):
-		return exitcode.With(exitcode.Usage, err)
+		return reword(err, "--%s: %v", field, re.Err)
 	}
 	return err
 }

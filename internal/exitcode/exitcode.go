@@ -7,9 +7,17 @@
 //	4  interrupted (a second signal) or an internal error
 //	130  interrupted by Ctrl-C (SIGINT) while the producer waited; the
 //	     work itself goes on
+//
+// An error gets its code here, in one place: the code With gave it, else
+// the code of its class (ops.Class: an operator action's, an enqueue's or
+// a view's error), see Lookup.
 package exitcode
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/keyfleet/keyfleet/internal/ops"
+)
 
 // The exit codes.
 const (
@@ -38,15 +46,34 @@ func With(code int, err error) error {
 	return &Error{Code: code, Err: err}
 }
 
-// Of returns the exit code for err: 0 for nil, the wrapped code, else
-// Internal.
+// Of returns the exit code for err: Lookup's, Internal for an error
+// without one.
 func Of(err error) int {
+	code, _ := Lookup(err)
+	return code
+}
+
+// Lookup returns the exit code for err and whether it has one: 0 for nil;
+// the code With gave it (the outermost); else its class's: a request that
+// is invalid, names what is not there or does not apply (not found,
+// conflict) is Usage, a server that failed Unreachable, an interrupted
+// enqueue Interrupted. An error without one (a command line the parser
+// refused, a bug) gets Internal and false.
+func Lookup(err error) (int, bool) {
 	if err == nil {
-		return OK
+		return OK, true
 	}
 	var e *Error
 	if errors.As(err, &e) {
-		return e.Code
+		return e.Code, true
 	}
-	return Internal
+	switch ops.Class(err) {
+	case ops.ErrInvalid, ops.ErrNotFound, ops.ErrConflict:
+		return Usage, true
+	case ops.ErrUnavailable:
+		return Unreachable, true
+	case ops.ErrInterrupted:
+		return Interrupted, true
+	}
+	return Internal, false
 }
