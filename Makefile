@@ -27,6 +27,7 @@ vet: ## gofmt check and go vet
 
 test: vet ## vet, then every test with the race detector (needs redis-server, chromium, node: installed when missing)
 	@bash scripts/ensure-redis.sh
+	@bash scripts/ensure-chromium.sh
 	@bash scripts/ensure-node-packages.sh
 	$(GO) test -race -count=1 -timeout 9m $(TESTFLAGS) ./...
 

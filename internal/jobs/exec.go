@@ -33,10 +33,11 @@
 //	           Retry-After: <HTTP-date>      (e.g. "Retry-After: Wed, 21 Oct 2015 07:28:00 GMT")
 //	       on stderr before exiting; the name is case-insensitive and the
 //	       last such line wins. Without one the pool's cooldown applies.
-//	77     credential rejected (EX_NOPERM): the credential is disabled, with
-//	       the last non-empty stderr line (up to 200 bytes) as the reason,
-//	       and the item runs again with another credential; no attempt is
-//	       used up.
+//	77     credential rejected (EX_NOPERM): the refusal is recorded against
+//	       the credential, with the last non-empty stderr line (up to 200
+//	       bytes) as the reason, and the item runs again with another
+//	       credential; no attempt is used up. A credential that refuses 3
+//	       different items in a row is disabled.
 //	65     permanent failure (EX_DATAERR): the item is not retried; it gets
 //	       a dead-letter record.
 //	other  any other non-zero status, or death by a signal: a transient

@@ -1,5 +1,5 @@
 // Persistent exec handlers (exec: {persistent: true}): the contract with
-// the command (the README's "Persistent handlers").
+// the command (docs/handlers.md, "Persistent handlers").
 //
 // The command is started once per worker slot, at the slot's first item,
 // and kept: a worker of concurrency N runs at most N of them, and an idle
