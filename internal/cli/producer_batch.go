@@ -30,7 +30,7 @@ func (p *producer) batchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "batch",
 		Short: "List batches, show one, pause, resume, cancel one, or change its budget",
-		Long: `batch shows the batches and steers them (see "Batches" in the README).
+		Long: `batch shows the batches and steers them (see "Batches" in docs/operations.md).
 
   list [--json]         every batch: priority, weight, state, progress
   show ID [--json]      one batch, with the history of its changes

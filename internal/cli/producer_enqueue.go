@@ -86,7 +86,7 @@ same batch, so a repeat is recognised.
 
 --priority (1 first .. 5 last, default 3) and --weight (1 .. 1000, default
 1) set the batch's place among the batches waiting for keys (see "Batches"
-in the README). They are kept in the batch's record: enqueueing into an
+in docs/operations.md). They are kept in the batch's record: enqueueing into an
 existing batch without them leaves its priority and weight as they are;
 with them, they replace the batch's. Out of range: exit 2.
 
