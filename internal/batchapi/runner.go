@@ -108,6 +108,9 @@ type Runner struct {
 	batches map[string]queue.BatchInfo
 	records map[string]queue.ProviderBatch
 	notTill map[string]time.Time // a piece of work not to try before then (backoff, settling)
+	// empty: the batches this worker found nothing staged in, at the
+	// record's revision and when (stage).
+	empty map[string]emptyAt
 	apis    map[string]api       // by kind and credential
 	noted   map[string]bool
 	wake    chan struct{}
@@ -115,6 +118,14 @@ type Runner struct {
 	// crash, a test's, stops the runner dead at a named point (as a crash
 	// there would) when it returns true: the test then starts another.
 	crash func(point string) bool
+}
+
+// emptyAt is a batch found with nothing staged: at which revision of its
+// record, and when.
+type emptyAt struct {
+	rev    uint64
+	change time.Time // the record's LastChange (Refresh reads no revision)
+	at     time.Time
 }
 
 // errCrash is what a step returns at a test's crash point.
@@ -133,7 +144,7 @@ func New(o Options) (*Runner, error) {
 		o: o, q: o.Queue, cfg: o.Config, log: o.Logger, now: o.Now,
 		poll: cmp.Or(bc.Poll, config.BatchAPIPollDefault), margin: cmp.Or(bc.Margin, config.BatchAPIMarginDefault),
 		batches: map[string]queue.BatchInfo{}, records: map[string]queue.ProviderBatch{},
-		notTill: map[string]time.Time{}, apis: map[string]api{}, noted: map[string]bool{}, wake: make(chan struct{}, 1),
+		notTill: map[string]time.Time{}, empty: map[string]emptyAt{}, apis: map[string]api{}, noted: map[string]bool{}, wake: make(chan struct{}, 1),
 		scrub: o.Scrubber,
 	}
 	if r.log == nil {

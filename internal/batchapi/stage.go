@@ -16,10 +16,15 @@ import (
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
-// stageIdle is how long a staging pass that found nothing (or could not
-// finish) keeps its claim: the fleet looks at a batch's staged items at
-// most this often.
-const stageIdle = time.Second
+// stageIdle is how long a staging pass keeps its claim when done: the
+// fleet looks at a batch's staged items at most this often. A worker that
+// found nothing staged in a batch looks again when the batch's record
+// changes (an enqueue changes it after publishing, and every second while
+// it publishes), or after stageRecheck.
+const (
+	stageIdle    = time.Second
+	stageRecheck = time.Minute
+)
 
 // stage turns batch b's staged items into provider batch records, one
 // worker of the fleet at a time: each staging subject's messages, read in
@@ -29,6 +34,12 @@ const stageIdle = time.Second
 func (r *Runner) stage(ctx context.Context, b queue.BatchInfo) (err error) {
 	key := r.cl.stageKey(b.ID)
 	if !r.due(key) {
+		return nil
+	}
+	r.mu.Lock()
+	e, seen := r.empty[b.ID]
+	r.mu.Unlock()
+	if seen && e.rev == b.Rev && e.change.Equal(b.LastChange()) && time.Since(e.at) < stageRecheck {
 		return nil
 	}
 	ok, err := r.cl.take(ctx, key, r.o.WorkTTL)
@@ -45,8 +56,14 @@ func (r *Runner) stage(ctx context.Context, b queue.BatchInfo) (err error) {
 		}
 	}()
 	subjects, err := r.q.StagedSubjects(ctx, b.ID)
-	if err != nil || len(subjects) == 0 {
+	if err != nil {
 		return err
+	}
+	if len(subjects) == 0 {
+		r.mu.Lock()
+		r.empty[b.ID] = emptyAt{rev: b.Rev, change: b.LastChange(), at: time.Now()}
+		r.mu.Unlock()
+		return nil
 	}
 	settled := !r.now().Before(b.UpdatedAt.Add(r.o.Settle))
 	var errs []error
