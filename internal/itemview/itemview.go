@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/keyfleet/keyfleet/internal/batchview"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -53,8 +54,9 @@ type Item struct {
 	// State: waiting, running, succeeded, failed, dead-lettered or
 	// cancelled.
 	State string `json:"state"`
-	// BatchState is the batch's record's state (running, paused,
-	// cancelled); "" without a record.
+	// BatchState is the batch's state as the batch list shows it
+	// (batchview.State: running, paused, cancelled or done); "" when the
+	// batch left neither a record nor results.
 	BatchState string `json:"batch_state"`
 	// Attempts, Error, Reason, CredentialID and the output come from the
 	// item's latest recorded outcome (its result, or its dead letter): runs
@@ -167,9 +169,9 @@ func Read(ctx context.Context, q *queue.Queue, batch, item string) (Item, error)
 	if err != nil {
 		return out, fmt.Errorf("reading the waiting items of batch %q: %w", batch, err)
 	}
-	if rec, err := q.Batch(ctx, batch); err == nil {
-		out.BatchState = rec.Status()
-	} else if !errors.Is(err, queue.ErrNoBatch) {
+	if row, err := batchview.Read(ctx, q, batch); err == nil {
+		out.BatchState = row.State
+	} else if !errors.Is(err, batchview.ErrNoBatch) {
 		return out, fmt.Errorf("reading batch %q: %w", batch, err)
 	}
 	var sum *queue.DeadLetterSummary

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/keyfleet/keyfleet/internal/batchview"
 	"github.com/keyfleet/keyfleet/internal/itemview"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
@@ -190,5 +191,28 @@ func TestReadFollowsAnItem(t *testing.T) {
 		if _, err := itemview.Read(ctx, q, c.batch, c.item); !errors.Is(err, itemview.ErrNoItem) {
 			t.Errorf("item %q of batch %q: want ErrNoItem, got %v", c.item, c.batch, err)
 		}
+	}
+}
+
+// An item of a batch whose every item has an outcome shows the batch done,
+// as the batch list does, not its record's "running".
+func TestReadShowsTheBatchDone(t *testing.T) {
+	ctx, q := setup(t)
+	const batch = "finished"
+	if _, err := q.AddToBatch(ctx, batch, "exec", 2); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b"} {
+		if err := q.PutResult(ctx, queue.Result{Item: id, Batch: batch, Kind: "exec", Outcome: queue.OutcomeSucceeded,
+			Attempts: 1, FinishedAt: time.Now().UTC()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := itemview.Read(ctx, q, batch, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.State != itemview.StateSucceeded || v.BatchState != batchview.StateDone {
+		t.Fatalf("an item of a finished batch: state %q, batch %q; want succeeded, done", v.State, v.BatchState)
 	}
 }
