@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/keyfleet/keyfleet/internal/api"
 	"github.com/keyfleet/keyfleet/internal/dashboard"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
 )
@@ -94,7 +95,7 @@ SIGINT/SIGTERM stop it (exit 0).
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", defaultDashboardListen, "address to serve the dashboard on")
 	f.StringVar(&o.tokenEnv, "admin-token-env", "", "environment variable holding the admin token that write actions need (default: read-only)")
-	f.Int64Var(&o.maxBody, "max-body", dashboard.DefaultMaxEnqueueBody, "largest body POST /api/batches takes, in bytes (larger: 413, nothing enqueued)")
+	f.Int64Var(&o.maxBody, "max-body", api.DefaultMaxEnqueueBody, "largest body POST /api/batches takes, in bytes (larger: 413, nothing enqueued)")
 	f.DurationVar(&o.interval, "interval", dashboard.DefaultInterval, "how often the fleet is read")
 	_ = f.MarkHidden("interval")
 	return cmd
@@ -112,8 +113,8 @@ func (p *producer) dashboard(cmd *cobra.Command, o dashboardOptions) error {
 		switch {
 		case token == "":
 			return usageErr("--admin-token-env %s: the variable is unset or empty", o.tokenEnv)
-		case len(token) < dashboard.MinTokenLen:
-			return usageErr("--admin-token-env %s: the token is %d characters long, want at least %d", o.tokenEnv, len(token), dashboard.MinTokenLen)
+		case len(token) < api.MinTokenLen:
+			return usageErr("--admin-token-env %s: the token is %d characters long, want at least %d", o.tokenEnv, len(token), api.MinTokenLen)
 		}
 	}
 	if o.maxBody < 1 {
@@ -152,10 +153,12 @@ func (p *producer) dashboard(cmd *cobra.Command, o dashboardOptions) error {
 		Queue: q, Pool: pool, AdminToken: token, Interval: o.interval,
 		Sensitive: append(urlSecrets(cfg.NATS.URL), urlSecrets(cfg.Redis.URL)...),
 		Logger:    log.Named("dashboard"),
-		Enqueue: dashboard.EnqueueDefaults{
-			DefaultKind: kind, Kinds: configuredKinds(cfg), NamedKinds: cfg.Jobs.KindNames(), Providers: providers, Endpoints: endpoints, Tenants: tenants, TenantSpecs: tenantSpecs(cfg), Ledger: ledger,
+		Enqueue: api.EnqueueDefaults{
+			DefaultKind: kind, Kinds: configuredKinds(cfg), NamedKinds: cfg.Jobs.KindNames(), Providers: providers, Endpoints: endpoints,
+			Tenants: tenants, Ledger: ledger,
 			CostField: cfg.Pool.Cost.Field, CostDefault: cfg.Pool.Cost.Default, ScopeField: cfg.Pool.Scope.Field,
 		},
+		TenantSpecs:    tenantSpecs(cfg),
 		MaxEnqueueBody: o.maxBody,
 	})
 	if err != nil {

@@ -8,8 +8,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/keyfleet/keyfleet/internal/ctxsleep"
 	"github.com/keyfleet/keyfleet/internal/batchview"
+	"github.com/keyfleet/keyfleet/internal/ctxsleep"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/status"
 	"github.com/keyfleet/keyfleet/internal/version"
@@ -78,7 +78,7 @@ func (s *Server) collectOnce(ctx context.Context) {
 	rep, err := status.Read(rctx, s.q, s.pool)
 	s.seq++
 	meta := Meta{
-		ReadOnly: s.token == "", IntervalMS: s.interval.Milliseconds(), HistorySeconds: int64(s.span.Seconds()),
+		ReadOnly: s.api.ReadOnly(), IntervalMS: s.interval.Milliseconds(), HistorySeconds: int64(s.span.Seconds()),
 		Sample: s.seq, HeartbeatTTLSeconds: s.q.Config().HeartbeatTTL.Seconds(), Version: version.Version,
 	}
 	if err != nil {
@@ -91,8 +91,8 @@ func (s *Server) collectOnce(ctx context.Context) {
 		}
 		s.logErr.Do(func() { s.log.Warn("reading the fleet failed", zap.Error(err)) })
 	} else {
-		if l := s.enq.Ledger; l != nil && len(s.enq.TenantSpecs) > 0 {
-			if ts, err := status.Tenants(rctx, l, s.enq.TenantSpecs, now); err == nil {
+		if l := s.ledger; l != nil && len(s.tenants) > 0 {
+			if ts, err := status.Tenants(rctx, l, s.tenants, now); err == nil {
 				rep.Tenants = ts
 			} else {
 				s.logErr.Do(func() { s.log.Warn("reading the tenants' spend failed", zap.Error(err)) })
@@ -108,8 +108,8 @@ func (s *Server) collectOnce(ctx context.Context) {
 	meta.ResultsCaughtUp = s.tally.ready
 	s.tally.mu.Unlock()
 	rows := s.tally.rows(now)
-	if s.enq.Ledger != nil {
-		if err := batchview.Spend(rctx, s.enq.Ledger, rows); err != nil {
+	if s.ledger != nil {
+		if err := batchview.Spend(rctx, s.ledger, rows); err != nil {
 			s.logErr.Do(func() { s.log.Warn("reading the batches' spend failed", zap.Error(err)) })
 		}
 	}

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
 
-	"github.com/keyfleet/keyfleet/internal/jobs"
+	"github.com/keyfleet/keyfleet/internal/api"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/secret"
 	"github.com/keyfleet/keyfleet/internal/spend"
@@ -28,8 +28,6 @@ import (
 const (
 	DefaultInterval = time.Second
 	DefaultHistory  = 10 * time.Minute
-	// MinTokenLen is the shortest admin token accepted.
-	MinTokenLen = 16
 )
 
 //go:embed assets
@@ -40,9 +38,10 @@ type Options struct {
 	// Queue and Pool are read every Interval; required.
 	Queue *queue.Queue
 	Pool  *creds.Pool
-	// AdminToken enables the write actions, each of which must carry it as
-	// "Authorization: Bearer <token>". Empty (the default): read-only.
-	// At least MinTokenLen bytes.
+	// AdminToken enables the write actions (internal/api), each of which
+	// must carry it as "Authorization: Bearer <token>", and shows the text
+	// jobs and APIs wrote to whoever carries it. Empty (the default):
+	// read-only. At least api.MinTokenLen bytes.
 	AdminToken string
 	// Interval between readings of the fleet (default DefaultInterval).
 	Interval time.Duration
@@ -54,57 +53,31 @@ type Options struct {
 	// Logger (default: none).
 	Logger *zap.Logger
 	// Enqueue is how POST /api/batches reads items (the configuration's
-	// defaults, as `producer enqueue` reads them).
-	Enqueue EnqueueDefaults
+	// defaults, as `producer enqueue` reads them). Its Ledger also gives
+	// the batches' and the tenants' spend the page shows.
+	Enqueue api.EnqueueDefaults
+	// TenantSpecs are the configuration's tenants, whose spend in the
+	// current period the snapshot shows (with Enqueue.Ledger).
+	TenantSpecs []status.TenantSpec
 	// MaxEnqueueBody bounds the body of POST /api/batches (default
-	// DefaultMaxEnqueueBody); a larger one is refused (413).
+	// api.DefaultMaxEnqueueBody); a larger one is refused (413).
 	MaxEnqueueBody int64
 }
 
-// EnqueueDefaults are what an enqueue over HTTP takes from the
-// configuration.
-type EnqueueDefaults struct {
-	// DefaultKind is the kind of items enqueued without ?kind=; "" with
-	// Kinds set (the configuration's kinds: several, or none) makes kind=
-	// required, the answer naming them; "" without Kinds is
-	// jobs.DefaultKind.
-	DefaultKind string
-	Kinds       []string
-	// NamedKinds are the configuration's named kinds (jobs.kinds): a kind
-	// an enqueue may name besides the built-in ones.
-	NamedKinds []string
-	// CostField and CostDefault: pool.cost; ScopeField: pool.scope.field.
-	CostField   string
-	CostDefault int64
-	ScopeField  string
-	// Providers are the providers of the kinds that name one, by kind
-	// (jobs.kinds.<k>.http.provider): their items are requests; Endpoints
-	// where those requests go (http.endpoint, else the provider's).
-	Providers, Endpoints map[string]string
-	// Tenants are the configuration's tenants (nil: any name); Ledger
-	// keeps the batches' budgets (nil: budget= is refused) and the
-	// tenants' spend the snapshot shows (TenantSpecs).
-	Tenants     []string
-	TenantSpecs []status.TenantSpec
-	Ledger      *spend.Ledger
-	// TempDir is where a body is copied while it is enqueued ("":
-	// os.TempDir()).
-	TempDir string
-}
-
-// Server is the dashboard: a collector and its HTTP handlers.
+// Server is the dashboard: a collector, the page and its data, and the
+// HTTP API it mounts (internal/api).
 type Server struct {
 	q        *queue.Queue
 	pool     *creds.Pool
-	token    string
+	api      *api.API
+	ledger   *spend.Ledger
+	tenants  []status.TenantSpec
 	interval time.Duration
 	span     time.Duration
 	log      *zap.Logger
 	scrubber *secret.Scrubber
 	page     *template.Template
 	static   http.Handler
-	enq      EnqueueDefaults
-	maxBody  int64
 
 	board *board
 	tally *tally
@@ -128,18 +101,8 @@ func New(o Options) (*Server, error) {
 	switch {
 	case o.Queue == nil || o.Pool == nil:
 		return nil, errors.New("dashboard: Options.Queue and Options.Pool are required")
-	case o.AdminToken != "" && len(o.AdminToken) < MinTokenLen:
-		return nil, fmt.Errorf("dashboard: the admin token is %d bytes long, want at least %d", len(o.AdminToken), MinTokenLen)
 	case o.Interval < 0 || o.History < 0:
 		return nil, errors.New("dashboard: Interval and History cannot be negative")
-	case o.MaxEnqueueBody < 0:
-		return nil, errors.New("dashboard: MaxEnqueueBody cannot be negative")
-	}
-	if o.MaxEnqueueBody == 0 {
-		o.MaxEnqueueBody = DefaultMaxEnqueueBody
-	}
-	if o.Enqueue.DefaultKind == "" && o.Enqueue.Kinds == nil {
-		o.Enqueue.DefaultKind = jobs.DefaultKind // nothing is known of the configuration's kinds
 	}
 	if o.Interval == 0 {
 		o.Interval = DefaultInterval
@@ -162,17 +125,24 @@ func New(o Options) (*Server, error) {
 	for _, s := range o.Sensitive {
 		sensitive = append(sensitive, secret.New(s))
 	}
-	return &Server{
-		q: o.Queue, pool: o.Pool, token: o.AdminToken, interval: o.Interval, span: o.History,
+	s := &Server{
+		q: o.Queue, pool: o.Pool, ledger: o.Enqueue.Ledger, tenants: o.TenantSpecs, interval: o.Interval, span: o.History,
 		log: o.Logger, scrubber: secret.NewScrubber(sensitive...), page: page,
 		static: http.StripPrefix("/static/", http.FileServerFS(static)),
-		enq:    o.Enqueue, maxBody: o.MaxEnqueueBody,
-		board: newBoard(), tally: newTally(),
+		board:  newBoard(), tally: newTally(),
 		hist: newHistory(int(o.History/o.Interval) + 1),
 		mets: newPoolMetrics(),
 		poke: make(chan struct{}, 1), done: make(chan struct{}),
 		logErr: rate.Sometimes{Interval: 30 * time.Second},
-	}, nil
+	}
+	s.api, err = api.New(api.Options{
+		Queue: o.Queue, Pool: o.Pool, AdminToken: o.AdminToken, Enqueue: o.Enqueue, MaxEnqueueBody: o.MaxEnqueueBody,
+		Batches: apiBatches{s}, Scrubber: s.scrubber, WriteTimeout: writeTimeout, Logger: o.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: %w", err)
+	}
+	return s, nil
 }
 
 func (s *Server) scrub(text string) string { return s.scrubber.String(text) }
@@ -223,7 +193,9 @@ var (
 	writeTimeout    = time.Minute
 )
 
-// Handler routes the dashboard. With loopbackOnly, requests naming another
+// Handler routes the dashboard: the page, its assets, its data
+// (/api/status, /api/events, /api/chart, /metrics) and the API for
+// programs (internal/api). With loopbackOnly, requests naming another
 // host are refused (a page elsewhere cannot reach it by DNS rebinding).
 func (s *Server) Handler(loopbackOnly bool) http.Handler {
 	mux := http.NewServeMux()
@@ -234,16 +206,8 @@ func (s *Server) Handler(loopbackOnly bool) http.Handler {
 	mux.HandleFunc("GET /api/events", s.serveEvents)
 	mux.HandleFunc("GET /api/chart", s.serveChart)
 	mux.Handle("GET /metrics", s.mets.handler())
-	mux.Handle("POST /api/creds/enable", s.write(s.enableCredential))
-	mux.Handle("POST /api/creds/disable", s.write(s.disableCredential))
-	mux.Handle("POST /api/dlq/replay", s.write(s.replayDeadLetters))
-	mux.HandleFunc("POST /api/batches", s.enqueueBatch)
-	mux.HandleFunc("GET /api/batches/{id}", s.serveBatch)
-	mux.HandleFunc("GET /api/batches/{id}/results", s.serveResults)
-	mux.HandleFunc("GET /api/batches/{id}/items/{item...}", s.serveItem)
-	for _, action := range []string{queue.ActionPause, queue.ActionResume, queue.ActionCancel} {
-		mux.HandleFunc("POST /api/batches/{id}/"+action, s.steerBatch(action))
-	}
+	// The programs' API: batches, results, items, the write actions.
+	s.api.Register(mux)
 	// A cross-origin POST (a form on another site) is refused before any
 	// handler runs; the bearer token is the second line of defence.
 	csrf := http.NewCrossOriginProtection()
@@ -269,7 +233,7 @@ func (s *Server) headers(loopbackOnly bool, next http.Handler) http.Handler {
 		// each write (a client that stops reading ends its stream).
 		_ = http.NewResponseController(rw).SetWriteDeadline(time.Now().Add(writeTimeout))
 		if loopbackOnly && !isLoopbackHost(r.Host) {
-			writeError(rw, http.StatusMisdirectedRequest, fmt.Sprintf("this dashboard listens on loopback and answers only to localhost, 127.0.0.1 or [::1], not to %q", r.Host))
+			api.WriteError(rw, http.StatusMisdirectedRequest, fmt.Sprintf("this dashboard listens on loopback and answers only to localhost, 127.0.0.1 or [::1], not to %q", r.Host))
 			return
 		}
 		next.ServeHTTP(rw, r)
@@ -281,7 +245,7 @@ func (s *Server) servePage(rw http.ResponseWriter, _ *http.Request) {
 	data := struct {
 		Pool, Stream, Version string
 		ReadOnly              bool
-	}{Pool: s.pool.Name(), Stream: qc.Stream, Version: version.Version, ReadOnly: s.token == ""}
+	}{Pool: s.pool.Name(), Stream: qc.Stream, Version: version.Version, ReadOnly: s.api.ReadOnly()}
 	rw.Header().Set("Content-Type", "text/html; charset=utf-8")
 	if err := s.page.Execute(rw, data); err != nil {
 		s.log.Warn("rendering the page", zap.Error(err))
@@ -295,7 +259,7 @@ func (s *Server) serveStatus(rw http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	data, err := s.board.wait(ctx, s.readsJobText(r))
 	if err != nil {
-		writeError(rw, http.StatusServiceUnavailable, "no reading of the fleet yet")
+		api.WriteError(rw, http.StatusServiceUnavailable, "no reading of the fleet yet")
 		return
 	}
 	rw.Header().Set("Content-Type", "application/json")
@@ -307,7 +271,7 @@ func (s *Server) serveChart(rw http.ResponseWriter, r *http.Request) {
 	id := r.URL.Query().Get("key")
 	series, ok := s.hist.series(id)
 	if !ok {
-		writeError(rw, http.StatusNotFound, fmt.Sprintf("no credential %q in the samples", id))
+		api.WriteError(rw, http.StatusNotFound, fmt.Sprintf("no credential %q in the samples", id))
 		return
 	}
 	rw.Header().Set("Content-Type", "image/svg+xml")
@@ -316,9 +280,7 @@ func (s *Server) serveChart(rw http.ResponseWriter, r *http.Request) {
 
 // readsJobText reports whether r may read what jobs and APIs wrote: it
 // carries the admin token (a read-only dashboard shows it to nobody).
-func (s *Server) readsJobText(r *http.Request) bool {
-	return s.token != "" && s.authorized(r.Header.Get("Authorization"))
-}
+func (s *Server) readsJobText(r *http.Request) bool { return s.api.Authorized(r) }
 
 func isLoopbackAddr(a net.Addr) bool {
 	ta, ok := a.(*net.TCPAddr)

@@ -1,13 +1,13 @@
-package dashboard
+package api
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/itemview"
+	"github.com/keyfleet/keyfleet/internal/ops"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -21,31 +21,31 @@ import (
 
 // itemTimeout bounds one item's reading (a waiting item is looked for
 // among its batch's waiting messages).
-var itemTimeout = 30 * time.Second
+const itemTimeout = 30 * time.Second
 
 // serveItem: GET /api/batches/{id}/items/{item...}.
-func (s *Server) serveItem(rw http.ResponseWriter, r *http.Request) {
+func (a *API) serveItem(rw http.ResponseWriter, r *http.Request) {
 	batch, item := r.PathValue("id"), r.PathValue("item")
 	for _, c := range []struct{ what, id string }{{"batch", batch}, {"item", item}} {
 		if err := queue.CheckID(c.what, c.id); err != nil {
-			writeError(rw, http.StatusBadRequest, err.Error())
+			a.fail(rw, r, "item refused", opsInvalid(err))
 			return
 		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), itemTimeout)
 	defer cancel()
-	it, err := itemview.Read(ctx, s.q, batch, item)
+	it, err := itemview.Read(ctx, a.q, batch, item)
 	switch {
 	case errors.Is(err, itemview.ErrNoItem):
-		writeError(rw, http.StatusNotFound, fmt.Sprintf("no item %q in batch %q: no message waits for it, and it has no result "+
+		a.fail(rw, r, "item refused", ops.Errorf(ops.ErrNotFound, "no item %q in batch %q: no message waits for it, and it has no result "+
 			"and no dead letter (never enqueued, or its records aged out)", item, batch))
 		return
 	case err != nil:
-		writeError(rw, http.StatusServiceUnavailable, s.scrub(err.Error()))
+		a.fail(rw, r, "reading an item failed", unavailable(err))
 		return
 	}
-	if !s.readsJobText(r) {
+	if !a.Authorized(r) {
 		it = it.Public()
 	}
-	writeJSON(rw, http.StatusOK, it)
+	WriteJSON(rw, http.StatusOK, it)
 }
