@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/enqueue"
+	"github.com/keyfleet/keyfleet/internal/itemview"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -205,5 +206,26 @@ func TestEnqueueAgainWhileInProviderBatch(t *testing.T) {
 	}
 	if subs, _ := e.q.StagedSubjects(ctx(t), "again"); len(subs) != 0 {
 		t.Errorf("staged again: %v", subs)
+	}
+}
+
+// item show: a staged item waits (its message staged, delivered to no
+// one); an item in a running provider batch is in state batch-api, with
+// its provider batch.
+func TestItemShowsWhereItRuns(t *testing.T) {
+	e := newEnv(t, providers[0])
+	e.enqueue("i1", e.items(2, func(i int) string { return fmt.Sprintf("q%d [fake:hold]", i) }))
+	it, err := itemview.Read(ctx(t), e.q, "i1", "item-0001")
+	if err != nil || it.State != itemview.StateWaiting || it.Message == nil || !it.Message.Staged || it.Message.Delivered {
+		t.Fatalf("staged: %+v %v", it, err)
+	}
+	r := e.runner(nil)
+	e.until(r, "the provider batch running", func() bool {
+		ps := e.records("i1")
+		return len(ps) == 1 && ps[0].State == queue.PBSubmitted
+	})
+	it, err = itemview.Read(ctx(t), e.q, "i1", "item-0001")
+	if err != nil || it.State != itemview.StateBatchAPI || it.ProviderBatch == nil || it.ProviderBatch.ID == "" || it.Kind != "llm" {
+		t.Fatalf("in a provider batch: %+v %v", it, err)
 	}
 }

@@ -39,6 +39,9 @@ const (
 	StateFailed       = queue.OutcomeFailed
 	StateCancelled    = queue.OutcomeCancelled
 	StateDeadLettered = "dead-lettered"
+	// StateBatchAPI: it runs in a provider batch (a deadline batch's,
+	// docs/batch-api.md): its checkpoint is the provider batch's record.
+	StateBatchAPI = "batch-api"
 )
 
 // ErrNoItem: the item has no message, no result and no dead letter.
@@ -73,6 +76,9 @@ type Item struct {
 	OutputTruncated bool   `json:"output_truncated"`
 	// Message is its message while it waits or runs (null otherwise).
 	Message *Message `json:"message"`
+	// ProviderBatch is the provider batch it runs in (state batch-api;
+	// null otherwise).
+	ProviderBatch *batchview.ProviderBatch `json:"provider_batch,omitempty"`
 	// Result is its latest result as `producer results` writes it, and
 	// DeadLetter its dead-letter record without the payload (null when
 	// there is none).
@@ -93,6 +99,9 @@ type Message struct {
 	Delivered bool `json:"delivered"`
 	// Replay: the message is a replay of a dead letter.
 	Replay bool `json:"replay"`
+	// Staged: the message waits for a provider batch (its batch has a
+	// deadline); no worker delivers it.
+	Staged bool `json:"staged,omitempty"`
 }
 
 // Public is the item without the text jobs and APIs wrote (errors,
@@ -181,6 +190,16 @@ func Read(ctx context.Context, q *queue.Queue, batch, item string) (Item, error)
 	out.Message, out.Result, out.DeadLetter = msg, res, sum
 	out.State = State(msg, res, sum)
 	if out.State == "" {
+		pb, kind, scope, err := inProviderBatch(ctx, q, batch, item)
+		if err != nil {
+			return out, fmt.Errorf("reading the provider batches of batch %q: %w", batch, err)
+		}
+		if pb != nil {
+			out.State, out.ProviderBatch, out.Kind, out.Scope = StateBatchAPI, pb, kind, scope
+			return out, nil
+		}
+	}
+	if out.State == "" {
 		return out, fmt.Errorf("%w: %q in batch %q (no message waiting, no result, no dead letter: never enqueued, "+
 			"or its records are older than queue.results_max_age)", ErrNoItem, item, batch)
 	}
@@ -263,6 +282,10 @@ func waiting(ctx context.Context, q *queue.Queue, batch, item string) (*Message,
 			continue
 		}
 		msg := &Message{Sequence: m.Sequence, Subject: m.Subject, EnqueuedAt: m.Time.UTC(), Replay: found.Replay != ""}
+		if _, _, _, err := q.StagingParts(batch, m.Subject); err == nil {
+			msg.Staged = true // no lane's consumer delivers it
+			return msg, found, nil
+		}
 		c, err := js.Consumer(ctx, cfg.Stream, q.LaneConsumerName(queue.Lane(batch, found.Scope)))
 		switch {
 		case errors.Is(err, jetstream.ErrConsumerNotFound):
@@ -286,3 +309,36 @@ type rawMsg struct {
 func (r rawMsg) Headers() nats.Header { return r.m.Header }
 func (r rawMsg) Subject() string      { return r.m.Subject }
 func (r rawMsg) Data() []byte         { return r.m.Data }
+
+// inProviderBatch finds the active provider batch record of batch whose
+// items hold item (nil when none does), with the item's kind and scope.
+func inProviderBatch(ctx context.Context, q *queue.Queue, batch, item string) (*batchview.ProviderBatch, string, string, error) {
+	recs, err := q.ProviderBatches(ctx, batch)
+	if err != nil || len(recs) == 0 {
+		return nil, "", "", err
+	}
+	store, err := q.OpenProviderBatches(ctx)
+	if err != nil {
+		return nil, "", "", err
+	}
+	errFound := errors.New("found")
+	for _, p := range recs {
+		if !p.Active() {
+			continue
+		}
+		err := store.ReadManifest(ctx, p, func(_ int, it queue.ProviderBatchItem) error {
+			if it.ID == item {
+				return errFound
+			}
+			return nil
+		})
+		if errors.Is(err, errFound) {
+			row := batchview.ProviderBatches([]queue.ProviderBatch{p})[0]
+			return &row, p.Kind, p.Scope, nil
+		}
+		if err != nil {
+			return nil, "", "", err
+		}
+	}
+	return nil, "", "", nil
+}
