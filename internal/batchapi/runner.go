@@ -111,9 +111,9 @@ type Runner struct {
 	// empty: the batches this worker found nothing staged in, at the
 	// record's revision and when (stage).
 	empty map[string]emptyAt
-	apis    map[string]api       // by kind and credential
-	noted   map[string]bool
-	wake    chan struct{}
+	apis  map[string]api // by kind and credential
+	noted map[string]bool
+	wake  chan struct{}
 
 	// crash, a test's, stops the runner dead at a named point (as a crash
 	// there would) when it returns true: the test then starts another.
