@@ -211,7 +211,7 @@ func (r *Runner) submit(ctx context.Context, store *queue.ProviderBatchStore, p 
 		if errStatus(p.Provider, err) == 0 {
 			// No answer: it may have been created. Found again, or not, by
 			// stepCreating.
-			r.log.Warn("creating a provider batch got no answer: it is looked for before anything else", zap.String("record", p.ID), zap.Error(err))
+			r.log.Warn("creating a provider batch got no answer: it is looked for before anything else", zap.String("record", p.ID), r.errField(err))
 			return nil
 		}
 		p.State = queue.PBStaged
@@ -253,18 +253,18 @@ func (r *Runner) refused(ctx context.Context, store *queue.ProviderBatchStore, p
 			}
 		}
 		r.log.Warn("the provider refused the key for a provider batch: trying the next key", zap.String("record", p.ID),
-			zap.String("credential", p.Credential), zap.String("next", next), zap.Error(err))
+			zap.String("credential", p.Credential), zap.String("next", next), r.errField(err))
 		p.Credential, p.InputFileID = next, ""
 		r.later(r.cl.recKey(p.ID), 5*time.Second)
 	case status >= 400 && status < 500 && status != http.StatusRequestTimeout && status != http.StatusConflict && status != http.StatusTooManyRequests:
-		r.log.Warn("the provider refused a provider batch: its items run in real time", zap.String("record", p.ID), zap.Error(err))
+		r.log.Warn("the provider refused a provider batch: its items run in real time", zap.String("record", p.ID), r.errField(err))
 		p.State = queue.PBFallback
 		if uerr := r.update(ctx, store, p); uerr != nil {
 			return uerr
 		}
 		return r.finish(ctx, store, p, nil)
 	default:
-		r.log.Warn("creating a provider batch failed: tried again later", zap.String("record", p.ID), zap.Int("status", status), zap.Error(err))
+		r.log.Warn("creating a provider batch failed: tried again later", zap.String("record", p.ID), zap.Int("status", status), r.errField(err))
 		r.later(r.cl.recKey(p.ID), min(r.poll, 30*time.Second))
 	}
 	return r.update(ctx, store, p)

@@ -195,7 +195,7 @@ func (r *Runner) Run(ctx context.Context) {
 		if _, err := r.openStore(ctx); err == nil {
 			break
 		} else {
-			r.log.Warn("opening the provider batch store; trying again", zap.Error(err))
+			r.log.Warn("opening the provider batch store; trying again", r.errField(err))
 		}
 		sleep(ctx, 2*time.Second)
 	}
@@ -211,7 +211,7 @@ func (r *Runner) Run(ctx context.Context) {
 		case <-r.wake:
 		}
 		if err := r.Step(ctx); err != nil && ctx.Err() == nil {
-			r.log.Warn("a step of the Batch API runner failed; it is done again", zap.Error(err))
+			r.log.Warn("a step of the Batch API runner failed; it is done again", r.errField(err))
 		}
 	}
 }
@@ -246,7 +246,7 @@ func (r *Runner) follow(ctx context.Context, what string, watch func(context.Con
 		if ctx.Err() != nil {
 			return
 		}
-		r.log.Warn("watching the "+what+" failed; watching again", zap.Error(err))
+		r.log.Warn("watching the "+what+" failed; watching again", r.errField(err))
 		sleep(ctx, time.Second)
 	}
 }
@@ -495,4 +495,10 @@ func (r *Runner) count(prov, event string) {
 	if r.o.Metrics != nil {
 		r.o.Metrics.ProviderBatches.WithLabelValues(prov, event).Inc()
 	}
+}
+
+// errField logs an error scrubbed of every key's secret (a provider's
+// error reply may quote what it was sent).
+func (r *Runner) errField(err error) zap.Field {
+	return zap.String("error", r.scrub.String(err.Error()))
 }
