@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
-	"fmt"
 	"mime"
 	"net/http"
 	"strings"
@@ -92,9 +91,4 @@ func decode(r *http.Request, v any) error {
 		return invalidf("bad request body: %v", err)
 	}
 	return nil
-}
-
-// invalidf is an invalid request's error (400).
-func invalidf(format string, args ...any) error {
-	return opsInvalid(fmt.Errorf(format, args...))
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"go.uber.org/zap"
@@ -40,6 +41,11 @@ func (a *API) fail(rw http.ResponseWriter, r *http.Request, what string, err err
 	code := Status(err)
 	a.log.Info(what, zap.String("path", r.URL.Path), zap.Int("code", code), zap.String("remote", r.RemoteAddr), zap.Error(err))
 	WriteError(rw, code, a.scrub(err.Error()))
+}
+
+// invalidf is an invalid request's error (ops.ErrInvalid: 400).
+func invalidf(format string, args ...any) error {
+	return opsInvalid(fmt.Errorf(format, args...))
 }
 
 // opsInvalid is err as an invalid request (ops.ErrInvalid).
