@@ -5,7 +5,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -s -w -X github.com/keyfleet/keyfleet/internal/version.Version=$(VERSION)
 TESTFLAGS ?=
 
-.PHONY: help build demo test test-reliability fuzz vet bench bench-go clean
+.PHONY: help build demo test test-reliability fuzz vet bench bench-smoke bench-go clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -20,12 +20,13 @@ demo: build ## see keyfleet work end to end: its own NATS, Redis and a stand-in 
 	@$(GO) build -o $(BIN)/keyfleet-demo ./internal/demo
 	@$(BIN)/keyfleet-demo --bin $(BIN) $(DEMOFLAGS)
 
-vet: ## gofmt check and go vet
+vet: ## gofmt check and go vet (of the root module and of the bench module in bench/)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) -C bench vet ./...
 
-test: vet ## vet, then every test with the race detector (needs redis-server, chromium, node: installed when missing)
+test: vet ## vet, then every test of the root module with the race detector (needs redis-server, chromium, node: installed when missing; bench/'s tests are make bench-smoke)
 	@bash scripts/ensure-redis.sh
 	@bash scripts/ensure-chromium.sh
 	@bash scripts/ensure-node-packages.sh
@@ -43,8 +44,12 @@ test-reliability: ## the fault scenarios at full size (~15 min); prints the reli
 
 bench: build ## the benchmark program: own NATS and Redis, real workers; prints a table, writes bench-results.json (BENCHFLAGS: -quick, -runs N, -only a,b, -profile DIR)
 	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
-	$(GO) build -o $(BIN)/kfbench ./internal/bench/cmd/kfbench
+	$(GO) -C bench build -o $(abspath $(BIN))/kfbench ./cmd/kfbench
 	$(BIN)/kfbench -bin $(BIN) $(BENCHFLAGS)
+
+bench-smoke: ## the bench module's tests with the race detector: three scenarios at quick size and the arithmetic (CI runs it after make test)
+	@bash scripts/ensure-redis.sh
+	$(GO) -C bench test -race -count=1 -timeout 9m $(TESTFLAGS) ./...
 
 bench-go: ## the Go benchmarks of pkg/ (pool, rate limiter)
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./pkg/...

@@ -41,7 +41,7 @@ const (
 //  3. its YAML: internal/config decodes {rate|cost, burst, scope} straight
 //     into this type (decodeLimit) and config/reference.yaml shows it;
 //  4. a row in limits_test.go's table and, for a new algorithm, a
-//     precision figure in internal/bench/limits.go.
+//     precision figure in bench/limits.go.
 type Limit struct {
 	Kind   LimitKind
 	N      int64

@@ -1,5 +1,5 @@
 // Command kfbench is keyfleet's benchmark program (`make bench`); see
-// package internal/bench.
+// package bench (github.com/keyfleet/keyfleet/bench, its own module).
 package main
 
 import (
@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/keyfleet/keyfleet/internal/bench"
+	"github.com/keyfleet/keyfleet/bench"
 )
 
 func main() {

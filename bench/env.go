@@ -103,16 +103,16 @@ func (e *env) binaries(ctx context.Context) error {
 	return goBuild(ctx, root, "-ldflags", "-s -w", "-o", bin+"/", "./cmd/worker", "./cmd/producer")
 }
 
+// moduleRoot is the directory of the keyfleet module: the main module when
+// kfbench runs from the repository's root, the replacement (../) when it
+// runs inside the bench module (its tests run in bench/).
 func moduleRoot(ctx context.Context) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("bench: go env GOMOD: %w", err)
+	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/keyfleet/keyfleet").Output()
+	dir := strings.TrimSpace(string(out))
+	if err != nil || dir == "" {
+		return "", fmt.Errorf("bench: not inside the keyfleet repository (go list -m github.com/keyfleet/keyfleet: %v): run from the repository, or pass -bin DIR with worker, producer and nats-server built", err)
 	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", errors.New("bench: not inside the keyfleet module: run from the repository, or pass -bin DIR with worker, producer and nats-server built")
-	}
-	return filepath.Dir(mod), nil
+	return dir, nil
 }
 
 func goBuild(ctx context.Context, dir string, args ...string) error {

@@ -1,7 +1,10 @@
 // Package bench is keyfleet's benchmark program, run by `make bench`
-// (internal/bench/cmd/kfbench is its thin main).
+// (bench/cmd/kfbench is its thin main). It is a Go module of its own
+// (github.com/keyfleet/keyfleet/bench, which replaces the keyfleet module
+// with ../), so that `go test ./...` at the repository's root neither
+// builds nor runs it; `make bench-smoke` runs its tests.
 //
-// It starts its own nats-server (built from the module, a separate process,
+// It starts its own nats-server (built in the keyfleet module, a separate process,
 // JetStream on file storage) and redis-server on loopback ports, once for
 // the whole program; every run of every scenario uses fresh stream,
 // subject, consumer and pool names and deletes its streams and flushes

@@ -18,9 +18,9 @@ import (
 
 // quickCovered are the scenarios TestQuick runs at their quick sizes in
 // one program run (one build of the binaries): the cheapest, so that
-// `make test` runs the program's machinery (build, servers, a worker
-// process, in-process pool handles, the table, the JSON). It checks the
-// shape of the output, never a timing.
+// `make bench-smoke` (CI runs it after `make test`) runs the program's
+// machinery (build, servers, a worker process, in-process pool handles,
+// the table, the JSON). It checks the shape of the output, never a timing.
 var quickCovered = []string{"footprint", "acquirecost", "limits"}
 
 // quickExcluded are the scenarios TestQuick leaves out, and why; their
