@@ -2,8 +2,10 @@ package creds_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
@@ -74,5 +76,35 @@ func TestRefusalStreak(t *testing.T) {
 	}
 	if c := credStats(t, p, "k"); c.State == creds.StateDisabled || len(c.Refusals) != 0 {
 		t.Fatalf("enabled again: want usable with a clean streak, got %+v", c)
+	}
+}
+
+// A key on probation (it refused the last item it ran) takes one request
+// at a time, whatever its max_concurrent, until a run it takes ends the
+// streak: so a revoked key is disabled after at most 3 requests sent
+// after its first refusal, not 3 x max_concurrent.
+func TestProbationTakesOneRequestAtATime(t *testing.T) {
+	e := newEnv(t)
+	p := e.pool()
+	ctx := context.Background()
+	e.register(p, creds.Credential{ID: "k", MaxConcurrent: 3})
+	tryAcquire := func() (*creds.Lease, error) { return p.TryAcquire(ctxT(t, 10*time.Second), "w") }
+
+	refuseOn(t, p, "k", "b/1", "401 Unauthorized")
+	l1, err := tryAcquire()
+	if err != nil {
+		t.Fatalf("a key on probation refused its one request: %v", err)
+	}
+	if l2, err := tryAcquire(); !errors.Is(err, creds.ErrNoneAvailable) {
+		t.Fatalf("a key on probation (max_concurrent 3) took a second request at once: %v, %v", l2, err)
+	}
+	// The run it took succeeds: the streak ends, and with it the cap.
+	if err := p.Release(ctx, l1); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := tryAcquire(); err != nil {
+			t.Fatalf("off probation, request %d of max_concurrent 3: %v", i+1, err)
+		}
 	}
 }
