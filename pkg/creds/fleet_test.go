@@ -77,16 +77,41 @@ func startWaitingProcess(t *testing.T, e *env, n int, ttl time.Duration) *exec.C
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := bufio.NewScanner(out)
-	for lines.Scan() {
-		if lines.Text() == "queued" {
-			return cmd
+	// The lines come from a goroutine, so that a child that neither
+	// queues nor exits fails the test after childQueueTimeout instead of
+	// hanging it (killing the child ends the goroutine's read).
+	lines := make(chan string)
+	ended := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+			if sc.Text() == "queued" {
+				return
+			}
 		}
-		t.Logf("waiting process: %s", lines.Text())
+		ended <- sc.Err()
+	}()
+	deadline := time.After(childQueueTimeout)
+	for {
+		select {
+		case line := <-lines:
+			if line == "queued" {
+				return cmd
+			}
+			t.Logf("waiting process: %s", line)
+		case err := <-ended:
+			t.Fatalf("the waiting process ended before queueing: %v", err)
+		case <-deadline:
+			_ = cmd.Process.Kill()
+			t.Fatalf("the waiting process did not queue its %d waiters within %s", n, childQueueTimeout)
+		}
 	}
-	t.Fatalf("the waiting process ended before queueing: %v", lines.Err())
-	return nil
 }
+
+// childQueueTimeout bounds the wait for the waiting process to say
+// "queued".
+const childQueueTimeout = 30 * time.Second
 
 // A process killed (SIGKILL) while its waiters are queued ahead of
 // everybody must not hold the keys: live processes keep them busy, and no
