@@ -2,6 +2,7 @@ package launch_test
 
 import (
 	"context"
+	"net"
 	"strings"
 	"syscall"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 )
 
@@ -27,11 +29,12 @@ func TestProc(t *testing.T) {
 		t.Fatalf("output %q", got)
 	}
 	// Stop: SIGTERM first; a process that ignores it is killed after the grace.
-	p, err = launch.Start("stubborn", "sh", []string{"-c", "trap '' TERM; sleep 30"}, launch.Options{OwnGroup: true})
+	var trapped launch.Buffer
+	p, err = launch.Start("stubborn", "sh", []string{"-c", "trap '' TERM; echo trapped; exec sleep 30"}, launch.Options{OwnGroup: true, Stdout: &trapped})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // let the shell set its trap
+	testutil.WaitFor(t, "the shell to set its trap", 10*time.Second, func() bool { return strings.Contains(trapped.String(), "trapped") })
 	if err := p.Stop(ctx, 200*time.Millisecond); err == nil || !p.Exited() {
 		t.Fatalf("Stop of a process ignoring SIGTERM: %v, exited %v", err, p.Exited())
 	}
@@ -90,6 +93,40 @@ func TestNATS(t *testing.T) {
 	}
 	if err := n.StartAgain(); err != nil || n.Port() != port {
 		t.Fatalf("StartAgain: %v, port %d (was %d)", err, n.Port(), port)
+	}
+	nc, err := nats.Connect(n.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+}
+
+// A server that must have its port (reserved, or its own before a
+// restart) and finds it held for a moment by someone else (a parallel
+// test between FreePort and the listen) starts on it once it is let go.
+func TestNATSStartsOnItsPortOnceLetGo(t *testing.T) {
+	squatter, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := launch.JetStreamOptions(t.TempDir())
+	o.Port = squatter.Addr().(*net.TCPAddr).Port
+	n := launch.NewNATS(o)
+	started := make(chan error, 1)
+	go func() { started <- n.Start() }()
+	time.Sleep(300 * time.Millisecond) // the port stays taken a while: a duration, not a wait for a condition
+	_ = squatter.Close()
+	select {
+	case err := <-started:
+		if err != nil {
+			t.Fatalf("Start on a port let go after 300ms: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Start did not return within 20s of its port being let go")
+	}
+	defer n.Shutdown()
+	if n.Port() != o.Port {
+		t.Fatalf("started on port %d, want %d", n.Port(), o.Port)
 	}
 	nc, err := nats.Connect(n.URL())
 	if err != nil {

@@ -82,9 +82,22 @@ func (n *NATS) release() {
 
 // Start starts the server and waits until it accepts connections, with
 // JetStream enabled when its options ask for it. Its client and cluster
-// ports are kept for later starts. A server that fails to start says what
-// it logged (it runs with NoLog: nothing is printed).
+// ports are kept for later starts. A port of its own (a reserved one, or
+// one it had before) that something else holds for a moment is tried
+// again for up to samePortWait. A server that fails to start says what it
+// logged (it runs with NoLog: nothing is printed).
 func (n *NATS) Start() error {
+	deadline := time.Now().Add(samePortWait)
+	for {
+		err := n.start()
+		if !errors.Is(err, ErrPortTaken) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (n *NATS) start() error {
 	n.mu.Lock()
 	o := n.opts
 	n.mu.Unlock()
@@ -96,9 +109,20 @@ func (n *NATS) Start() error {
 	errs := &errLog{}
 	srv.SetLogger(errs, false, false)
 	go srv.Start()
-	if !srv.ReadyForConnections(NATSReadyTimeout) {
-		srv.Shutdown()
-		return fmt.Errorf("launch: nats-server %s not ready for connections within %s: %s", o.ServerName, NATSReadyTimeout, errs)
+	// Ready in steps, so that a listen that failed (its error logged)
+	// ends the wait at once.
+	for ready, until := false, time.Now().Add(NATSReadyTimeout); !ready; {
+		if ready = srv.ReadyForConnections(50 * time.Millisecond); ready {
+			break
+		}
+		if portTakenIn(errs.String()) {
+			srv.Shutdown()
+			return fmt.Errorf("%w: nats-server %s on port %d: %s", ErrPortTaken, o.ServerName, o.Port, errs)
+		}
+		if time.Now().After(until) {
+			srv.Shutdown()
+			return fmt.Errorf("launch: nats-server %s not ready for connections within %s: %s", o.ServerName, NATSReadyTimeout, errs)
+		}
 	}
 	// JetStream is enabled before the client listener opens; say so if a
 	// server ever returns without it. (A cluster node has more to do
@@ -194,12 +218,20 @@ type NATSProcess struct {
 }
 
 // StartNATSProcess starts a nats-server binary on free ports and waits
-// until it accepts a connection.
+// until it accepts a connection; when a port it picked was taken before
+// the server listened, it starts again on others.
 func StartNATSProcess(ctx context.Context, o NATSProcessOptions) (*NATSProcess, error) {
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
+	var n *NATSProcess
+	err := onFreePort(func(port int) error {
+		var err error
+		n, err = startNATSProcess(ctx, o, port)
+		return err
+	})
+	return n, err
+}
+
+func startNATSProcess(ctx context.Context, o NATSProcessOptions, port int) (*NATSProcess, error) {
+	var err error
 	n := &NATSProcess{URL: fmt.Sprintf("nats://127.0.0.1:%d", port)}
 	args := []string{"-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", o.StoreDir, "-l", o.LogFile}
 	for _, l := range []struct {
@@ -236,6 +268,9 @@ func StartNATSProcess(ctx context.Context, o NATSProcessOptions) (*NATSProcess, 
 	})
 	if err != nil {
 		n.Kill()
+		if portTakenIn(fileTail(o.LogFile, 4096)) {
+			err = fmt.Errorf("%w: %w", ErrPortTaken, err)
+		}
 		return nil, fmt.Errorf("launch: nats-server on port %d: %w (log: %s)", port, err, o.LogFile)
 	}
 	return n, nil
