@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -78,8 +80,17 @@ func TestRedisDownFailsClosed(t *testing.T) {
 	w1 := f.startWorker("w1")
 	testutil.WaitFor(t, "some items to run", 2*time.Minute, func() bool { return len(f.runsPerItem()) >= 10 })
 	f.redis.Stop()
-	// Jobs already running may finish; after that nothing may start.
-	time.Sleep(time.Second) // let running jobs (50ms) end
+	// Jobs already running may finish; after that nothing may start. They
+	// have ended when no job holds a key (guard.sh's held-<key>) and no
+	// run began since the previous look, a tenth of a second before.
+	lastRuns := -1
+	testutil.WaitForEvery(t, "the jobs running when Redis stopped to end", time.Minute, 100*time.Millisecond, func() bool {
+		held, _ := filepath.Glob(filepath.Join(f.dir, "held-*"))
+		runs := strings.Count(f.file("runs"), "\n")
+		quiet := runs == lastRuns
+		lastRuns = runs
+		return len(held) == 0 && quiet
+	})
 	before := len(f.runsPerItem())
 	time.Sleep(3 * time.Second) // the outage: a duration, not a wait for a condition
 	if after := len(f.runsPerItem()); after != before {
