@@ -68,20 +68,21 @@ func TestEnqueueRacingCancel(t *testing.T) {
 	}
 	const n = 6000
 	big := writeFile(t, "big.jsonl", lines(n, `{"id":"b-%d","ms":0}`))
+	// The publisher looks at the record every 256 items (not once a
+	// second): the cancel, made once 1,024 are published, is seen long
+	// before the input ends, however fast the machine publishes.
+	defer enqueue.SetCancelCheckEvery(0)()
 	cancelled := false
 	req := enqueue.Request{Source: enqueue.Source{Path: big}, Kind: "sleep", Batch: "racy", By: "tester@host", Window: 64,
 		ProgressEvery: time.Nanosecond,
 		Progress: func(p enqueue.Progress) {
-			if p.Phase != enqueue.Publishing || cancelled {
+			if p.Phase != enqueue.Publishing || cancelled || p.Confirmed < 1024 {
 				return
 			}
 			cancelled = true
 			if _, err := q.SetBatchState(ctx(t), "racy", queue.ActionCancel, "other@host"); err != nil {
 				t.Error(err)
 			}
-			// The publisher looks at the record once a second: let one
-			// pass, so that it sees the cancel before the input ends.
-			time.Sleep(1100 * time.Millisecond)
 		}}
 	rep, err := enqueue.Run(ctx(t), q, req)
 	var ce *enqueue.CancelledError
