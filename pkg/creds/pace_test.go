@@ -25,7 +25,12 @@ func TestBare429PacesTheKey(t *testing.T) {
 	// first rest one pace: long enough that the stats below are read
 	// while it lasts, even on a busy machine (with a 5 ms run the rest
 	// was 14 ms and a slow read in CI found the key available again).
-	time.Sleep(150 * time.Millisecond)
+	// The run lasts until Redis's clock, the one the pool measures it
+	// on, says 150 ms passed since the grant.
+	waitFor(t, "Redis's clock to pass the run's 150 ms", 10*time.Second, func() bool {
+		now, err := e.rdb.Time(ctx).Result()
+		return err == nil && now.Sub(l.Acquired) >= 150*time.Millisecond
+	})
 	if err := p.Settle(ctx, l, creds.Outcome{RateLimited: true, MaxRest: cooldown, RestReason: "429 Too Many Requests"}); err != nil {
 		t.Fatal(err)
 	}
