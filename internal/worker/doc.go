@@ -1,22 +1,16 @@
-// Package worker is the worker daemon's engine: it pulls items from the
-// JetStream consumer, no more than it has free slots for, reserves a
-// credential from the Redis pool for each, runs the job with the
-// credential's secret, and settles the message by the job's outcome.
+// Package worker is the worker daemon: it connects to NATS and Redis, sets
+// up the queue and registers the configured credentials (Start), then
+// pulls items from the batches' lanes, no more than it has free slots for
+// (pull.go: the lane schedule picks the batch), and hands each message to
+// the item executor (internal/executor), which reserves a credential, runs
+// the job and settles the message. The worker counts what each delivery
+// came to (slot.go), keeps its view of the batches (batches.go), announces
+// itself (heartbeat.go), probes disabled keys (probe.go), serves
+// /metrics, /healthz and /readyz (health.go), runs the Batch API runner
+// (batchapi.go) and shuts down in two phases (Run).
 //
-// The unacknowledged message is the checkpoint. While an item waits for a
-// credential or runs, its message is kept alive with confirmed in-progress
-// acks and its lease is renewed; if either cannot be kept, the job is
-// cancelled and the item is handed back. Outcomes:
-//
-//	ok            release, store the result, ack (confirmed)
-//	rate limited  cool the credential down (Retry-After, else pool.cooldown) and run again on another one, no attempt used
-//	rejected key  disable the credential with the reason and run again on another one, no attempt used
-//	transient     release, nak with the retry backoff; out of attempts: dead letter
-//	permanent     release, dead letter
-//	interrupted   (shutdown, lost lease or message) release, nak for immediate redelivery, no attempt used
-//
-// A dead letter is stored before the message is terminated (a term deletes
-// it from the work-queue stream). Runs and failures are counted per item in
-// Redis, so KEYFLEET_ATTEMPT is exact across workers; a run that never
-// reported (its worker was killed) counts as a failure at the next start.
+// Its adapters give the executor what it asks for: the JetStream message
+// as an executor.Delivery (delivery.go), results and dead letters through
+// the queue and its group committer (recorder.go), and the per-item run
+// counters as one Redis script (runs.go, runs.lua).
 package worker
