@@ -206,6 +206,15 @@ func (t Tenant) WithDefaults() Tenant {
 	return t
 }
 
+// TenantWeight is tenant's weight: its tenants.<t>.weight, else
+// TenantWeightDefault (no tenant, or one the configuration does not name).
+func (c *Config) TenantWeight(tenant string) int {
+	if t, ok := c.Tenants[tenant]; ok && t.Weight > 0 {
+		return t.Weight
+	}
+	return TenantWeightDefault
+}
+
 // TenantBudget is tenant's budget, and whether it has one (a tenant the
 // configuration does not name has none).
 func (c *Config) TenantBudget(tenant string) (spend.Budget, bool) {
@@ -542,6 +551,26 @@ func (j Jobs) KindEndpoint(kind string) string {
 		return ""
 	}
 	return cmp.Or(h.Endpoint, spec.Endpoint)
+}
+
+// KindTimeout returns how long one run of a kind may take (its http or
+// exec section's timeout), 0 for a kind without one.
+func (j Jobs) KindTimeout(kind string) time.Duration {
+	_, sec, ok := j.KindSection(kind)
+	if !ok {
+		return 0
+	}
+	switch s := sec.(type) {
+	case *HTTPJob:
+		if s != nil {
+			return s.Timeout
+		}
+	case *ExecJob:
+		if s != nil {
+			return s.Timeout
+		}
+	}
+	return 0
 }
 
 // HasProvider reports whether a configured kind names a provider (its

@@ -134,8 +134,11 @@ func TestBudgetNeverOverspent(t *testing.T) {
 	}
 	// A higher budget resumes it; it pauses again at that one.
 	r := f.producer(nil, "batch", "set", "paid", "--budget", "0.03", "--json")
-	if r.code != 0 || !strings.Contains(r.stdout, `"resumed":true`) {
-		t.Fatalf("batch set --budget:\n%s", r)
+	var set struct {
+		Resumed bool `json:"resumed"`
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &set) != nil || !set.Resumed {
+		t.Fatalf("batch set --budget: want resumed:\n%s", r)
 	}
 	testutil.WaitFor(t, "more items done, then a pause at the new budget", time.Minute, func() bool {
 		b = f.batchJSON("paid")

@@ -239,8 +239,6 @@ func (req Request) withDefaults() (Request, error) {
 			return req, invalid("budget", "a budget counts what a provider's replies say they used: it needs a kind with a provider")
 		case *req.Budget <= 0:
 			return req, invalid("budget", "must be more than 0")
-		case req.Ledger == nil && !req.DryRun:
-			return req, invalid("budget", "no spend ledger to keep it in")
 		}
 	}
 	if req.Tenant != "" {
@@ -371,6 +369,9 @@ func Run(ctx context.Context, q *queue.Queue, req Request) (Report, error) {
 	}
 	if q == nil && !req.DryRun {
 		return Report{}, invalid("queue", "none to publish on")
+	}
+	if req.Budget != nil && req.Ledger == nil && !req.DryRun {
+		return Report{}, invalid("budget", "no spend ledger to keep it in")
 	}
 	in := &input{src: req.Source, tempDir: req.TempDir}
 	defer in.close()

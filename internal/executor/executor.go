@@ -28,6 +28,8 @@ type Kind struct {
 	// Provider: the kind names a provider; its items are requests, their
 	// scope the model, their cost the provider's estimate.
 	Provider bool
+	// Timeout is how long one run may take (jobs.<kind>.timeout; 0 none).
+	Timeout time.Duration
 }
 
 // Config builds an Executor. Every collaborator is required but Clock
@@ -53,9 +55,14 @@ type Config struct {
 	Batches  Batches
 	Waits    *ClassWaits
 	Host     Host
-	Clock    Clock
-	Metrics  *metrics.Metrics
-	Logger   *zap.Logger
+	// Ledger and Budgets: the spend ledger and what binds a batch's
+	// spend; both nil, or both set (then provider runs record their spend
+	// and starts under a budget reserve theirs).
+	Ledger  Ledger
+	Budgets Budgets
+	Clock   Clock
+	Metrics *metrics.Metrics
+	Logger  *zap.Logger
 }
 
 // Executor runs deliveries of items (Execute), any number at once. Close
@@ -76,6 +83,8 @@ type Executor struct {
 	batches Batches
 	waits   *ClassWaits
 	host    Host
+	ledger  Ledger
+	budgets Budgets
 	clock   Clock
 	metrics *metrics.Metrics
 	log     *zap.Logger
@@ -99,6 +108,9 @@ func New(c Config) (*Executor, error) {
 	if c.Policy.MaxAttempts < 1 || c.Policy.AckWait <= 0 || c.Policy.LeaseTTL <= 0 {
 		return nil, fmt.Errorf("executor: Policy needs MaxAttempts >= 1 and a positive AckWait and LeaseTTL: %+v", c.Policy)
 	}
+	if (c.Ledger == nil) != (c.Budgets == nil) {
+		return nil, fmt.Errorf("executor: Config.Ledger and Config.Budgets go together")
+	}
 	if c.Clock == nil {
 		c.Clock = Real
 	}
@@ -113,6 +125,7 @@ func New(c Config) (*Executor, error) {
 		policy:  c.Policy,
 		judging: judging{cooldown: c.Policy.Cooldown, maxRest: c.Policy.MaxRest, scrub: c.Scrub.String},
 		pool:    c.Pool, rec: c.Recorder, runs: c.Runs, batches: c.Batches, waits: c.Waits, host: c.Host,
+		ledger: c.Ledger, budgets: c.Budgets,
 		clock: c.Clock, metrics: c.Metrics, log: c.Logger, keeper: newKeeper(c.Clock),
 	}, nil
 }
@@ -135,6 +148,7 @@ type item struct {
 	msg       keepTask                // the message's keep-alive
 	keep      keepHandle
 	again     int
+	spend     spending // what binds its spend, and the current start's reservation
 }
 
 // Execute takes one delivery to its settlement and says what became of
@@ -167,6 +181,9 @@ func (e *Executor) Execute(pullCtx, runCtx context.Context, d Delivery) Outcome 
 	x.kind = k
 	if text := e.prepare(x); text != "" {
 		return e.deadLetter(x, queue.ReasonPermanent, text)
+	}
+	if o, settled := e.spendOf(itemCtx, x); settled {
+		return o
 	}
 	if o, held := e.heldBack(x); held {
 		return o
@@ -225,11 +242,15 @@ func (e *Executor) runAgain(pullCtx, itemCtx context.Context, x *item) (Outcome,
 		cancel()
 		return x.handedBack(ErrRefusedBefore, e.nak(x, refusedKeyWait), refusedKeyWait), false
 	}
+	if o, ok := e.reserve(itemCtx, x, lease); !ok {
+		return o, false
+	}
 	st, err := x.runs.Start(itemCtx)
 	if err != nil {
 		// Redis failed right after granting the lease: run nothing.
 		e.host.RedisUp(false)
 		x.log.Warn("cannot count the run in Redis: handing the item back", zap.Error(err))
+		e.unreserve(x)
 		e.releaseUnused(lease, x.log)
 		return x.handedBack(ErrRunLog, e.nak(x, runLogWait), runLogWait), false
 	}
@@ -237,6 +258,7 @@ func (e *Executor) runAgain(pullCtx, itemCtx context.Context, x *item) (Outcome,
 		x.log.Warn("earlier runs of this item never reported (their workers died): counted as failed attempts",
 			zap.Int("lost_runs", st.Lost), zap.Int("failures", st.Failures), zap.Int("max_attempts", e.policy.MaxAttempts))
 		if st.Failures >= e.policy.MaxAttempts {
+			e.unreserve(x)
 			e.releaseUnused(lease, x.log)
 			return e.deadLetter(x, queue.ReasonOutOfAttempts,
 				fmt.Sprintf("%d runs failed or never reported (their workers died)", st.Failures)), false

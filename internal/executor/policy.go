@@ -5,6 +5,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/spend"
 )
 
 // Policy is what the executor needs of the configuration, read once.
@@ -36,6 +37,18 @@ type Policy struct {
 	// ScopeField is pool.scope.field: an item's scope, read from its
 	// payload when it was published without one ("" none).
 	ScopeField string
+	// Prices are pool.prices; TenantBudgets the configured tenants'
+	// budgets, by tenant (tenants without one are not in it).
+	Prices        spend.Prices
+	TenantBudgets map[string]spend.Budget
+}
+
+// reservationTTL is how long a start's spend reservation lives if it
+// never settles (its worker died): then it lapses, counted as spent.
+// Twice the longest the run may take or its lease may go unrenewed, and
+// a minute more: a run still going is never taken for a dead one.
+func (p Policy) reservationTTL(k Kind) time.Duration {
+	return 2*max(k.Timeout, p.LeaseTTL) + time.Minute
 }
 
 // PolicyFrom reads the policy from the worker's configuration, its
@@ -53,7 +66,20 @@ func PolicyFrom(cfg *config.Config, q queue.Config, leaseTTL time.Duration) Poli
 		CostField:      cfg.Pool.Cost.Field,
 		CostDefault:    cfg.Pool.Cost.Default,
 		ScopeField:     cfg.Pool.Scope.Field,
+		Prices:         spend.Prices(cfg.Pool.Prices),
+		TenantBudgets:  tenantBudgets(cfg),
 	}
+}
+
+// tenantBudgets are the configured tenants' budgets.
+func tenantBudgets(cfg *config.Config) map[string]spend.Budget {
+	out := map[string]spend.Budget{}
+	for name := range cfg.Tenants {
+		if b, ok := cfg.TenantBudget(name); ok {
+			out[name] = b
+		}
+	}
+	return out
 }
 
 // settleTimeout bounds the I/O that settles an item.

@@ -9,6 +9,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/jobs"
 	"github.com/keyfleet/keyfleet/internal/metrics"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/spend"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
@@ -19,6 +20,7 @@ type runResult struct {
 	leasedAt time.Time
 	out      jobs.Output
 	errText  string
+	spent    spend.Amount // what it cost at its model's price (0: unknown, or nothing)
 }
 
 // runOnce runs the job once on the leased credential, its lease renewed
@@ -58,7 +60,8 @@ func (e *Executor) runOnce(pullCtx, itemCtx context.Context, x *item, lease *cre
 		log.Warn("a reply asked for a rest longer than pool.max_rest: cut to it",
 			zap.String("asked", e.scrub.String(c)), zap.Duration("max_rest", e.policy.MaxRest))
 	}
-	res := runResult{dur: dur, credID: lease.CredentialID, leasedAt: lease.Acquired, out: out, errText: errText}
+	res := runResult{dur: dur, credID: lease.CredentialID, leasedAt: lease.Acquired, out: out, errText: errText,
+		spent: e.settleSpend(x, out, jobErr)}
 	o, again := e.settle(pullCtx, x, lease, v, res, log, context.Cause(jobCtx))
 	o.Took = dur
 	return o, again

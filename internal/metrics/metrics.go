@@ -36,6 +36,9 @@ type Metrics struct {
 	// ProviderBatches counts provider batches by provider and event
 	// (created, done, cancelled, real_time: sent items to real time).
 	ProviderBatches *prometheus.CounterVec // provider, event
+	// Spend is what provider runs cost at their models' prices
+	// (pool.prices), by tenant ("" none) and model.
+	Spend *prometheus.CounterVec // tenant, model
 }
 
 // Values of the via label of Requests.
@@ -102,12 +105,14 @@ func New() *Metrics {
 			"API requests of items, by kind and via: real_time (a run of the item on a key) or batch_api (a request a provider batch ran, at the Batch API's price).", "kind", "via"),
 		ProviderBatches: counterVec("keyfleet_provider_batches_total",
 			"Provider batches (Batch API) by provider and event: created, done, cancelled (at the provider, by keyfleet), real_time (some of its items sent to real time).", "provider", "event"),
+		Spend: counterVec("keyfleet_spend_total",
+			"What provider runs cost at their models' prices (pool.prices, in its currency), by tenant and model; through a Batch API at its discount.", "tenant", "model"),
 		RedisUnavailable: counter("keyfleet_redis_unavailable_total",
 			"Credential acquisitions that failed because Redis could not be reached (no job runs then)."),
 	}
 	r.MustRegister(m.Items, m.JobDuration, m.CredentialWait, m.Attempts, m.InFlight, m.Cooldowns,
 		m.Rejections, m.SlotsBusy, m.Slots, m.Redeliveries, m.LeaseRenewFails, m.LeasesLost,
-		m.MessagesLost, m.DeadLetters, m.RedisUnavailable, m.FetchBatch, m.CommitBatch, m.Requests, m.ProviderBatches)
+		m.MessagesLost, m.DeadLetters, m.RedisUnavailable, m.FetchBatch, m.CommitBatch, m.Requests, m.ProviderBatches, m.Spend)
 	return m
 }
 

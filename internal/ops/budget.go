@@ -53,8 +53,9 @@ func SetBudget(ctx context.Context, q *queue.Queue, l *spend.Ledger, batch strin
 	}
 	out := BudgetSet{Batch: rec, Account: acct}
 	if rec.Status() == queue.BatchPaused && rec.PausedReason == spend.ReasonBudget && acct.Covers() {
-		// Resumed or cancelled meanwhile by someone else: left as it is.
-		rec, err = q.SetBatchState(ctx, batch, queue.ActionResume, by)
+		// Resumed, paused by an operator or cancelled meanwhile: left as
+		// it is.
+		rec, err = q.ResumeFrom(ctx, batch, spend.ReasonBudget, by)
 		if err != nil && !errors.Is(err, queue.ErrBatchState) && !errors.Is(err, queue.ErrBatchCancelled) {
 			return out, unavailable(err, "resuming batch %s", batch)
 		}

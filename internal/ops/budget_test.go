@@ -18,7 +18,7 @@ func TestSetBudget(t *testing.T) {
 	rs := redistest.Start(t)
 	l := spend.NewLedger(rs.Client(t), redistest.UniqueName(t))
 	f.enqueue("capped", 2)
-	if _, err := f.q.PauseFor(f.ctx, "capped", spend.ReasonBudget, "worker-1"); err != nil {
+	if _, _, err := f.q.PauseFor(f.ctx, "capped", spend.ReasonBudget, "worker-1"); err != nil {
 		t.Fatal(err)
 	}
 	forty, _ := spend.ParseAmount("40")

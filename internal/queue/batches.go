@@ -80,8 +80,9 @@ type BatchEvent struct {
 	At     time.Time `json:"at"`
 	Action string    `json:"action"` // pause, resume, cancel
 	By     string    `json:"by"`     // user@host of the command, or the API's caller
-	// Reason is why a pause that no operator made was made: budget,
-	// tenant-budget ("" for an operator's).
+	// Reason is why a pause (or the resume that undid it) that no
+	// operator made was made: budget, tenant-budget ("" for an
+	// operator's).
 	Reason string `json:"reason,omitempty"`
 }
 

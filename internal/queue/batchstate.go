@@ -47,15 +47,36 @@ func (q *Queue) SetBatchState(ctx context.Context, batch, action, by string) (Ba
 }
 
 // PauseFor pauses batch for reason (spend.ReasonBudget,
-// spend.ReasonTenantBudget), recorded as PausedReason, by by. A batch
-// paused already, or cancelled, is left as it is (no error: several
-// workers find the same budget spent).
-func (q *Queue) PauseFor(ctx context.Context, batch, reason, by string) (BatchInfo, error) {
+// spend.ReasonTenantBudget), recorded as PausedReason, by by, and reports
+// whether this call paused it. A batch paused already, or cancelled, is
+// left as it is (no error: several workers find the same budget spent).
+func (q *Queue) PauseFor(ctx context.Context, batch, reason, by string) (BatchInfo, bool, error) {
 	b, err := q.setBatchState(ctx, batch, ActionPause, by, reason)
 	if errors.Is(err, ErrBatchState) || errors.Is(err, ErrBatchCancelled) {
-		return b, nil
+		return b, false, nil
 	}
-	return b, err
+	return b, err == nil, err
+}
+
+// ResumeFrom resumes batch if it is paused for reason (spend.ReasonBudget,
+// spend.ReasonTenantBudget), by by, in one compare-and-set: a batch an
+// operator paused, or resumed or cancelled meanwhile, is left as it is
+// (ErrBatchState, ErrBatchCancelled).
+func (q *Queue) ResumeFrom(ctx context.Context, batch, reason, by string) (BatchInfo, error) {
+	return q.updateBatch(ctx, batch, func(b *BatchInfo) error {
+		if b.Status() == BatchCancelled {
+			return fmt.Errorf("batch %q: %w", batch, ErrBatchCancelled)
+		}
+		if b.Status() != BatchPaused || b.PausedReason != reason {
+			return fmt.Errorf("batch %q is not paused for its %s: %w", batch, reason, ErrBatchState)
+		}
+		b.State, b.PausedReason = BatchRunning, ""
+		b.History = append(b.History, BatchEvent{At: time.Now().UTC(), Action: ActionResume, By: by, Reason: reason})
+		if len(b.History) > MaxBatchHistory {
+			b.History = slices.Delete(b.History, 0, len(b.History)-MaxBatchHistory)
+		}
+		return nil
+	})
 }
 
 // SetBudget changes batch's budget in its record (nil: none).

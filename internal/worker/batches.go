@@ -122,7 +122,7 @@ func (w *Worker) syncLane(ctx context.Context, b queue.BatchInfo) error {
 	defer cancel()
 	for _, lane := range b.Lanes() {
 		if _, err := w.sched.Sync(ctx, lanes.Lane{ID: lane, State: b.Status(), Priority: b.Prio(), Weight: b.Wt(), Gen: b.Rev,
-			Classes: w.laneClasses(b, lane)}); err != nil {
+			Classes: w.laneClasses(b, lane), Tenant: b.Tenant, TenantWeight: w.cfg.TenantWeight(b.Tenant)}); err != nil {
 			return err
 		}
 	}
@@ -227,16 +227,22 @@ func (w *Worker) checkDrained(ctx context.Context, lane string) {
 // those that come back after a worker held them (a nak's back-off, a dead
 // worker's ack wait). One worker at a time sweeps a batch. Once every
 // recordSweepEvery, one worker of the fleet also deletes the records of
-// batches that hold nothing any more (queue.SweepBatchRecords).
+// batches that hold nothing any more (queue.SweepBatchRecords); every
+// tenantResumeEvery it resumes the batches paused for a tenant's budget
+// that covers a start again (resumeTenants).
 func (w *Worker) sweepCancelled(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	lastRecords := time.Now()
+	lastRecords, lastTenants := time.Now(), time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if w.ledger != nil && len(w.cfg.Tenants) > 0 && time.Since(lastTenants) >= tenantResumeEvery {
+			lastTenants = time.Now()
+			w.resumeTenants(ctx, w.ledger)
 		}
 		if time.Since(lastRecords) >= recordSweepEvery {
 			lastRecords = time.Now()

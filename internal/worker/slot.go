@@ -48,9 +48,14 @@ func (w *Worker) newExecutor() (*executor.Executor, error) {
 	kinds := make(map[string]executor.Kind, len(w.handlers))
 	for name, h := range w.handlers {
 		kinds[name] = executor.Kind{Handler: h, Keys: w.keysFor(name), KeyCount: w.kindKeyCount(name),
-			Provider: w.cfg.Jobs.KindProvider(name) != ""}
+			Provider: w.cfg.Jobs.KindProvider(name) != "", Timeout: w.cfg.Jobs.KindTimeout(name)}
 	}
 	qcfg := w.q.Config()
+	var ledger executor.Ledger
+	var binding executor.Budgets
+	if w.ledger != nil {
+		ledger, binding = w.ledger, budgets{w}
+	}
 	return executor.New(executor.Config{
 		ID: w.id, Kinds: kinds, KindNames: w.kinds(),
 		Secrets: w.secrets, URLs: w.credURLs, Scrub: w.scrub,
@@ -62,6 +67,7 @@ func (w *Worker) newExecutor() (*executor.Executor, error) {
 		// their deadline.
 		Runs:    &runLog{rdb: w.rdb, prefix: "keyfleet:runs:" + qcfg.Stream + ":", ttl: runsTTL},
 		Batches: w.batches, Waits: w.waits, Host: host{w},
+		Ledger: ledger, Budgets: binding,
 		Metrics: w.metrics, Logger: w.log,
 	})
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/metrics"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/secret"
+	"github.com/keyfleet/keyfleet/internal/spend"
 	"github.com/keyfleet/keyfleet/internal/version"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
@@ -57,11 +58,13 @@ type Worker struct {
 	rdb       redis.UniversalClient
 	pipeliner *redis.AutoPipeliner // nil where the client has none
 	pool      *creds.Pool
-	defs      []creds.Credential
-	secrets   map[string]secret.Secret
-	credURLs  map[string]string // a key's own base URL (provider kinds), by ID
-	scrub     *secret.Scrubber
-	handlers  map[string]jobs.Handler
+	// ledger is the spend ledger (nil: no kind has a provider).
+	ledger   *spend.Ledger
+	defs     []creds.Credential
+	secrets  map[string]secret.Secret
+	credURLs map[string]string // a key's own base URL (provider kinds), by ID
+	scrub    *secret.Scrubber
+	handlers map[string]jobs.Handler
 	// kindKeys are the key sets of the kinds that name their keys
 	// (jobs.kinds.<name>.credentials); other kinds may use every key. One
 	// pool handle serves them all, batching their acquires together.
@@ -221,6 +224,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		creds.WithScripter(scripts))
 	if err != nil {
 		return exitcode.With(exitcode.Usage, err)
+	}
+	if cfg.Jobs.HasProvider() {
+		w.ledger = spend.NewLedger(scripts, cfg.Pool.Name)
 	}
 	w.kindKeys = map[string]*creds.KeySet{}
 	for _, kind := range cfg.Jobs.KindNames() {
