@@ -71,8 +71,9 @@ type Outcome struct {
 	// Reply is what the server was told, Delay a nak's delay.
 	Reply Reply
 	Delay time.Duration
-	// Attempt is the item's run count (KEYFLEET_ATTEMPT of its last run;
-	// 0: it did not run in this delivery), Failures its failed runs.
+	// Attempt is the item's run count as this delivery knows it (the
+	// KEYFLEET_ATTEMPT of its last run; earlier deliveries' runs when it
+	// did not run in this one), Failures its failed runs.
 	Attempt, Failures int
 	// Again counts the runs of this delivery that ran again at once on
 	// another key (rate limited, refused).
