@@ -94,6 +94,7 @@ var scenarios = []*scenario{
 	llmHandlerScenario,
 	providerBytesScenario,
 	batchAPIScenario,
+	spendScenario,
 	scopesScenario,
 	peersScenario,
 	persistentScenario,

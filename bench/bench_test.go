@@ -35,6 +35,7 @@ var quickExcluded = map[string]string{
 	"scale":         "opens up to 1,000 pool handles (2,000 Redis connections) for ~12 s even at quick size; under -race it measures the race detector (clipBusy is tested)",
 	"shard":         "drives Redis and the machine's CPU to saturation by design, which would slow every package testing in parallel",
 	"gateway":       "~15 s of real worker processes even at quick size: learning a pace from bare 429s takes hundreds of requests (okRate, convergence and per1000 are tested)",
+	"spend":         "runs a fleet of two worker processes until a budget runs out (~10 s at quick size)",
 	"llm":           "the stand-in API's windows are 10 s: a quick run lasts at least 11 s by construction",
 	"llm95":         "the stand-in API's windows are 10 s: a quick run lasts at least 11 s by construction (skewOf is tested)",
 	"llmhandler":    "the stand-in API's windows are 10 s: two fleets of at least 11 s each, with node and python3 handlers (the handlers' headers are tested end to end: internal/e2e TestHandlersPassHeaders)",

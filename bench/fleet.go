@@ -71,6 +71,8 @@ type fleetSpec struct {
 	// batchAPI is the jobs.batch_api section as a YAML flow mapping (""
 	// none).
 	batchAPI string
+	// prices is pool.prices as a YAML flow mapping ("" none).
+	prices string
 }
 
 // fleet is one run's stream, pool and worker processes.
@@ -135,6 +137,9 @@ func (f *fleet) writeConfig(name string, listenPort int) (string, error) {
 	}
 	if f.spec.scope != "" {
 		fmt.Fprintf(&b, "  scope: {field: %s}\n", f.spec.scope)
+	}
+	if f.spec.prices != "" {
+		fmt.Fprintf(&b, "  prices: %s\n", f.spec.prices)
 	}
 	grace := f.spec.grace
 	if grace == 0 {

@@ -11,12 +11,17 @@
 --   read    batch tenant period
 -- Keys under the prefix, for a batch B and a tenant T in period P:
 --   b:<B> / t:<T>:<P>     hash  spent, reserved, need (the amount the last
---                               refused start needed), limit (batches only)
---   br:<B> / tr:<T>:<P>   hash  token -> amount: live reservations
---   bx:<B> / tx:<T>:<P>   zset  token -> expiry (us)
+--                               refused start needed), limit (batches
+--                               only), next (the earliest expiry, us, of a
+--                               reservation made since the last lapse scan)
+--   br:<B> / tr:<T>:<P>   hash  token -> "<amount> <expiry us>": live
+--                               reservations
 --   bl:<B> / tl:<T>:<P>   hash  token -> amount: reservations that lapsed
 --                               (their holder never settled in time: the
 --                               amount was counted as spent)
+-- A start costs few calls: a reservation is one field of br plus the
+-- account's reserved; expired ones are looked for only once the
+-- earliest expiry recorded in next has passed (a holder dies rarely).
 local PFX = string.sub(KEYS[1], 1, -7) -- strip "ledger"
 
 local function now_us()
@@ -28,29 +33,58 @@ local function n2s(x) return string.format('%.0f', x) end
 -- account: the keys of batch B or tenant T in period P.
 local function account(kind, name)
   if kind == 'b' then
-    return {h = PFX .. 'b:' .. name, r = PFX .. 'br:' .. name, x = PFX .. 'bx:' .. name, l = PFX .. 'bl:' .. name}
+    return {h = PFX .. 'b:' .. name, r = PFX .. 'br:' .. name, l = PFX .. 'bl:' .. name}
   end
-  return {h = PFX .. 't:' .. name, r = PFX .. 'tr:' .. name, x = PFX .. 'tx:' .. name, l = PFX .. 'tl:' .. name}
+  return {h = PFX .. 't:' .. name, r = PFX .. 'tr:' .. name, l = PFX .. 'tl:' .. name}
+end
+
+-- figures reads an account: spent, reserved, need, limit (-1 none), next.
+local function figures(a)
+  local f = redis.call('HMGET', a.h, 'spent', 'reserved', 'need', 'limit', 'next')
+  return tonumber(f[1] or '0') or 0, tonumber(f[2] or '0') or 0, tonumber(f[3] or '0') or 0,
+    tonumber(f[4] or '-1') or -1, tonumber(f[5] or '')
 end
 
 -- lapse counts the reservations of a whose holders did not settle before
 -- their expiry as spent (their runs may have been paid: never assume
--- less), keeping them in l for a late settle to correct.
-local function lapse(a, now)
-  local old = redis.call('ZRANGEBYSCORE', a.x, '-inf', n2s(now), 'LIMIT', 0, 64)
-  for _, tok in ipairs(old) do
-    local amt = tonumber(redis.call('HGET', a.r, tok) or '0') or 0
-    redis.call('HDEL', a.r, tok)
-    redis.call('ZREM', a.x, tok)
-    redis.call('HINCRBY', a.h, 'reserved', -amt)
-    redis.call('HINCRBY', a.h, 'spent', amt)
-    redis.call('HSET', a.l, tok, amt)
+-- less), keeping them in l for a late settle to correct; next is the
+-- account's recorded earliest expiry (nil: none). It returns how much
+-- it moved from reserved to spent, and the earliest expiry after it.
+local function lapse(a, now, next)
+  if next == nil or next > now then
+    return 0, next
   end
+  local all = redis.call('HGETALL', a.r)
+  local moved, earliest = 0, nil
+  for i = 1, #all, 2 do
+    local amt, exp = string.match(all[i + 1], '^(%d+) (%d+)$')
+    amt, exp = tonumber(amt) or 0, tonumber(exp) or 0
+    if exp <= now then
+      redis.call('HDEL', a.r, all[i])
+      redis.call('HSET', a.l, all[i], n2s(amt))
+      moved = moved + amt
+    elseif earliest == nil or exp < earliest then
+      earliest = exp
+    end
+  end
+  if moved > 0 then
+    redis.call('HINCRBY', a.h, 'reserved', -moved)
+    redis.call('HINCRBY', a.h, 'spent', moved)
+  end
+  if earliest then
+    redis.call('HSET', a.h, 'next', n2s(earliest))
+  else
+    redis.call('HDEL', a.h, 'next')
+  end
+  return moved, earliest
 end
 
-local function figures(a)
-  local f = redis.call('HMGET', a.h, 'spent', 'reserved', 'need', 'limit')
-  return tonumber(f[1] or '0') or 0, tonumber(f[2] or '0') or 0, tonumber(f[3] or '0') or 0, tonumber(f[4] or '-1') or -1
+-- current reads an account after lapsing what expired.
+local function current(a, now)
+  local spent, res, need, limit, next = figures(a)
+  local moved
+  moved, next = lapse(a, now, next)
+  return spent + moved, res - moved, need, limit, next
 end
 
 local op = ARGV[1]
@@ -60,18 +94,15 @@ if op == 'reserve' then
   local now = now_us()
   local checks = {}
   local b = account('b', batch)
-  lapse(b, now)
-  local bspent, bres, _, stored = figures(b)
+  local bspent, bres, bneed, stored, bnext = current(b, now)
   if blimit < 0 then
     blimit = stored
   end
-  checks[#checks + 1] = {a = b, spent = bspent, res = bres, limit = blimit, what = 'budget'}
-  local t = nil
+  checks[1] = {a = b, spent = bspent, res = bres, need = bneed, next = bnext, limit = blimit, what = 'budget'}
   if tenant ~= '' then
-    t = account('t', tenant .. ':' .. period)
-    lapse(t, now)
-    local tspent, tres = figures(t)
-    checks[#checks + 1] = {a = t, spent = tspent, res = tres, limit = tlimit, what = 'tenant-budget'}
+    local t = account('t', tenant .. ':' .. period)
+    local tspent, tres, tneed, _, tnext = current(t, now)
+    checks[2] = {a = t, spent = tspent, res = tres, need = tneed, next = tnext, limit = tlimit, what = 'tenant-budget'}
   end
   for _, c in ipairs(checks) do
     if c.limit >= 0 and c.spent + c.res + amt > c.limit then
@@ -82,11 +113,16 @@ if op == 'reserve' then
       return {'exhausted', c.what, n2s(c.limit - c.spent - c.res)}
     end
   end
+  local rec = n2s(amt) .. ' ' .. n2s(exp)
   for _, c in ipairs(checks) do
-    redis.call('HSET', c.a.r, tok, n2s(amt))
-    redis.call('ZADD', c.a.x, n2s(exp), tok)
+    redis.call('HSET', c.a.r, tok, rec)
     redis.call('HINCRBY', c.a.h, 'reserved', amt)
-    redis.call('HDEL', c.a.h, 'need')
+    if c.need > 0 then
+      redis.call('HDEL', c.a.h, 'need')
+    end
+    if c.next == nil or exp < c.next then
+      redis.call('HSET', c.a.h, 'next', n2s(exp))
+    end
   end
   return {'ok', '', ''}
 elseif op == 'settle' then
@@ -96,11 +132,11 @@ elseif op == 'settle' then
     as[2] = account('t', tenant .. ':' .. period)
   end
   for _, a in ipairs(as) do
-    local amt = redis.call('HGET', a.r, tok)
-    if amt then
+    local rec = redis.call('HGET', a.r, tok)
+    if rec then
+      local amt = tonumber(string.match(rec, '^(%d+)')) or 0
       redis.call('HDEL', a.r, tok)
-      redis.call('ZREM', a.x, tok)
-      redis.call('HINCRBY', a.h, 'reserved', -tonumber(amt))
+      redis.call('HINCRBY', a.h, 'reserved', -amt)
       redis.call('HINCRBY', a.h, 'spent', actual)
     else
       local lapsed = redis.call('HGET', a.l, tok)
@@ -117,30 +153,25 @@ elseif op == 'settle' then
 elseif op == 'limit' then
   local batch, limit = ARGV[2], tonumber(ARGV[3])
   local b = account('b', batch)
-  lapse(b, now_us())
   if limit < 0 then
     redis.call('HDEL', b.h, 'limit')
   else
     redis.call('HSET', b.h, 'limit', n2s(limit))
   end
-  local spent, res, need = figures(b)
+  local spent, res, need = current(b, now_us())
   return {n2s(spent), n2s(res), n2s(need)}
 elseif op == 'read' then
   local batch, tenant, period = ARGV[2], ARGV[3], ARGV[4]
   local now = now_us()
   local out = {}
   if batch ~= '' then
-    local b = account('b', batch)
-    lapse(b, now)
-    local spent, res, need, limit = figures(b)
+    local spent, res, need, limit = current(account('b', batch), now)
     out = {n2s(spent), n2s(res), n2s(need), n2s(limit)}
   else
     out = {'0', '0', '0', '-1'}
   end
   if tenant ~= '' then
-    local t = account('t', tenant .. ':' .. period)
-    lapse(t, now)
-    local spent, res, need = figures(t)
+    local spent, res, need = current(account('t', tenant .. ':' .. period), now)
     out[5], out[6], out[7] = n2s(spent), n2s(res), n2s(need)
   end
   return out

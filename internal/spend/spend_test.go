@@ -203,4 +203,27 @@ func TestLedgerLapse(t *testing.T) {
 	if b, _, _ := l.Read(ctx, "b", "", ""); b.Spent != 12 {
 		t.Fatalf("after the late settle: %+v, want 12 spent", b)
 	}
+
+	// Expired reservations are looked for only once the earliest expiry
+	// has passed: a reservation made by the call that lapsed the last one
+	// must still lapse in its turn, and one that lives on must not.
+	reserve := func(tok string, amt spend.Amount, ttl time.Duration) {
+		t.Helper()
+		if v, err := l.Reserve(ctx, spend.Reservation{Token: tok, Amount: amt, Batch: "b", Expires: time.Now().Add(ttl)}); err != nil || !v.OK {
+			t.Fatalf("reserve %s: %+v %v", tok, v, err)
+		}
+	}
+	reserve("first", 10, -time.Second)         // expired already: the next call lapses it
+	reserve("second", 20, 50*time.Millisecond) // made by the call that lapses the first
+	reserve("long", 5, time.Hour)
+	testutil.WaitFor(t, "the second reservation to lapse too", 5*time.Second, func() bool {
+		b, _, err := l.Read(ctx, "b", "", "")
+		return err == nil && b.Spent == 12+10+20 && b.Reserved == 5
+	})
+	if err := l.Settle(ctx, "long", 3, "b", "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if b, _, _ := l.Read(ctx, "b", "", ""); b.Spent != 12+10+20+3 || b.Reserved != 0 {
+		t.Fatalf("after settling the live one: %+v, want 45 spent, 0 reserved", b)
+	}
 }
