@@ -39,8 +39,24 @@ func printBatch(w io.Writer, b batchview.Batch, now time.Time) {
 	}
 	fmt.Fprintf(tw, "  Priority:\t%d (1 first .. 5 last)\n", b.Priority)
 	fmt.Fprintf(tw, "  Weight:\t%d\n", b.Weight)
-	fmt.Fprintf(tw, "  State:\t%s\n", b.State)
+	state := b.State
+	if b.State == batchview.StatePaused && b.PausedReason != "" {
+		state += " (" + b.PausedReason + ")"
+	}
+	fmt.Fprintf(tw, "  State:\t%s\n", state)
 	fmt.Fprintf(tw, "  Done:\t%s: %d succeeded, %d failed, %d cancelled\n", progress(b), b.Succeeded, b.Failed, b.Cancelled)
+	if b.Tenant != "" {
+		fmt.Fprintf(tw, "  Tenant:\t%s\n", termsafe.String(b.Tenant))
+	}
+	switch {
+	case b.Budget != nil:
+		fmt.Fprintf(tw, "  Spent:\t%s of a budget of %s\n", b.Spent, *b.Budget)
+	case b.Spent > 0:
+		fmt.Fprintf(tw, "  Spent:\t%s (no budget)\n", b.Spent)
+	}
+	if b.Deadline != nil {
+		fmt.Fprintf(tw, "  Deadline:\t%s (%s; through the provider's Batch API)\n", b.Deadline.Local().Format(time.DateTime), until(now, *b.Deadline))
+	}
 	fmt.Fprintf(tw, "  Rate:\t%s, ETA %s\n", rateText(b.Rate), etaText(b))
 	if b.EnqueuedAt != nil {
 		fmt.Fprintf(tw, "  Enqueued:\t%s (%s)\n", b.EnqueuedAt.Local().Format(time.DateTime), ago(now, *b.EnqueuedAt))
@@ -49,14 +65,52 @@ func printBatch(w io.Writer, b batchview.Batch, now time.Time) {
 		fmt.Fprintf(tw, "  Last result:\t%s (%s)\n", b.LastResultAt.Local().Format(time.DateTime), ago(now, *b.LastResultAt))
 	}
 	_ = tw.Flush()
+	printProviderBatches(w, b.ProviderBatches)
 	if len(b.History) == 0 {
 		fmt.Fprintln(w, "  History: no pause, resume or cancel")
 		return
 	}
 	fmt.Fprintln(w, "  History:")
 	for _, e := range b.History {
-		fmt.Fprintf(w, "    %s  %-6s by %s\n", e.At.Local().Format(time.DateTime), termsafe.String(e.Action), termsafe.String(e.By))
+		why := ""
+		if e.Reason != "" {
+			why = " (" + termsafe.String(e.Reason) + ")"
+		}
+		fmt.Fprintf(w, "    %s  %-6s by %s%s\n", e.At.Local().Format(time.DateTime), termsafe.String(e.Action), termsafe.String(e.By), why)
 	}
+}
+
+// printProviderBatches lists a batch's provider batches (Batch API), one
+// line each: the provider's ID (keyfleet's record before it exists), the
+// key, its status, its counts, and what keyfleet did with it.
+func printProviderBatches(w io.Writer, pbs []batchview.ProviderBatch) {
+	if len(pbs) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "  Provider batches:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "    ID\tKEY\tSTATUS\tCOMPLETED\tFAILED\tREAL TIME\tCANCELLED")
+	for _, p := range pbs {
+		id := p.ID
+		if id == "" {
+			id = "(" + p.Record + ")"
+		}
+		cancel := "-"
+		if p.Cancel != "" {
+			cancel = "for the " + p.Cancel
+		}
+		fmt.Fprintf(tw, "    %s\t%s\t%s\t%d/%d\t%d\t%d\t%s\n", termsafe.String(id), termsafe.String(p.Credential), termsafe.String(p.Status),
+			p.Completed, p.Total, p.Failed, p.RealTime, termsafe.String(cancel))
+	}
+	_ = tw.Flush()
+}
+
+// until is how far off t is from now, "in 3h0m0s", or "passed".
+func until(now, t time.Time) string {
+	if !t.After(now) {
+		return "passed"
+	}
+	return "in " + t.Sub(now).Round(time.Second).String()
 }
 
 // progress is "done/total" ("done/?" when the total is not known).

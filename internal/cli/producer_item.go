@@ -165,6 +165,16 @@ func stateText(it itemview.Item) string {
 		return "waiting for a worker"
 	case itemview.StateRunning:
 		return "running (a worker has it: running, or waiting there for a key or its next try)"
+	case itemview.StateBatchAPI:
+		if pb := it.ProviderBatch; pb != nil {
+			id := pb.ID
+			if id == "" {
+				id = "record " + pb.Record
+			}
+			return fmt.Sprintf("in a provider batch (%s, %s on key %s: %s)", termsafe.String(id), termsafe.String(pb.Provider),
+				termsafe.String(pb.Credential), termsafe.String(pb.Status))
+		}
+		return "in a provider batch"
 	case itemview.StateDeadLettered:
 		return fmt.Sprintf("dead-lettered (`producer dlq replay --batch %s %s` puts it back)", termsafe.String(it.Batch), termsafe.String(it.Item))
 	}
