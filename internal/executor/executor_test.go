@@ -31,6 +31,9 @@ type harness struct {
 	kind    Kind
 	policy  Policy
 	waits   *ClassWaits
+	// ledger and budgets: the spend collaborators (nil: none).
+	ledger  Ledger
+	budgets Budgets
 	e       *Executor
 
 	cancelPull, cancelRun context.CancelCauseFunc
@@ -72,6 +75,7 @@ func (h *harness) start() {
 		Secrets: map[string]secret.Secret{"a": secret.New(testSecret)},
 		Scrub:   secret.NewScrubber(secret.New(testSecret)), Policy: h.policy,
 		Pool: h.pool, Recorder: h.rec, Runs: h.runs, Batches: h.batches, Waits: h.waits, Host: h.host, Clock: h.clk,
+		Ledger: h.ledger, Budgets: h.budgets,
 	})
 	if err != nil {
 		h.t.Fatal(err)
