@@ -122,7 +122,8 @@ func (r *Runner) update(ctx context.Context, store *queue.ProviderBatchStore, p 
 
 // stepStaged: the messages purged, the record is submitted, or sent to
 // real time (the deadline has come) or recorded cancelled (a cancelled
-// batch). A paused batch submits nothing.
+// batch). A paused batch submits nothing, nor one whose budget cannot
+// take the record's most spend now (spend.go).
 func (r *Runner) stepStaged(ctx context.Context, store *queue.ProviderBatchStore, p *queue.ProviderBatch, b queue.BatchInfo) error {
 	if !p.Purged {
 		if err := r.purge(ctx, store, p); err != nil {
@@ -138,6 +139,9 @@ func (r *Runner) stepStaged(ctx context.Context, store *queue.ProviderBatchStore
 		return r.finish(ctx, store, p, nil)
 	case b.Status() == queue.BatchPaused:
 		return nil
+	}
+	if ok, err := r.budget(ctx, store, p, b); err != nil || !ok {
+		return err
 	}
 	return r.submit(ctx, store, p)
 }

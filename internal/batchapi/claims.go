@@ -23,6 +23,12 @@ var claimsScript = redis.NewScript(claimsLua)
 //	                                              for the poll interval, when it is next polled)
 //	keyfleet:{<stream>.batchapi}:key:<credential> creating a provider batch on a key
 //
+// and, beside the pool's spend ledger (in its hash tag, so that a settle
+// and its mark go in one transaction), what a record reserved and settled
+// (spend.go):
+//
+//	keyfleet:{<pool>}:batchapi:spend:<record>
+//
 // A claim is mutual exclusion in the ordinary run of things; what must
 // never happen twice (creating a provider batch, recording a result) is
 // also guarded by the record's compare and set and by the provider's own
@@ -40,6 +46,9 @@ func newClaims(rdb redis.UniversalClient, stream, owner string) *claims {
 func (c *claims) stageKey(batch string) string { return c.prefix + "stage:" + batch }
 func (c *claims) recKey(id string) string      { return c.prefix + "rec:" + id }
 func (c *claims) keyKey(cred string) string    { return c.prefix + "key:" + cred }
+
+// spendKey is record's spend hash in pool.
+func spendKey(pool, record string) string { return "keyfleet:{" + pool + "}:batchapi:spend:" + record }
 
 // take claims key for ttl; false while a claim lives, the owner's own
 // too (a record's claim held on after a poll is the time until its next

@@ -20,7 +20,7 @@ import (
 // stored as many results as there are items: none was written twice),
 // none is lost, and no staged message is left.
 func TestCrashAtEachStep(t *testing.T) {
-	points := []string{"record-written", "uploaded", "creating", "created", "ended", "results-recorded", "real-time-sent"}
+	points := []string{"record-written", "uploaded", "creating", "created", "ended", "results-recorded", "spend-settled", "real-time-sent"}
 	for _, prov := range providers {
 		for _, point := range points {
 			if point == "uploaded" && prov != providers[0] {

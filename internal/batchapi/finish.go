@@ -14,6 +14,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/metrics"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/spend"
 )
 
 // What becomes of an item at the end of its provider batch.
@@ -47,12 +48,13 @@ func permanent(status int) bool {
 
 // finish ends a record: every item gets what its fate says (rem, when
 // set, is the provider batch as last read: its results are read when it
-// has any), then the record is done and its objects deleted. Each result
-// is stored unless the item has one (so doing it again after a crash
-// records nothing twice); an item sent to real time is published on its
-// batch's lane with a message ID of its own (<batch>/<item>/rt-<record>)
-// unless it has a result, and the batch's record is touched so that the
-// workers pull the lane.
+// has any), what its requests cost is settled into the spend ledger, then
+// the record is done and its objects deleted. Each result is stored
+// unless the item has one, and the cost is settled once (spend.go), so
+// doing it again after a crash records nothing twice; an item sent to
+// real time is published on its batch's lane with a message ID of its own
+// (<batch>/<item>/rt-<record>) unless it has a result, and the batch's
+// record is touched so that the workers pull the lane.
 func (r *Runner) finish(ctx context.Context, store *queue.ProviderBatchStore, p *queue.ProviderBatch, rem *remote) error {
 	b, _ := r.batch(p.Batch)
 	cancelled := b.Status() == queue.BatchCancelled || p.Cancel == queue.CancelBatch
@@ -100,6 +102,17 @@ func (r *Runner) finish(ctx context.Context, store *queue.ProviderBatchStore, p 
 	if err != nil {
 		return err
 	}
+	// What each request cost: its reply's usage at the model's price,
+	// through the Batch API; every line that says its usage counts
+	// (the provider bills it whatever becomes of the item).
+	costs := make([]spend.Amount, len(items))
+	var spent spend.Amount
+	if price, ok := spend.Prices(r.cfg.Pool.Prices).Lookup(p.Scope); ok {
+		for i, l := range lines {
+			costs[i] = r.lineCost(l, price)
+			spent += costs[i]
+		}
+	}
 	now := r.now().UTC()
 	via := p.ProviderID
 	var results []queue.Result
@@ -109,7 +122,9 @@ func (r *Runner) finish(ctx context.Context, store *queue.ProviderBatchStore, p 
 		counts[fates[i]]++
 		switch fates[i] {
 		case endSucceeded:
-			results = append(results, r.result(*p, it, queue.OutcomeSucceeded, lines[i], "", via, now))
+			res := r.result(*p, it, queue.OutcomeSucceeded, lines[i], "", via, now)
+			res.Spend = costs[i]
+			results = append(results, res)
 		case endFailed:
 			l := lines[i]
 			errText := fmt.Sprintf("http: %d %s%s (in provider batch %s)", l.Status, http.StatusText(l.Status), snippetOf(l), via)
@@ -120,7 +135,9 @@ func (r *Runner) finish(ctx context.Context, store *queue.ProviderBatchStore, p 
 			if err := r.q.PutDeadLetter(ctx, dl); err != nil {
 				return err
 			}
-			results = append(results, r.result(*p, it, queue.OutcomeFailed, l, queue.ReasonPermanent+": "+errText, via, now))
+			res := r.result(*p, it, queue.OutcomeFailed, l, queue.ReasonPermanent+": "+errText, via, now)
+			res.Spend = costs[i]
+			results = append(results, res)
 		case endCancelled:
 			results = append(results, cancelledResult(it.ID, p.Batch, p.Kind, r.o.Owner, now))
 		case endRealTime:
@@ -134,6 +151,12 @@ func (r *Runner) finish(ctx context.Context, store *queue.ProviderBatchStore, p 
 		}
 	}
 	if r.crashed("results-recorded") {
+		return errCrash
+	}
+	if _, err := r.settle(ctx, *p, b, spent); err != nil {
+		return err
+	}
+	if r.crashed("spend-settled") {
 		return errCrash
 	}
 	if err := r.realTime(ctx, p, back); err != nil {
@@ -156,7 +179,8 @@ func (r *Runner) finish(ctx context.Context, store *queue.ProviderBatchStore, p 
 	store.DeleteObjects(ctx, *p)
 	r.count(p.Provider, "done")
 	r.log.Info("provider batch done", zap.String("batch", p.Batch), zap.String("record", p.ID), zap.String("provider_batch", p.ProviderID),
-		zap.Int("succeeded", p.Succeeded), zap.Int("failed", p.FailedN), zap.Int("real_time", p.RealTime), zap.Int("cancelled", p.Cancelled))
+		zap.Int("succeeded", p.Succeeded), zap.Int("failed", p.FailedN), zap.Int("real_time", p.RealTime), zap.Int("cancelled", p.Cancelled),
+		zap.Stringer("spend", spent))
 	return nil
 }
 

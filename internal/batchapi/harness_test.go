@@ -142,6 +142,13 @@ func (e *env) enqueue(batch string, lines []string) {
 
 func (e *env) enqueueBy(batch string, lines []string, deadline time.Time) {
 	e.t.Helper()
+	e.enqueueWith(batch, lines, deadline, nil)
+}
+
+// enqueueWith is enqueueBy with the request changed by mod (a budget, a
+// tenant).
+func (e *env) enqueueWith(batch string, lines []string, deadline time.Time, mod func(*enqueue.Request)) {
+	e.t.Helper()
 	path := filepath.Join(e.t.TempDir(), batch+".jsonl")
 	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		e.t.Fatal(err)
@@ -150,8 +157,12 @@ func (e *env) enqueueBy(batch string, lines []string, deadline time.Time) {
 	if e.prov == fakeapi.ProviderAnthropic {
 		format = "anthropic-batch"
 	}
-	rep, err := enqueue.Run(ctx(e.t), e.q, enqueue.Request{Source: enqueue.Source{Path: path}, Kind: "llm", NamedKinds: []string{"llm"},
-		Batch: batch, Format: format, Provider: e.prov, Deadline: deadline})
+	req := enqueue.Request{Source: enqueue.Source{Path: path}, Kind: "llm", NamedKinds: []string{"llm"},
+		Batch: batch, Format: format, Provider: e.prov, Deadline: deadline}
+	if mod != nil {
+		mod(&req)
+	}
+	rep, err := enqueue.Run(ctx(e.t), e.q, req)
 	if err != nil || rep.New != len(lines) {
 		e.t.Fatalf("enqueue: %+v %v", rep, err)
 	}

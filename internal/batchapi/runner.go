@@ -18,11 +18,13 @@ import (
 	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/secret"
+	"github.com/keyfleet/keyfleet/internal/spend"
 )
 
 // Options configure a Runner.
 type Options struct {
-	// Queue is the worker's queue handle; Redis its Redis client (claims).
+	// Queue is the worker's queue handle; Redis its Redis client (claims,
+	// and the pool's spend ledger).
 	Queue *queue.Queue
 	Redis redis.UniversalClient
 	// Config is the worker's configuration: the kinds (their provider,
@@ -39,8 +41,8 @@ type Options struct {
 	// the Secrets').
 	Scrubber *secret.Scrubber
 	// Metrics, when set, are the worker's: requests via the Batch API
-	// (keyfleet_requests_total{via="batch_api"}) and provider batches'
-	// events.
+	// (keyfleet_requests_total{via="batch_api"}), provider batches'
+	// events and spend (keyfleet_spend_total{tenant,model}).
 	Metrics *metrics.Metrics
 	// Now is the clock of the deadline rule (default time.Now).
 	Now func() time.Time
@@ -100,6 +102,7 @@ type Runner struct {
 	poll   time.Duration
 	margin time.Duration
 	scrub  *secret.Scrubber
+	ledger *spend.Ledger
 
 	storeMu sync.Mutex
 	store   *queue.ProviderBatchStore
@@ -114,6 +117,8 @@ type Runner struct {
 	apis  map[string]api // by kind and credential
 	noted map[string]bool
 	wake  chan struct{}
+	// ceilings: records' most spend, read from their inputs (spend.go).
+	ceilings map[string]ceilingOf
 
 	// crash, a test's, stops the runner dead at a named point (as a crash
 	// there would) when it returns true: the test then starts another.
@@ -145,7 +150,7 @@ func New(o Options) (*Runner, error) {
 		poll: cmp.Or(bc.Poll, config.BatchAPIPollDefault), margin: cmp.Or(bc.Margin, config.BatchAPIMarginDefault),
 		batches: map[string]queue.BatchInfo{}, records: map[string]queue.ProviderBatch{},
 		notTill: map[string]time.Time{}, empty: map[string]emptyAt{}, apis: map[string]api{}, noted: map[string]bool{}, wake: make(chan struct{}, 1),
-		scrub: o.Scrubber,
+		scrub: o.Scrubber, ledger: spend.NewLedger(o.Redis, o.Config.Pool.Name), ceilings: map[string]ceilingOf{},
 	}
 	if r.log == nil {
 		r.log = zap.NewNop()
@@ -283,6 +288,9 @@ func (r *Runner) seen(p queue.ProviderBatch) {
 	defer r.mu.Unlock()
 	if old, ok := r.records[p.ID]; ok && old.Rev >= p.Rev {
 		return
+	}
+	if !p.Active() {
+		delete(r.ceilings, p.ID)
 	}
 	if p.State == "" {
 		delete(r.records, p.ID)
