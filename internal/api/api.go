@@ -11,6 +11,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/batchview"
 	"github.com/keyfleet/keyfleet/internal/jobs"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/secret"
 	"github.com/keyfleet/keyfleet/internal/spend"
@@ -93,10 +94,10 @@ type Batches interface {
 	// Batch returns batch id's object; rec is its record, read now (nil:
 	// it has none). An error of class ops.ErrNotFound: the batch has
 	// neither a record nor results.
-	Batch(ctx context.Context, id string, rec *queue.BatchInfo) (batchview.Batch, error)
+	Batch(ctx context.Context, id string, rec *kftype.BatchInfo) (batchview.Batch, error)
 	// Changed says a write changed the fleet; rec is a batch's record it
 	// wrote (nil: none).
-	Changed(rec *queue.BatchInfo)
+	Changed(rec *kftype.BatchInfo)
 }
 
 // ReadBatches is Batches that reads each batch from its record and
@@ -106,11 +107,11 @@ func ReadBatches(q *queue.Queue) Batches { return readBatches{q} }
 
 type readBatches struct{ q *queue.Queue }
 
-func (b readBatches) Batch(ctx context.Context, id string, _ *queue.BatchInfo) (batchview.Batch, error) {
+func (b readBatches) Batch(ctx context.Context, id string, _ *kftype.BatchInfo) (batchview.Batch, error) {
 	return batchview.Read(ctx, b.q, id)
 }
 
-func (readBatches) Changed(*queue.BatchInfo) {}
+func (readBatches) Changed(*kftype.BatchInfo) {}
 
 // API serves the routes of the package comment.
 type API struct {
@@ -163,7 +164,7 @@ func (a *API) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/batches/{id}", a.serveBatch)
 	mux.HandleFunc("GET /api/batches/{id}/results", a.serveResults)
 	mux.HandleFunc("GET /api/batches/{id}/items/{item...}", a.serveItem)
-	for _, action := range []string{queue.ActionPause, queue.ActionResume, queue.ActionCancel} {
+	for _, action := range []string{kftype.ActionPause, kftype.ActionResume, kftype.ActionCancel} {
 		mux.HandleFunc("POST /api/batches/{id}/"+action, a.steerBatch(action))
 	}
 	mux.Handle("POST /api/creds/enable", a.write(a.enableCredential))

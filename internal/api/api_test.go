@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/api"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
 	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
@@ -120,7 +121,7 @@ func TestAPIAlone(t *testing.T) {
 		Cancelled int    `json:"cancelled"`
 	}
 	_, body := call(t, "GET", u+"/api/batches/b1", "", false)
-	if err := json.Unmarshal([]byte(body), &b); err != nil || b.State != queue.BatchCancelled || b.Cancelled != 3 {
+	if err := json.Unmarshal([]byte(body), &b); err != nil || b.State != string(kftype.BatchCancelled) || b.Cancelled != 3 {
 		t.Errorf("b1 after its cancel: want cancelled, 3 cancelled; got %+v %v", b, err)
 	}
 	if rec, err := q.Batch(context.Background(), "b1"); err != nil || len(rec.History) != 2 || rec.History[0].By != "dashboard@127.0.0.1" {

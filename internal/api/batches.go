@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/ops"
 	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
@@ -22,7 +23,7 @@ func (a *API) serveBatch(rw http.ResponseWriter, r *http.Request) {
 		a.fail(rw, r, "batch refused", opsInvalid(err))
 		return
 	}
-	var known *queue.BatchInfo
+	var known *kftype.BatchInfo
 	rec, err := a.q.Batch(r.Context(), id)
 	switch {
 	case err == nil:

@@ -12,8 +12,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keyfleet/keyfleet/internal/batchview"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/ops"
-	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
 // An operator steers a batch (DESIGN "Batches") with ops.Steer, as
@@ -45,7 +45,7 @@ type steerReply struct {
 // steerBatch serves POST /api/batches/{id}/{action}.
 func (a *API) steerBatch(action string) http.HandlerFunc {
 	what := map[string]string{
-		queue.ActionPause: "pausing a batch", queue.ActionResume: "resuming a batch", queue.ActionCancel: "cancelling a batch",
+		kftype.ActionPause: "pausing a batch", kftype.ActionResume: "resuming a batch", kftype.ActionCancel: "cancelling a batch",
 	}[action]
 	return func(rw http.ResponseWriter, r *http.Request) {
 		if !a.guard(rw, r, what) {
@@ -62,7 +62,7 @@ func (a *API) steerBatch(action string) http.HandlerFunc {
 			return
 		}
 		out := steerReply{}
-		if action == queue.ActionCancel {
+		if action == kftype.ActionCancel {
 			out.Drained = &s.Drain.Drained
 			if derr := s.Drain.Err; derr != nil {
 				out.Warning = a.scrub(fmt.Sprintf("the batch is cancelled; %d items not started were recorded as cancelled, "+

@@ -14,16 +14,17 @@ import (
 	"slices"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/spend"
 )
 
-// States of a Batch: the record's (queue.BatchRunning, queue.BatchPaused,
-// queue.BatchCancelled) and StateDone.
+// States of a Batch: the record's (kftype.BatchRunning, BatchPaused,
+// BatchCancelled) and StateDone.
 const (
-	StateRunning   = queue.BatchRunning
-	StatePaused    = queue.BatchPaused
-	StateCancelled = queue.BatchCancelled
+	StateRunning   = string(kftype.BatchRunning)
+	StatePaused    = string(kftype.BatchPaused)
+	StateCancelled = string(kftype.BatchCancelled)
 	// StateDone: every item has an outcome and the batch was not
 	// cancelled.
 	StateDone = "done"
@@ -47,7 +48,7 @@ type Batch struct {
 	State string `json:"state"`
 	// LastChange: the latest pause, resume or cancel (what, when, by
 	// whom); null when none.
-	LastChange *queue.BatchEvent `json:"last_change"`
+	LastChange *kftype.BatchEvent `json:"last_change"`
 	// Total is the number of distinct items enqueued (the batch's record);
 	// TotalKnown is false for a batch with results but no record (one
 	// enqueued before records existed): Total is then Done.
@@ -73,7 +74,7 @@ type Batch struct {
 	LastResultAt *time.Time `json:"last_result_at"`
 	// History lists the operators' changes of state (pause, resume,
 	// cancel): when, what, by whom (user@host); [] when none.
-	History []queue.BatchEvent `json:"history"`
+	History []kftype.BatchEvent `json:"history"`
 	// Deadline: the batch runs through its provider's Batch API and must
 	// be done by then (null: it runs in real time).
 	Deadline *time.Time `json:"deadline"`
@@ -170,15 +171,15 @@ func (t Tally) Done() int64 { return t.Succeeded + t.Failed + t.Cancelled }
 // and its results: "cancelled" when an operator cancelled it; else "done"
 // once every item enqueued has an outcome; else "paused" when an operator
 // paused it; else "running". A batch without a record is "running".
-func State(rec queue.BatchInfo, known bool, t Tally) string {
+func State(rec kftype.BatchInfo, known bool, t Tally) string {
 	switch {
 	case !known:
 		return StateRunning
-	case rec.Status() == queue.BatchCancelled:
+	case rec.State == kftype.BatchCancelled:
 		return StateCancelled
 	case t.Done() >= rec.Total:
 		return StateDone
-	case rec.Status() == queue.BatchPaused:
+	case rec.State == kftype.BatchPaused:
 		return StatePaused
 	}
 	return StateRunning
@@ -187,14 +188,15 @@ func State(rec queue.BatchInfo, known bool, t Tally) string {
 // Row is batch id's row from its record (known: it has one) and the tally
 // of its results. Rate and ETA are the caller's (SetRate): how a rate is
 // taken depends on whether it follows the results or reads them once.
-func Row(id string, rec queue.BatchInfo, known bool, t Tally) Batch {
+func Row(id string, rec kftype.BatchInfo, known bool, t Tally) Batch {
 	row := Batch{ID: id, Kind: t.Kind, TotalKnown: known, Succeeded: t.Succeeded, Failed: t.Failed, Cancelled: t.Cancelled,
-		Priority: rec.Prio(), Weight: rec.Wt(), History: []queue.BatchEvent{}, Scopes: append([]string{}, rec.Scopes...),
+		Priority: kftype.PriorityDefault, Weight: kftype.WeightDefault, History: []kftype.BatchEvent{}, Scopes: append([]string{}, rec.Scopes...),
 		Deadline: timePtr(rec.Deadline), ProviderBatches: []ProviderBatch{}, Spent: t.Spent}
 	row.Done = t.Done()
 	row.Total = row.Done
 	if known {
-		row.Kind, row.Total, row.EnqueuedAt = rec.Kind, rec.Total, timePtr(rec.EnqueuedAt)
+		row.Kind, row.Total, row.EnqueuedAt = rec.Kinds.String(), rec.Total, timePtr(rec.EnqueuedAt)
+		row.Priority, row.Weight = rec.Priority, rec.Weight
 		if n := len(rec.History); n > 0 {
 			row.History = rec.History
 			row.LastChange = &rec.History[n-1]

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/spend"
 )
@@ -68,7 +69,7 @@ func List(ctx context.Context, q *queue.Queue) ([]Batch, error) {
 		return nil, err
 	}
 	var pbs map[string][]queue.ProviderBatch
-	if slices.ContainsFunc(recs, func(b queue.BatchInfo) bool { return !b.Deadline.IsZero() }) {
+	if slices.ContainsFunc(recs, func(b kftype.BatchInfo) bool { return !b.Deadline.IsZero() }) {
 		all, err := q.ProviderBatches(ctx, "")
 		if err != nil {
 			return nil, fmt.Errorf("reading the provider batches: %w", err)
@@ -89,7 +90,7 @@ func List(ctx context.Context, q *queue.Queue) ([]Batch, error) {
 	var rest []Batch
 	for id := range c.batches {
 		if !seen[id] {
-			rest = append(rest, c.row(id, queue.BatchInfo{}, false, now))
+			rest = append(rest, c.row(id, kftype.BatchInfo{}, false, now))
 		}
 	}
 	sort.Slice(rest, func(i, j int) bool {
@@ -134,7 +135,7 @@ func newCounter(now time.Time) *counter {
 	return &counter{seed: maphash.MakeSeed(), now: now, batches: map[string]*batchCount{}}
 }
 
-func (c *counter) add(r queue.Result) error {
+func (c *counter) add(r kftype.Result) error {
 	b := c.batches[r.Batch]
 	if b == nil {
 		b = &batchCount{kind: r.Kind}
@@ -142,9 +143,9 @@ func (c *counter) add(r queue.Result) error {
 	}
 	w := maphash.String(c.seed, r.Item) << wordBits
 	switch r.Outcome {
-	case queue.OutcomeSucceeded:
+	case kftype.OutcomeSucceeded:
 		w |= wordOK
-	case queue.OutcomeCancelled:
+	case kftype.OutcomeCancelled:
 		w |= wordCancelled
 	default:
 		w |= wordFailed
@@ -205,7 +206,7 @@ func (c *counter) tally(id string) (t Tally, recent int64) {
 
 // row is batch id's row with its rate at now: over its whole run once it
 // is complete, else the items finished lately.
-func (c *counter) row(id string, rec queue.BatchInfo, known bool, now time.Time) Batch {
+func (c *counter) row(id string, rec kftype.BatchInfo, known bool, now time.Time) Batch {
 	t, recent := c.tally(id)
 	row := Row(id, rec, known, t)
 	row.SetRate(rateOnce(row, rec, known, t, recent, now), now)
@@ -216,7 +217,7 @@ func (c *counter) row(id string, rec queue.BatchInfo, known bool, now time.Time)
 // is complete (from its enqueue or first result to its last result), else
 // the items finished within rateWindow before now over that window (or
 // since the first result, when that is shorter but at least minRateSpan).
-func rateOnce(row Batch, rec queue.BatchInfo, known bool, t Tally, recent int64, now time.Time) float64 {
+func rateOnce(row Batch, rec kftype.BatchInfo, known bool, t Tally, recent int64, now time.Time) float64 {
 	if row.Complete {
 		from := t.First
 		if known && !rec.EnqueuedAt.IsZero() && (from.IsZero() || rec.EnqueuedAt.Before(from)) {

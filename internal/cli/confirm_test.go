@@ -15,6 +15,7 @@ import (
 	"github.com/creack/pty"
 
 	"github.com/keyfleet/keyfleet/internal/exitcode"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
 	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
@@ -111,8 +112,8 @@ func TestFleetWideCommandsAsk(t *testing.T) {
 			if _, err := q.AddToBatch(ctx, batch, "sleep", 1); err != nil {
 				t.Fatal(err)
 			}
-			if err := q.PutDeadLetter(ctx, queue.DeadLetter{DeadLetterSummary: queue.DeadLetterSummary{Item: id, Batch: batch, Kind: "sleep",
-				Reason: queue.ReasonPermanent, Attempts: 1, FailedAt: time.Now().UTC()}, Payload: []byte(`{"id":"` + id + `"}`)}); err != nil {
+			if err := q.PutDeadLetter(ctx, kftype.DeadLetter{DeadLetterSummary: kftype.DeadLetterSummary{Item: id, Batch: batch, Kind: "sleep",
+				Reason: kftype.ReasonPermanent, Attempts: 1, FailedAt: time.Now().UTC()}, Payload: []byte(`{"id":"` + id + `"}`)}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -120,7 +121,7 @@ func TestFleetWideCommandsAsk(t *testing.T) {
 	count := func() int {
 		t.Helper()
 		n := 0
-		if err := q.ListDeadLetters(ctx, "", func(queue.DeadLetter) error { n++; return nil }); err != nil {
+		if err := q.ListDeadLetters(ctx, "", func(kftype.DeadLetter) error { n++; return nil }); err != nil {
 			t.Fatal(err)
 		}
 		return n
@@ -161,24 +162,24 @@ func TestFleetWideCommandsAsk(t *testing.T) {
 	}
 
 	// batch cancel.
-	if _, err := q.Publish(ctx, queue.Item{ID: "a", Batch: "steer", Kind: "sleep", Payload: []byte(`{"id":"a"}`)},
-		queue.Item{ID: "b", Batch: "steer", Kind: "sleep", Payload: []byte(`{"id":"b"}`)}); err != nil {
+	if _, err := q.Publish(ctx, kftype.Item{ID: "a", Batch: "steer", Kind: "sleep", Payload: []byte(`{"id":"a"}`)},
+		kftype.Item{ID: "b", Batch: "steer", Kind: "sleep", Payload: []byte(`{"id":"b"}`)}); err != nil {
 		t.Fatal(err)
 	}
-	state := func() string {
+	state := func() kftype.BatchState {
 		rec, err := q.Batch(ctx, "steer")
 		if err != nil {
 			t.Fatal(err)
 		}
-		return rec.Status()
+		return rec.State
 	}
 	term.answer(t, "no\n")
-	if code, out, errb := run(term.tty, "batch", "cancel", "steer"); code != exitcode.Failed || state() != queue.BatchRunning ||
+	if code, out, errb := run(term.tty, "batch", "cancel", "steer"); code != exitcode.Failed || state() != kftype.BatchRunning ||
 		!strings.Contains(errb, "Cancel batch steer (2 of its 2 items not done yet)? ") || !strings.Contains(errb, "batch steer is not cancelled") {
 		t.Fatalf("batch cancel answered no: want exit 1 and the batch running; got %d, %s\n%s\n%s", code, state(), out, errb)
 	}
 	if code, out, errb := run(term.tty, "batch", "cancel", "--yes", "--json", "steer"); code != 0 || strings.Contains(errb, "[y/N]") ||
-		state() != queue.BatchCancelled {
+		state() != kftype.BatchCancelled {
 		t.Fatalf("batch cancel --yes on a terminal: want no question and the batch cancelled; got %d, %s\n%s\n%s", code, state(), out, errb)
 	} else {
 		var b struct {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
 	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
@@ -132,8 +133,8 @@ log: {level: warn}
 	}
 	ctx, q := testQueue(t, srv.URL(), "JSONOUT", queue.Attach)
 	for _, id := range []string{"a", "b"} {
-		if err := q.PutDeadLetter(ctx, queue.DeadLetter{DeadLetterSummary: queue.DeadLetterSummary{Item: id, Batch: "j1", Kind: "chat",
-			Reason: queue.ReasonPermanent, Attempts: 1, Error: "400 \u009b", FailedAt: time.Now().UTC()}, Payload: []byte(`{"id":"` + id + `"}`)}); err != nil {
+		if err := q.PutDeadLetter(ctx, kftype.DeadLetter{DeadLetterSummary: kftype.DeadLetterSummary{Item: id, Batch: "j1", Kind: "chat",
+			Reason: kftype.ReasonPermanent, Attempts: 1, Error: "400 \u009b", FailedAt: time.Now().UTC()}, Payload: []byte(`{"id":"` + id + `"}`)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -166,7 +167,7 @@ log: {level: warn}
 	}
 	it = nil
 	oneJSONValue(t, "item show --json", run(0, "item", "show", "j1", "a", "--json"), &it)
-	if it["state"] != "dead-lettered" || it["reason"] != queue.ReasonPermanent || it["attempts"] != float64(1) {
+	if it["state"] != "dead-lettered" || it["reason"] != kftype.ReasonPermanent || it["attempts"] != float64(1) {
 		t.Errorf("item show --json of a dead letter: %v", it)
 	}
 	if text := run(0, "item", "show", "j1", "a"); !strings.Contains(text, "Item a of batch j1: dead-lettered") ||

@@ -12,6 +12,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/batchview"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/ops"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/spend"
@@ -63,9 +64,9 @@ cancelling a done one, any change of a cancelled batch.
 		Args: cobra.NoArgs,
 	}
 	cmd.AddCommand(p.batchListCmd(), p.batchShowCmd(),
-		p.batchActionCmd(queue.ActionPause, "No new item of the batch starts (items running finish)"),
-		p.batchActionCmd(queue.ActionResume, "A paused batch goes on"),
-		p.batchActionCmd(queue.ActionCancel, "No new item starts; those not started are recorded cancelled and leave the stream"),
+		p.batchActionCmd(kftype.ActionPause, "No new item of the batch starts (items running finish)"),
+		p.batchActionCmd(kftype.ActionResume, "A paused batch goes on"),
+		p.batchActionCmd(kftype.ActionCancel, "No new item starts; those not started are recorded cancelled and leave the stream"),
 		p.batchSetCmd())
 	return cmd
 }
@@ -235,7 +236,7 @@ func listHint(err error) error {
 	switch {
 	case errors.Is(err, ops.ErrNotFound):
 		return reword(err, "%s; `producer batch list` lists them", err)
-	case errors.As(err, &se) && se.State == queue.BatchPaused && se.Action == queue.ActionPause:
+	case errors.As(err, &se) && se.State == batchview.StatePaused && se.Action == kftype.ActionPause:
 		return reword(err, "%s (resume it with: producer batch resume %s)", err, se.Batch)
 	}
 	return err
@@ -244,20 +245,20 @@ func listHint(err error) error {
 func (p *producer) batchActionCmd(action, short string) *cobra.Command {
 	var asJSON, yes bool
 	long := map[string]string{
-		queue.ActionPause: `pause holds a batch back: no new item of it starts, fleet-wide within a
+		kftype.ActionPause: `pause holds a batch back: no new item of it starts, fleet-wide within a
 second; items already running finish. Its items wait (nothing is lost)
 until ` + "`producer batch resume`" + `. Pausing a paused, done or cancelled batch
 is refused.`,
-		queue.ActionResume: `resume lets a paused batch's items start again.`,
-		queue.ActionCancel: `cancel stops a batch for good: no new item starts, fleet-wide within a
+		kftype.ActionResume: `resume lets a paused batch's items start again.`,
+		kftype.ActionCancel: `cancel stops a batch for good: no new item starts, fleet-wide within a
 second; the items not started are recorded as cancelled and leave the
 stream (running ones finish and record their own outcome), and the batch
 takes no new items. It cannot be undone. ` + confirmHelp,
 	}[action]
-	done := map[string]string{queue.ActionPause: "paused", queue.ActionResume: "resumed", queue.ActionCancel: "cancelled"}[action]
+	done := map[string]string{kftype.ActionPause: "paused", kftype.ActionResume: "resumed", kftype.ActionCancel: "cancelled"}[action]
 	codes := []exitDoc{exitOK, exitDoc{exitcode.Usage, "usage error, an unknown batch, or a batch that cannot be " + done + " (it is already, or done, or cancelled)"},
 		exitNATS}
-	if action == queue.ActionCancel {
+	if action == kftype.ActionCancel {
 		codes = append(codes[:1], append([]exitDoc{exitDeclined}, codes[1:]...)...)
 	}
 	cmd := &cobra.Command{
@@ -266,7 +267,7 @@ takes no new items. It cannot be undone. ` + confirmHelp,
 		Long: long + `
 
 --json prints one JSON object: the batch as "batch show --json" prints it
-after the change, with "action" (` + action + `)` + map[string]string{queue.ActionCancel: `, "drained" (the items
+after the change, with "action" (` + action + `)` + map[string]string{kftype.ActionCancel: `, "drained" (the items
 not started recorded as cancelled here) and "out" (the items out with
 workers, which finish or are recorded by the workers)`}[action] + `.
 
@@ -279,7 +280,7 @@ workers, which finish or are recorded by the workers)`}[action] + `.
 				return usageErr("%v", err)
 			}
 			return p.withQueue(cmd, func(ctx context.Context, q *queue.Queue) error {
-				if action == queue.ActionCancel && !yes && isTerminal(p.stdin) {
+				if action == kftype.ActionCancel && !yes && isTerminal(p.stdin) {
 					if err := p.confirmCancel(ctx, q, id); err != nil {
 						return err
 					}
@@ -291,7 +292,7 @@ workers, which finish or are recorded by the workers)`}[action] + `.
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object: the batch after the change")
-	if action == queue.ActionCancel {
+	if action == kftype.ActionCancel {
 		cmd.Example = "  producer batch cancel items-3f2a9c1b\n  producer batch cancel --yes items-3f2a9c1b    # in a script on a terminal: no question"
 		yesFlag(cmd, &yes)
 	}
@@ -322,18 +323,18 @@ func (p *producer) steerBatch(ctx context.Context, q *queue.Queue, id, action st
 	}
 	change := batchChange{Action: action}
 	switch action {
-	case queue.ActionPause:
+	case kftype.ActionPause:
 		if asJSON {
 			break
 		}
 		fmt.Fprintf(p.stdout, "Paused batch %s: no new item of it starts; items already running finish. Resume it with: producer batch resume %s\n",
 			name, name)
-	case queue.ActionResume:
+	case kftype.ActionResume:
 		if asJSON {
 			break
 		}
 		fmt.Fprintf(p.stdout, "Resumed batch %s: its items start again.\n", name)
-	case queue.ActionCancel:
+	case kftype.ActionCancel:
 		// The record says cancelled: no worker starts an item of it any
 		// more. What was not out with a worker was recorded cancelled.
 		drained, out := s.Drain.Drained, s.Drain.Out
@@ -366,7 +367,7 @@ func (p *producer) steerBatch(ctx context.Context, q *queue.Queue, id, action st
 func (p *producer) confirmCancel(ctx context.Context, q *queue.Queue, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, actionTimeout)
 	defer cancel()
-	if _, err := ops.CheckSteer(ctx, q, id, queue.ActionCancel); err != nil {
+	if _, err := ops.CheckSteer(ctx, q, id, kftype.ActionCancel); err != nil {
 		return listHint(err)
 	}
 	question := func() string {

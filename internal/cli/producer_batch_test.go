@@ -39,7 +39,7 @@ func TestEnqueueRecordsBatchTotal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(bs) != 1 || bs[0].ID != "run-1" || bs[0].Total != 5 || bs[0].Kind != "sleep" {
+	if len(bs) != 1 || bs[0].ID != "run-1" || bs[0].Total != 5 || bs[0].Kinds.String() != "sleep" {
 		t.Fatalf("want one batch run-1 of 5 sleep items (a..e), got %+v", bs)
 	}
 }

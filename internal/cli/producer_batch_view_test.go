@@ -8,7 +8,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/batchview"
 	"github.com/keyfleet/keyfleet/internal/itemview"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/spend"
 )
 
@@ -23,7 +23,7 @@ func TestPrintBatchShowsSpendAndProviderBatches(t *testing.T) {
 	deadline := now.Add(3 * time.Hour)
 	b := batchview.Batch{ID: "docs", Kind: "chat", Priority: 3, Weight: 1, State: batchview.StatePaused, PausedReason: spend.ReasonBudget,
 		Total: 10, TotalKnown: true, Done: 4, Succeeded: 4, Tenant: "research", Budget: &budget, Spent: spent, Deadline: &deadline,
-		History: []queue.BatchEvent{{At: now, Action: queue.ActionPause, By: "keyfleet worker w1", Reason: spend.ReasonBudget}},
+		History: []kftype.BatchEvent{{At: now, Action: kftype.ActionPause, By: "keyfleet worker w1", Reason: spend.ReasonBudget}},
 		ProviderBatches: []batchview.ProviderBatch{
 			{ID: "batch_abc", Record: "r1", Provider: "openai", Credential: "k1", Status: "in_progress", Total: 6, Completed: 2},
 			{Record: "r2", Provider: "openai", Credential: "k2\x1b[31m", Status: "staged", Total: 3, Cancel: "deadline"},

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/batchview"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
 )
@@ -41,7 +42,7 @@ func finishItems(t *testing.T, ctx context.Context, q *queue.Queue, batch string
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := q.PutResult(ctx, queue.Result{Item: it.ID, Batch: batch, Kind: it.Kind, Outcome: outcome(it.ID),
+		if err := q.PutResult(ctx, kftype.Result{Item: it.ID, Batch: batch, Kind: it.Kind, Outcome: outcome(it.ID),
 			FinishedAt: time.Now().UTC()}); err != nil {
 			t.Fatal(err)
 		}
@@ -83,13 +84,13 @@ func TestBatchCommands(t *testing.T) {
 	ctx, q := testQueue(t, srv.URL(), "BATCHCMD", queue.Attach)
 	finishItems(t, ctx, q, "finished", func(id string) string {
 		if id == "z" {
-			return queue.OutcomeFailed
+			return kftype.OutcomeFailed
 		}
-		return queue.OutcomeSucceeded
+		return kftype.OutcomeSucceeded
 	})
 	// Two results of one item: the latest counts, once.
-	for _, o := range []string{queue.OutcomeFailed, queue.OutcomeSucceeded} {
-		if err := q.PutResult(ctx, queue.Result{Item: "a", Batch: "steer", Kind: "sleep", Outcome: o, FinishedAt: time.Now().UTC()}); err != nil {
+	for _, o := range []string{kftype.OutcomeFailed, kftype.OutcomeSucceeded} {
+		if err := q.PutResult(ctx, kftype.Result{Item: "a", Batch: "steer", Kind: "sleep", Outcome: o, FinishedAt: time.Now().UTC()}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -191,7 +192,7 @@ func TestBatchCommands(t *testing.T) {
 	}
 	seen := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		var r queue.Result
+		var r kftype.Result
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/keyfleet/keyfleet/internal/exitcode"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/ops"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/termsafe"
@@ -78,14 +79,14 @@ failed_at, payload.
 			return p.withQueue(cmd, func(ctx context.Context, q *queue.Queue) error {
 				if asJSON {
 					a := newJSONArray(p.stdout)
-					if err := q.ListDeadLetters(ctx, batch, func(d queue.DeadLetter) error { return a.add(d) }); err != nil {
+					if err := q.ListDeadLetters(ctx, batch, func(d kftype.DeadLetter) error { return a.add(d) }); err != nil {
 						return unreachable("reading the dead letters", err)
 					}
 					return a.end()
 				}
 				tw := tabwriter.NewWriter(p.stdout, 0, 4, 2, ' ', 0)
 				n := 0
-				err := q.ListDeadLetters(ctx, batch, func(d queue.DeadLetter) error {
+				err := q.ListDeadLetters(ctx, batch, func(d kftype.DeadLetter) error {
 					if n == 0 {
 						fmt.Fprintln(tw, "ITEM\tBATCH\tKIND\tATTEMPTS\tREASON\tLAST ERROR\tFAILED AT")
 					}

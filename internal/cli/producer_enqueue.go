@@ -21,6 +21,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/enqueue"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
 	"github.com/keyfleet/keyfleet/internal/jobs"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/spend"
@@ -165,10 +166,10 @@ standard error.
 		"and a tenant's budget bounds all its batches")
 	f.StringVar(&o.deadline, "deadline", "", "the batch may finish any time before this (a duration from now, 24h, or an RFC 3339 time): "+
 		"its items run through the provider's Batch API at half price (a kind of provider openai or anthropic)")
-	f.IntVar(&o.priority, "priority", queue.PriorityDefault, fmt.Sprintf("the batch's priority: %d (first) to %d (last); a batch enqueued again keeps its own unless given",
-		queue.PriorityFirst, queue.PriorityLast))
-	f.IntVar(&o.weight, "weight", queue.WeightDefault, fmt.Sprintf("the batch's share of the keys among batches of its priority: %d to %d; kept like --priority",
-		queue.WeightMin, queue.WeightMax))
+	f.IntVar(&o.priority, "priority", kftype.PriorityDefault, fmt.Sprintf("the batch's priority: %d (first) to %d (last); a batch enqueued again keeps its own unless given",
+		kftype.PriorityFirst, kftype.PriorityLast))
+	f.IntVar(&o.weight, "weight", kftype.WeightDefault, fmt.Sprintf("the batch's share of the keys among batches of its priority: %d to %d; kept like --priority",
+		kftype.WeightMin, kftype.WeightMax))
 	f.BoolVar(&o.dryRun, "dry-run", false, "validate and list the items; publish nothing (needs no server)")
 	f.BoolVar(&o.wait, "wait", false, "wait until every item has an outcome, then print a summary; exit 1 if any failed or was cancelled")
 	f.BoolVar(&o.json, "json", false, `print one JSON object: {"batch", "items", "new", "duplicates", ...}`)
@@ -420,7 +421,7 @@ func (p *producer) enqueue(cmd *cobra.Command, o enqueueOptions) error {
 		fmt.Fprintf(p.stdout, "Enqueued batch %s: %d items of kind %s from %s (%d new, %d duplicates: already enqueued, not added again).\n",
 			batch, rep.Items, rep.Kind, name, rep.New, rep.Duplicates)
 	}
-	if rep.Priority != queue.PriorityDefault || rep.Weight != queue.WeightDefault {
+	if rep.Priority != kftype.PriorityDefault || rep.Weight != kftype.WeightDefault {
 		fmt.Fprintf(p.stdout, "Batch %s: priority %d, weight %d.\n", batch, rep.Priority, rep.Weight)
 	}
 	if !o.wait {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
 )
@@ -22,7 +23,7 @@ import (
 // The dry run's size computation must agree with the queue's.
 func TestWireSizeMatchesFits(t *testing.T) {
 	_, q := testQueue(t, natstest.Start(t).URL(), "SIZE", queue.Open)
-	for _, it := range []queue.Item{
+	for _, it := range []kftype.Item{
 		{ID: "a", Batch: "b", Kind: "exec", Payload: []byte(`{"id":"a"}`)},
 		{ID: strings.Repeat("x", 500), Batch: "items-3f2a9c1b", Kind: "sleep", Payload: bytes.Repeat([]byte("p"), 5000)},
 		{ID: "ü é", Batch: "batch with spaces", Kind: "http", Payload: []byte(`{}`)},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/keyfleet/keyfleet/internal/batchview"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
 	"github.com/keyfleet/keyfleet/internal/itemview"
 	"github.com/keyfleet/keyfleet/internal/queue"
@@ -159,7 +160,7 @@ func printItem(w io.Writer, it itemview.Item, now time.Time) {
 func stateText(it itemview.Item) string {
 	switch it.State {
 	case itemview.StateWaiting:
-		if it.BatchState == queue.BatchPaused {
+		if it.BatchState == batchview.StatePaused {
 			return "waiting (its batch is paused)"
 		}
 		return "waiting for a worker"

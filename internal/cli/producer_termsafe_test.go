@@ -9,7 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/status"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
@@ -128,7 +128,7 @@ func TestJSONOutputsEscapeControls(t *testing.T) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false) // as dlq list --json does
-	d := queue.DeadLetter{DeadLetterSummary: queue.DeadLetterSummary{Item: "i" + evil, Batch: "b" + evil, Reason: "r", Error: evil}}
+	d := kftype.DeadLetter{DeadLetterSummary: kftype.DeadLetterSummary{Item: "i" + evil, Batch: "b" + evil, Reason: "r", Error: evil}}
 	if err := enc.Encode(d); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/exitcode"
 	"github.com/keyfleet/keyfleet/internal/jsonl"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/termsafe"
 )
@@ -33,9 +34,9 @@ const (
 // outcomeState is the state a result's outcome puts its item in.
 func outcomeState(outcome string) uint8 {
 	switch outcome {
-	case queue.OutcomeSucceeded:
+	case kftype.OutcomeSucceeded:
 		return stateSucceeded
-	case queue.OutcomeCancelled:
+	case kftype.OutcomeCancelled:
 		return stateCancelled
 	}
 	return stateFailed
@@ -125,7 +126,7 @@ func (p *producer) follow(ctx context.Context, q *queue.Queue, batch string, ids
 	failures := map[jsonl.Key]failure{}
 
 	stopProgress := p.showProgress(termsafe.String(batch), t, start)
-	err := q.WatchResults(ctx, batch, func(r queue.Result) (bool, error) {
+	err := q.WatchResults(ctx, batch, func(r kftype.Result) (bool, error) {
 		k := ids.Key(r.Item)
 		now := outcomeState(r.Outcome)
 		was, ok := states.set(k, now)

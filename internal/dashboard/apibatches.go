@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/batchview"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/ops"
-	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
 // apiBatches is the API's api.Batches: the batch objects come from the
@@ -17,8 +17,8 @@ type apiBatches struct{ s *Server }
 
 // Batch is batch id's row at this moment, rec its record read now (nil:
 // none), or a not found error when it has neither a record nor results.
-func (b apiBatches) Batch(_ context.Context, id string, rec *queue.BatchInfo) (batchview.Batch, error) {
-	var r queue.BatchInfo
+func (b apiBatches) Batch(_ context.Context, id string, rec *kftype.BatchInfo) (batchview.Batch, error) {
+	var r kftype.BatchInfo
 	if rec != nil {
 		r = *rec
 	}
@@ -31,7 +31,7 @@ func (b apiBatches) Batch(_ context.Context, id string, rec *queue.BatchInfo) (b
 
 // Changed keeps the record just written and asks the collector for a
 // reading now.
-func (b apiBatches) Changed(rec *queue.BatchInfo) {
+func (b apiBatches) Changed(rec *kftype.BatchInfo) {
 	if rec != nil {
 		b.s.tally.recordIfNewer(*rec)
 	}
@@ -43,7 +43,7 @@ func (b apiBatches) Changed(rec *queue.BatchInfo) {
 
 // recordIfNewer keeps a record just written unless the watch delivered a
 // later revision already (the page then shows the change at once).
-func (t *tally) recordIfNewer(b queue.BatchInfo) {
+func (t *tally) recordIfNewer(b kftype.BatchInfo) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if old, ok := t.records[b.ID]; !ok || old.Rev < b.Rev {

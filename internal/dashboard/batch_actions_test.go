@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/batchview"
 	"github.com/keyfleet/keyfleet/internal/dashboard"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
@@ -57,7 +58,7 @@ func TestBatchActions(t *testing.T) {
 		}
 		return code, r
 	}
-	record := func(batch string) queue.BatchInfo {
+	record := func(batch string) kftype.BatchInfo {
 		t.Helper()
 		b, err := e.q.Batch(e.ctx, batch)
 		if err != nil {
@@ -102,25 +103,25 @@ func TestBatchActions(t *testing.T) {
 			t.Errorf("%s: want %d, got %d %s", tc.name, tc.code, code, body)
 		}
 	}
-	if b := record("steer"); b.Status() != queue.BatchRunning || len(b.History) != 0 {
+	if b := record("steer"); b.State != kftype.BatchRunning || len(b.History) != 0 {
 		t.Fatalf("a refused action changed the record: %+v", b)
 	}
 
 	// Pause, pause again (409), resume, resume again (409): each change is
 	// in the record with who made it.
 	code, r := action("steer", "pause")
-	if code != http.StatusOK || r.ID != "steer" || r.State != queue.BatchPaused || r.Total != 5 || r.Priority != 3 || r.Weight != 1 ||
-		len(r.History) != 1 || r.History[0].Action != queue.ActionPause || r.History[0].By != "dashboard@127.0.0.1" {
+	if code != http.StatusOK || r.ID != "steer" || r.State != batchview.StatePaused || r.Total != 5 || r.Priority != 3 || r.Weight != 1 ||
+		len(r.History) != 1 || r.History[0].Action != kftype.ActionPause || r.History[0].By != "dashboard@127.0.0.1" {
 		t.Fatalf("pause: want 200 and batch steer paused by dashboard@127.0.0.1, got %d %+v", code, r)
 	}
-	if b := record("steer"); b.Status() != queue.BatchPaused || len(b.History) != 1 || b.History[0].By != "dashboard@127.0.0.1" ||
+	if b := record("steer"); b.State != kftype.BatchPaused || len(b.History) != 1 || b.History[0].By != "dashboard@127.0.0.1" ||
 		time.Since(b.History[0].At) > time.Minute {
 		t.Fatalf("the record after pause: %+v", b)
 	}
 	if code, r := action("steer", "pause"); code != http.StatusConflict || !strings.Contains(r.Error, "paused already") {
 		t.Errorf("pause a paused batch: want 409, got %d %+v", code, r)
 	}
-	if code, r := action("steer", "resume"); code != http.StatusOK || r.State != queue.BatchRunning || len(r.History) != 2 || r.History[1].Action != queue.ActionResume {
+	if code, r := action("steer", "resume"); code != http.StatusOK || r.State != batchview.StateRunning || len(r.History) != 2 || r.History[1].Action != kftype.ActionResume {
 		t.Errorf("resume: want 200 running, got %d %+v", code, r)
 	}
 	if code, _ := action("steer", "resume"); code != http.StatusConflict {
@@ -134,10 +135,10 @@ func TestBatchActions(t *testing.T) {
 	// Cancel (from paused): the items not started are recorded as
 	// cancelled and their messages deleted before the answer.
 	code, r = action("steer", "cancel")
-	if code != http.StatusOK || r.State != queue.BatchCancelled || r.Drained == nil || *r.Drained != 5 || r.Warning != "" {
+	if code != http.StatusOK || r.State != batchview.StateCancelled || r.Drained == nil || *r.Drained != 5 || r.Warning != "" {
 		t.Fatalf("cancel: want 200, cancelled, 5 drained; got %d %+v drained %v", code, r, r.Drained)
 	}
-	if b := record("steer"); b.Status() != queue.BatchCancelled || len(b.History) != 4 || b.History[3].Action != queue.ActionCancel {
+	if b := record("steer"); b.State != kftype.BatchCancelled || len(b.History) != 4 || b.History[3].Action != kftype.ActionCancel {
 		t.Fatalf("the record after cancel: %+v", b)
 	}
 	var results bytes.Buffer
@@ -168,13 +169,13 @@ func TestBatchActions(t *testing.T) {
 		}
 		return false
 	})
-	if row.State != queue.BatchCancelled || row.Done != 5 || len(row.History) != 4 || row.History[3].Action != queue.ActionCancel {
+	if row.State != batchview.StateCancelled || row.Done != 5 || len(row.History) != 4 || row.History[3].Action != kftype.ActionCancel {
 		t.Errorf("the row of steer: want cancelled, 5 done, last change cancel; got %+v", row)
 	}
 
 	// The fleet obeys: held is paused before a worker starts; another
 	// batch runs to done while held waits; resumed, held finishes.
-	if code, r := action("held", "pause"); code != http.StatusOK || r.State != queue.BatchPaused {
+	if code, r := action("held", "pause"); code != http.StatusOK || r.State != batchview.StatePaused {
 		t.Fatalf("pause held: %d %+v", code, r)
 	}
 	e.startWorker("w1")
@@ -189,7 +190,7 @@ func TestBatchActions(t *testing.T) {
 		return b
 	}
 	testutil.WaitForEvery(t, "batch finished done", 60*time.Second, 100*time.Millisecond, func() bool { return batch("finished").Done == 3 })
-	if b := batch("held"); b.Done != 0 || b.State != queue.BatchPaused {
+	if b := batch("held"); b.Done != 0 || b.State != batchview.StatePaused {
 		t.Errorf("held ran while paused: %+v", b)
 	}
 	for _, act := range []string{"pause", "cancel"} {
@@ -197,10 +198,10 @@ func TestBatchActions(t *testing.T) {
 			t.Errorf("%s a done batch: want 409 saying done, got %d %+v", act, code, r)
 		}
 	}
-	if b := record("finished"); b.Status() != queue.BatchRunning || len(b.History) != 0 {
+	if b := record("finished"); b.State != kftype.BatchRunning || len(b.History) != 0 {
 		t.Errorf("a refused change of a done batch changed its record: %+v", b)
 	}
-	if code, r := action("held", "resume"); code != http.StatusOK || r.State != queue.BatchRunning {
+	if code, r := action("held", "resume"); code != http.StatusOK || r.State != batchview.StateRunning {
 		t.Fatalf("resume held: %d %+v", code, r)
 	}
 	testutil.WaitForEvery(t, "batch held done after its resume", 60*time.Second, 100*time.Millisecond, func() bool {

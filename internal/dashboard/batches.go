@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keyfleet/keyfleet/internal/batchview"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -34,7 +35,7 @@ const (
 type tally struct {
 	mu      sync.Mutex
 	batches map[string]*batchTally
-	records map[string]queue.BatchInfo
+	records map[string]kftype.BatchInfo
 	// ready: the results stream has been read up to its end once. Until
 	// then counts climb as old results are read, which is no rate.
 	ready bool
@@ -57,7 +58,7 @@ type doneSample struct {
 }
 
 func newTally() *tally {
-	return &tally{batches: map[string]*batchTally{}, records: map[string]queue.BatchInfo{}}
+	return &tally{batches: map[string]*batchTally{}, records: map[string]kftype.BatchInfo{}}
 }
 
 func itemHash(id string) uint64 {
@@ -69,7 +70,7 @@ func itemHash(id string) uint64 {
 // result counts one result; a result seen again (the stream read anew
 // after a reconnect) changes nothing, a newer outcome of the same item
 // replaces its older one.
-func (t *tally) result(r queue.Result) {
+func (t *tally) result(r kftype.Result) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	b := t.batches[r.Batch]
@@ -79,9 +80,9 @@ func (t *tally) result(r queue.Result) {
 	}
 	now := outcomeNotOK
 	switch r.Outcome {
-	case queue.OutcomeSucceeded:
+	case kftype.OutcomeSucceeded:
 		now = outcomeOK
-	case queue.OutcomeCancelled:
+	case kftype.OutcomeCancelled:
 		now = outcomeCancelled
 	}
 	k := itemHash(r.Item)
@@ -122,7 +123,7 @@ func (t *tally) caughtUp() {
 }
 
 // record keeps a batch's record (its total).
-func (t *tally) record(b queue.BatchInfo) {
+func (t *tally) record(b kftype.BatchInfo) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if b.Deleted {
@@ -191,7 +192,7 @@ func (t *tally) rows(now time.Time) []Batch {
 // batch returns one batch's row at now, with rec its record when known
 // (fresher than the one the watch delivered, by its revision); ok is
 // false when the batch has neither a record nor results.
-func (t *tally) batch(id string, rec queue.BatchInfo, known bool, now time.Time) (Batch, bool) {
+func (t *tally) batch(id string, rec kftype.BatchInfo, known bool, now time.Time) (Batch, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if old, ok := t.records[id]; ok && (!known || old.Rev > rec.Rev) {
@@ -210,7 +211,7 @@ func (t *tally) batch(id string, rec queue.BatchInfo, known bool, now time.Time)
 // row is the batch's Batch at now; rec is its record when known. The row
 // and its state are batchview's; the rate is taken from this tally's
 // samples.
-func (b *batchTally) row(id string, rec queue.BatchInfo, known bool, now time.Time) Batch {
+func (b *batchTally) row(id string, rec kftype.BatchInfo, known bool, now time.Time) Batch {
 	row := batchview.Row(id, rec, known, batchview.Tally{Succeeded: b.succeeded, Failed: b.failed, Cancelled: b.cancelled,
 		Kind: b.kind, First: b.first, Last: b.last})
 	row.SetRate(b.rate(row, rec, known), now)
@@ -261,7 +262,7 @@ func (s *Server) readProviderBatches(ctx context.Context) {
 
 // rate is items/s: over the samples of the last minute while the batch
 // runs (0 when nothing was done in it), over the whole run once complete.
-func (b *batchTally) rate(row Batch, rec queue.BatchInfo, known bool) float64 {
+func (b *batchTally) rate(row Batch, rec kftype.BatchInfo, known bool) float64 {
 	if row.Complete {
 		from := b.first
 		if known && !rec.EnqueuedAt.IsZero() && (from.IsZero() || rec.EnqueuedAt.Before(from)) {

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // Each item counts once, by its latest outcome; a batch's total comes from
@@ -12,15 +12,15 @@ import (
 func TestTallyRows(t *testing.T) {
 	tl := newTally()
 	t0 := time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC)
-	res := func(batch, item, outcome string, at time.Time) queue.Result {
-		return queue.Result{Batch: batch, Item: item, Kind: "exec", Outcome: outcome, FinishedAt: at}
+	res := func(batch, item, outcome string, at time.Time) kftype.Result {
+		return kftype.Result{Batch: batch, Item: item, Kind: "exec", Outcome: outcome, FinishedAt: at}
 	}
-	tl.record(queue.BatchInfo{ID: "run", Kind: "exec", Total: 10, EnqueuedAt: t0, UpdatedAt: t0})
-	tl.result(res("run", "a", queue.OutcomeSucceeded, t0.Add(time.Second)))
-	tl.result(res("run", "b", queue.OutcomeFailed, t0.Add(time.Second)))
-	tl.result(res("run", "a", queue.OutcomeSucceeded, t0.Add(time.Second))) // read again: no change
-	tl.result(res("run", "b", queue.OutcomeSucceeded, t0.Add(2*time.Second)))
-	tl.result(res("old", "x", queue.OutcomeSucceeded, t0.Add(-time.Hour)))
+	tl.record(kftype.BatchInfo{ID: "run", Kinds: kftype.Kinds{"exec"}, Total: 10, EnqueuedAt: t0, UpdatedAt: t0})
+	tl.result(res("run", "a", kftype.OutcomeSucceeded, t0.Add(time.Second)))
+	tl.result(res("run", "b", kftype.OutcomeFailed, t0.Add(time.Second)))
+	tl.result(res("run", "a", kftype.OutcomeSucceeded, t0.Add(time.Second))) // read again: no change
+	tl.result(res("run", "b", kftype.OutcomeSucceeded, t0.Add(2*time.Second)))
+	tl.result(res("old", "x", kftype.OutcomeSucceeded, t0.Add(-time.Hour)))
 
 	// Before the first full reading of the results there is no rate.
 	rows := tl.rows(t0.Add(3 * time.Second))
@@ -39,7 +39,7 @@ func TestTallyRows(t *testing.T) {
 	now := t0.Add(10 * time.Second)
 	tl.rows(now)
 	for i, item := range []string{"c", "d", "e", "f"} {
-		tl.result(res("run", item, queue.OutcomeSucceeded, now.Add(time.Duration(i)*time.Second)))
+		tl.result(res("run", item, kftype.OutcomeSucceeded, now.Add(time.Duration(i)*time.Second)))
 	}
 	rows = tl.rows(now.Add(4 * time.Second))
 	r = rows[0]
@@ -47,7 +47,7 @@ func TestTallyRows(t *testing.T) {
 		t.Fatalf("run: want 6 done at 1 item/s, ETA 4s; got %+v", r)
 	}
 	for _, item := range []string{"g", "h", "i", "j"} {
-		tl.result(res("run", item, queue.OutcomeFailed, now.Add(8*time.Second)))
+		tl.result(res("run", item, kftype.OutcomeFailed, now.Add(8*time.Second)))
 	}
 	r = tl.rows(now.Add(9 * time.Second))[0]
 	if !r.Complete || r.Done != 10 || r.Failed != 4 || r.ETASeconds != nil || r.Rate != 10.0/18 {

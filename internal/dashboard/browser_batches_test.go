@@ -7,6 +7,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
@@ -60,7 +61,7 @@ func TestBatchButtonsInBrowser(t *testing.T) {
 	if len(codes) != 3 || codes[0] != 401 || codes[1] != 401 || codes[2] != 401 {
 		t.Errorf("batch actions without the token: want 401 each, got %v", codes)
 	}
-	if b, err := e.q.Batch(e.ctx, "steer-me"); err != nil || b.Status() != queue.BatchRunning || len(b.History) != 0 {
+	if b, err := e.q.Batch(e.ctx, "steer-me"); err != nil || b.State != kftype.BatchRunning || len(b.History) != 0 {
 		t.Fatalf("a refused action changed steer-me: %+v %v", b, err)
 	}
 
@@ -75,7 +76,7 @@ func TestBatchButtonsInBrowser(t *testing.T) {
 	if !strings.Contains(text, "paused by dashboard@127.0.0.1") {
 		t.Errorf("the paused row does not say who paused it:\n%s", text)
 	}
-	if b, _ := e.q.Batch(e.ctx, "steer-me"); b.Status() != queue.BatchPaused {
+	if b, _ := e.q.Batch(e.ctx, "steer-me"); b.State != kftype.BatchPaused {
 		t.Errorf("steer-me's record after the pause button: %+v", b)
 	}
 	shot := screenshot(t, ctx)
@@ -98,7 +99,7 @@ func TestBatchButtonsInBrowser(t *testing.T) {
 		t.Errorf("a cancelled batch offers %d buttons, want none", buttons)
 	}
 	b, err := e.q.Batch(e.ctx, "steer-me")
-	if err != nil || b.Status() != queue.BatchCancelled || len(b.History) != 3 {
+	if err != nil || b.State != kftype.BatchCancelled || len(b.History) != 3 {
 		t.Fatalf("steer-me's record after the cancel button: %+v %v", b, err)
 	}
 	// Every item ends with an outcome: those running finish, the rest are

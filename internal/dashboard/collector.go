@@ -10,7 +10,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/batchview"
 	"github.com/keyfleet/keyfleet/internal/ctxsleep"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/status"
 	"github.com/keyfleet/keyfleet/internal/version"
 )
@@ -31,7 +31,7 @@ const (
 // goroutines. It returns when ctx ends.
 func (s *Server) collect(ctx context.Context) {
 	go s.follow(ctx, "the results stream", func(ctx context.Context) error {
-		return s.q.FollowResults(ctx, func(r queue.Result) error { s.tally.result(r); return nil }, s.tally.caughtUp)
+		return s.q.FollowResults(ctx, func(r kftype.Result) error { s.tally.result(r); return nil }, s.tally.caughtUp)
 	})
 	go s.follow(ctx, "the batch records", func(ctx context.Context) error {
 		return s.q.WatchBatches(ctx, s.tally.record)
@@ -135,7 +135,7 @@ func (s *Server) readDeadLetters(ctx context.Context, count uint64) {
 		return
 	}
 	var all []DeadLetter
-	err := s.q.ListDeadLetters(ctx, "", func(d queue.DeadLetter) error {
+	err := s.q.ListDeadLetters(ctx, "", func(d kftype.DeadLetter) error {
 		row := d.DeadLetterSummary
 		row.Error = s.scrub(row.Error)
 		all = append(all, row)

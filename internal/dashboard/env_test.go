@@ -16,6 +16,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/dashboard"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
 	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
@@ -131,9 +132,9 @@ func (e *env) startDashboard(token string) string {
 // included.
 func (e *env) enqueue(batch, kind string, payloads map[string]string) {
 	e.t.Helper()
-	var items []queue.Item
+	var items []kftype.Item
 	for id, p := range payloads {
-		items = append(items, queue.Item{ID: id, Batch: batch, Kind: kind, Payload: []byte(p)})
+		items = append(items, kftype.Item{ID: id, Batch: batch, Kind: kind, Payload: []byte(p)})
 	}
 	// Publish writes the batch record too.
 	if _, err := e.q.Publish(e.ctx, items...); err != nil {
@@ -145,7 +146,7 @@ func (e *env) enqueue(batch, kind string, payloads map[string]string) {
 func (e *env) deadLetters() int {
 	e.t.Helper()
 	n := 0
-	if err := e.q.ListDeadLetters(e.ctx, "", func(queue.DeadLetter) error { n++; return nil }); err != nil {
+	if err := e.q.ListDeadLetters(e.ctx, "", func(kftype.DeadLetter) error { n++; return nil }); err != nil {
 		e.t.Fatal(err)
 	}
 	return n

@@ -3,7 +3,7 @@ package dashboard
 import (
 	"time"
 
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/status"
 )
 
@@ -46,7 +46,7 @@ func (s Snapshot) Public() Snapshot {
 
 // DeadLetter is a dead-letter record as the page shows it (without the
 // item's payload).
-type DeadLetter = queue.DeadLetterSummary
+type DeadLetter = kftype.DeadLetterSummary
 
 // Meta describes the dashboard itself.
 type Meta struct {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/enqueue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -14,7 +15,7 @@ import (
 func results(t *testing.T, q *queue.Queue, batch string) map[string]int {
 	t.Helper()
 	out := map[string]int{}
-	if err := q.ReadResults(ctx(t), batch, func(r queue.Result) error {
+	if err := q.ReadResults(ctx(t), batch, func(r kftype.Result) error {
 		out[r.Outcome]++
 		return nil
 	}); err != nil {
@@ -31,7 +32,7 @@ func TestEnqueueIntoCancelledBatch(t *testing.T) {
 	if _, err := enqueue.Run(ctx(t), q, enqueue.Request{Source: enqueue.Source{Path: first}, Kind: "sleep", Batch: "gone"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.SetBatchState(ctx(t), "gone", queue.ActionCancel, "tester@host"); err != nil {
+	if _, err := q.SetBatchState(ctx(t), "gone", kftype.ActionCancel, "tester@host"); err != nil {
 		t.Fatal(err)
 	}
 	before := messages(t, q)
@@ -50,7 +51,7 @@ func TestEnqueueIntoCancelledBatch(t *testing.T) {
 	if rep.New != 0 || messages(t, q) != before {
 		t.Fatalf("published into a cancelled batch: %+v, %d messages (had %d)", rep, messages(t, q), before)
 	}
-	if rec, err := q.Batch(ctx(t), "gone"); err != nil || rec.Total != 5 || rec.Status() != queue.BatchCancelled {
+	if rec, err := q.Batch(ctx(t), "gone"); err != nil || rec.Total != 5 || rec.State != kftype.BatchCancelled {
 		t.Fatalf("record: %+v %v", rec, err)
 	}
 }
@@ -80,7 +81,7 @@ func TestEnqueueRacingCancel(t *testing.T) {
 				return
 			}
 			cancelled = true
-			if _, err := q.SetBatchState(ctx(t), "racy", queue.ActionCancel, "other@host"); err != nil {
+			if _, err := q.SetBatchState(ctx(t), "racy", kftype.ActionCancel, "other@host"); err != nil {
 				t.Error(err)
 			}
 		}}
@@ -103,10 +104,10 @@ func TestEnqueueRacingCancel(t *testing.T) {
 	if m := messages(t, q); m != 0 {
 		t.Fatalf("%d messages left in the stream", m)
 	}
-	if got := results(t, q, "racy"); got[queue.OutcomeCancelled] != rep.New+10 || len(got) != 1 {
+	if got := results(t, q, "racy"); got[kftype.OutcomeCancelled] != rep.New+10 || len(got) != 1 {
 		t.Fatalf("results %v, want %d cancelled", got, rep.New+10)
 	}
-	if rec, err := q.Batch(ctx(t), "racy"); err != nil || rec.Total != int64(rep.New+10) || rec.Status() != queue.BatchCancelled {
+	if rec, err := q.Batch(ctx(t), "racy"); err != nil || rec.Total != int64(rep.New+10) || rec.State != kftype.BatchCancelled {
 		t.Fatalf("record: %+v %v (want total %d, cancelled)", rec, err, rep.New+10)
 	}
 }

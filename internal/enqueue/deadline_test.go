@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/enqueue"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // An enqueue with a deadline stages its items for the Batch API: they
@@ -51,7 +51,7 @@ func TestEnqueueWithDeadlineStages(t *testing.T) {
 		t.Fatalf("second staged message: %+v %v", m2, err)
 	}
 	// No lane holds them.
-	for _, lane := range []string{"later", queue.Lane("later", "gpt-4o-mini"), queue.Lane("later", "text-embedding-3-small")} {
+	for _, lane := range []string{"later", kftype.Lane("later", "gpt-4o-mini"), kftype.Lane("later", "text-embedding-3-small")} {
 		if n, err := q.LaneMessages(ctx(t), lane); err != nil || n != 0 {
 			t.Errorf("lane %q holds %d messages (%v), want none", lane, n, err)
 		}

@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/jsonl"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/spend"
@@ -128,9 +129,9 @@ type Request struct {
 	// request each. It needs a kind of provider openai or anthropic, and a
 	// moment in the future.
 	Deadline time.Time
-	// Priority (queue.PriorityFirst..PriorityLast) and Weight
-	// (queue.WeightMin..WeightMax) of the batch; 0: not given (a new batch
-	// gets queue.PriorityDefault and WeightDefault, an existing one keeps
+	// Priority (kftype.PriorityFirst..PriorityLast) and Weight
+	// (kftype.WeightMin..WeightMax) of the batch; 0: not given (a new batch
+	// gets kftype.PriorityDefault and WeightDefault, an existing one keeps
 	// its own). Given, they replace the batch's.
 	Priority, Weight int
 	// CostField and CostDefault: where an item's estimated cost comes
@@ -336,18 +337,18 @@ func ParseDeadline(s string, now time.Time) (time.Time, error) {
 // when not). A front end checks a priority it was given with it: 0 in a
 // Request means "not given".
 func CheckPriority(p int) error {
-	if p < queue.PriorityFirst || p > queue.PriorityLast {
+	if p < kftype.PriorityFirst || p > kftype.PriorityLast {
 		return invalid("priority", "%d: want %d (first) to %d (last); default %d",
-			p, queue.PriorityFirst, queue.PriorityLast, queue.PriorityDefault)
+			p, kftype.PriorityFirst, kftype.PriorityLast, kftype.PriorityDefault)
 	}
 	return nil
 }
 
 // CheckWeight reports whether w is a batch weight, as CheckPriority.
 func CheckWeight(w int) error {
-	if w < queue.WeightMin || w > queue.WeightMax {
+	if w < kftype.WeightMin || w > kftype.WeightMax {
 		return invalid("weight", "%d: want an integer from %d to %d; default %d",
-			w, queue.WeightMin, queue.WeightMax, queue.WeightDefault)
+			w, kftype.WeightMin, kftype.WeightMax, kftype.WeightDefault)
 	}
 	return nil
 }
@@ -378,7 +379,7 @@ func Run(ctx context.Context, q *queue.Queue, req Request) (Report, error) {
 	rep := Report{Batch: req.Batch, Kind: req.Kind, Source: req.Source.Name, DryRun: req.DryRun}
 
 	// The server decides how large an item may be; a dry run assumes.
-	fits := func(it queue.Item) (int, int64, bool) {
+	fits := func(it kftype.Item) (int, int64, bool) {
 		size, ok := queue.Fits(it, req.MaxPayload)
 		return size, req.MaxPayload, ok
 	}
@@ -395,7 +396,7 @@ func Run(ctx context.Context, q *queue.Queue, req Request) (Report, error) {
 	if rep.Batch == "" {
 		rep.Batch = defaultBatch(req.Source, c.sum)
 	}
-	rep.Priority, rep.Weight = cmp.Or(req.Priority, queue.PriorityDefault), cmp.Or(req.Weight, queue.WeightDefault)
+	rep.Priority, rep.Weight = cmp.Or(req.Priority, kftype.PriorityDefault), cmp.Or(req.Weight, kftype.WeightDefault)
 	if c.items == 0 {
 		return rep, nil
 	}
@@ -414,7 +415,7 @@ func Run(ctx context.Context, q *queue.Queue, req Request) (Report, error) {
 		return rep, err
 	}
 	if rec.ID != "" {
-		rep.Priority, rep.Weight = cmp.Or(req.Priority, rec.Prio()), cmp.Or(req.Weight, rec.Wt())
+		rep.Priority, rep.Weight = cmp.Or(req.Priority, rec.Priority), cmp.Or(req.Weight, rec.Weight)
 		if req.Tenant != "" && rec.Tenant != "" && rec.Tenant != req.Tenant {
 			return rep, invalid("tenant", "batch %s belongs to tenant %q, not %q", rep.Batch, rec.Tenant, req.Tenant)
 		}
@@ -444,9 +445,9 @@ func Run(ctx context.Context, q *queue.Queue, req Request) (Report, error) {
 		return rep, err
 	}
 	raced := err != nil
-	var now queue.BatchInfo
+	var now kftype.BatchInfo
 	recorded := false
-	if rep.New > rep.recorded || rep.Priority != rec.Prio() || rep.Weight != rec.Wt() || rec.ID == "" {
+	if rep.New > rep.recorded || rep.Priority != rec.Priority || rep.Weight != rec.Weight || rec.ID == "" {
 		// The record's total counts the new items even when the batch was
 		// cancelled meanwhile: they are cancelled with the rest. The record
 		// as written says whether it is cancelled now.
@@ -456,7 +457,7 @@ func Run(ctx context.Context, q *queue.Queue, req Request) (Report, error) {
 	if !raced && !recorded {
 		now = reread(ctx, q, rep.Batch)
 	}
-	if raced || now.Status() == queue.BatchCancelled {
+	if raced || now.State == kftype.BatchCancelled {
 		return rep, cancelledMeanwhile(ctx, q, req, rep)
 	}
 	return rep, nil
@@ -469,7 +470,7 @@ var errCancelled = errors.New("enqueue: the batch was cancelled while publishing
 // reread reads the batch's record again after publishing (zero when it
 // cannot be read: a cancel that this misses drains what was published
 // itself, and the workers' sweeper drains what comes back later).
-func reread(ctx context.Context, q *queue.Queue, batch string) queue.BatchInfo {
+func reread(ctx context.Context, q *queue.Queue, batch string) kftype.BatchInfo {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
 	rec, _ := q.Batch(rctx, batch)
@@ -490,19 +491,19 @@ func cancelledMeanwhile(ctx context.Context, q *queue.Queue, req Request, rep Re
 // input is published: a refusal here leaves the queue untouched (a
 // cancelled batch takes no new items: a *CancelledError). It returns the
 // batch's record (zero when the batch is new).
-func admit(ctx context.Context, q *queue.Queue, rep Report) (queue.BatchInfo, error) {
+func admit(ctx context.Context, q *queue.Queue, rep Report) (kftype.BatchInfo, error) {
 	batch := rep.Batch
 	rctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	defer cancel()
 	rec, err := q.Batch(rctx, batch)
 	switch {
 	case errors.Is(err, queue.ErrNoBatch):
-		return queue.BatchInfo{}, nil
+		return kftype.BatchInfo{}, nil
 	case err != nil && ctx.Err() != nil:
 		return rec, classify(ErrInterrupted, "reading batch %s's record: nothing was enqueued", batch)
 	case err != nil:
 		return rec, classify(ErrUnreachable, "reading batch %s's record (nothing was enqueued): %w", batch, err)
-	case rec.Status() == queue.BatchCancelled:
+	case rec.State == kftype.BatchCancelled:
 		return rec, &CancelledError{Report: rep}
 	}
 	return rec, nil
@@ -513,7 +514,7 @@ func admit(ctx context.Context, q *queue.Queue, rep Report) (queue.BatchInfo, er
 // record as written. Its failure is a warning: the items are enqueued all
 // the same. A change of the record is what registers the batch's lane
 // with the workers.
-func record(ctx context.Context, q *queue.Queue, req Request, rep Report, n int) (queue.BatchInfo, error) {
+func record(ctx context.Context, q *queue.Queue, req Request, rep Report, n int) (kftype.BatchInfo, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
 	opts := []queue.BatchOption{queue.WithPriority(req.Priority), queue.WithWeight(req.Weight),
@@ -563,7 +564,7 @@ func (p *problems) add(le *jsonl.LineError) {
 // check reads the whole input: every line is valid, fits the server's
 // max payload, and has an ID no other line has. Any bad line is an
 // *InputError.
-func check(ctx context.Context, in *input, req Request, fits func(queue.Item) (int, int64, bool)) (checked, error) {
+func check(ctx context.Context, in *input, req Request, fits func(kftype.Item) (int, int64, bool)) (checked, error) {
 	src, err := in.open(true)
 	if err != nil {
 		return checked{}, err
@@ -629,7 +630,7 @@ func check(ctx context.Context, in *input, req Request, fits func(queue.Item) (i
 		if len(it.Raw) < roomy && len(it.ID) < fitsSlack/16 {
 			// Far from the limit whatever its headers: the exact size
 			// (which builds the headers) is not needed.
-		} else if size, limit, ok := fits(queue.Item{ID: it.ID, Batch: batch, Kind: req.Kind, Payload: it.Raw, Cost: it.Cost, Scope: it.Scope}); !ok {
+		} else if size, limit, ok := fits(kftype.Item{ID: it.ID, Batch: batch, Kind: req.Kind, Payload: it.Raw, Cost: it.Cost, Scope: it.Scope}); !ok {
 			report(&jsonl.LineError{Line: it.Line, ID: it.ID, Err: jsonl.ErrTooLong,
 				Detail: fmt.Sprintf("%d bytes with its message headers, more than the server's max payload of %d", size, limit)})
 		}
@@ -749,7 +750,7 @@ func publish(ctx context.Context, q *queue.Queue, in *input, req Request, c chec
 			// published), and the record says whether the batch was
 			// cancelled meanwhile.
 			lastCheck = time.Now()
-			rec, n := queue.BatchInfo{}, pub.Report().Published-rep.recorded
+			rec, n := kftype.BatchInfo{}, pub.Report().Published-rep.recorded
 			if n > 0 {
 				if r, err := record(ctx, q, req, *rep, n); err == nil {
 					rep.recorded += n
@@ -760,7 +761,7 @@ func publish(ctx context.Context, q *queue.Queue, in *input, req Request, c chec
 			} else {
 				rec = reread(ctx, q, rep.Batch)
 			}
-			if rec.Status() == queue.BatchCancelled {
+			if rec.State == kftype.BatchCancelled {
 				return errCancelled
 			}
 		}
@@ -807,16 +808,16 @@ func publish(ctx context.Context, q *queue.Queue, in *input, req Request, c chec
 // item is the queue item of one line of the input: for a provider kind,
 // its request (body, endpoint when not the provider's, model as scope,
 // the estimate as cost), else the line.
-func item(req Request, batch, kind string, it jsonl.Item) (queue.Item, error) {
+func item(req Request, batch, kind string, it jsonl.Item) (kftype.Item, error) {
 	spec, ok := req.spec()
 	if !ok {
-		return queue.Item{ID: it.ID, Batch: batch, Kind: kind, Payload: append([]byte(nil), it.Raw...), Cost: it.Cost, Scope: it.Scope}, nil
+		return kftype.Item{ID: it.ID, Batch: batch, Kind: kind, Payload: append([]byte(nil), it.Raw...), Cost: it.Cost, Scope: it.Scope}, nil
 	}
 	pr, err := spec.Parse(req.Format, req.IDField, it.Raw)
 	if err != nil {
-		return queue.Item{}, fmt.Errorf("line %d: %w", it.Line, err) // it passed the first reading
+		return kftype.Item{}, fmt.Errorf("line %d: %w", it.Line, err) // it passed the first reading
 	}
-	qi := queue.Item{ID: it.ID, Batch: batch, Kind: kind, Payload: append([]byte(nil), pr.Body...), Cost: pr.Estimate, Scope: pr.Model,
+	qi := kftype.Item{ID: it.ID, Batch: batch, Kind: kind, Payload: append([]byte(nil), pr.Body...), Cost: pr.Estimate, Scope: pr.Model,
 		Staged: !req.Deadline.IsZero()}
 	if pr.Endpoint != spec.Endpoint {
 		qi.Endpoint = pr.Endpoint

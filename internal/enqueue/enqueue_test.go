@@ -100,7 +100,7 @@ func TestRunFile(t *testing.T) {
 		t.Fatalf("again: want 50 duplicates in the same batch, priority and weight kept; got %+v %v", again, err)
 	}
 	rec, err := q.Batch(ctx(t), rep.Batch)
-	if err != nil || rec.Total != 50 || rec.Prio() != 1 || rec.Wt() != 7 || rec.Kind != "sleep" {
+	if err != nil || rec.Total != 50 || rec.Priority != 1 || rec.Weight != 7 || rec.Kinds.String() != "sleep" {
 		t.Fatalf("record: want 50 sleep items, priority 1, weight 7; got %+v %v", rec, err)
 	}
 
@@ -108,7 +108,7 @@ func TestRunFile(t *testing.T) {
 	if rep, err := enqueue.Run(ctx(t), q, req); err != nil || rep.Priority != 5 || rep.Weight != 7 {
 		t.Fatalf("a given priority replaces the batch's: %+v %v", rep, err)
 	}
-	if rec, _ := q.Batch(ctx(t), rep.Batch); rec.Prio() != 5 || rec.Total != 50 {
+	if rec, _ := q.Batch(ctx(t), rep.Batch); rec.Priority != 5 || rec.Total != 50 {
 		t.Fatalf("record after the new priority: %+v", rec)
 	}
 }

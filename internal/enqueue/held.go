@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -44,7 +45,7 @@ func (s heldSet) has(id string) bool {
 // longer covers every message the batch was given. The batch's first
 // enqueue is older than half the window: the rest leaves room for this
 // enqueue's own publishing.
-func needsHeld(rec queue.BatchInfo, window time.Duration, now time.Time) bool {
+func needsHeld(rec kftype.BatchInfo, window time.Duration, now time.Time) bool {
 	return rec.ID != "" && now.Sub(rec.EnqueuedAt) >= window/2
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/keyfleet/keyfleet/internal/enqueue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
 )
@@ -31,7 +32,7 @@ func TestEnqueueAgainPastTheDuplicateWindow(t *testing.T) {
 		t.Fatalf("first enqueue: %+v %v", rep, err)
 	}
 	// Three items run: each has a result, then its message is acked.
-	cons, err := q.LaneConsumer(ctx(t), queue.Lane("again", ""))
+	cons, err := q.LaneConsumer(ctx(t), kftype.Lane("again", ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func TestEnqueueAgainPastTheDuplicateWindow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := q.PutResult(ctx(t), queue.Result{Item: it.ID, Batch: it.Batch, Kind: it.Kind, Outcome: queue.OutcomeSucceeded, FinishedAt: time.Now().UTC()}); err != nil {
+		if err := q.PutResult(ctx(t), kftype.Result{Item: it.ID, Batch: it.Batch, Kind: it.Kind, Outcome: kftype.OutcomeSucceeded, FinishedAt: time.Now().UTC()}); err != nil {
 			t.Fatal(err)
 		}
 		if err := m.DoubleAck(ctx(t)); err != nil {

@@ -9,16 +9,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/keyfleet/keyfleet/internal/enqueue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
 // fetchAll reads every message of a batch's lanes (scopes given), without
 // acknowledging them, as items.
-func fetchAll(t *testing.T, q *queue.Queue, batch string, scopes ...string) map[string]queue.Item {
+func fetchAll(t *testing.T, q *queue.Queue, batch string, scopes ...string) map[string]kftype.Item {
 	t.Helper()
-	out := map[string]queue.Item{}
+	out := map[string]kftype.Item{}
 	for _, sc := range scopes {
-		cons, err := q.LaneConsumer(ctx(t), queue.Lane(batch, sc))
+		cons, err := q.LaneConsumer(ctx(t), kftype.Lane(batch, sc))
 		if err != nil {
 			t.Fatal(err)
 		}

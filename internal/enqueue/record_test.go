@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/enqueue"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // A long enqueue adds what the server stored to the batch's record each
@@ -27,7 +27,7 @@ func TestLongEnqueueRecordsAsItGoes(t *testing.T) {
 	watching := make(chan struct{})
 	go func() {
 		defer close(watching)
-		_ = q.WatchBatches(wctx, func(b queue.BatchInfo) {
+		_ = q.WatchBatches(wctx, func(b kftype.BatchInfo) {
 			if b.ID == "long" && b.Total > 0 && b.Total < n {
 				midway.Store(b.Total)
 			}

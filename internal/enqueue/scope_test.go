@@ -9,7 +9,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/enqueue"
 	"github.com/keyfleet/keyfleet/internal/jsonl"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // Each item's scope is read from pool.scope.field; the batch's record
@@ -36,7 +36,7 @@ func TestRunScopes(t *testing.T) {
 	if err != nil || !slices.Equal(rec.Scopes, scopes) || rec.Total != 6 {
 		t.Fatalf("record %+v %v: want 6 items of scopes %q", rec, err, scopes)
 	}
-	for lane, want := range map[string]uint64{"s": 2, queue.Lane("s", "gpt-4o"): 2, queue.Lane("s", "o3"): 1, queue.Lane("s", "models/gemini-1.5-pro"): 1} {
+	for lane, want := range map[string]uint64{"s": 2, kftype.Lane("s", "gpt-4o"): 2, kftype.Lane("s", "o3"): 1, kftype.Lane("s", "models/gemini-1.5-pro"): 1} {
 		if n, err := q.LaneMessages(ctx(t), lane); err != nil || n != want {
 			t.Errorf("lane %q holds %d, %v; want %d", lane, n, err, want)
 		}

@@ -1,13 +1,16 @@
 package executor
 
-import "context"
+import (
+	"context"
+
+	"github.com/keyfleet/keyfleet/internal/kftype"
+)
 
 // Batches is the worker's view of the batches, as the bucket's watch
 // delivers their records.
 type Batches interface {
-	// State is a batch's state (queue.BatchRunning, BatchPaused,
-	// BatchCancelled; running when unknown) and priority.
-	State(batch string) (state string, priority int)
+	// State is a batch's state (running when unknown) and priority.
+	State(batch string) (state kftype.BatchState, priority int)
 	// Poke tells the puller that something changed: a class that was full
 	// has a slot free again (ClassWaits), so its lanes may be pulled.
 	Poke()

@@ -6,14 +6,14 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/jobs"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/secret"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
 // Collaborators that do nothing, for measuring the executor alone.
 type (
-	nopDelivery struct{ it queue.Item }
+	nopDelivery struct{ it kftype.Item }
 	nopPool     struct{ l creds.Lease }
 	nopRecorder struct{}
 	nopRunLog   struct{}
@@ -22,7 +22,7 @@ type (
 	nopHandler  struct{}
 )
 
-func (d *nopDelivery) Item() (queue.Item, error)                { return d.it, nil }
+func (d *nopDelivery) Item() (kftype.Item, error)               { return d.it, nil }
 func (d *nopDelivery) Delivered() uint64                        { return 1 }
 func (d *nopDelivery) Subject() string                          { return "s" }
 func (d *nopDelivery) Ack(context.Context) error                { return nil }
@@ -44,18 +44,20 @@ func (p *nopPool) ReleaseUnused(context.Context, *creds.Lease) error { return ni
 func (p *nopPool) Rest(context.Context, string, time.Duration, string, string) (time.Time, error) {
 	return time.Time{}, nil
 }
-func (nopRecorder) Commit(context.Context, queue.Result, Delivery) error { return nil }
-func (nopRecorder) PutResult(context.Context, queue.Result) error        { return nil }
-func (nopRecorder) PutDeadLetter(context.Context, queue.DeadLetter) error {
+func (nopRecorder) Commit(context.Context, kftype.Result, Delivery) error { return nil }
+func (nopRecorder) PutResult(context.Context, kftype.Result) error        { return nil }
+func (nopRecorder) PutDeadLetter(context.Context, kftype.DeadLetter) error {
 	return nil
 }
-func (nopRecorder) CancelItem(context.Context, Delivery, queue.Item, string) (bool, error) {
+func (nopRecorder) CancelItem(context.Context, Delivery, kftype.Item, string) (bool, error) {
 	return true, nil
 }
 func (nopRunLog) Do(context.Context, string, string, string, uint64, int, string) (RunCount, error) {
 	return RunCount{}, nil
 }
-func (nopBatches) State(string) (string, int)  { return queue.BatchRunning, creds.PriorityDefault }
+func (nopBatches) State(string) (kftype.BatchState, int) {
+	return kftype.BatchRunning, creds.PriorityDefault
+}
 func (nopBatches) Poke()                       {}
 func (nopHost) RedisUp(bool)                   {}
 func (nopHost) Register(context.Context) error { return nil }
@@ -79,7 +81,7 @@ func BenchmarkExecuteSucceeded(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer e.Close()
-	d := &nopDelivery{it: queue.Item{ID: "i1", Batch: "b1", Kind: "sleep", Payload: []byte(`{"id":"i1"}`)}}
+	d := &nopDelivery{it: kftype.Item{ID: "i1", Batch: "b1", Kind: "sleep", Payload: []byte(`{"id":"i1"}`)}}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {

@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -16,7 +17,7 @@ import (
 // ends.
 func (e *Executor) succeed(ctx context.Context, x *item, r runResult) Outcome {
 	attempt := x.runs.Cur.Runs
-	res := e.result(x.it, queue.OutcomeSucceeded, attempt, r.dur, r.credID, "", r.out)
+	res := e.result(x.it, kftype.OutcomeSucceeded, attempt, r.dur, r.credID, "", r.out)
 	res.LeasedAt, res.Spend = r.leasedAt.UTC(), r.spent
 	if err := e.rec.Commit(ctx, res, x.d); err != nil {
 		if o, ok := e.commitAlone(ctx, x, res, err); !ok {
@@ -34,7 +35,7 @@ func (e *Executor) succeed(ctx context.Context, x *item, r runResult) Outcome {
 // failed (err says which): the result and then the ack, or the ack alone.
 // It reports whether the item is acknowledged; if not, it has handed the
 // item back or left it to its ack wait, and says so.
-func (e *Executor) commitAlone(ctx context.Context, x *item, res queue.Result, err error) (Outcome, bool) {
+func (e *Executor) commitAlone(ctx context.Context, x *item, res kftype.Result, err error) (Outcome, bool) {
 	if errors.Is(err, queue.ErrResultNotStored) {
 		x.log.Warn("storing the result failed; retrying", zap.Error(err))
 		if err := e.retry(ctx, "storing the result", x.log, func(c context.Context) error { return e.rec.PutResult(c, res) }); err != nil {

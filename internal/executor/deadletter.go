@@ -8,7 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // deadLetter gives up on an item that never ran (or whose runs never
@@ -24,7 +24,7 @@ func (e *Executor) deadLetter(x *item, reason, errText string) Outcome {
 // first). A record that cannot be stored hands the item back instead.
 func (e *Executor) deadLetterRun(ctx context.Context, x *item, reason string, r runResult) Outcome {
 	st, it := x.runs.Cur, x.it
-	dl := queue.DeadLetter{DeadLetterSummary: queue.DeadLetterSummary{
+	dl := kftype.DeadLetter{DeadLetterSummary: kftype.DeadLetterSummary{
 		Item: it.ID, Batch: it.Batch, Kind: it.Kind, Scope: it.Scope, Endpoint: it.Endpoint, Reason: reason, Attempts: st.Runs, Failures: st.Failures,
 		Error: r.errText, Worker: e.id, FailedAt: e.clock.Now().UTC(),
 	}, Payload: it.Payload}
@@ -35,7 +35,7 @@ func (e *Executor) deadLetterRun(ctx context.Context, x *item, reason string, r 
 		x.log.Error("could not store the dead letter: handing the item back", zap.Error(err))
 		return x.handedBack(ErrResultNotStored, e.nak(x, recordWait), recordWait)
 	}
-	res := e.result(queue.Item{ID: dl.Item, Batch: it.Batch, Kind: it.Kind}, queue.OutcomeFailed, st.Runs, r.dur, r.credID,
+	res := e.result(kftype.Item{ID: dl.Item, Batch: it.Batch, Kind: it.Kind}, kftype.OutcomeFailed, st.Runs, r.dur, r.credID,
 		failureText(reason, r.errText), r.out)
 	res.Spend = r.spent
 	if err := e.retry(ctx, "storing the result", x.log, func(c context.Context) error { return e.rec.PutResult(c, res) }); err != nil {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // Delivery is one delivery of a work message. The worker's adapter wraps a
@@ -14,7 +14,7 @@ type Delivery interface {
 	// Item decodes the item the message carries; an error means it cannot
 	// be read (the item is dead-lettered as undecodable, under whatever
 	// the item holds of its IDs).
-	Item() (queue.Item, error)
+	Item() (kftype.Item, error)
 	// Delivered is the server's delivery count: 1 on the first delivery.
 	Delivered() uint64
 	// Subject names the message when its item has no ID.

@@ -10,8 +10,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keyfleet/keyfleet/internal/jobs"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/metrics"
-	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/secret"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
@@ -137,7 +137,7 @@ func (e *Executor) Close() { e.keeper.close() }
 type item struct {
 	e         *Executor
 	d         Delivery
-	it        queue.Item
+	it        kftype.Item
 	delivered uint64 // the server's delivery count
 	kind      Kind
 	cost      int64  // its estimated cost, for the pool's cost limits
@@ -172,15 +172,15 @@ func (e *Executor) Execute(pullCtx, runCtx context.Context, d Delivery) Outcome 
 	defer x.keep.Stop()
 
 	if decodeErr != nil {
-		return e.deadLetter(x, queue.ReasonUndecodable, decodeErr.Error())
+		return e.deadLetter(x, kftype.ReasonUndecodable, decodeErr.Error())
 	}
 	k, ok := e.kinds[it.Kind]
 	if !ok {
-		return e.deadLetter(x, queue.ReasonUnknownKind, fmt.Sprintf("worker %s has no jobs.%s configured (it runs %v)", e.id, it.Kind, e.kindNames))
+		return e.deadLetter(x, kftype.ReasonUnknownKind, fmt.Sprintf("worker %s has no jobs.%s configured (it runs %v)", e.id, it.Kind, e.kindNames))
 	}
 	x.kind = k
 	if text := e.prepare(x); text != "" {
-		return e.deadLetter(x, queue.ReasonPermanent, text)
+		return e.deadLetter(x, kftype.ReasonPermanent, text)
 	}
 	if o, settled := e.spendOf(itemCtx, x); settled {
 		return o
@@ -208,7 +208,7 @@ func (e *Executor) Execute(pullCtx, runCtx context.Context, d Delivery) Outcome 
 func (e *Executor) runAgain(pullCtx, itemCtx context.Context, x *item) (Outcome, bool) {
 	lease, err := e.acquire(pullCtx, itemCtx, x)
 	if errors.Is(err, creds.ErrNeverFits) {
-		return e.deadLetter(x, queue.ReasonPermanent, fmt.Sprintf("item %s: %v", x.it.ID, err)), false
+		return e.deadLetter(x, kftype.ReasonPermanent, fmt.Sprintf("item %s: %v", x.it.ID, err)), false
 	}
 	if err != nil {
 		if errors.Is(err, ErrClassWaiting) {
@@ -260,7 +260,7 @@ func (e *Executor) runAgain(pullCtx, itemCtx context.Context, x *item) (Outcome,
 		if st.Failures >= e.policy.MaxAttempts {
 			e.unreserve(x)
 			e.releaseUnused(lease, x.log)
-			return e.deadLetter(x, queue.ReasonOutOfAttempts,
+			return e.deadLetter(x, kftype.ReasonOutOfAttempts,
 				fmt.Sprintf("%d runs failed or never reported (their workers died)", st.Failures)), false
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/jobs"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/secret"
 	"github.com/keyfleet/keyfleet/pkg/creds"
@@ -46,11 +47,11 @@ func newHarness(t *testing.T) *harness {
 	clk := newStubClock()
 	h := &harness{
 		t: t, tr: tr, clk: clk,
-		d:       &fakeDelivery{tr: tr, delivered: 1, it: queue.Item{ID: "i1", Batch: "b1", Kind: "sleep", Payload: []byte(`{"id":"i1","ms":1}`)}},
+		d:       &fakeDelivery{tr: tr, delivered: 1, it: kftype.Item{ID: "i1", Batch: "b1", Kind: "sleep", Payload: []byte(`{"id":"i1","ms":1}`)}},
 		pool:    &fakePool{tr: tr, clock: clk},
 		rec:     &fakeRecorder{tr: tr},
 		runs:    &fakeRunLog{tr: tr, fail: map[string]error{}, m: map[string]*runsHash{}},
-		batches: &fakeBatches{state: map[string]string{}},
+		batches: &fakeBatches{state: map[string]kftype.BatchState{}},
 		host:    &fakeHost{tr: tr},
 		h:       &fakeHandler{tr: tr},
 		waits:   NewClassWaits(4),
@@ -237,7 +238,7 @@ func TestExecute(t *testing.T) {
 				h.pool.grants = []grant{{key: "a"}}
 			},
 			runs: []runFunc{transient},
-			want: Outcome{Fate: DeadLettered, Reason: queue.ReasonOutOfAttempts, Reply: ReplyTerm, Attempt: 3, Failures: 3},
+			want: Outcome{Fate: DeadLettered, Reason: kftype.ReasonOutOfAttempts, Reply: ReplyTerm, Attempt: 3, Failures: 3},
 			trace: []string{"acquire: a", "runs start", "run a attempt 3", "settle a ok", "runs fail",
 				"dead-letter out of attempts", "result failed", "term out of attempts", "runs done"},
 			check: func(t *testing.T, h *harness) {
@@ -255,7 +256,7 @@ func TestExecute(t *testing.T) {
 				h.pool.grants = []grant{{key: "a"}}
 			},
 			runs: []runFunc{transient},
-			want: Outcome{Fate: DeadLettered, Reason: queue.ReasonMaxDeliveries, Reply: ReplyTerm, Attempt: 2, Failures: 2},
+			want: Outcome{Fate: DeadLettered, Reason: kftype.ReasonMaxDeliveries, Reply: ReplyTerm, Attempt: 2, Failures: 2},
 			trace: []string{"acquire: a", "runs start", "run a attempt 2", "settle a ok", "runs fail",
 				"dead-letter out of deliveries", "result failed", "term out of deliveries", "runs done"},
 		},
@@ -263,7 +264,7 @@ func TestExecute(t *testing.T) {
 			name:  "permanent: dead letter at once",
 			setup: func(h *harness) { h.pool.grants = []grant{{key: "a"}} },
 			runs:  []runFunc{permanent},
-			want:  Outcome{Fate: DeadLettered, Reason: queue.ReasonPermanent, Reply: ReplyTerm, Attempt: 1, Failures: 1},
+			want:  Outcome{Fate: DeadLettered, Reason: kftype.ReasonPermanent, Reply: ReplyTerm, Attempt: 1, Failures: 1},
 			trace: []string{"acquire: a", "run a attempt 1", "settle a ok", "runs fail", "dead-letter permanent failure", "result failed", "term permanent failure", "runs done"},
 			check: func(t *testing.T, h *harness) {
 				if r, dl := h.rec.results[0], h.rec.dead[0]; r.Error != "permanent failure: 400 Bad Request" || dl.Attempts != 1 || dl.Failures != 1 {
@@ -294,7 +295,7 @@ func TestExecute(t *testing.T) {
 				h.pool.grants = []grant{{key: "a"}, {key: "b"}}
 			},
 			runs: []runFunc{rateLimited, rateLimited},
-			want: Outcome{Fate: DeadLettered, Reason: queue.ReasonRateLimited, Reply: ReplyTerm, Attempt: 2, Again: 1},
+			want: Outcome{Fate: DeadLettered, Reason: kftype.ReasonRateLimited, Reply: ReplyTerm, Attempt: 2, Again: 1},
 			trace: []string{"acquire: a", "run a attempt 1", "settle a rate-limited rest 5s", "runs limited",
 				"acquire: b", "runs start", "run b attempt 2", "settle b rate-limited rest 5s", "runs limited",
 				"dead-letter rate limited too often", "result failed", "term rate limited too often", "runs done"},
@@ -319,7 +320,7 @@ func TestExecute(t *testing.T) {
 				h.pool.grants = []grant{{key: "a"}, {key: "b"}}
 			},
 			runs: []runFunc{refused, refused},
-			want: Outcome{Fate: DeadLettered, Reason: queue.ReasonRefused, Reply: ReplyTerm, Attempt: 2, Again: 1},
+			want: Outcome{Fate: DeadLettered, Reason: kftype.ReasonRefused, Reply: ReplyTerm, Attempt: 2, Again: 1},
 			trace: []string{"acquire: a", "run a attempt 1", "settle a refused(401 Unauthorized)", "runs refuse",
 				"acquire: b", "runs start", "run b attempt 2", "settle b refused(401 Unauthorized)", "runs refuse",
 				"dead-letter refused by the keys", "result failed", "term refused by the keys", "runs done"},
@@ -341,20 +342,20 @@ func TestExecute(t *testing.T) {
 		},
 		{
 			name:  "paused before it starts: back to its lane",
-			setup: func(h *harness) { h.batches.set("b1", queue.BatchPaused) },
+			setup: func(h *harness) { h.batches.set("b1", kftype.BatchPaused) },
 			want:  Outcome{Fate: HandedBack, Cause: ErrPaused, Reply: ReplyNak},
 			trace: []string{"runs norun", "nak 0s"},
 		},
 		{
 			name:  "cancelled before it starts: recorded cancelled, never run",
-			setup: func(h *harness) { h.batches.set("b1", queue.BatchCancelled) },
+			setup: func(h *harness) { h.batches.set("b1", kftype.BatchCancelled) },
 			want:  Outcome{Fate: Cancelled, Reply: ReplyTerm},
 			trace: []string{"cancel-item", "term batch cancelled"},
 		},
 		{
 			name: "a cancelled item that cannot be recorded: left to its ack wait",
 			setup: func(h *harness) {
-				h.batches.set("b1", queue.BatchCancelled)
+				h.batches.set("b1", kftype.BatchCancelled)
 				h.rec.cancelFails.n = -1
 			},
 			want:  Outcome{Fate: HandedBack, Cause: ErrCancelNotRecorded},
@@ -363,7 +364,7 @@ func TestExecute(t *testing.T) {
 		{
 			name: "paused while it waited for a key: the lease goes back unused",
 			setup: func(h *harness) {
-				h.pool.grants = []grant{{key: "a", before: func() { h.batches.set("b1", queue.BatchPaused) }}}
+				h.pool.grants = []grant{{key: "a", before: func() { h.batches.set("b1", kftype.BatchPaused) }}}
 			},
 			want:  Outcome{Fate: HandedBack, Cause: ErrPaused, Reply: ReplyNak},
 			trace: []string{"acquire: a", "runs norun", "nak 0s", "release-unused a"},
@@ -371,7 +372,7 @@ func TestExecute(t *testing.T) {
 		{
 			name: "cancelled while it waited for a key: recorded cancelled, the lease goes back unused",
 			setup: func(h *harness) {
-				h.pool.grants = []grant{{key: "a", before: func() { h.batches.set("b1", queue.BatchCancelled) }}}
+				h.pool.grants = []grant{{key: "a", before: func() { h.batches.set("b1", kftype.BatchCancelled) }}}
 			},
 			want:  Outcome{Fate: Cancelled, Reply: ReplyTerm},
 			trace: []string{"acquire: a", "cancel-item", "term batch cancelled", "release-unused a"},
@@ -467,7 +468,7 @@ func TestExecute(t *testing.T) {
 			setup: func(h *harness) {
 				h.pool.grants = []grant{{err: fmt.Errorf("%w: cost 500 exceeds cost=100/m on every key", creds.ErrNeverFits)}}
 			},
-			want: Outcome{Fate: DeadLettered, Reason: queue.ReasonPermanent, Reply: ReplyTerm},
+			want: Outcome{Fate: DeadLettered, Reason: kftype.ReasonPermanent, Reply: ReplyTerm},
 			trace: []string{"acquire: " + creds.ErrNeverFits.Error() + ": cost 500 exceeds cost=100/m on every key",
 				"dead-letter permanent failure", "result failed", "term permanent failure"},
 			check: func(t *testing.T, h *harness) {
@@ -482,7 +483,7 @@ func TestExecute(t *testing.T) {
 				h.d.delivered = 4 // three deliveries ran and died, recording nothing
 				h.pool.grants = []grant{{key: "a"}}
 			},
-			want: Outcome{Fate: DeadLettered, Reason: queue.ReasonOutOfAttempts, Reply: ReplyTerm, Attempt: 4, Failures: 3},
+			want: Outcome{Fate: DeadLettered, Reason: kftype.ReasonOutOfAttempts, Reply: ReplyTerm, Attempt: 4, Failures: 3},
 			trace: []string{"acquire: a", "runs start", "release-unused a",
 				"dead-letter out of attempts", "result failed", "term out of attempts", "runs done"},
 			check: func(t *testing.T, h *harness) {
@@ -504,9 +505,9 @@ func TestExecute(t *testing.T) {
 		{
 			name: "an undecodable message: dead letter under the message's name",
 			setup: func(h *harness) {
-				h.d.it, h.d.decodeErr = queue.Item{Batch: "b1", Kind: "sleep"}, errors.New("bad id encoding")
+				h.d.it, h.d.decodeErr = kftype.Item{Batch: "b1", Kind: "sleep"}, errors.New("bad id encoding")
 			},
-			want:  Outcome{Fate: DeadLettered, Reason: queue.ReasonUndecodable, Reply: ReplyTerm},
+			want:  Outcome{Fate: DeadLettered, Reason: kftype.ReasonUndecodable, Reply: ReplyTerm},
 			trace: []string{"dead-letter undecodable message", "result failed", "term undecodable message"},
 			check: func(t *testing.T, h *harness) {
 				if dl := h.rec.dead[0]; dl.Item != "message-kf.b.batch1.sleep" || dl.Error != "bad id encoding" {
@@ -517,7 +518,7 @@ func TestExecute(t *testing.T) {
 		{
 			name:  "a kind this worker does not run: dead letter naming the kinds it runs",
 			setup: func(h *harness) { h.d.it.Kind = "resize" },
-			want:  Outcome{Fate: DeadLettered, Kind: "resize", Reason: queue.ReasonUnknownKind, Reply: ReplyTerm},
+			want:  Outcome{Fate: DeadLettered, Kind: "resize", Reason: kftype.ReasonUnknownKind, Reply: ReplyTerm},
 			trace: []string{"dead-letter kind not configured", "result failed", "term kind not configured"},
 			check: func(t *testing.T, h *harness) {
 				if e := h.rec.dead[0].Error; e != "worker w1 has no jobs.resize configured (it runs [sleep])" {
@@ -528,7 +529,7 @@ func TestExecute(t *testing.T) {
 		{
 			name:  "a cost field that is not a number: dead letter",
 			setup: func(h *harness) { h.d.it.Payload = []byte(`{"id":"i1","cost":"many"}`) },
-			want:  Outcome{Fate: DeadLettered, Reason: queue.ReasonPermanent, Reply: ReplyTerm},
+			want:  Outcome{Fate: DeadLettered, Reason: kftype.ReasonPermanent, Reply: ReplyTerm},
 			trace: []string{"dead-letter permanent failure", "result failed", "term permanent failure"},
 		},
 		{
@@ -545,7 +546,7 @@ func TestExecute(t *testing.T) {
 			name:  "records that must be cut: a long error is bounded, secrets scrubbed",
 			setup: func(h *harness) { h.pool.grants = []grant{{key: "a"}} },
 			runs:  []runFunc{fails(jobs.Permanent(errors.New("key " + testSecret + " said: " + strings.Repeat("x", 10_000))))},
-			want:  Outcome{Fate: DeadLettered, Reason: queue.ReasonPermanent, Reply: ReplyTerm, Attempt: 1, Failures: 1},
+			want:  Outcome{Fate: DeadLettered, Reason: kftype.ReasonPermanent, Reply: ReplyTerm, Attempt: 1, Failures: 1},
 			trace: []string{"acquire: a", "run a attempt 1", "settle a ok", "runs fail", "dead-letter permanent failure", "result failed", "term permanent failure", "runs done"},
 			check: func(t *testing.T, h *harness) {
 				r := h.rec.results[0]

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/jobs"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
@@ -57,7 +58,7 @@ func (f *failN) fail() bool {
 // inProgressErr.
 type fakeDelivery struct {
 	tr            *trace
-	it            queue.Item
+	it            kftype.Item
 	decodeErr     error
 	delivered     uint64
 	ackFails      failN
@@ -67,9 +68,9 @@ type fakeDelivery struct {
 	inProgress int
 }
 
-func (d *fakeDelivery) Item() (queue.Item, error) { return d.it, d.decodeErr }
-func (d *fakeDelivery) Delivered() uint64         { return d.delivered }
-func (d *fakeDelivery) Subject() string           { return "kf.b.batch1.sleep" }
+func (d *fakeDelivery) Item() (kftype.Item, error) { return d.it, d.decodeErr }
+func (d *fakeDelivery) Delivered() uint64          { return d.delivered }
+func (d *fakeDelivery) Subject() string            { return "kf.b.batch1.sleep" }
 func (d *fakeDelivery) Ack(context.Context) error {
 	if d.ackFails.fail() {
 		d.tr.add("ack: %v", errDown)
@@ -214,11 +215,11 @@ type fakeRecorder struct {
 	cancelFails failN
 
 	mu      sync.Mutex
-	results []queue.Result
-	dead    []queue.DeadLetter
+	results []kftype.Result
+	dead    []kftype.DeadLetter
 }
 
-func (r *fakeRecorder) Commit(_ context.Context, res queue.Result, _ Delivery) error {
+func (r *fakeRecorder) Commit(_ context.Context, res kftype.Result, _ Delivery) error {
 	if r.commitErr != nil {
 		r.tr.add("commit: %v", r.commitErr)
 		if errors.Is(r.commitErr, queue.ErrAckNotConfirmed) {
@@ -231,13 +232,13 @@ func (r *fakeRecorder) Commit(_ context.Context, res queue.Result, _ Delivery) e
 	return nil
 }
 
-func (r *fakeRecorder) keep(res queue.Result) {
+func (r *fakeRecorder) keep(res kftype.Result) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.results = append(r.results, res)
 }
 
-func (r *fakeRecorder) PutResult(_ context.Context, res queue.Result) error {
+func (r *fakeRecorder) PutResult(_ context.Context, res kftype.Result) error {
 	if r.resultFails.fail() {
 		r.tr.add("result: %v", errDown)
 		return errDown
@@ -247,7 +248,7 @@ func (r *fakeRecorder) PutResult(_ context.Context, res queue.Result) error {
 	return nil
 }
 
-func (r *fakeRecorder) PutDeadLetter(_ context.Context, dl queue.DeadLetter) error {
+func (r *fakeRecorder) PutDeadLetter(_ context.Context, dl kftype.DeadLetter) error {
 	if r.deadFails.fail() {
 		r.tr.add("dead-letter: %v", errDown)
 		return errDown
@@ -259,7 +260,7 @@ func (r *fakeRecorder) PutDeadLetter(_ context.Context, dl queue.DeadLetter) err
 	return nil
 }
 
-func (r *fakeRecorder) CancelItem(ctx context.Context, d Delivery, it queue.Item, by string) (bool, error) {
+func (r *fakeRecorder) CancelItem(ctx context.Context, d Delivery, it kftype.Item, by string) (bool, error) {
 	if r.cancelFails.fail() {
 		r.tr.add("cancel-item: %v", errDown)
 		return false, errDown
@@ -345,20 +346,20 @@ func (f *fakeRunLog) Do(_ context.Context, batch, id, op string, d uint64, held 
 // fakeBatches is the batch view.
 type fakeBatches struct {
 	mu    sync.Mutex
-	state map[string]string
+	state map[string]kftype.BatchState
 	pokes int
 }
 
-func (b *fakeBatches) State(batch string) (string, int) {
+func (b *fakeBatches) State(batch string) (kftype.BatchState, int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if s, ok := b.state[batch]; ok {
 		return s, 2
 	}
-	return queue.BatchRunning, creds.PriorityDefault
+	return kftype.BatchRunning, creds.PriorityDefault
 }
 
-func (b *fakeBatches) set(batch, state string) {
+func (b *fakeBatches) set(batch string, state kftype.BatchState) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.state[batch] = state

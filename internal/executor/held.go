@@ -5,7 +5,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // heldBack settles an item whose batch an operator paused or cancelled,
@@ -15,7 +15,7 @@ import (
 func (e *Executor) heldBack(x *item) (Outcome, bool) {
 	state, _ := e.batches.State(x.it.Batch)
 	switch state {
-	case queue.BatchPaused:
+	case kftype.BatchPaused:
 		ctx, cancel := e.settleCtx()
 		defer cancel()
 		if err := x.runs.HandBack(ctx); err != nil {
@@ -23,7 +23,7 @@ func (e *Executor) heldBack(x *item) (Outcome, bool) {
 		}
 		x.log.Debug("the batch is paused: the item goes back to its lane")
 		return x.handedBack(ErrPaused, e.nak(x, 0), 0), true
-	case queue.BatchCancelled:
+	case kftype.BatchCancelled:
 		ctx, cancel := e.settleCtx()
 		defer cancel()
 		if err := e.retry(ctx, "recording a cancelled item", x.log, func(c context.Context) error {

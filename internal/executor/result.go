@@ -6,7 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/keyfleet/keyfleet/internal/jobs"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 const maxErrorText = 4 << 10
@@ -14,13 +14,13 @@ const maxErrorText = 4 << 10
 // result builds an item's result record; outputs and error texts are
 // scrubbed of every configured secret, and error texts bounded (the queue
 // cuts what does not fit a NATS message when it stores the record).
-func (e *Executor) result(it queue.Item, outcome string, attempt int, dur time.Duration, credID, errText string, out jobs.Output) queue.Result {
+func (e *Executor) result(it kftype.Item, outcome string, attempt int, dur time.Duration, credID, errText string, out jobs.Output) kftype.Result {
 	body := e.scrub.Bytes(out.Body)
 	truncated := out.Truncated
 	if len(errText) > maxErrorText {
 		errText = errText[:maxErrorText] + "…"
 	}
-	r := queue.Result{
+	r := kftype.Result{
 		Item: it.ID, Batch: it.Batch, Kind: it.Kind, Outcome: outcome, Attempts: attempt,
 		Duration: dur.Seconds(), CredentialID: credID, Error: e.scrub.String(errText),
 		OutputTruncated: truncated, StatusCode: out.Status, RequestID: e.scrub.String(out.RequestID),

@@ -7,7 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
@@ -42,7 +42,7 @@ func (e *Executor) settle(pullCtx context.Context, x *item, lease *creds.Lease, 
 		}
 		if text := afterRateLimit(st, e.policy.MaxRateLimited, v.reason); text != "" {
 			res.errText = text
-			return e.deadLetterRun(ctx, x, queue.ReasonRateLimited, res), false
+			return e.deadLetterRun(ctx, x, kftype.ReasonRateLimited, res), false
 		}
 		log.Info("credential rate limited: it rests; the item runs again on another credential",
 			zap.String("rest_from", v.restSource), zap.Duration("rest", v.lease.Rest), zap.String("reason", v.reason))
@@ -58,7 +58,7 @@ func (e *Executor) settle(pullCtx context.Context, x *item, lease *creds.Lease, 
 		if text := afterRefusal(st, x.kind.KeyCount); text != "" {
 			// Several keys refused it: the item's fault, not the keys'.
 			res.errText = text
-			return e.deadLetterRun(ctx, x, queue.ReasonRefused, res), false
+			return e.deadLetterRun(ctx, x, kftype.ReasonRefused, res), false
 		}
 		log.Warn("the API refused the run on this credential: the item runs again on another one; "+
 			"a credential that refuses several different items in a row is disabled",

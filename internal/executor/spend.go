@@ -10,8 +10,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keyfleet/keyfleet/internal/jobs"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/provider"
-	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/spend"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
@@ -96,7 +96,7 @@ func (e *Executor) spendOf(ctx context.Context, x *item) (Outcome, bool) {
 		}
 		text = "the request sets no max_tokens (or max_completion_tokens): an item cannot start under a budget without a bound on its output"
 	}
-	return e.deadLetter(x, queue.ReasonPermanent, fmt.Sprintf("item %s: %s", x.it.ID, text)), true
+	return e.deadLetter(x, kftype.ReasonPermanent, fmt.Sprintf("item %s: %s", x.it.ID, text)), true
 }
 
 // reserve takes what the start on lease can cost at most from the

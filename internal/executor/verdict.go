@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/jobs"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
@@ -126,7 +126,7 @@ func judge(r runEnd, p judging) verdict {
 		return verdict{label: labelRejected, lease: lease, again: true, reason: reason, cut: cut}
 
 	case outcome == jobs.OutcomePermanent:
-		return verdict{label: labelPermanent, lease: lease, fail: true, dead: queue.ReasonPermanent, cut: cut}
+		return verdict{label: labelPermanent, lease: lease, fail: true, dead: kftype.ReasonPermanent, cut: cut}
 
 	default:
 		return verdict{label: labelTransient, lease: lease, fail: true, cut: cut}
@@ -169,9 +169,9 @@ type failurePolicy struct {
 func afterFailure(failures int, delivered uint64, p failurePolicy) (dead string, retryIn time.Duration) {
 	switch {
 	case failures >= p.maxAttempts:
-		return queue.ReasonOutOfAttempts, 0
+		return kftype.ReasonOutOfAttempts, 0
 	case p.maxDeliver > 0 && delivered >= uint64(p.maxDeliver):
-		return queue.ReasonMaxDeliveries, 0
+		return kftype.ReasonMaxDeliveries, 0
 	}
 	return "", p.delay(failures)
 }

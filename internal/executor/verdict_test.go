@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/jobs"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
@@ -56,7 +56,7 @@ func TestJudge(t *testing.T) {
 			verdict{label: labelRejected, again: true, reason: "401 Unauthorized: key [REDACTED] revoked",
 				lease: creds.Outcome{Refused: &creds.Refusal{Item: "b/x", Reason: "401 Unauthorized: key [REDACTED] revoked"}}}},
 		{"permanent", runEnd{err: jobs.Permanent(errors.New("400 Bad Request"))},
-			verdict{label: labelPermanent, fail: true, dead: queue.ReasonPermanent}},
+			verdict{label: labelPermanent, fail: true, dead: kftype.ReasonPermanent}},
 		{"transient", runEnd{err: errors.New("exec: exit status 1")}, verdict{label: labelTransient, fail: true}},
 		{"interrupted by shutdown", runEnd{err: fmt.Errorf("exec: %w", context.Canceled), interrupted: ErrGraceOver},
 			verdict{label: labelInterrupted}},
@@ -133,8 +133,8 @@ func TestAfterFailure(t *testing.T) {
 	}{
 		{1, 1, -1, "", time.Second},
 		{2, 2, -1, "", 5 * time.Second},
-		{3, 3, -1, queue.ReasonOutOfAttempts, 0},
-		{1, 10, 10, queue.ReasonMaxDeliveries, 0},
+		{3, 3, -1, kftype.ReasonOutOfAttempts, 0},
+		{1, 10, 10, kftype.ReasonMaxDeliveries, 0},
 		{1, 9, 10, "", time.Second},
 	} {
 		p.maxDeliver = c.maxDel

@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/keyfleet/keyfleet/internal/batchview"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -35,9 +36,9 @@ const (
 	// StateRunning: its message is out with a worker and not settled:
 	// running, waiting there for a key, or for its next try.
 	StateRunning      = "running"
-	StateSucceeded    = queue.OutcomeSucceeded
-	StateFailed       = queue.OutcomeFailed
-	StateCancelled    = queue.OutcomeCancelled
+	StateSucceeded    = kftype.OutcomeSucceeded
+	StateFailed       = kftype.OutcomeFailed
+	StateCancelled    = kftype.OutcomeCancelled
 	StateDeadLettered = "dead-lettered"
 	// StateBatchAPI: it runs in a provider batch (a deadline batch's,
 	// docs/batch-api.md): its checkpoint is the provider batch's record.
@@ -82,8 +83,8 @@ type Item struct {
 	// Result is its latest result as `producer results` writes it, and
 	// DeadLetter its dead-letter record without the payload (null when
 	// there is none).
-	Result     *queue.Result            `json:"result"`
-	DeadLetter *queue.DeadLetterSummary `json:"dead_letter"`
+	Result     *kftype.Result            `json:"result"`
+	DeadLetter *kftype.DeadLetterSummary `json:"dead_letter"`
 	// TextHidden: Error, Output and the error and output of Result and
 	// DeadLetter were left out (Public), as the dashboard does for a
 	// reader without the admin token.
@@ -129,7 +130,7 @@ func (it Item) Public() Item {
 // than the message is the item's outcome. A dead letter is written with
 // the failed result of the same run: it wins unless a newer result
 // (of a later run) is there.
-func State(msg *Message, res *queue.Result, dl *queue.DeadLetterSummary) string {
+func State(msg *Message, res *kftype.Result, dl *kftype.DeadLetterSummary) string {
 	var settled time.Time
 	if res != nil {
 		settled = res.FinishedAt
@@ -147,7 +148,7 @@ func State(msg *Message, res *queue.Result, dl *queue.DeadLetterSummary) string 
 		return StateDeadLettered
 	case res != nil:
 		switch res.Outcome {
-		case queue.OutcomeSucceeded, queue.OutcomeCancelled:
+		case kftype.OutcomeSucceeded, kftype.OutcomeCancelled:
 			return res.Outcome
 		}
 		return StateFailed
@@ -157,8 +158,8 @@ func State(msg *Message, res *queue.Result, dl *queue.DeadLetterSummary) string 
 
 // deadLetterLatest reports whether the item's dead letter is its latest
 // outcome: there is one, and no result of a later run that succeeded.
-func deadLetterLatest(res *queue.Result, dl *queue.DeadLetterSummary) bool {
-	return dl != nil && (res == nil || res.Outcome != queue.OutcomeSucceeded || !res.FinishedAt.After(dl.FailedAt))
+func deadLetterLatest(res *kftype.Result, dl *kftype.DeadLetterSummary) bool {
+	return dl != nil && (res == nil || res.Outcome != kftype.OutcomeSucceeded || !res.FinishedAt.After(dl.FailedAt))
 }
 
 // Read returns where item of batch is, read now. It fails with ErrNoItem
@@ -166,11 +167,11 @@ func deadLetterLatest(res *queue.Result, dl *queue.DeadLetterSummary) bool {
 // than queue.results_max_age); other errors are the server's.
 func Read(ctx context.Context, q *queue.Queue, batch, item string) (Item, error) {
 	out := Item{Batch: batch, Item: item}
-	res, err := lastRecord[queue.Result](ctx, q, q.ResultSubject(batch, item))
+	res, err := lastRecord[kftype.Result](ctx, q, q.ResultSubject(batch, item))
 	if err != nil {
 		return out, fmt.Errorf("reading the result of item %q of batch %q: %w", item, batch, err)
 	}
-	dl, err := lastRecord[queue.DeadLetter](ctx, q, q.DeadLetterSubject(batch, item))
+	dl, err := lastRecord[kftype.DeadLetter](ctx, q, q.DeadLetterSubject(batch, item))
 	if err != nil {
 		return out, fmt.Errorf("reading the dead letter of item %q of batch %q: %w", item, batch, err)
 	}
@@ -183,7 +184,7 @@ func Read(ctx context.Context, q *queue.Queue, batch, item string) (Item, error)
 	} else if !errors.Is(err, batchview.ErrNoBatch) {
 		return out, fmt.Errorf("reading batch %q: %w", batch, err)
 	}
-	var sum *queue.DeadLetterSummary
+	var sum *kftype.DeadLetterSummary
 	if dl != nil {
 		sum = &dl.DeadLetterSummary
 	}
@@ -260,21 +261,21 @@ func lastRecord[T any](ctx context.Context, q *queue.Queue, subject string) (*T,
 // stream a message stays until it is acknowledged or terminated, so one
 // at or below its lane consumer's delivered sequence is out with a worker.
 // Nil when the item has none.
-func waiting(ctx context.Context, q *queue.Queue, batch, item string) (*Message, queue.Item, error) {
+func waiting(ctx context.Context, q *queue.Queue, batch, item string) (*Message, kftype.Item, error) {
 	cfg := q.Config()
 	js := q.JetStream()
 	s, err := js.Stream(ctx, cfg.Stream)
 	if err != nil {
-		return nil, queue.Item{}, err
+		return nil, kftype.Item{}, err
 	}
 	filter := cfg.SubjectPrefix + ".b." + queue.Token(batch) + ".>"
 	for seq := uint64(1); ; {
 		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil, queue.Item{}, nil
+			return nil, kftype.Item{}, nil
 		}
 		if err != nil {
-			return nil, queue.Item{}, err
+			return nil, kftype.Item{}, err
 		}
 		seq = m.Sequence + 1
 		found, err := queue.DecodeItem(rawMsg{m: m})
@@ -286,11 +287,11 @@ func waiting(ctx context.Context, q *queue.Queue, batch, item string) (*Message,
 			msg.Staged = true // no lane's consumer delivers it
 			return msg, found, nil
 		}
-		c, err := js.Consumer(ctx, cfg.Stream, q.LaneConsumerName(queue.Lane(batch, found.Scope)))
+		c, err := js.Consumer(ctx, cfg.Stream, q.LaneConsumerName(kftype.Lane(batch, found.Scope)))
 		switch {
 		case errors.Is(err, jetstream.ErrConsumerNotFound):
 		case err != nil:
-			return nil, queue.Item{}, err
+			return nil, kftype.Item{}, err
 		default:
 			msg.Delivered = c.CachedInfo().Delivered.Stream >= msg.Sequence
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/batchview"
 	"github.com/keyfleet/keyfleet/internal/itemview"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
 )
@@ -25,27 +26,27 @@ func TestState(t *testing.T) {
 	msg := func(s int, delivered bool) *itemview.Message {
 		return &itemview.Message{EnqueuedAt: at(s), Delivered: delivered}
 	}
-	res := func(s int, outcome string) *queue.Result { return &queue.Result{Outcome: outcome, FinishedAt: at(s)} }
-	dl := func(s int) *queue.DeadLetterSummary { return &queue.DeadLetterSummary{FailedAt: at(s)} }
+	res := func(s int, outcome string) *kftype.Result { return &kftype.Result{Outcome: outcome, FinishedAt: at(s)} }
+	dl := func(s int) *kftype.DeadLetterSummary { return &kftype.DeadLetterSummary{FailedAt: at(s)} }
 	for _, c := range []struct {
 		name string
 		msg  *itemview.Message
-		res  *queue.Result
-		dl   *queue.DeadLetterSummary
+		res  *kftype.Result
+		dl   *kftype.DeadLetterSummary
 		want string
 	}{
 		{"nothing", nil, nil, nil, ""},
 		{"enqueued", msg(0, false), nil, nil, itemview.StateWaiting},
 		{"with a worker", msg(0, true), nil, nil, itemview.StateRunning},
-		{"succeeded", nil, res(5, queue.OutcomeSucceeded), nil, itemview.StateSucceeded},
-		{"result stored, message not acked yet", msg(0, true), res(5, queue.OutcomeSucceeded), nil, itemview.StateSucceeded},
-		{"failed (its dead letter aged out)", nil, res(5, queue.OutcomeFailed), nil, itemview.StateFailed},
-		{"cancelled", nil, res(5, queue.OutcomeCancelled), nil, itemview.StateCancelled},
-		{"dead-lettered", nil, res(6, queue.OutcomeFailed), dl(5), itemview.StateDeadLettered},
-		{"dead-lettered, message not termed yet", msg(0, true), res(6, queue.OutcomeFailed), dl(5), itemview.StateDeadLettered},
-		{"replayed: waits again", msg(9, false), res(6, queue.OutcomeFailed), nil, itemview.StateWaiting},
-		{"replayed, record kept: runs again", msg(9, true), res(6, queue.OutcomeFailed), dl(5), itemview.StateRunning},
-		{"replayed and succeeded, record kept", nil, res(12, queue.OutcomeSucceeded), dl(5), itemview.StateSucceeded},
+		{"succeeded", nil, res(5, kftype.OutcomeSucceeded), nil, itemview.StateSucceeded},
+		{"result stored, message not acked yet", msg(0, true), res(5, kftype.OutcomeSucceeded), nil, itemview.StateSucceeded},
+		{"failed (its dead letter aged out)", nil, res(5, kftype.OutcomeFailed), nil, itemview.StateFailed},
+		{"cancelled", nil, res(5, kftype.OutcomeCancelled), nil, itemview.StateCancelled},
+		{"dead-lettered", nil, res(6, kftype.OutcomeFailed), dl(5), itemview.StateDeadLettered},
+		{"dead-lettered, message not termed yet", msg(0, true), res(6, kftype.OutcomeFailed), dl(5), itemview.StateDeadLettered},
+		{"replayed: waits again", msg(9, false), res(6, kftype.OutcomeFailed), nil, itemview.StateWaiting},
+		{"replayed, record kept: runs again", msg(9, true), res(6, kftype.OutcomeFailed), dl(5), itemview.StateRunning},
+		{"replayed and succeeded, record kept", nil, res(12, kftype.OutcomeSucceeded), dl(5), itemview.StateSucceeded},
 	} {
 		if got := itemview.State(c.msg, c.res, c.dl); got != c.want {
 			t.Errorf("%s: want %q, got %q", c.name, c.want, got)
@@ -74,15 +75,15 @@ func setup(t *testing.T) (context.Context, *queue.Queue) {
 func TestReadFollowsAnItem(t *testing.T) {
 	ctx, q := setup(t)
 	const batch = "docs 1"
-	var items []queue.Item
+	var items []kftype.Item
 	for i := range 5 {
 		id := fmt.Sprintf("it-%d", i)
-		items = append(items, queue.Item{ID: id, Batch: batch, Kind: "exec", Scope: "gpt-4o", Payload: fmt.Appendf(nil, `{"id":%q}`, id)})
+		items = append(items, kftype.Item{ID: id, Batch: batch, Kind: "exec", Scope: "gpt-4o", Payload: fmt.Appendf(nil, `{"id":%q}`, id)})
 	}
 	if _, err := q.Publish(ctx, items...); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.SetBatchState(ctx, batch, queue.ActionPause, "op@host"); err != nil {
+	if _, err := q.SetBatchState(ctx, batch, kftype.ActionPause, "op@host"); err != nil {
 		t.Fatal(err)
 	}
 	read := func(item string) itemview.Item {
@@ -94,13 +95,13 @@ func TestReadFollowsAnItem(t *testing.T) {
 		return v
 	}
 	v := read("it-3")
-	if v.State != itemview.StateWaiting || v.BatchState != queue.BatchPaused || v.Kind != "exec" || v.Scope != "gpt-4o" ||
+	if v.State != itemview.StateWaiting || v.BatchState != batchview.StatePaused || v.Kind != "exec" || v.Scope != "gpt-4o" ||
 		v.Message == nil || v.Message.Delivered || v.Result != nil || v.DeadLetter != nil || v.Attempts != 0 {
 		t.Fatalf("a waiting item of a paused batch: %+v (message %+v)", v, v.Message)
 	}
 
 	// A worker takes the first three.
-	c, err := q.LaneConsumer(ctx, queue.Lane(batch, "gpt-4o"))
+	c, err := q.LaneConsumer(ctx, kftype.Lane(batch, "gpt-4o"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,13 +124,13 @@ func TestReadFollowsAnItem(t *testing.T) {
 	}
 
 	// it-0 is dead-lettered as a worker does it.
-	dl := queue.DeadLetter{DeadLetterSummary: queue.DeadLetterSummary{Item: "it-0", Batch: batch, Kind: "exec", Scope: "gpt-4o",
-		Reason: queue.ReasonOutOfAttempts, Attempts: 5, Failures: 5, Error: "exit 1: boom", FailedAt: time.Now().UTC()},
+	dl := kftype.DeadLetter{DeadLetterSummary: kftype.DeadLetterSummary{Item: "it-0", Batch: batch, Kind: "exec", Scope: "gpt-4o",
+		Reason: kftype.ReasonOutOfAttempts, Attempts: 5, Failures: 5, Error: "exit 1: boom", FailedAt: time.Now().UTC()},
 		Payload: []byte(`{"id":"it-0"}`)}
 	if err := q.PutDeadLetter(ctx, dl); err != nil {
 		t.Fatal(err)
 	}
-	failed := queue.Result{Item: "it-0", Batch: batch, Kind: "exec", Outcome: queue.OutcomeFailed, Attempts: 5, CredentialID: "key-b",
+	failed := kftype.Result{Item: "it-0", Batch: batch, Kind: "exec", Outcome: kftype.OutcomeFailed, Attempts: 5, CredentialID: "key-b",
 		Error: "out of attempts: exit 1: boom", FinishedAt: time.Now().UTC()}
 	if err := q.PutResult(ctx, failed); err != nil {
 		t.Fatal(err)
@@ -141,7 +142,7 @@ func TestReadFollowsAnItem(t *testing.T) {
 		t.Fatal(err)
 	}
 	v = read("it-0")
-	if v.State != itemview.StateDeadLettered || v.Reason != queue.ReasonOutOfAttempts || v.Attempts != 5 || v.CredentialID != "key-b" ||
+	if v.State != itemview.StateDeadLettered || v.Reason != kftype.ReasonOutOfAttempts || v.Attempts != 5 || v.CredentialID != "key-b" ||
 		v.Error != "out of attempts: exit 1: boom" || v.DeadLetter == nil || v.Result == nil || v.Message != nil {
 		t.Fatalf("dead-lettered: %+v", v)
 	}
@@ -164,7 +165,7 @@ func TestReadFollowsAnItem(t *testing.T) {
 	}
 
 	// it-1 succeeds.
-	if err := q.PutResult(ctx, queue.Result{Item: "it-1", Batch: batch, Kind: "exec", Outcome: queue.OutcomeSucceeded, Attempts: 2,
+	if err := q.PutResult(ctx, kftype.Result{Item: "it-1", Batch: batch, Kind: "exec", Outcome: kftype.OutcomeSucceeded, Attempts: 2,
 		CredentialID: "key-a", Output: "done", FinishedAt: time.Now().UTC()}); err != nil {
 		t.Fatal(err)
 	}
@@ -177,13 +178,13 @@ func TestReadFollowsAnItem(t *testing.T) {
 	}
 
 	// The batch is cancelled: the items not started are cancelled.
-	if _, err := q.SetBatchState(ctx, batch, queue.ActionCancel, "op@host"); err != nil {
+	if _, err := q.SetBatchState(ctx, batch, kftype.ActionCancel, "op@host"); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := q.DrainCancelled(ctx, batch, "op@host"); err != nil {
 		t.Fatal(err)
 	}
-	if v := read("it-4"); v.State != itemview.StateCancelled || v.BatchState != queue.BatchCancelled || v.Message != nil {
+	if v := read("it-4"); v.State != itemview.StateCancelled || v.BatchState != batchview.StateCancelled || v.Message != nil {
 		t.Fatalf("cancelled: %+v", v)
 	}
 
@@ -203,7 +204,7 @@ func TestReadShowsTheBatchDone(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"a", "b"} {
-		if err := q.PutResult(ctx, queue.Result{Item: id, Batch: batch, Kind: "exec", Outcome: queue.OutcomeSucceeded,
+		if err := q.PutResult(ctx, kftype.Result{Item: id, Batch: batch, Kind: "exec", Outcome: kftype.OutcomeSucceeded,
 			Attempts: 1, FinishedAt: time.Now().UTC()}); err != nil {
 			t.Fatal(err)
 		}

@@ -1,5 +1,5 @@
 // Package lanes is the fleet's lane schedule: which batch a worker pulls
-// from next. A lane is one batch's items of one scope (queue.Lane: the
+// from next. A lane is one batch's items of one scope (kftype.Lane: the
 // batch ID for its items without a scope); the schedule gives free slots to
 // the lanes by strict priority across levels 1..5 and by weighted fair
 // share within a level (start-time fair queueing: among tenants by their

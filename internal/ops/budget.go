@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/spend"
 )
@@ -11,7 +12,7 @@ import (
 // BudgetSet is what SetBudget did.
 type BudgetSet struct {
 	// Batch is the batch's record after the change.
-	Batch queue.BatchInfo
+	Batch kftype.BatchInfo
 	// Account is the batch's spend after the change.
 	Account spend.Account
 	// Resumed: the batch was paused for its budget, and the new one covers
@@ -52,7 +53,7 @@ func SetBudget(ctx context.Context, q *queue.Queue, l *spend.Ledger, batch strin
 		return BudgetSet{Batch: rec}, unavailable(err, "setting batch %s's budget", batch)
 	}
 	out := BudgetSet{Batch: rec, Account: acct}
-	if rec.Status() == queue.BatchPaused && rec.PausedReason == spend.ReasonBudget && acct.Covers() {
+	if rec.State == kftype.BatchPaused && rec.PausedReason == spend.ReasonBudget && acct.Covers() {
 		// Resumed, paused by an operator or cancelled meanwhile: left as
 		// it is.
 		rec, err = q.ResumeFrom(ctx, batch, spend.ReasonBudget, by)

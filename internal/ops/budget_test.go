@@ -4,8 +4,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/ops"
-	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/spend"
 	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
 )
@@ -23,13 +23,13 @@ func TestSetBudget(t *testing.T) {
 	}
 	forty, _ := spend.ParseAmount("40")
 	set, err := ops.SetBudget(f.ctx, f.q, l, "capped", forty, "alice@host")
-	if err != nil || !set.Resumed || set.Batch.Status() != queue.BatchRunning || set.Batch.Budget == nil || *set.Batch.Budget != forty ||
+	if err != nil || !set.Resumed || set.Batch.State != kftype.BatchRunning || set.Batch.Budget == nil || *set.Batch.Budget != forty ||
 		set.Account.Budget != forty {
 		t.Fatalf("set a budget of 40: want it resumed with the budget, got %+v %v", set, err)
 	}
 
 	f.enqueue("gone", 1)
-	if _, err := ops.Steer(f.ctx, f.q, "gone", queue.ActionCancel, "alice@host"); err != nil {
+	if _, err := ops.Steer(f.ctx, f.q, "gone", kftype.ActionCancel, "alice@host"); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {

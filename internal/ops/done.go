@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/keyfleet/keyfleet/internal/batchview"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -18,7 +19,7 @@ import (
 // a work-queue stream keeps a message until it is acknowledged or
 // terminated, and the workers delete a drained lane's consumer. The view
 // (read only when the lanes are empty) says the counts.
-func Done(ctx context.Context, q *queue.Queue, rec queue.BatchInfo) (batchview.Batch, bool, error) {
+func Done(ctx context.Context, q *queue.Queue, rec kftype.BatchInfo) (batchview.Batch, bool, error) {
 	lanes, err := q.BatchLanes(ctx, rec.ID)
 	if err != nil {
 		return batchview.Batch{}, false, unavailable(err, "reading batch %s's lanes", rec.ID)

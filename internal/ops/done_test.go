@@ -4,8 +4,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/ops"
-	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
 // The done rule: a batch whose lanes hold a message is not done whatever
@@ -17,20 +17,20 @@ func TestDone(t *testing.T) {
 	f := newFleet(t)
 
 	f.enqueue("finished", 3)
-	f.finish("finished", 2, queue.OutcomeSucceeded)
-	f.finish("finished", 1, queue.OutcomeFailed)
+	f.finish("finished", 2, kftype.OutcomeSucceeded)
+	f.finish("finished", 1, kftype.OutcomeFailed)
 
 	// Every item has a result, but one is back in its lane (replayed).
 	f.enqueue("replayed", 3)
 	for _, id := range []string{"replayed-0", "replayed-1", "replayed-2"} {
-		f.result("replayed", id, queue.OutcomeFailed)
+		f.result("replayed", id, kftype.OutcomeFailed)
 	}
 	f.finish("replayed", 2, "")
 
 	// Its lane is empty but an item has no outcome yet (it left the lane
 	// without one: staged for a provider's Batch API).
 	f.enqueue("staged", 2)
-	f.finish("staged", 1, queue.OutcomeSucceeded)
+	f.finish("staged", 1, kftype.OutcomeSucceeded)
 	f.finish("staged", 1, "")
 
 	for _, c := range []struct {
@@ -43,18 +43,18 @@ func TestDone(t *testing.T) {
 		}
 	}
 
-	for _, action := range []string{queue.ActionPause, queue.ActionCancel} {
+	for _, action := range []string{kftype.ActionPause, kftype.ActionCancel} {
 		conflict(t, action+" a done batch",
 			"batch finished is done (3 of 3 items have an outcome: 2 succeeded, 1 failed, 0 cancelled): nothing is left to "+action, "done")(
 			ops.Steer(f.ctx, f.q, "finished", action, "alice@host"))
 	}
-	conflict(t, "resume a done batch", "batch finished is not paused: it is running", queue.BatchRunning)(
-		ops.Steer(f.ctx, f.q, "finished", queue.ActionResume, "alice@host"))
-	if rec := f.record("finished"); rec.Status() != queue.BatchRunning || len(rec.History) != 0 {
+	conflict(t, "resume a done batch", "batch finished is not paused: it is running", kftype.BatchRunning)(
+		ops.Steer(f.ctx, f.q, "finished", kftype.ActionResume, "alice@host"))
+	if rec := f.record("finished"); rec.State != kftype.BatchRunning || len(rec.History) != 0 {
 		t.Errorf("a refused change of a done batch changed its record: %+v", rec)
 	}
 	for _, b := range []string{"replayed", "staged"} {
-		if s, err := ops.Steer(f.ctx, f.q, b, queue.ActionPause, "alice@host"); err != nil || s.Batch.Status() != queue.BatchPaused {
+		if s, err := ops.Steer(f.ctx, f.q, b, kftype.ActionPause, "alice@host"); err != nil || s.Batch.State != kftype.BatchPaused {
 			t.Errorf("pause %s (not done): want paused, got %+v %v", b, s, err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
 )
@@ -37,10 +38,10 @@ func newFleet(t *testing.T) *fleet {
 // the batch's record.
 func (f *fleet) enqueue(batch string, n int) {
 	f.t.Helper()
-	items := make([]queue.Item, n)
+	items := make([]kftype.Item, n)
 	for i := range items {
 		id := fmt.Sprintf("%s-%d", batch, i)
-		items[i] = queue.Item{ID: id, Batch: batch, Kind: "sleep", Payload: fmt.Appendf(nil, `{"id":%q,"ms":1}`, id)}
+		items[i] = kftype.Item{ID: id, Batch: batch, Kind: "sleep", Payload: fmt.Appendf(nil, `{"id":%q,"ms":1}`, id)}
 	}
 	if _, err := f.q.Publish(f.ctx, items...); err != nil {
 		f.t.Fatal(err)
@@ -77,14 +78,14 @@ func (f *fleet) finish(batch string, n int, outcome string) {
 // result stores an outcome of item of batch.
 func (f *fleet) result(batch, item, outcome string) {
 	f.t.Helper()
-	if err := f.q.PutResult(f.ctx, queue.Result{Item: item, Batch: batch, Kind: "sleep", Outcome: outcome,
+	if err := f.q.PutResult(f.ctx, kftype.Result{Item: item, Batch: batch, Kind: "sleep", Outcome: outcome,
 		FinishedAt: time.Now().UTC()}); err != nil {
 		f.t.Fatal(err)
 	}
 }
 
 // record reads batch's record.
-func (f *fleet) record(batch string) queue.BatchInfo {
+func (f *fleet) record(batch string) kftype.BatchInfo {
 	f.t.Helper()
 	b, err := f.q.Batch(f.ctx, batch)
 	if err != nil {

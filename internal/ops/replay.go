@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -15,7 +16,7 @@ type Replay struct {
 	// Batch is the batch whose records it replays ("": every batch's).
 	Batch string
 	// Letters are the records it replays, in the order Run replays them.
-	Letters []queue.DeadLetter
+	Letters []kftype.DeadLetter
 
 	q *queue.Queue
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/ops"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
@@ -15,8 +16,8 @@ import (
 // once the item's message is gone.
 func (f *fleet) deadLetter(batch, item string, cut bool) {
 	f.t.Helper()
-	d := queue.DeadLetter{DeadLetterSummary: queue.DeadLetterSummary{Item: item, Batch: batch, Kind: "sleep",
-		Reason: queue.ReasonPermanent, Attempts: 1, Error: "refused", FailedAt: time.Now().UTC()},
+	d := kftype.DeadLetter{DeadLetterSummary: kftype.DeadLetterSummary{Item: item, Batch: batch, Kind: "sleep",
+		Reason: kftype.ReasonPermanent, Attempts: 1, Error: "refused", FailedAt: time.Now().UTC()},
 		Payload: fmt.Appendf(nil, `{"id":%q,"ms":1}`, item), PayloadTruncated: cut}
 	if err := f.q.PutDeadLetter(f.ctx, d); err != nil {
 		f.t.Fatal(err)
@@ -26,7 +27,7 @@ func (f *fleet) deadLetter(batch, item string, cut bool) {
 func (f *fleet) deadLetters(batch string) []string {
 	f.t.Helper()
 	var out []string
-	if err := f.q.ListDeadLetters(f.ctx, batch, func(d queue.DeadLetter) error { out = append(out, d.Item); return nil }); err != nil {
+	if err := f.q.ListDeadLetters(f.ctx, batch, func(d kftype.DeadLetter) error { out = append(out, d.Item); return nil }); err != nil {
 		f.t.Fatal(err)
 	}
 	return out
@@ -39,7 +40,7 @@ func TestReplay(t *testing.T) {
 	f := newFleet(t)
 	for _, b := range []string{"b1", "b2"} {
 		f.enqueue(b, 3)
-		f.finish(b, 3, queue.OutcomeFailed)
+		f.finish(b, 3, kftype.OutcomeFailed)
 		for i := range 3 {
 			f.deadLetter(b, fmt.Sprintf("%s-%d", b, i), false)
 		}
@@ -86,7 +87,7 @@ func TestReplay(t *testing.T) {
 func TestReplayErrors(t *testing.T) {
 	f := newFleet(t)
 	f.enqueue("cut", 1)
-	f.finish("cut", 1, queue.OutcomeFailed)
+	f.finish("cut", 1, kftype.OutcomeFailed)
 	f.deadLetter("cut", "cut-0", true)
 	n, err := ops.ReplayDeadLetters(f.ctx, f.q, "cut", nil)
 	if n != 0 || !errors.Is(err, ops.ErrConflict) || !errors.Is(err, queue.ErrPayloadCut) ||
@@ -95,9 +96,9 @@ func TestReplayErrors(t *testing.T) {
 	}
 
 	f.enqueue("gone", 2)
-	f.finish("gone", 1, queue.OutcomeFailed)
+	f.finish("gone", 1, kftype.OutcomeFailed)
 	f.deadLetter("gone", "gone-0", false)
-	if _, err := ops.Steer(f.ctx, f.q, "gone", queue.ActionCancel, "alice@host"); err != nil {
+	if _, err := ops.Steer(f.ctx, f.q, "gone", kftype.ActionCancel, "alice@host"); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := ops.ReplayDeadLetters(f.ctx, f.q, "gone", nil); n != 0 || !errors.Is(err, ops.ErrConflict) || !errors.Is(err, queue.ErrBatchCancelled) {

@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/batchview"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
 // Steered is what Steer did.
 type Steered struct {
 	// Batch is the batch's record after the change.
-	Batch queue.BatchInfo
+	Batch kftype.BatchInfo
 	// Drain is what a cancel's drain did (zero for pause and resume).
 	Drain Drain
 }
@@ -29,25 +30,25 @@ type StateError struct {
 	State string
 	// Cancelled is the change that cancelled it, when State is cancelled
 	// and its record kept it.
-	Cancelled *queue.BatchEvent
+	Cancelled *kftype.BatchEvent
 	// View is the batch's counts when State is done.
 	View batchview.Batch
 }
 
 func (e *StateError) Error() string {
 	switch e.State {
-	case queue.BatchCancelled:
+	case batchview.StateCancelled:
 		by := ""
 		if c := e.Cancelled; c != nil {
 			by = fmt.Sprintf(" (by %s at %s)", c.By, c.At.Local().Format(time.DateTime))
 		}
 		return fmt.Sprintf("batch %s is cancelled%s: it cannot be %s", e.Batch, by, map[string]string{
-			queue.ActionPause: "paused", queue.ActionResume: "resumed", queue.ActionCancel: "cancelled again"}[e.Action])
+			kftype.ActionPause: "paused", kftype.ActionResume: "resumed", kftype.ActionCancel: "cancelled again"}[e.Action])
 	case batchview.StateDone:
 		v := e.View
 		return fmt.Sprintf("batch %s is done (%d of %d items have an outcome: %d succeeded, %d failed, %d cancelled): nothing is left to %s",
 			e.Batch, v.Done, v.Total, v.Succeeded, v.Failed, v.Cancelled, e.Action)
-	case queue.BatchPaused:
+	case batchview.StatePaused:
 		return fmt.Sprintf("batch %s is paused already", e.Batch)
 	}
 	return fmt.Sprintf("batch %s is not paused: it is %s", e.Batch, e.State)
@@ -56,7 +57,7 @@ func (e *StateError) Error() string {
 func (e *StateError) Is(target error) bool { return target == ErrConflict }
 func (e *StateError) class() error         { return ErrConflict }
 
-// Steer applies action (queue.ActionPause, ActionResume, ActionCancel) to
+// Steer applies action (kftype.ActionPause, ActionResume, ActionCancel) to
 // batch, recorded in its record as done by by (user@host,
 // dashboard@address) at the time of the change: the workers see it within
 // a second. It refuses (CheckSteer) a change that does not apply; a
@@ -86,7 +87,7 @@ func Steer(ctx context.Context, q *queue.Queue, batch, action, by string) (Steer
 		return Steered{}, unavailable(err, "changing batch %s", batch)
 	}
 	out := Steered{Batch: rec}
-	if action == queue.ActionCancel {
+	if action == kftype.ActionCancel {
 		out.Drain = drain(ctx, q, batch, by)
 	}
 	return out, nil
@@ -97,14 +98,14 @@ func Steer(ctx context.Context, q *queue.Queue, batch, action, by string) (Steer
 // no change; a paused one is not paused again, a running one not resumed;
 // a done one (Done) is neither paused nor cancelled. A front end that asks
 // before a change calls it first (Steer checks again).
-func CheckSteer(ctx context.Context, q *queue.Queue, batch, action string) (queue.BatchInfo, error) {
+func CheckSteer(ctx context.Context, q *queue.Queue, batch, action string) (kftype.BatchInfo, error) {
 	switch action {
-	case queue.ActionPause, queue.ActionResume, queue.ActionCancel:
+	case kftype.ActionPause, kftype.ActionResume, kftype.ActionCancel:
 	default:
-		return queue.BatchInfo{}, Errorf(ErrInvalid, "unknown batch action %q (want pause, resume or cancel)", action)
+		return kftype.BatchInfo{}, Errorf(ErrInvalid, "unknown batch action %q (want pause, resume or cancel)", action)
 	}
 	if err := queue.CheckID("batch", batch); err != nil {
-		return queue.BatchInfo{}, &Error{Class: ErrInvalid, Err: err}
+		return kftype.BatchInfo{}, &Error{Class: ErrInvalid, Err: err}
 	}
 	rec, err := q.Batch(ctx, batch)
 	switch {
@@ -116,7 +117,7 @@ func CheckSteer(ctx context.Context, q *queue.Queue, batch, action string) (queu
 	if err := stateError(rec, action); err != nil {
 		return rec, err
 	}
-	if action == queue.ActionResume {
+	if action == kftype.ActionResume {
 		return rec, nil
 	}
 	view, done, err := Done(ctx, q, rec)
@@ -131,16 +132,16 @@ func CheckSteer(ctx context.Context, q *queue.Queue, batch, action string) (queu
 
 // stateError is why action does not apply to rec's state (nil: it
 // applies, done or not).
-func stateError(rec queue.BatchInfo, action string) error {
-	e := &StateError{Batch: rec.ID, Action: action, State: rec.Status()}
+func stateError(rec kftype.BatchInfo, action string) error {
+	e := &StateError{Batch: rec.ID, Action: action, State: string(rec.State)}
 	switch {
-	case e.State == queue.BatchCancelled:
+	case e.State == batchview.StateCancelled:
 		if n := len(rec.History); n > 0 {
 			e.Cancelled = &rec.History[n-1]
 		}
 		return e
-	case action == queue.ActionPause && e.State == queue.BatchPaused,
-		action == queue.ActionResume && e.State != queue.BatchPaused:
+	case action == kftype.ActionPause && e.State == batchview.StatePaused,
+		action == kftype.ActionResume && e.State != batchview.StatePaused:
 		return e
 	}
 	return nil

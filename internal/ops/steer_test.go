@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/ops"
-	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
 // Pause and resume change the record, recorded with who; each change
@@ -15,19 +15,19 @@ import (
 func TestSteerPauseResume(t *testing.T) {
 	f := newFleet(t)
 	f.enqueue("steer", 3)
-	s, err := ops.Steer(f.ctx, f.q, "steer", queue.ActionPause, "alice@host")
-	if err != nil || s.Batch.Status() != queue.BatchPaused || s.Drain != (ops.Drain{}) {
+	s, err := ops.Steer(f.ctx, f.q, "steer", kftype.ActionPause, "alice@host")
+	if err != nil || s.Batch.State != kftype.BatchPaused || s.Drain != (ops.Drain{}) {
 		t.Fatalf("pause: want paused, no drain; got %+v %v", s, err)
 	}
-	if rec := f.record("steer"); rec.Status() != queue.BatchPaused || len(rec.History) != 1 || rec.History[0].By != "alice@host" ||
-		rec.History[0].Action != queue.ActionPause {
+	if rec := f.record("steer"); rec.State != kftype.BatchPaused || len(rec.History) != 1 || rec.History[0].By != "alice@host" ||
+		rec.History[0].Action != kftype.ActionPause {
 		t.Fatalf("the record after pause: %+v", rec)
 	}
-	conflict(t, "pause a paused batch", "batch steer is paused already", queue.BatchPaused)(ops.Steer(f.ctx, f.q, "steer", queue.ActionPause, "bob@host"))
-	if s, err := ops.Steer(f.ctx, f.q, "steer", queue.ActionResume, "bob@host"); err != nil || s.Batch.Status() != queue.BatchRunning {
+	conflict(t, "pause a paused batch", "batch steer is paused already", kftype.BatchPaused)(ops.Steer(f.ctx, f.q, "steer", kftype.ActionPause, "bob@host"))
+	if s, err := ops.Steer(f.ctx, f.q, "steer", kftype.ActionResume, "bob@host"); err != nil || s.Batch.State != kftype.BatchRunning {
 		t.Fatalf("resume: want running, got %+v %v", s, err)
 	}
-	conflict(t, "resume a running batch", "batch steer is not paused: it is running", queue.BatchRunning)(ops.Steer(f.ctx, f.q, "steer", queue.ActionResume, "bob@host"))
+	conflict(t, "resume a running batch", "batch steer is not paused: it is running", kftype.BatchRunning)(ops.Steer(f.ctx, f.q, "steer", kftype.ActionResume, "bob@host"))
 	if rec := f.record("steer"); len(rec.History) != 2 || f.messages("steer") != 3 {
 		t.Errorf("want 2 changes recorded and the 3 items waiting, got %+v, %d messages", rec.History, f.messages("steer"))
 	}
@@ -38,8 +38,8 @@ func TestSteerPauseResume(t *testing.T) {
 func TestSteerCancelDrains(t *testing.T) {
 	f := newFleet(t)
 	f.enqueue("doomed", 5)
-	s, err := ops.Steer(f.ctx, f.q, "doomed", queue.ActionCancel, "alice@host")
-	if err != nil || s.Batch.Status() != queue.BatchCancelled || s.Drain.Drained != 5 || s.Drain.Out != 0 || s.Drain.Err != nil {
+	s, err := ops.Steer(f.ctx, f.q, "doomed", kftype.ActionCancel, "alice@host")
+	if err != nil || s.Batch.State != kftype.BatchCancelled || s.Drain.Drained != 5 || s.Drain.Out != 0 || s.Drain.Err != nil {
 		t.Fatalf("cancel: want cancelled, 5 drained; got %+v %v", s, err)
 	}
 	if n := f.messages("doomed"); n != 0 {
@@ -52,8 +52,8 @@ func TestSteerCancelDrains(t *testing.T) {
 	if n := strings.Count(results.String(), `"outcome":"cancelled"`); n != 5 {
 		t.Errorf("want 5 cancelled results, got %d:\n%s", n, results.String())
 	}
-	for _, action := range []string{queue.ActionPause, queue.ActionResume, queue.ActionCancel} {
-		conflict(t, action+" a cancelled batch", "batch doomed is cancelled (by alice@host at ", queue.BatchCancelled)(
+	for _, action := range []string{kftype.ActionPause, kftype.ActionResume, kftype.ActionCancel} {
+		conflict(t, action+" a cancelled batch", "batch doomed is cancelled (by alice@host at ", kftype.BatchCancelled)(
 			ops.Steer(f.ctx, f.q, "doomed", action, "bob@host"))
 	}
 	if rec := f.record("doomed"); len(rec.History) != 1 {
@@ -70,10 +70,10 @@ func TestSteerErrors(t *testing.T) {
 		class               error
 		says                string
 	}{
-		{"unknown batch", "nope", queue.ActionPause, ops.ErrNotFound, "no batch nope (never enqueued"},
-		{"unknown batch, cancel", "nope", queue.ActionCancel, ops.ErrNotFound, "no batch nope"},
-		{"empty ID", "", queue.ActionPause, ops.ErrInvalid, "batch ID is empty"},
-		{"a line break", "a\nb", queue.ActionPause, ops.ErrInvalid, "line break"},
+		{"unknown batch", "nope", kftype.ActionPause, ops.ErrNotFound, "no batch nope (never enqueued"},
+		{"unknown batch, cancel", "nope", kftype.ActionCancel, ops.ErrNotFound, "no batch nope"},
+		{"empty ID", "", kftype.ActionPause, ops.ErrInvalid, "batch ID is empty"},
+		{"a line break", "a\nb", kftype.ActionPause, ops.ErrInvalid, "line break"},
 		{"unknown action", "nope", "stop", ops.ErrInvalid, `unknown batch action "stop"`},
 	} {
 		_, err := ops.Steer(f.ctx, f.q, c.batch, c.action, "alice@host")
@@ -82,7 +82,7 @@ func TestSteerErrors(t *testing.T) {
 		}
 	}
 	f.enqueue("far", 1)
-	_, err := ops.Steer(f.ctx, f.closed(), "far", queue.ActionPause, "alice@host")
+	_, err := ops.Steer(f.ctx, f.closed(), "far", kftype.ActionPause, "alice@host")
 	if !errors.Is(err, ops.ErrUnavailable) || !strings.Contains(err.Error(), "reading batch far") {
 		t.Errorf("NATS closed: want ErrUnavailable, got %v", err)
 	}
@@ -90,12 +90,12 @@ func TestSteerErrors(t *testing.T) {
 
 // conflict checks that a Steer was refused as a *StateError of the batch
 // in state, saying says.
-func conflict(t *testing.T, what, says, state string) func(ops.Steered, error) {
+func conflict(t *testing.T, what, says string, state kftype.BatchState) func(ops.Steered, error) {
 	t.Helper()
 	return func(_ ops.Steered, err error) {
 		t.Helper()
 		var se *ops.StateError
-		if !errors.Is(err, ops.ErrConflict) || !errors.As(err, &se) || se.State != state || !strings.Contains(err.Error(), says) {
+		if !errors.Is(err, ops.ErrConflict) || !errors.As(err, &se) || se.State != string(state) || !strings.Contains(err.Error(), says) {
 			t.Errorf("%s: want a conflict (state %s) saying %q, got %v", what, state, says, err)
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
@@ -15,10 +15,10 @@ import (
 // watch see the record.
 func TestAddToBatch(t *testing.T) {
 	q, _ := open(t)
-	seen := make(chan queue.BatchInfo, 100)
+	seen := make(chan kftype.BatchInfo, 100)
 	wctx, stopWatch := context.WithCancel(ctx(t))
 	watched := make(chan error, 1)
-	go func() { watched <- q.WatchBatches(wctx, func(b queue.BatchInfo) { seen <- b }) }()
+	go func() { watched <- q.WatchBatches(wctx, func(b kftype.BatchInfo) { seen <- b }) }()
 
 	var wg sync.WaitGroup
 	for i := range 8 {
@@ -45,9 +45,9 @@ func TestAddToBatch(t *testing.T) {
 	if len(bs) != 2 {
 		t.Fatalf("want 2 batches, got %+v", bs)
 	}
-	byID := map[string]queue.BatchInfo{bs[0].ID: bs[0], bs[1].ID: bs[1]}
+	byID := map[string]kftype.BatchInfo{bs[0].ID: bs[0], bs[1].ID: bs[1]}
 	b := byID["b/1 ü"]
-	if b.Total != 80 || b.Kind != "exec,sleep" || b.EnqueuedAt.IsZero() || b.UpdatedAt.Before(b.EnqueuedAt) {
+	if b.Total != 80 || b.Kinds.String() != "exec,sleep" || b.EnqueuedAt.IsZero() || b.UpdatedAt.Before(b.EnqueuedAt) {
 		t.Errorf("batch b/1 ü: want total 80 of kinds exec,sleep; got %+v", b)
 	}
 	if bs[0].ID != "other" {
@@ -73,32 +73,32 @@ func TestAddToBatch(t *testing.T) {
 // caught up (also on an empty stream), then follows new results.
 func TestFollowResults(t *testing.T) {
 	q, _ := open(t)
-	follow := func(ctx context.Context, got chan<- queue.Result, caught chan<- struct{}) chan error {
+	follow := func(ctx context.Context, got chan<- kftype.Result, caught chan<- struct{}) chan error {
 		done := make(chan error, 1)
 		go func() {
-			done <- q.FollowResults(ctx, func(r queue.Result) error { got <- r; return nil }, func() { close(caught) })
+			done <- q.FollowResults(ctx, func(r kftype.Result) error { got <- r; return nil }, func() { close(caught) })
 		}()
 		return done
 	}
 	// Empty stream: caught up at once.
 	c1, stop1 := context.WithCancel(ctx(t))
 	caught := make(chan struct{})
-	done := follow(c1, make(chan queue.Result, 10), caught)
+	done := follow(c1, make(chan kftype.Result, 10), caught)
 	testutil.Receive(t, caught, 10*time.Second, "not caught up on an empty stream")
 	stop1()
 	<-done
 
-	for _, outcome := range []string{queue.OutcomeFailed, queue.OutcomeSucceeded} { // a, twice: the latest counts
-		if err := q.PutResult(ctx(t), queue.Result{Item: "a", Batch: "b1", Outcome: outcome}); err != nil {
+	for _, outcome := range []string{kftype.OutcomeFailed, kftype.OutcomeSucceeded} { // a, twice: the latest counts
+		if err := q.PutResult(ctx(t), kftype.Result{Item: "a", Batch: "b1", Outcome: outcome}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := q.PutResult(ctx(t), queue.Result{Item: "b", Batch: "b2", Outcome: queue.OutcomeSucceeded}); err != nil {
+	if err := q.PutResult(ctx(t), kftype.Result{Item: "b", Batch: "b2", Outcome: kftype.OutcomeSucceeded}); err != nil {
 		t.Fatal(err)
 	}
 	c2, stop2 := context.WithCancel(ctx(t))
 	defer stop2()
-	got := make(chan queue.Result, 10)
+	got := make(chan kftype.Result, 10)
 	caught = make(chan struct{})
 	done = follow(c2, got, caught)
 	seen := map[string]string{}
@@ -111,10 +111,10 @@ func TestFollowResults(t *testing.T) {
 		}
 	}
 	testutil.Receive(t, caught, 10*time.Second, "not caught up after the existing results")
-	if seen["b1/a"] != queue.OutcomeSucceeded || len(got) != 0 {
+	if seen["b1/a"] != kftype.OutcomeSucceeded || len(got) != 0 {
 		t.Fatalf("want the latest outcome of each item once, got %v (+%d)", seen, len(got))
 	}
-	if err := q.PutResult(ctx(t), queue.Result{Item: "c", Batch: "b1", Outcome: queue.OutcomeFailed}); err != nil {
+	if err := q.PutResult(ctx(t), kftype.Result{Item: "c", Batch: "b1", Outcome: kftype.OutcomeFailed}); err != nil {
 		t.Fatal(err)
 	}
 	r := testutil.Receive(t, got, 10*time.Second, "a new result was not followed")

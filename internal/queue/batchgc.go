@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // batchRecordMinAge is how long a batch's record is kept at least after
@@ -18,19 +20,6 @@ const batchRecordMinAge = time.Hour
 // batchFromKey is the batch ID of a record's key (kvKey reversed).
 func batchFromKey(key string) (string, error) {
 	return Untoken(strings.ReplaceAll(key, "=", "~"))
-}
-
-// LastChange is the latest moment the record changed: an enqueue that
-// added items, or a change of state.
-func (b BatchInfo) LastChange() time.Time {
-	t := b.UpdatedAt
-	if b.EnqueuedAt.After(t) {
-		t = b.EnqueuedAt
-	}
-	if n := len(b.History); n > 0 && b.History[n-1].At.After(t) {
-		t = b.History[n-1].At
-	}
-	return t
 }
 
 // SweepBatchRecords deletes the records of the batches that hold nothing
@@ -54,7 +43,7 @@ func (q *Queue) SweepBatchRecords(ctx context.Context, now time.Time) ([]string,
 		if err != nil {
 			return deleted, fmt.Errorf("queue: read batch record %q: %w", key, err)
 		}
-		var b BatchInfo
+		var b kftype.BatchInfo
 		if json.Unmarshal(e.Value(), &b) != nil || now.Sub(b.LastChange()) < batchRecordMinAge {
 			continue
 		}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
@@ -26,10 +26,10 @@ func TestBatchRecordsLiveWhileTheBatchHoldsSomething(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := q.SetBatchState(ctx(t), "paused", queue.ActionPause, "test"); err != nil {
+	if _, err := q.SetBatchState(ctx(t), "paused", kftype.ActionPause, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.PutResult(ctx(t), queue.Result{Item: "x", Batch: "done", Outcome: queue.OutcomeSucceeded, FinishedAt: time.Now().UTC()}); err != nil {
+	if err := q.PutResult(ctx(t), kftype.Result{Item: "x", Batch: "done", Outcome: kftype.OutcomeSucceeded, FinishedAt: time.Now().UTC()}); err != nil {
 		t.Fatal(err)
 	}
 	st, err := q.JetStream().KeyValue(ctx(t), "KEYFLEET_BATCHES")
@@ -46,7 +46,7 @@ func TestBatchRecordsLiveWhileTheBatchHoldsSomething(t *testing.T) {
 	wctx, stop := context.WithCancel(ctx(t))
 	defer stop()
 	go func() {
-		_ = q.WatchBatches(wctx, func(b queue.BatchInfo) {
+		_ = q.WatchBatches(wctx, func(b kftype.BatchInfo) {
 			if b.Deleted {
 				mu.Lock()
 				deleted = append(deleted, b.ID)
@@ -69,7 +69,7 @@ func TestBatchRecordsLiveWhileTheBatchHoldsSomething(t *testing.T) {
 			t.Errorf("batch %s, which holds something, lost its record: %v", b, err)
 		}
 	}
-	if _, err := q.SetBatchState(ctx(t), "paused", queue.ActionResume, "test"); err != nil {
+	if _, err := q.SetBatchState(ctx(t), "paused", kftype.ActionResume, "test"); err != nil {
 		t.Errorf("resuming the old paused batch: %v", err)
 	}
 	testutil.WaitFor(t, "the watch to see batch empty deleted", 10*time.Second, func() bool {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -27,13 +28,13 @@ func TestBatchPriorityWeightAndGet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.Total != 5 || b.Prio() != 1 || b.Wt() != 7 || b.Rev == 0 {
+	if b.Total != 5 || b.Priority != 1 || b.Weight != 7 || b.Rev == 0 {
 		t.Fatalf("want 5 items, priority 1, weight 7 kept, a revision; got %+v", b)
 	}
 	if _, err := q.AddToBatch(ctx(t), "plain", "sleep", 1); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := q.Batch(ctx(t), "plain"); err != nil || b.Priority != 0 || b.Prio() != queue.PriorityDefault || b.Wt() != queue.WeightDefault {
+	if b, err := q.Batch(ctx(t), "plain"); err != nil || b.Priority != kftype.PriorityDefault || b.Weight != kftype.WeightDefault || b.State != kftype.BatchRunning {
 		t.Fatalf("a batch enqueued without them has the defaults: %+v %v", b, err)
 	}
 }
@@ -42,11 +43,11 @@ func TestBatchPriorityWeightAndGet(t *testing.T) {
 // characters as they are, and counts the failed ones.
 func TestWriteResults(t *testing.T) {
 	q, _ := open(t)
-	for _, r := range []queue.Result{
-		{Item: "a", Batch: "w", Outcome: queue.OutcomeFailed},
-		{Item: "a", Batch: "w", Outcome: queue.OutcomeSucceeded, Output: "<b>&</b>"},
-		{Item: "b", Batch: "w", Outcome: queue.OutcomeFailed, Error: "boom"},
-		{Item: "c", Batch: "other", Outcome: queue.OutcomeSucceeded},
+	for _, r := range []kftype.Result{
+		{Item: "a", Batch: "w", Outcome: kftype.OutcomeFailed},
+		{Item: "a", Batch: "w", Outcome: kftype.OutcomeSucceeded, Output: "<b>&</b>"},
+		{Item: "b", Batch: "w", Outcome: kftype.OutcomeFailed, Error: "boom"},
+		{Item: "c", Batch: "other", Outcome: kftype.OutcomeSucceeded},
 	} {
 		if err := q.PutResult(ctx(t), r); err != nil {
 			t.Fatal(err)
@@ -62,7 +63,7 @@ func TestWriteResults(t *testing.T) {
 		t.Fatalf("want 2 lines with the output unescaped, got\n%s", buf.String())
 	}
 	for _, l := range lines {
-		var r queue.Result
+		var r kftype.Result
 		if err := json.Unmarshal([]byte(l), &r); err != nil || r.Batch != "w" {
 			t.Fatalf("line %q: %v", l, err)
 		}

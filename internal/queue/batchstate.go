@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/spend"
 )
 
@@ -27,13 +28,6 @@ var (
 // latest ones.
 const MaxBatchHistory = 32
 
-// Actions on a batch (SetBatchState).
-const (
-	ActionPause  = "pause"
-	ActionResume = "resume"
-	ActionCancel = "cancel"
-)
-
 // SetBatchState applies an operator's action (ActionPause, ActionResume,
 // ActionCancel) to batch's record, recording who did it and when. The
 // record is the state's home: it is in NATS (on disk, replicated like the
@@ -42,7 +36,7 @@ const (
 // fails with ErrNoBatch, ErrBatchCancelled (any change of a cancelled
 // batch) or ErrBatchState (pausing a paused batch, resuming a running
 // one).
-func (q *Queue) SetBatchState(ctx context.Context, batch, action, by string) (BatchInfo, error) {
+func (q *Queue) SetBatchState(ctx context.Context, batch, action, by string) (kftype.BatchInfo, error) {
 	return q.setBatchState(ctx, batch, action, by, "")
 }
 
@@ -50,8 +44,8 @@ func (q *Queue) SetBatchState(ctx context.Context, batch, action, by string) (Ba
 // spend.ReasonTenantBudget), recorded as PausedReason, by by, and reports
 // whether this call paused it. A batch paused already, or cancelled, is
 // left as it is (no error: several workers find the same budget spent).
-func (q *Queue) PauseFor(ctx context.Context, batch, reason, by string) (BatchInfo, bool, error) {
-	b, err := q.setBatchState(ctx, batch, ActionPause, by, reason)
+func (q *Queue) PauseFor(ctx context.Context, batch, reason, by string) (kftype.BatchInfo, bool, error) {
+	b, err := q.setBatchState(ctx, batch, kftype.ActionPause, by, reason)
 	if errors.Is(err, ErrBatchState) || errors.Is(err, ErrBatchCancelled) {
 		return b, false, nil
 	}
@@ -62,16 +56,16 @@ func (q *Queue) PauseFor(ctx context.Context, batch, reason, by string) (BatchIn
 // spend.ReasonTenantBudget), by by, in one compare-and-set: a batch an
 // operator paused, or resumed or cancelled meanwhile, is left as it is
 // (ErrBatchState, ErrBatchCancelled).
-func (q *Queue) ResumeFrom(ctx context.Context, batch, reason, by string) (BatchInfo, error) {
-	return q.updateBatch(ctx, batch, func(b *BatchInfo) error {
-		if b.Status() == BatchCancelled {
+func (q *Queue) ResumeFrom(ctx context.Context, batch, reason, by string) (kftype.BatchInfo, error) {
+	return q.updateBatch(ctx, batch, func(b *kftype.BatchInfo) error {
+		if b.State == kftype.BatchCancelled {
 			return fmt.Errorf("batch %q: %w", batch, ErrBatchCancelled)
 		}
-		if b.Status() != BatchPaused || b.PausedReason != reason {
+		if b.State != kftype.BatchPaused || b.PausedReason != reason {
 			return fmt.Errorf("batch %q is not paused for its %s: %w", batch, reason, ErrBatchState)
 		}
-		b.State, b.PausedReason = BatchRunning, ""
-		b.History = append(b.History, BatchEvent{At: time.Now().UTC(), Action: ActionResume, By: by, Reason: reason})
+		b.State, b.PausedReason = kftype.BatchRunning, ""
+		b.History = append(b.History, kftype.BatchEvent{At: time.Now().UTC(), Action: kftype.ActionResume, By: by, Reason: reason})
 		if len(b.History) > MaxBatchHistory {
 			b.History = slices.Delete(b.History, 0, len(b.History)-MaxBatchHistory)
 		}
@@ -80,9 +74,9 @@ func (q *Queue) ResumeFrom(ctx context.Context, batch, reason, by string) (Batch
 }
 
 // SetBudget changes batch's budget in its record (nil: none).
-func (q *Queue) SetBudget(ctx context.Context, batch string, budget *spend.Amount) (BatchInfo, error) {
-	return q.updateBatch(ctx, batch, func(b *BatchInfo) error {
-		if b.Status() == BatchCancelled {
+func (q *Queue) SetBudget(ctx context.Context, batch string, budget *spend.Amount) (kftype.BatchInfo, error) {
+	return q.updateBatch(ctx, batch, func(b *kftype.BatchInfo) error {
+		if b.State == kftype.BatchCancelled {
 			return fmt.Errorf("batch %q: %w", batch, ErrBatchCancelled)
 		}
 		b.Budget = budget
@@ -93,18 +87,18 @@ func (q *Queue) SetBudget(ctx context.Context, batch string, budget *spend.Amoun
 // updateBatch applies change to batch's record with a compare-and-set,
 // again while another writer (an enqueue, another command) got there
 // first. An error of change ends it, with the record as read.
-func (q *Queue) updateBatch(ctx context.Context, batch string, change func(*BatchInfo) error) (BatchInfo, error) {
+func (q *Queue) updateBatch(ctx context.Context, batch string, change func(*kftype.BatchInfo) error) (kftype.BatchInfo, error) {
 	for range maxBatchUpdateTries {
 		b, err := q.Batch(ctx, batch)
 		if err != nil {
-			return BatchInfo{}, err
+			return kftype.BatchInfo{}, err
 		}
 		if err := change(&b); err != nil {
 			return b, err
 		}
 		data, err := json.Marshal(b)
 		if err != nil {
-			return BatchInfo{}, fmt.Errorf("queue: encode batch record %q: %w", batch, err)
+			return kftype.BatchInfo{}, fmt.Errorf("queue: encode batch record %q: %w", batch, err)
 		}
 		rev, err := q.batches.Update(ctx, kvKey(batch), data, b.Rev)
 		if err == nil {
@@ -112,39 +106,39 @@ func (q *Queue) updateBatch(ctx context.Context, batch string, change func(*Batc
 			return b, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLastSequence(err) {
-			return BatchInfo{}, fmt.Errorf("queue: write batch record %q: %w", batch, err)
+			return kftype.BatchInfo{}, fmt.Errorf("queue: write batch record %q: %w", batch, err)
 		}
 	}
-	return BatchInfo{}, fmt.Errorf("queue: write batch record %q: gave up after %d concurrent updates", batch, maxBatchUpdateTries)
+	return kftype.BatchInfo{}, fmt.Errorf("queue: write batch record %q: gave up after %d concurrent updates", batch, maxBatchUpdateTries)
 }
 
-func (q *Queue) setBatchState(ctx context.Context, batch, action, by, reason string) (BatchInfo, error) {
-	var to string
+func (q *Queue) setBatchState(ctx context.Context, batch, action, by, reason string) (kftype.BatchInfo, error) {
+	var to kftype.BatchState
 	switch action {
-	case ActionPause:
-		to = BatchPaused
-	case ActionResume:
-		to = BatchRunning
-	case ActionCancel:
-		to = BatchCancelled
+	case kftype.ActionPause:
+		to = kftype.BatchPaused
+	case kftype.ActionResume:
+		to = kftype.BatchRunning
+	case kftype.ActionCancel:
+		to = kftype.BatchCancelled
 	default:
-		return BatchInfo{}, fmt.Errorf("queue: unknown batch action %q", action)
+		return kftype.BatchInfo{}, fmt.Errorf("queue: unknown batch action %q", action)
 	}
-	return q.updateBatch(ctx, batch, func(b *BatchInfo) error {
-		switch from := b.Status(); {
-		case from == BatchCancelled:
+	return q.updateBatch(ctx, batch, func(b *kftype.BatchInfo) error {
+		switch from := b.State; {
+		case from == kftype.BatchCancelled:
 			return fmt.Errorf("batch %q: %w", batch, ErrBatchCancelled)
-		case action == ActionPause && from == BatchPaused:
+		case action == kftype.ActionPause && from == kftype.BatchPaused:
 			return fmt.Errorf("batch %q is paused already: %w", batch, ErrBatchState)
-		case action == ActionResume && from == BatchRunning:
+		case action == kftype.ActionResume && from == kftype.BatchRunning:
 			return fmt.Errorf("batch %q is not paused: %w", batch, ErrBatchState)
 		}
 		b.State = to
 		b.PausedReason = ""
-		if to == BatchPaused {
+		if to == kftype.BatchPaused {
 			b.PausedReason = reason
 		}
-		b.History = append(b.History, BatchEvent{At: time.Now().UTC(), Action: action, By: by, Reason: reason})
+		b.History = append(b.History, kftype.BatchEvent{At: time.Now().UTC(), Action: action, By: by, Reason: reason})
 		if len(b.History) > MaxBatchHistory {
 			b.History = slices.Delete(b.History, 0, len(b.History)-MaxBatchHistory)
 		}
@@ -152,14 +146,10 @@ func (q *Queue) setBatchState(ctx context.Context, batch, action, by, reason str
 	})
 }
 
-// OutcomeCancelled is the outcome of an item of a cancelled batch that
-// never ran.
-const OutcomeCancelled = "cancelled"
-
 // PutResultIfAbsent stores r unless the item has a result already (a run
 // that ended while the batch was cancelled keeps its own outcome). It
 // reports whether it stored r.
-func (q *Queue) PutResultIfAbsent(ctx context.Context, r Result) (bool, error) {
+func (q *Queue) PutResultIfAbsent(ctx context.Context, r kftype.Result) (bool, error) {
 	data, err := r.AppendJSON(nil)
 	if err != nil {
 		return false, err
@@ -178,9 +168,9 @@ func (q *Queue) PutResultIfAbsent(ctx context.Context, r Result) (bool, error) {
 // says cancelled, unless it has one) and terminates its message, which
 // deletes it from the stream. It reports whether it recorded the item as
 // cancelled (false: the item had a result already).
-func (q *Queue) CancelItem(ctx context.Context, msg jetstream.Msg, it Item, by string) (bool, error) {
-	stored, err := q.PutResultIfAbsent(ctx, Result{
-		Item: it.ID, Batch: it.Batch, Kind: it.Kind, Outcome: OutcomeCancelled,
+func (q *Queue) CancelItem(ctx context.Context, msg jetstream.Msg, it kftype.Item, by string) (bool, error) {
+	stored, err := q.PutResultIfAbsent(ctx, kftype.Result{
+		Item: it.ID, Batch: it.Batch, Kind: it.Kind, Outcome: kftype.OutcomeCancelled,
 		Error: "the batch was cancelled before the item ran", Worker: by, FinishedAt: time.Now().UTC(),
 	})
 	if err != nil {
@@ -226,7 +216,7 @@ func (q *Queue) drainLane(ctx context.Context, batch, lane, by string) (drained 
 			got++
 			it, derr := DecodeItem(msg)
 			if derr != nil {
-				it = Item{ID: fmt.Sprintf("message-%s", msg.Subject()), Batch: batch}
+				it = kftype.Item{ID: fmt.Sprintf("message-%s", msg.Subject()), Batch: batch}
 			}
 			stored, err := q.CancelItem(ctx, msg, it, by)
 			if err != nil {

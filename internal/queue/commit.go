@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // ErrResultNotStored and ErrAckNotConfirmed say which half of a Commit
@@ -77,7 +79,7 @@ func (q *Queue) NewCommitter(o CommitterOptions) *Committer {
 // confirmed. Its error wraps ErrResultNotStored (nothing was acknowledged)
 // or ErrAckNotConfirmed (the result is stored; the acknowledgement may or
 // may not have been applied).
-func (c *Committer) Commit(ctx context.Context, r Result, msg jetstream.Msg) error {
+func (c *Committer) Commit(ctx context.Context, r kftype.Result, msg jetstream.Msg) error {
 	data, err := fitResult(r, c.q.recordLimit())
 	if err != nil {
 		return fmt.Errorf("%w: encode: %w", ErrResultNotStored, err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
@@ -36,12 +37,12 @@ func fetchAll(t *testing.T, q *queue.Queue, n int) []jetstream.Msg {
 	return msgs
 }
 
-func succeeded(t *testing.T, m jetstream.Msg) queue.Result {
+func succeeded(t *testing.T, m jetstream.Msg) kftype.Result {
 	it, err := queue.DecodeItem(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return queue.Result{Item: it.ID, Batch: it.Batch, Kind: it.Kind, Outcome: queue.OutcomeSucceeded, Attempts: 1}
+	return kftype.Result{Item: it.ID, Batch: it.Batch, Kind: it.Kind, Outcome: kftype.OutcomeSucceeded, Attempts: 1}
 }
 
 func ackPending(t *testing.T, q *queue.Queue) int {
@@ -71,7 +72,7 @@ func TestCommitStoresResultsThenAcks(t *testing.T) {
 		}
 	}
 	got := 0
-	if err := q.ReadResults(ctx(t), "b", func(r queue.Result) error {
+	if err := q.ReadResults(ctx(t), "b", func(r kftype.Result) error {
 		got++
 		return nil
 	}); err != nil {

@@ -10,64 +10,19 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-)
 
-// Reasons an item is dead-lettered.
-const (
-	ReasonPermanent     = "permanent failure"
-	ReasonOutOfAttempts = "out of attempts"
-	ReasonMaxDeliveries = "out of deliveries"
-	ReasonUndecodable   = "undecodable message"
-	ReasonUnknownKind   = "kind not configured"
-	// ReasonRefused: several keys refused the item (401, 402, 403,
-	// insufficient quota, exit 77): the item's fault, not the keys'.
-	ReasonRefused = "refused by the keys"
-	// ReasonRateLimited: rate limited worker.max_rate_limited times in a
-	// row.
-	ReasonRateLimited = "rate limited too often"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // ErrPayloadCut: a dead letter's payload was cut to fit its record, so
 // the item cannot be replayed from it.
 var ErrPayloadCut = errors.New("its payload was cut to fit the dead letter's record: replaying it would run another item; enqueue it again")
 
-// DeadLetter records an item that failed for good. It holds the item's
-// payload so that it can be replayed.
-type DeadLetter struct {
-	DeadLetterSummary
-	Payload json.RawMessage `json:"payload"`
-	// PayloadTruncated: the payload was cut for the record to fit the
-	// server's max payload (Payload is then the text kept, as a JSON
-	// string); such an item cannot be replayed.
-	PayloadTruncated bool `json:"payload_truncated,omitempty"`
-
-	// seq is the record's stream sequence (set by ListDeadLetters): Replay
-	// removes the record up to it and not a newer one.
-	seq uint64
-}
-
-// DeadLetterSummary is a dead-letter record without the item's payload:
-// what a list of dead letters shows (its keys are inline in DeadLetter's
-// JSON).
-type DeadLetterSummary struct {
-	Item     string    `json:"item"`
-	Batch    string    `json:"batch"`
-	Kind     string    `json:"kind"`
-	Scope    string    `json:"scope,omitempty"`
-	Endpoint string    `json:"endpoint,omitempty"`
-	Reason   string    `json:"reason"`
-	Attempts int       `json:"attempts"`
-	Failures int       `json:"failures"`
-	Error    string    `json:"error"`
-	Worker   string    `json:"worker"`
-	FailedAt time.Time `json:"failed_at"`
-}
-
 // PutDeadLetter stores a dead-letter record (confirmed by the server), cut
 // to fit the server's max payload (fitDeadLetter). Call it before
 // terminating the message: on a work-queue stream the term deletes the
 // message.
-func (q *Queue) PutDeadLetter(ctx context.Context, d DeadLetter) error {
+func (q *Queue) PutDeadLetter(ctx context.Context, d kftype.DeadLetter) error {
 	if !json.Valid(d.Payload) {
 		s, _ := json.Marshal(string(d.Payload))
 		d.Payload = s
@@ -81,13 +36,13 @@ func (q *Queue) PutDeadLetter(ctx context.Context, d DeadLetter) error {
 
 // ListDeadLetters calls fn with every dead-letter record of batch (all
 // batches when batch is "").
-func (q *Queue) ListDeadLetters(ctx context.Context, batch string, fn func(DeadLetter) error) error {
+func (q *Queue) ListDeadLetters(ctx context.Context, batch string, fn func(kftype.DeadLetter) error) error {
 	return q.readLast(ctx, q.dlqStream(), q.batchFilter("dlq", batch), false, nil, func(data []byte, subj string, seq uint64) error {
-		var d DeadLetter
+		var d kftype.DeadLetter
 		if err := json.Unmarshal(data, &d); err != nil {
 			return fmt.Errorf("queue: dead letter on %s: %w", subj, err)
 		}
-		d.seq = seq
+		d.Seq = seq
 		return fn(d)
 	})
 }
@@ -96,12 +51,12 @@ func (q *Queue) ListDeadLetters(ctx context.Context, batch string, fn func(DeadL
 // batches) that a replay of items takes: those of the given items, or every
 // record when items is empty. missing lists, sorted, the items that have no
 // record.
-func (q *Queue) DeadLettersToReplay(ctx context.Context, batch string, items []string) (todo []DeadLetter, missing []string, err error) {
+func (q *Queue) DeadLettersToReplay(ctx context.Context, batch string, items []string) (todo []kftype.DeadLetter, missing []string, err error) {
 	want := map[string]bool{}
 	for _, id := range items {
 		want[id] = false
 	}
-	err = q.ListDeadLetters(ctx, batch, func(d DeadLetter) error {
+	err = q.ListDeadLetters(ctx, batch, func(d kftype.DeadLetter) error {
 		if _, ok := want[d.Item]; ok || len(items) == 0 {
 			want[d.Item] = true
 			todo = append(todo, d)
@@ -123,13 +78,13 @@ func (q *Queue) DeadLettersToReplay(ctx context.Context, batch string, items []s
 // Replay puts a dead-lettered item back on the work queue with fresh
 // attempts and then removes its record (pass a record from
 // ListDeadLetters).
-func (q *Queue) Replay(ctx context.Context, d DeadLetter) error {
+func (q *Queue) Replay(ctx context.Context, d kftype.DeadLetter) error {
 	if d.PayloadTruncated {
 		return fmt.Errorf("queue: replay %q of batch %q: %w", d.Item, d.Batch, ErrPayloadCut)
 	}
-	it := Item{ID: d.Item, Batch: d.Batch, Kind: d.Kind, Scope: d.Scope, Endpoint: d.Endpoint, Payload: d.Payload,
+	it := kftype.Item{ID: d.Item, Batch: d.Batch, Kind: d.Kind, Scope: d.Scope, Endpoint: d.Endpoint, Payload: d.Payload,
 		Replay: strconv.FormatInt(time.Now().UnixNano(), 10)}
-	if b, err := q.Batch(ctx, d.Batch); err == nil && b.Status() == BatchCancelled {
+	if b, err := q.Batch(ctx, d.Batch); err == nil && b.State == kftype.BatchCancelled {
 		return fmt.Errorf("queue: replay %q: batch %q: %w", d.Item, d.Batch, ErrBatchCancelled)
 	}
 	if _, err := q.js.PublishMsg(ctx, q.message(it)); err != nil {
@@ -143,8 +98,8 @@ func (q *Queue) Replay(ctx context.Context, d DeadLetter) error {
 	// Remove this record only: if the replayed item has already failed
 	// again, its newer record stays.
 	opts := []jetstream.StreamPurgeOpt{jetstream.WithPurgeSubject(q.DeadLetterSubject(d.Batch, d.Item))}
-	if d.seq > 0 {
-		opts = append(opts, jetstream.WithPurgeSequence(d.seq+1))
+	if d.Seq > 0 {
+		opts = append(opts, jetstream.WithPurgeSequence(d.Seq+1))
 	}
 	if err := q.dlq.Purge(ctx, opts...); err != nil {
 		return fmt.Errorf("queue: replayed %q of batch %q but could not remove its record: %w", d.Item, d.Batch, err)

@@ -7,39 +7,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
-// Item is one work item on the wire.
-type Item struct {
-	ID, Batch, Kind string
-	Payload         []byte // the item's JSON object
-	// Replay marks an item put back from the dead-letter queue (its message
-	// ID differs so that deduplication does not drop it).
-	Replay string
-	// Cost is the item's estimated cost, for the pool's cost limits (0: not
-	// given; the worker reads it from the payload).
-	Cost int64
-	// Scope is the item's scope (its model, say: the pool.scope field of
-	// its payload, read at enqueue); "" for none. Items of one batch and
-	// scope travel in their own lane (Lane).
-	Scope string
-	// Endpoint is the API path a provider kind's request goes to when it
-	// is not the provider's default (an OpenAI batch line's url, such as
-	// /v1/embeddings); "" for the default.
-	Endpoint string
-	// Staged: the item waits for a provider's Batch API (its batch has a
-	// deadline): it is published on the batch's staging subject, which no
-	// lane reads (StagingSubject), for a worker to put into a provider
-	// batch (internal/batchapi).
-	Staged bool
-	// Fallback names the provider batch record (ProviderBatch.ID) the item
-	// comes back from to run in real time: its message ID differs from
-	// the item's first one, so that deduplication does not drop it.
-	Fallback string
-}
-
 // message builds the JetStream message for an item.
-func (q *Queue) message(it Item) *nats.Msg {
+func (q *Queue) message(it kftype.Item) *nats.Msg {
 	subject := q.batchSubject(it.Batch, it.Kind, it.Scope)
 	if it.Staged {
 		subject = q.StagingSubject(it.Batch, it.Kind, it.Scope, it.Endpoint)
@@ -51,7 +24,7 @@ func (q *Queue) message(it Item) *nats.Msg {
 }
 
 // header is the message header of an item.
-func header(it Item) nats.Header {
+func header(it kftype.Item) nats.Header {
 	h := nats.Header{}
 	item, itemEnc := HeaderValue(it.ID)
 	batch, batchEnc := HeaderValue(it.Batch)
@@ -87,7 +60,7 @@ func header(it Item) nats.Header {
 // Fits reports the size an item takes on the wire (payload and message
 // headers) and whether it fits limit, a server's max payload. It needs no
 // server: a dry run checks items against the default max payload with it.
-func Fits(it Item, limit int64) (size int, ok bool) {
+func Fits(it kftype.Item, limit int64) (size int, ok bool) {
 	size = len(it.Payload) + len("NATS/1.0\r\n\r\n")
 	for k, vs := range header(it) {
 		for _, v := range vs {
@@ -98,9 +71,9 @@ func Fits(it Item, limit int64) (size int, ok bool) {
 }
 
 // DecodeItem reads an item from a delivered work message.
-func DecodeItem(msg jetstream.Msg) (Item, error) {
+func DecodeItem(msg jetstream.Msg) (kftype.Item, error) {
 	h := msg.Headers()
-	it := Item{
+	it := kftype.Item{
 		ID:       h.Get(HeaderItem),
 		Batch:    h.Get(HeaderBatch),
 		Kind:     h.Get(HeaderKind),
@@ -141,7 +114,7 @@ func DecodeItem(msg jetstream.Msg) (Item, error) {
 // decodeIDs decodes the item and batch IDs (and the scope) of a message
 // that has the HeaderIDEncoding header enc (it is left as it came on an
 // error).
-func decodeIDs(it *Item, enc string) error {
+func decodeIDs(it *kftype.Item, enc string) error {
 	if enc != IDEncodingPercent {
 		return fmt.Errorf("queue: unknown %s %q (item %q): written by a newer producer?", HeaderIDEncoding, enc, it.ID)
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // recordSlack is what a record leaves of the server's max payload for the
@@ -25,7 +27,7 @@ func (q *Queue) recordLimit() int {
 // output, then the rest of its error until the record is at most limit
 // bytes; a cut output is marked OutputTruncated, a cut error ends with
 // CutNote.
-func fitResult(r Result, limit int) ([]byte, error) {
+func fitResult(r kftype.Result, limit int) ([]byte, error) {
 	encode := func() ([]byte, error) { return r.AppendJSON(nil) }
 	data, err := encode()
 	if err != nil || len(data) <= limit {
@@ -53,7 +55,7 @@ func fitResult(r Result, limit int) ([]byte, error) {
 // to an eighth of limit first, then its payload, then the rest of its error (a dead letter whose payload was cut says so in
 // PayloadTruncated, holds what was kept as a JSON string, and cannot be
 // replayed).
-func fitDeadLetter(d DeadLetter, limit int) ([]byte, error) {
+func fitDeadLetter(d kftype.DeadLetter, limit int) ([]byte, error) {
 	encode := func() ([]byte, error) { return encodeRecord(d) }
 	data, err := encode()
 	if err != nil || len(data) <= limit {

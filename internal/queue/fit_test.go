@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -24,20 +25,20 @@ func TestRecordsAreCutToFit(t *testing.T) {
 
 	for _, tt := range []struct {
 		name string
-		r    queue.Result
+		r    kftype.Result
 	}{
-		{"output of <", queue.Result{Item: "a", Batch: "fit", Outcome: queue.OutcomeSucceeded, Output: lt + lt + lt + lt}},
-		{"output of control characters", queue.Result{Item: "b", Batch: "fit", Outcome: queue.OutcomeSucceeded, Output: ctl}},
-		{"base64 output", queue.Result{Item: "c", Batch: "fit", Outcome: queue.OutcomeSucceeded, Output: bin, OutputEncoding: "base64"}},
-		{"an error and an output", queue.Result{Item: "d", Batch: "fit", Outcome: queue.OutcomeFailed, Error: ctl, Output: ctl}},
+		{"output of <", kftype.Result{Item: "a", Batch: "fit", Outcome: kftype.OutcomeSucceeded, Output: lt + lt + lt + lt}},
+		{"output of control characters", kftype.Result{Item: "b", Batch: "fit", Outcome: kftype.OutcomeSucceeded, Output: ctl}},
+		{"base64 output", kftype.Result{Item: "c", Batch: "fit", Outcome: kftype.OutcomeSucceeded, Output: bin, OutputEncoding: "base64"}},
+		{"an error and an output", kftype.Result{Item: "d", Batch: "fit", Outcome: kftype.OutcomeFailed, Error: ctl, Output: ctl}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.r.FinishedAt = time.Now().UTC()
 			if err := q.PutResult(ctx(t), tt.r); err != nil {
 				t.Fatalf("PutResult: %v", err)
 			}
-			var got queue.Result
-			if err := q.ReadResults(ctx(t), "fit", func(r queue.Result) error {
+			var got kftype.Result
+			if err := q.ReadResults(ctx(t), "fit", func(r kftype.Result) error {
 				if r.Item == tt.r.Item {
 					got = r
 				}
@@ -62,8 +63,8 @@ func TestRecordsAreCutToFit(t *testing.T) {
 
 	t.Run("dead letter of <", func(t *testing.T) {
 		payload := []byte(`{"id":"e","text":"` + lt + `"}`) // as enqueued: < unescaped
-		d := queue.DeadLetter{DeadLetterSummary: queue.DeadLetterSummary{Item: "e", Batch: "fit", Kind: "exec",
-			Reason: queue.ReasonPermanent, Error: "permanent failure: " + lt, FailedAt: time.Now().UTC()}, Payload: payload}
+		d := kftype.DeadLetter{DeadLetterSummary: kftype.DeadLetterSummary{Item: "e", Batch: "fit", Kind: "exec",
+			Reason: kftype.ReasonPermanent, Error: "permanent failure: " + lt, FailedAt: time.Now().UTC()}, Payload: payload}
 		if err := q.PutDeadLetter(ctx(t), d); err != nil {
 			t.Fatalf("PutDeadLetter: %v", err)
 		}
@@ -76,8 +77,8 @@ func TestRecordsAreCutToFit(t *testing.T) {
 
 	t.Run("dead letter whose payload must be cut", func(t *testing.T) {
 		payload, _ := json.Marshal(map[string]string{"id": "f", "text": ctl[:limit-100]})
-		d := queue.DeadLetter{DeadLetterSummary: queue.DeadLetterSummary{Item: "f", Batch: "fit2", Kind: "exec",
-			Reason: queue.ReasonPermanent, Error: ctl, FailedAt: time.Now().UTC()}, Payload: payload}
+		d := kftype.DeadLetter{DeadLetterSummary: kftype.DeadLetterSummary{Item: "f", Batch: "fit2", Kind: "exec",
+			Reason: kftype.ReasonPermanent, Error: ctl, FailedAt: time.Now().UTC()}, Payload: payload}
 		if err := q.PutDeadLetter(ctx(t), d); err != nil {
 			t.Fatalf("PutDeadLetter: %v", err)
 		}
@@ -91,10 +92,10 @@ func TestRecordsAreCutToFit(t *testing.T) {
 	})
 }
 
-func listDeadLetters(t *testing.T, q *queue.Queue, batch string) []queue.DeadLetter {
+func listDeadLetters(t *testing.T, q *queue.Queue, batch string) []kftype.DeadLetter {
 	t.Helper()
-	var out []queue.DeadLetter
-	if err := q.ListDeadLetters(ctx(t), batch, func(d queue.DeadLetter) error {
+	var out []kftype.DeadLetter
+	if err := q.ListDeadLetters(ctx(t), batch, func(d kftype.DeadLetter) error {
 		out = append(out, d)
 		return nil
 	}); err != nil {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // HeldItems calls fn with the ID of every item batch holds: each item
@@ -29,7 +31,7 @@ func (q *Queue) HeldItems(ctx context.Context, batch string, fn func(id string) 
 		if err != nil {
 			return fmt.Errorf("queue: reading batch %q's waiting items: %w", batch, err)
 		}
-		it := Item{ID: m.Header.Get(HeaderItem), Batch: m.Header.Get(HeaderBatch)}
+		it := kftype.Item{ID: m.Header.Get(HeaderItem), Batch: m.Header.Get(HeaderBatch)}
 		if enc := m.Header.Get(HeaderIDEncoding); enc != "" {
 			if err := decodeIDs(&it, enc); err != nil {
 				return fmt.Errorf("queue: reading batch %q's waiting items: message %d: %w", batch, m.Sequence, err)

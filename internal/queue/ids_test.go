@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -122,12 +123,12 @@ func TestMsgIDsAreDistinct(t *testing.T) {
 
 // fetchItems fetches n work messages from the lanes of batches (the old
 // consumer when none is given) and decodes them.
-func fetchItems(t *testing.T, q *queue.Queue, n int, batches ...string) []queue.Item {
+func fetchItems(t *testing.T, q *queue.Queue, n int, batches ...string) []kftype.Item {
 	t.Helper()
 	if len(batches) == 0 {
 		batches = []string{queue.LegacyLane}
 	}
-	var out []queue.Item
+	var out []kftype.Item
 	for _, b := range batches {
 		out = append(out, fetchLane(t, q, b)...)
 	}
@@ -138,16 +139,16 @@ func fetchItems(t *testing.T, q *queue.Queue, n int, batches ...string) []queue.
 }
 
 // fetchLane fetches and acks everything lane holds.
-func fetchLane(t *testing.T, q *queue.Queue, lane string) []queue.Item {
+func fetchLane(t *testing.T, q *queue.Queue, lane string) []kftype.Item {
 	t.Helper()
-	var out []queue.Item
-	drainLane(t, q, lane, func(_ jetstream.Msg, it queue.Item) { out = append(out, it) })
+	var out []kftype.Item
+	drainLane(t, q, lane, func(_ jetstream.Msg, it kftype.Item) { out = append(out, it) })
 	return out
 }
 
 // drainLane fetches, decodes and acks everything lane's consumer holds,
 // handing each message to seen before its ack.
-func drainLane(t *testing.T, q *queue.Queue, lane string, seen func(jetstream.Msg, queue.Item)) {
+func drainLane(t *testing.T, q *queue.Queue, lane string, seen func(jetstream.Msg, kftype.Item)) {
 	t.Helper()
 	cons, err := q.LaneConsumer(ctx(t), lane)
 	if err != nil {
@@ -181,10 +182,10 @@ func drainLane(t *testing.T, q *queue.Queue, lane string, seen func(jetstream.Ms
 // each is delivered with its exact item and batch ID.
 func TestTrickyIDsCrossNATSExactly(t *testing.T) {
 	q, _ := open(t)
-	var in []queue.Item
+	var in []kftype.Item
 	for _, batch := range []string{"b2", "b2 ", "%62%32"} {
 		for _, id := range trickyIDs {
-			it := queue.Item{ID: id, Batch: batch, Kind: "sleep", Payload: []byte(`{"ms":0}`)}
+			it := kftype.Item{ID: id, Batch: batch, Kind: "sleep", Payload: []byte(`{"ms":0}`)}
 			if _, _, ok := q.Fits(it); !ok {
 				t.Fatalf("%q does not fit", id)
 			}
@@ -196,7 +197,7 @@ func TestTrickyIDsCrossNATSExactly(t *testing.T) {
 		t.Fatalf("publish %d items: %+v %v", len(in), rep, err)
 	}
 	got := fetchItems(t, q, len(in), "b2", "b2 ", "%62%32")
-	key := func(it queue.Item) string { return it.Batch + "\x00" + it.ID }
+	key := func(it kftype.Item) string { return it.Batch + "\x00" + it.ID }
 	var want, have []string
 	for i := range in {
 		want, have = append(want, key(in[i])), append(have, key(got[i]))
@@ -270,7 +271,7 @@ func TestTrickyIDsInResultsDeadLettersAndBatches(t *testing.T) {
 	q, _ := open(t)
 	for _, batch := range []string{"b2", "b2 "} {
 		for _, id := range []string{"ws-1", "ws-1 ", " ws-1"} {
-			if err := q.PutResult(ctx(t), queue.Result{Item: id, Batch: batch, Outcome: queue.OutcomeSucceeded}); err != nil {
+			if err := q.PutResult(ctx(t), kftype.Result{Item: id, Batch: batch, Outcome: kftype.OutcomeSucceeded}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -279,7 +280,7 @@ func TestTrickyIDsInResultsDeadLettersAndBatches(t *testing.T) {
 		}
 	}
 	var results []string
-	if err := q.ReadResults(ctx(t), "b2 ", func(r queue.Result) error {
+	if err := q.ReadResults(ctx(t), "b2 ", func(r kftype.Result) error {
 		results = append(results, r.Batch+"|"+r.Item)
 		return nil
 	}); err != nil {
@@ -300,8 +301,8 @@ func TestTrickyIDsInResultsDeadLettersAndBatches(t *testing.T) {
 	}
 
 	for _, id := range []string{"ws-1", "ws-1 "} {
-		d := queue.DeadLetter{DeadLetterSummary: queue.DeadLetterSummary{Item: id, Batch: "b2 ", Kind: "sleep",
-			Reason: queue.ReasonPermanent, Error: "boom"}, Payload: json.RawMessage(`{"id":"x"}`)}
+		d := kftype.DeadLetter{DeadLetterSummary: kftype.DeadLetterSummary{Item: id, Batch: "b2 ", Kind: "sleep",
+			Reason: kftype.ReasonPermanent, Error: "boom"}, Payload: json.RawMessage(`{"id":"x"}`)}
 		if err := q.PutDeadLetter(ctx(t), d); err != nil {
 			t.Fatal(err)
 		}
@@ -321,7 +322,7 @@ func TestTrickyIDsInResultsDeadLettersAndBatches(t *testing.T) {
 		t.Fatalf("replayed item: %+v", got[0])
 	}
 	var left []string
-	if err := q.ListDeadLetters(ctx(t), "", func(d queue.DeadLetter) error { left = append(left, d.Item); return nil }); err != nil {
+	if err := q.ListDeadLetters(ctx(t), "", func(d kftype.DeadLetter) error { left = append(left, d.Item); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if len(left) != 1 || left[0] != "ws-1" {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -19,7 +20,7 @@ import (
 func TestLaneConsumerNamesItsBatch(t *testing.T) {
 	q, nc := open(t)
 	const batch, scope = "docs-17083252 \x1b[31m", "gpt-4o"
-	lanes := []string{batch, queue.Lane(batch, scope)}
+	lanes := []string{batch, kftype.Lane(batch, scope)}
 	// The batch's own lane as an older version made it.
 	old := jetstream.ConsumerConfig{
 		Durable: q.LaneConsumerName(batch), Description: "keyfleet workers, one batch", AckPolicy: jetstream.AckExplicitPolicy,
@@ -55,7 +56,7 @@ func TestLaneConsumerNamesItsBatch(t *testing.T) {
 		meta map[string]string
 	}{
 		batch: {`keyfleet batch docs-17083252 \x1b[31m`, map[string]string{queue.MetaBatch: batch}},
-		queue.Lane(batch, scope): {`keyfleet batch docs-17083252 \x1b[31m, scope gpt-4o`,
+		kftype.Lane(batch, scope): {`keyfleet batch docs-17083252 \x1b[31m, scope gpt-4o`,
 			map[string]string{queue.MetaBatch: batch, queue.MetaScope: scope}},
 	}
 	for _, lane := range lanes {

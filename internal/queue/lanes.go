@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/termsafe"
 )
 
@@ -30,40 +31,6 @@ import (
 // consumer is Config.Consumer). No batch can have this ID: IDs hold no
 // line break.
 const LegacyLane = "\nlegacy"
-
-// laneSep separates a scoped lane's batch from its scope: a byte that
-// neither a batch ID (CheckID) nor a scope (creds.ValidScope) can hold.
-const laneSep = '\x00'
-
-// Lane is the lane of batch's items of scope: the batch ID itself for the
-// items without a scope (every lane of the version before scopes), else
-// the batch ID, a NUL byte and the scope.
-func Lane(batch, scope string) string {
-	if scope == "" {
-		return batch
-	}
-	return batch + string(laneSep) + scope
-}
-
-// LaneParts reverses Lane. LegacyLane is a batch of its own, without a
-// scope.
-func LaneParts(lane string) (batch, scope string) {
-	if i := strings.IndexByte(lane, laneSep); i >= 0 {
-		return lane[:i], lane[i+1:]
-	}
-	return lane, ""
-}
-
-// Lanes are the batch's lanes: its items without a scope, then one per
-// scope the record holds.
-func (b BatchInfo) Lanes() []string {
-	out := make([]string, 0, 1+len(b.Scopes))
-	out = append(out, b.ID)
-	for _, s := range b.Scopes {
-		out = append(out, Lane(b.ID, s))
-	}
-	return out
-}
 
 // laneInactive is how long a batch's consumer lives without activity (a
 // backstop: the worker that finds a lane drained deletes its consumer,
@@ -90,7 +57,7 @@ func (q *Queue) laneFilter(lane string) string {
 	if lane == LegacyLane {
 		return q.workSubjects()
 	}
-	batch, scope := LaneParts(lane)
+	batch, scope := kftype.LaneParts(lane)
 	f := q.cfg.SubjectPrefix + ".b." + Token(batch) + ".*"
 	if scope != "" {
 		f += "." + Token(scope)
@@ -106,7 +73,7 @@ func (q *Queue) LaneConsumerName(lane string) string {
 	if lane == LegacyLane {
 		return q.cfg.Consumer
 	}
-	batch, scope := LaneParts(lane)
+	batch, scope := kftype.LaneParts(lane)
 	sum := sha256.Sum256([]byte(batch))
 	name := q.cfg.Consumer + "-b-" + hex.EncodeToString(sum[:8])
 	if scope != "" {
@@ -133,7 +100,7 @@ const maxDescribedID = 200
 // consumer ls` reads like `producer batch list`: "keyfleet batch
 // docs-17083252" or "keyfleet batch docs-17083252, scope gpt-4o".
 func laneDescription(lane string) string {
-	batch, scope := LaneParts(lane)
+	batch, scope := kftype.LaneParts(lane)
 	d := "keyfleet batch " + describedID(batch)
 	if scope != "" {
 		d += ", scope " + describedID(scope)
@@ -157,7 +124,7 @@ func describedID(id string) string {
 
 // laneMetadata is the lane's MetaBatch and MetaScope.
 func laneMetadata(lane string) map[string]string {
-	batch, scope := LaneParts(lane)
+	batch, scope := kftype.LaneParts(lane)
 	m := map[string]string{MetaBatch: batch}
 	if scope != "" {
 		m[MetaScope] = scope
@@ -197,7 +164,7 @@ func (q *Queue) LaneConsumer(ctx context.Context, lane string) (jetstream.Consum
 	defer cancel()
 	c, err := q.laneConsumer(sctx, lane)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		if batch, scope := LaneParts(lane); scope != "" {
+		if batch, scope := kftype.LaneParts(lane); scope != "" {
 			// The batch's own consumer may still filter on all of its
 			// subjects: it is narrowed before the scope's is made.
 			if _, err := q.laneConsumer(sctx, batch); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -241,7 +208,7 @@ func laneName(lane string) string {
 	if lane == LegacyLane {
 		return "the previous version's messages"
 	}
-	batch, scope := LaneParts(lane)
+	batch, scope := kftype.LaneParts(lane)
 	if scope == "" {
 		return fmt.Sprintf("batch %q", batch)
 	}
@@ -305,7 +272,7 @@ func (q *Queue) BatchLanes(ctx context.Context, batch string) ([]string, error) 
 	add := func(scope string) {
 		if !seen[scope] {
 			seen[scope] = true
-			lanes = append(lanes, Lane(batch, scope))
+			lanes = append(lanes, kftype.Lane(batch, scope))
 		}
 	}
 	b, err := q.Batch(ctx, batch)

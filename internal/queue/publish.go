@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // PublishReport counts what the server confirmed.
@@ -58,7 +60,7 @@ func (q *Queue) NewPublisher(window int) (*Publisher, error) {
 
 // Fits reports the size an item takes on the wire (payload and headers)
 // and whether it fits the connected server's max payload (see Fits).
-func (q *Queue) Fits(it Item) (size int, limit int64, ok bool) {
+func (q *Queue) Fits(it kftype.Item) (size int, limit int64, ok bool) {
 	limit = q.nc.MaxPayload()
 	size, ok = Fits(it, limit)
 	return size, limit, ok
@@ -66,7 +68,7 @@ func (q *Queue) Fits(it Item) (size int, limit int64, ok bool) {
 
 // Add publishes one item, waiting for confirmations when the window is
 // full. After a failure it returns the first error without publishing.
-func (p *Publisher) Add(ctx context.Context, it Item) error {
+func (p *Publisher) Add(ctx context.Context, it kftype.Item) error {
 	if p.err != nil {
 		return p.err
 	}
@@ -124,7 +126,7 @@ func (p *Publisher) Report() PublishReport { return p.report }
 // adds what the server stored as new to each batch's record (which makes
 // the workers pull the batch's lane): the simple path for tests and small
 // batches. A batch that is cancelled takes nothing (ErrBatchCancelled).
-func (q *Queue) Publish(ctx context.Context, items ...Item) (PublishReport, error) {
+func (q *Queue) Publish(ctx context.Context, items ...kftype.Item) (PublishReport, error) {
 	type key struct{ batch, kind, scope string }
 	var order []key
 	seen := map[key]bool{}
@@ -136,7 +138,7 @@ func (q *Queue) Publish(ctx context.Context, items ...Item) (PublishReport, erro
 		}
 	}
 	for _, k := range order {
-		if b, err := q.Batch(ctx, k.batch); err == nil && b.Status() == BatchCancelled {
+		if b, err := q.Batch(ctx, k.batch); err == nil && b.State == kftype.BatchCancelled {
 			return PublishReport{}, fmt.Errorf("batch %q: %w", k.batch, ErrBatchCancelled)
 		}
 	}

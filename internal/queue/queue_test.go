@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
 )
@@ -31,11 +32,11 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-func items(batch string, n int) []queue.Item {
-	out := make([]queue.Item, n)
+func items(batch string, n int) []kftype.Item {
+	out := make([]kftype.Item, n)
 	for i := range out {
 		id := fmt.Sprintf("item.%d/x", i)
-		out[i] = queue.Item{ID: id, Batch: batch, Kind: "sleep", Payload: fmt.Appendf(nil, `{"id":%q,"ms":0}`, id)}
+		out[i] = kftype.Item{ID: id, Batch: batch, Kind: "sleep", Payload: fmt.Appendf(nil, `{"id":%q,"ms":0}`, id)}
 	}
 	return out
 }
@@ -104,22 +105,22 @@ func TestDeliveredItemDecodes(t *testing.T) {
 
 func TestResultsKeepLatestPerItem(t *testing.T) {
 	q, _ := open(t)
-	if err := q.ReadResults(ctx(t), "none", func(queue.Result) error { t.Fatal("no results expected"); return nil }); err != nil {
+	if err := q.ReadResults(ctx(t), "none", func(kftype.Result) error { t.Fatal("no results expected"); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 5 {
-		for _, outcome := range []string{queue.OutcomeFailed, queue.OutcomeSucceeded} {
-			r := queue.Result{Item: fmt.Sprintf("i.%d", i), Batch: "b.1", Outcome: outcome, Attempts: 1}
+		for _, outcome := range []string{kftype.OutcomeFailed, kftype.OutcomeSucceeded} {
+			r := kftype.Result{Item: fmt.Sprintf("i.%d", i), Batch: "b.1", Outcome: outcome, Attempts: 1}
 			if err := q.PutResult(ctx(t), r); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	if err := q.PutResult(ctx(t), queue.Result{Item: "other", Batch: "b2", Outcome: queue.OutcomeFailed}); err != nil {
+	if err := q.PutResult(ctx(t), kftype.Result{Item: "other", Batch: "b2", Outcome: kftype.OutcomeFailed}); err != nil {
 		t.Fatal(err)
 	}
 	seen := map[string]string{}
-	err := q.ReadResults(ctx(t), "b.1", func(r queue.Result) error {
+	err := q.ReadResults(ctx(t), "b.1", func(r kftype.Result) error {
 		if _, dup := seen[r.Item]; dup {
 			t.Errorf("item %s twice", r.Item)
 		}
@@ -133,7 +134,7 @@ func TestResultsKeepLatestPerItem(t *testing.T) {
 		t.Fatalf("want 5 items, got %v", seen)
 	}
 	for id, o := range seen {
-		if o != queue.OutcomeSucceeded {
+		if o != kftype.OutcomeSucceeded {
 			t.Fatalf("%s: want the latest outcome, got %s", id, o)
 		}
 	}
@@ -141,13 +142,13 @@ func TestResultsKeepLatestPerItem(t *testing.T) {
 	done := make(chan int)
 	go func() {
 		n := 0
-		_ = q.WatchResults(ctx(t), "b.1", func(queue.Result) (bool, error) {
+		_ = q.WatchResults(ctx(t), "b.1", func(kftype.Result) (bool, error) {
 			n++
 			return n < 6, nil
 		})
 		done <- n
 	}()
-	if err := q.PutResult(ctx(t), queue.Result{Item: "late", Batch: "b.1", Outcome: queue.OutcomeSucceeded}); err != nil {
+	if err := q.PutResult(ctx(t), kftype.Result{Item: "late", Batch: "b.1", Outcome: kftype.OutcomeSucceeded}); err != nil {
 		t.Fatal(err)
 	}
 	if n := <-done; n != 6 {
@@ -158,14 +159,14 @@ func TestResultsKeepLatestPerItem(t *testing.T) {
 func TestDeadLetterListAndReplay(t *testing.T) {
 	q, _ := open(t)
 	for i := range 3 {
-		d := queue.DeadLetter{DeadLetterSummary: queue.DeadLetterSummary{Item: fmt.Sprintf("d%d", i), Batch: "b", Kind: "sleep",
-			Reason: queue.ReasonPermanent, Attempts: 1, Error: "boom"}, Payload: json.RawMessage(`{"ms":1}`)}
+		d := kftype.DeadLetter{DeadLetterSummary: kftype.DeadLetterSummary{Item: fmt.Sprintf("d%d", i), Batch: "b", Kind: "sleep",
+			Reason: kftype.ReasonPermanent, Attempts: 1, Error: "boom"}, Payload: json.RawMessage(`{"ms":1}`)}
 		if err := q.PutDeadLetter(ctx(t), d); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var got []queue.DeadLetter
-	if err := q.ListDeadLetters(ctx(t), "", func(d queue.DeadLetter) error { got = append(got, d); return nil }); err != nil {
+	var got []kftype.DeadLetter
+	if err := q.ListDeadLetters(ctx(t), "", func(d kftype.DeadLetter) error { got = append(got, d); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 3 || got[0].Error != "boom" || string(got[0].Payload) != `{"ms":1}` {
@@ -173,7 +174,7 @@ func TestDeadLetterListAndReplay(t *testing.T) {
 	}
 	// The item was enqueued before under its batch ID; a replay must not be
 	// dropped as a duplicate.
-	if _, err := q.Publish(ctx(t), queue.Item{ID: "d0", Batch: "b", Kind: "sleep", Payload: []byte(`{}`)}); err != nil {
+	if _, err := q.Publish(ctx(t), kftype.Item{ID: "d0", Batch: "b", Kind: "sleep", Payload: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := q.Stats(ctx(t))
@@ -209,10 +210,10 @@ func TestWorkersRegistry(t *testing.T) {
 func TestFits(t *testing.T) {
 	q, nc := open(t)
 	big := make([]byte, nc.MaxPayload())
-	if _, _, ok := q.Fits(queue.Item{ID: "x", Batch: "b", Kind: "exec", Payload: big}); ok {
+	if _, _, ok := q.Fits(kftype.Item{ID: "x", Batch: "b", Kind: "exec", Payload: big}); ok {
 		t.Fatal("an item of max payload plus headers must not fit")
 	}
-	if size, _, ok := q.Fits(queue.Item{ID: "x", Batch: "b", Kind: "exec", Payload: []byte("{}")}); !ok || size < 2 {
+	if size, _, ok := q.Fits(kftype.Item{ID: "x", Batch: "b", Kind: "exec", Payload: []byte("{}")}); !ok || size < 2 {
 		t.Fatal("a small item must fit")
 	}
 }
@@ -280,13 +281,13 @@ func TestAttachDoesNotRewriteTheFleet(t *testing.T) {
 // Replay removes the record it replayed, not a newer one written since.
 func TestReplayKeepsANewerRecord(t *testing.T) {
 	q, _ := open(t)
-	d := queue.DeadLetter{DeadLetterSummary: queue.DeadLetterSummary{Item: "x", Batch: "b", Kind: "sleep", Reason: queue.ReasonPermanent,
+	d := kftype.DeadLetter{DeadLetterSummary: kftype.DeadLetterSummary{Item: "x", Batch: "b", Kind: "sleep", Reason: kftype.ReasonPermanent,
 		Error: "first"}, Payload: json.RawMessage(`{}`)}
 	if err := q.PutDeadLetter(ctx(t), d); err != nil {
 		t.Fatal(err)
 	}
-	var listed queue.DeadLetter
-	if err := q.ListDeadLetters(ctx(t), "b", func(r queue.DeadLetter) error { listed = r; return nil }); err != nil {
+	var listed kftype.DeadLetter
+	if err := q.ListDeadLetters(ctx(t), "b", func(r kftype.DeadLetter) error { listed = r; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	// The item fails again before the replay's purge.
@@ -298,7 +299,7 @@ func TestReplayKeepsANewerRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	var left []string
-	if err := q.ListDeadLetters(ctx(t), "b", func(r queue.DeadLetter) error { left = append(left, r.Error); return nil }); err != nil {
+	if err := q.ListDeadLetters(ctx(t), "b", func(r kftype.DeadLetter) error { left = append(left, r.Error); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if len(left) != 1 || left[0] != "second" {

@@ -4,59 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/keyfleet/keyfleet/internal/spend"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
-
-// Outcomes of an item in a Result.
-const (
-	OutcomeSucceeded = "succeeded"
-	OutcomeFailed    = "failed"
-)
-
-// Result is the final outcome of one item: one JSON line of `producer
-// results`. The results stream keeps the latest per item, so a batch's
-// progress counts each item exactly once even when it ran twice.
-type Result struct {
-	Item    string `json:"item"`
-	Batch   string `json:"batch"`
-	Kind    string `json:"kind"`
-	Outcome string `json:"outcome"` // succeeded | failed
-	// Attempts is the number of runs (KEYFLEET_ATTEMPT of the last run).
-	Attempts int `json:"attempts"`
-	// Duration of the last run, in seconds.
-	Duration     float64 `json:"duration"`
-	CredentialID string  `json:"credential_id"`
-	// LeasedAt is when the last run's credential lease was granted, on
-	// Redis's clock (the moment the pool counted the start).
-	LeasedAt time.Time `json:"leased_at,omitzero"`
-	Error    string    `json:"error"`
-	// Output is the job's output (exec stdout, http body), at most the
-	// worker's jobs.max_output bytes; base64 when OutputEncoding says so.
-	Output          string `json:"output"`
-	OutputEncoding  string `json:"output_encoding,omitempty"` // "" (UTF-8 text) or "base64"
-	OutputTruncated bool   `json:"output_truncated"`
-	// StatusCode is the HTTP status of the item's last API reply (http
-	// and provider kinds; 0, left out, when it got none); RequestID the
-	// API's ID of that request, from its reply's headers.
-	StatusCode int    `json:"status_code,omitempty"`
-	RequestID  string `json:"request_id,omitempty"`
-	// Via names the provider batch the item ran in (a Batch API's batch
-	// ID); "" when it ran on its own.
-	Via string `json:"via,omitempty"`
-	// Spend is what the run cost at its model's price (pool.prices), from
-	// its reply's usage (0, left out, when unknown).
-	Spend      spend.Amount `json:"spend,omitempty"`
-	Worker     string       `json:"worker"`
-	FinishedAt time.Time    `json:"finished_at"`
-}
 
 // PutResult stores an item's outcome (confirmed by the server), cut to
 // fit the server's max payload (fitResult).
-func (q *Queue) PutResult(ctx context.Context, r Result) error {
+func (q *Queue) PutResult(ctx context.Context, r kftype.Result) error {
 	data, err := fitResult(r, q.recordLimit())
 	if err != nil {
 		return err
@@ -76,9 +32,9 @@ func (q *Queue) store(ctx context.Context, what, item, subject string, data []by
 // ReadResults calls fn with the latest result of every item of batch (all
 // batches when batch is ""), streaming, and returns when it has seen them
 // all.
-func (q *Queue) ReadResults(ctx context.Context, batch string, fn func(Result) error) error {
+func (q *Queue) ReadResults(ctx context.Context, batch string, fn func(kftype.Result) error) error {
 	return q.readLast(ctx, q.resultsStream(), q.batchFilter("results", batch), false, nil, func(data []byte, subj string, _ uint64) error {
-		var r Result
+		var r kftype.Result
 		if err := json.Unmarshal(data, &r); err != nil {
 			return fmt.Errorf("queue: result on %s: %w", subj, err)
 		}
@@ -88,10 +44,10 @@ func (q *Queue) ReadResults(ctx context.Context, batch string, fn func(Result) e
 
 // WatchResults calls fn with the latest result of every item of batch and
 // then with every new one, until fn returns false, fn fails or ctx ends.
-func (q *Queue) WatchResults(ctx context.Context, batch string, fn func(Result) (more bool, err error)) error {
+func (q *Queue) WatchResults(ctx context.Context, batch string, fn func(kftype.Result) (more bool, err error)) error {
 	errStop := fmt.Errorf("stop")
 	err := q.readLast(ctx, q.resultsStream(), q.batchFilter("results", batch), true, nil, func(data []byte, subj string, _ uint64) error {
-		var r Result
+		var r kftype.Result
 		if err := json.Unmarshal(data, &r); err != nil {
 			return fmt.Errorf("queue: result on %s: %w", subj, err)
 		}
@@ -114,9 +70,9 @@ func (q *Queue) WatchResults(ctx context.Context, batch string, fn func(Result) 
 // batch, then caughtUp (once, also when there is none), then fn with every
 // new result, until ctx ends (it returns ctx's cause), fn fails or the
 // stream cannot be read.
-func (q *Queue) FollowResults(ctx context.Context, fn func(Result) error, caughtUp func()) error {
+func (q *Queue) FollowResults(ctx context.Context, fn func(kftype.Result) error, caughtUp func()) error {
 	return q.readLast(ctx, q.resultsStream(), q.batchFilter("results", ""), true, caughtUp, func(data []byte, subj string, _ uint64) error {
-		var r Result
+		var r kftype.Result
 		if err := json.Unmarshal(data, &r); err != nil {
 			return nil // not a result of ours: skip it, keep following
 		}

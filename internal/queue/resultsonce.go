@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // resultsOnceWindow bounds the publishes PutResultsIfAbsent has in
@@ -17,7 +19,7 @@ const resultsOnceWindow = 256
 // recorded once each, however often a crash makes a worker record them
 // again. stored[i] reports whether rs[i] was stored; on an error, those
 // not confirmed are false.
-func (q *Queue) PutResultsIfAbsent(ctx context.Context, rs []Result) (stored []bool, err error) {
+func (q *Queue) PutResultsIfAbsent(ctx context.Context, rs []kftype.Result) (stored []bool, err error) {
 	stored = make([]bool, len(rs))
 	limit := q.recordLimit()
 	for start := 0; start < len(rs); start += resultsOnceWindow {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/termsafe"
 )
@@ -44,14 +45,14 @@ func (q *Queue) WriteResultsIn(ctx context.Context, batch, format string, w io.W
 	enc := json.NewEncoder(&line)
 	enc.SetEscapeHTML(false)
 	var n ResultsWritten
-	err := q.ReadResults(ctx, batch, func(r Result) error {
+	err := q.ReadResults(ctx, batch, func(r kftype.Result) error {
 		line.Reset()
 		if format == provider.FormatJSONL {
 			if err := enc.Encode(r); err != nil {
 				return &WriteError{Err: err}
 			}
 		} else {
-			b, err := provider.ResultLine(format, r.view())
+			b, err := provider.ResultLine(format, resultView(r))
 			if err != nil {
 				return &WriteError{Err: err}
 			}
@@ -62,10 +63,10 @@ func (q *Queue) WriteResultsIn(ctx context.Context, batch, format string, w io.W
 			return &WriteError{Err: err}
 		}
 		n.Results++
-		if r.Outcome != OutcomeSucceeded {
+		if r.Outcome != kftype.OutcomeSucceeded {
 			n.Failed++
 		}
-		if r.Outcome == OutcomeCancelled {
+		if r.Outcome == kftype.OutcomeCancelled {
 			n.Cancelled++
 		}
 		return nil
@@ -79,8 +80,8 @@ func (q *Queue) WriteResultsIn(ctx context.Context, batch, format string, w io.W
 	return n, nil
 }
 
-// view is what a provider's result line is written from.
-func (r Result) view() provider.ResultView {
+// resultView is what a provider's result line is written from.
+func resultView(r kftype.Result) provider.ResultView {
 	return provider.ResultView{Batch: r.Batch, Item: r.Item, Outcome: r.Outcome, StatusCode: r.StatusCode, RequestID: r.RequestID,
 		Output: r.Output, OutputEncoding: r.OutputEncoding, Error: r.Error}
 }

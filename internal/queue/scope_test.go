@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -16,33 +17,33 @@ import (
 // splits back into its batch and scope, whatever bytes a batch ID holds.
 func TestLaneParts(t *testing.T) {
 	for _, batch := range []string{"b", "items-3f2a9c1b", "b/1 ü", "a\x1fb", " lead", "x.y*>", queue.LegacyLane} {
-		if got := queue.Lane(batch, ""); got != batch {
+		if got := kftype.Lane(batch, ""); got != batch {
 			t.Errorf("Lane(%q, \"\") = %q, want the batch ID", batch, got)
 		}
-		if b, s := queue.LaneParts(batch); b != batch || s != "" {
+		if b, s := kftype.LaneParts(batch); b != batch || s != "" {
 			t.Errorf("LaneParts(%q) = %q, %q, want the batch and no scope", batch, b, s)
 		}
 		for _, scope := range []string{"gpt-4o", "models/gemini-1.5-pro", "claude-3-5-sonnet@20240620", "a%b"} {
-			lane := queue.Lane(batch, scope)
-			if lane == batch || lane == queue.Lane(batch, scope+"x") {
+			lane := kftype.Lane(batch, scope)
+			if lane == batch || lane == kftype.Lane(batch, scope+"x") {
 				t.Errorf("Lane(%q, %q) = %q: not a lane of its own", batch, scope, lane)
 			}
-			if b, s := queue.LaneParts(lane); b != batch || s != scope {
+			if b, s := kftype.LaneParts(lane); b != batch || s != scope {
 				t.Errorf("LaneParts(Lane(%q, %q)) = %q, %q", batch, scope, b, s)
 			}
 		}
 	}
-	b := queue.BatchInfo{ID: "b", Scopes: []string{"gpt-4o", "o3"}}
-	if got, want := b.Lanes(), []string{"b", queue.Lane("b", "gpt-4o"), queue.Lane("b", "o3")}; !slices.Equal(got, want) {
+	b := kftype.BatchInfo{ID: "b", Scopes: []string{"gpt-4o", "o3"}}
+	if got, want := b.Lanes(), []string{"b", kftype.Lane("b", "gpt-4o"), kftype.Lane("b", "o3")}; !slices.Equal(got, want) {
 		t.Errorf("Lanes() = %q, want %q", got, want)
 	}
 }
 
 // laneMessages fetches and acknowledges everything lane's consumer holds,
 // returning the messages' subjects and items.
-func laneMessages(t *testing.T, q *queue.Queue, lane string) (subjects []string, items []queue.Item) {
+func laneMessages(t *testing.T, q *queue.Queue, lane string) (subjects []string, items []kftype.Item) {
 	t.Helper()
-	drainLane(t, q, lane, func(m jetstream.Msg, it queue.Item) {
+	drainLane(t, q, lane, func(m jetstream.Msg, it kftype.Item) {
 		if it.Scope != "" && m.Headers().Get(queue.HeaderScope) == "" {
 			t.Errorf("item %q: scope %q without the %s header", it.ID, it.Scope, queue.HeaderScope)
 		}
@@ -69,11 +70,11 @@ func TestScopedLanes(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]int{"": 3, "gpt-4o": 4, "models/gemini%1.5": 5}
-	var in []queue.Item
+	var in []kftype.Item
 	for scope, n := range want {
 		for i := range n {
 			id := fmt.Sprintf("%s-%d", scope, i)
-			in = append(in, queue.Item{ID: id, Batch: batch, Kind: "sleep", Scope: scope, Payload: fmt.Appendf(nil, `{"id":%q}`, id)})
+			in = append(in, kftype.Item{ID: id, Batch: batch, Kind: "sleep", Scope: scope, Payload: fmt.Appendf(nil, `{"id":%q}`, id)})
 		}
 	}
 	rep, err := q.Publish(ctx(t), in...)
@@ -93,7 +94,7 @@ func TestScopedLanes(t *testing.T) {
 	}
 	names := map[string]bool{}
 	for _, scope := range []string{"gpt-4o", "models/gemini%1.5", ""} { // the scopes' lanes first: the batch's is narrowed for them
-		lane := queue.Lane(batch, scope)
+		lane := kftype.Lane(batch, scope)
 		if n, err := q.LaneMessages(ctx(t), lane); err != nil || n != uint64(want[scope]) {
 			t.Errorf("LaneMessages(scope %q) = %d, %v; want %d", scope, n, err, want[scope])
 		}
@@ -159,8 +160,8 @@ func TestDrainCancelledScopes(t *testing.T) {
 	if _, err := q.JetStream().CreateConsumer(ctx(t), q.Config().Stream, old); err != nil {
 		t.Fatal(err)
 	}
-	it := func(id, scope string) queue.Item {
-		return queue.Item{ID: id, Batch: "c", Kind: "sleep", Scope: scope, Payload: []byte(`{}`)}
+	it := func(id, scope string) kftype.Item {
+		return kftype.Item{ID: id, Batch: "c", Kind: "sleep", Scope: scope, Payload: []byte(`{}`)}
 	}
 	if _, err := q.Publish(ctx(t), it("a", ""), it("b", "gpt-4o"), it("c", "gpt-4o")); err != nil {
 		t.Fatal(err)
@@ -176,7 +177,7 @@ func TestDrainCancelledScopes(t *testing.T) {
 	if _, err := p.Flush(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.SetBatchState(ctx(t), "c", queue.ActionCancel, "test"); err != nil {
+	if _, err := q.SetBatchState(ctx(t), "c", kftype.ActionCancel, "test"); err != nil {
 		t.Fatal(err)
 	}
 	drained, unacked, err := q.DrainCancelled(ctx(t), "c", "test")
@@ -200,13 +201,13 @@ func TestDrainCancelledScopes(t *testing.T) {
 // A dead-lettered item of a scope is replayed into its scope's lane.
 func TestReplayKeepsScope(t *testing.T) {
 	q, _ := open(t)
-	d := queue.DeadLetter{DeadLetterSummary: queue.DeadLetterSummary{Item: "x", Batch: "b", Kind: "sleep", Scope: "gpt-4o",
-		Reason: queue.ReasonPermanent}, Payload: []byte(`{}`)}
+	d := kftype.DeadLetter{DeadLetterSummary: kftype.DeadLetterSummary{Item: "x", Batch: "b", Kind: "sleep", Scope: "gpt-4o",
+		Reason: kftype.ReasonPermanent}, Payload: []byte(`{}`)}
 	if err := q.PutDeadLetter(ctx(t), d); err != nil {
 		t.Fatal(err)
 	}
-	var listed queue.DeadLetter
-	if err := q.ListDeadLetters(ctx(t), "b", func(r queue.DeadLetter) error { listed = r; return nil }); err != nil {
+	var listed kftype.DeadLetter
+	if err := q.ListDeadLetters(ctx(t), "b", func(r kftype.DeadLetter) error { listed = r; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if err := q.Replay(ctx(t), listed); err != nil {
@@ -215,7 +216,7 @@ func TestReplayKeepsScope(t *testing.T) {
 	if rec, err := q.Batch(ctx(t), "b"); err != nil || !slices.Equal(rec.Scopes, []string{"gpt-4o"}) {
 		t.Fatalf("record after the replay: %+v %v", rec, err)
 	}
-	if _, items := laneMessages(t, q, queue.Lane("b", "gpt-4o")); len(items) != 1 || items[0].Scope != "gpt-4o" || items[0].Replay == "" {
+	if _, items := laneMessages(t, q, kftype.Lane("b", "gpt-4o")); len(items) != 1 || items[0].Scope != "gpt-4o" || items[0].Replay == "" {
 		t.Fatalf("the scope's lane holds %+v", items)
 	}
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // Staging (docs/batch-api.md): the items of a batch enqueued with a
@@ -89,7 +91,7 @@ func (q *Queue) StagedSubjects(ctx context.Context, batch string) (map[string]ui
 type StagedMsg struct {
 	Seq     uint64
 	Subject string
-	Item    Item
+	Item    kftype.Item
 	Time    time.Time
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/status"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
@@ -41,9 +42,9 @@ func TestReadReport(t *testing.T) {
 	// Two batches, so two lanes; one item of b1 delivered and not yet
 	// acknowledged: the backlog sums what every lane holds.
 	if _, err := q.Publish(ctx,
-		queue.Item{ID: "i1", Batch: "b1", Kind: "sleep", Payload: []byte(`{"id":"i1"}`)},
-		queue.Item{ID: "i2", Batch: "b1", Kind: "sleep", Payload: []byte(`{"id":"i2"}`)},
-		queue.Item{ID: "i3", Batch: "b2", Kind: "sleep", Payload: []byte(`{"id":"i3"}`)},
+		kftype.Item{ID: "i1", Batch: "b1", Kind: "sleep", Payload: []byte(`{"id":"i1"}`)},
+		kftype.Item{ID: "i2", Batch: "b1", Kind: "sleep", Payload: []byte(`{"id":"i2"}`)},
+		kftype.Item{ID: "i3", Batch: "b2", Kind: "sleep", Payload: []byte(`{"id":"i3"}`)},
 	); err != nil {
 		t.Fatal(err)
 	}

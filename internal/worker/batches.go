@@ -8,17 +8,18 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/lanes"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
 // batchView is what a worker knows of the batches (docs/waiting-model.md):
 // their records, as the bucket's watch delivers them, mirrored into the
-// lane schedule (a batch has a lane per scope of its items, queue.Lane);
+// lane schedule (a batch has a lane per scope of its items, kftype.Lane);
 // the lanes' consumers it pulls from; and which lanes it found drained.
 type batchView struct {
 	mu      sync.Mutex
-	records map[string]queue.BatchInfo    // by batch ID
+	records map[string]kftype.BatchInfo   // by batch ID
 	cons    map[string]jetstream.Consumer // by lane
 	swept   map[string]bool               // cancelled batches with nothing left
 	// wake tells the puller something changed (a batch enqueued, resumed).
@@ -33,7 +34,7 @@ type batchView struct {
 
 func newBatchView() *batchView {
 	return &batchView{
-		records: map[string]queue.BatchInfo{}, cons: map[string]jetstream.Consumer{}, swept: map[string]bool{},
+		records: map[string]kftype.BatchInfo{}, cons: map[string]jetstream.Consumer{}, swept: map[string]bool{},
 		wake: make(chan struct{}, 1), ready: make(chan struct{}),
 	}
 }
@@ -41,21 +42,21 @@ func newBatchView() *batchView {
 // State is batch's state as last seen (running when unknown: an item of a
 // batch the worker has not heard of yet, or of the previous version). A
 // lane may be given for its batch.
-func (v *batchView) State(batch string) (state string, prio int) {
-	batch, _ = queue.LaneParts(batch)
+func (v *batchView) State(batch string) (state kftype.BatchState, prio int) {
+	batch, _ = kftype.LaneParts(batch)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	b, ok := v.records[batch]
 	if !ok {
-		return queue.BatchRunning, queue.PriorityDefault
+		return kftype.BatchRunning, kftype.PriorityDefault
 	}
-	return b.Status(), b.Prio()
+	return b.State, b.Priority
 }
 
 // gen is the revision of the record of lane's batch: every lane of a
 // batch is registered at it.
 func (v *batchView) gen(lane string) uint64 {
-	batch, _ := queue.LaneParts(lane)
+	batch, _ := kftype.LaneParts(lane)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.records[batch].Rev
@@ -88,7 +89,7 @@ func (w *Worker) watchBatches(ctx context.Context) {
 
 // batchChanged takes a record the watch delivered; a deleted one is
 // forgotten (the batch holds nothing any more).
-func (w *Worker) batchChanged(b queue.BatchInfo) {
+func (w *Worker) batchChanged(b kftype.BatchInfo) {
 	v := w.batches
 	v.mu.Lock()
 	if old, ok := v.records[b.ID]; ok && old.Rev > b.Rev {
@@ -117,11 +118,11 @@ func (w *Worker) batchChanged(b queue.BatchInfo) {
 // syncLane mirrors a batch's record into the schedule: each of its lanes
 // (its items without a scope, and one per scope) at the record's state,
 // priority and weight.
-func (w *Worker) syncLane(ctx context.Context, b queue.BatchInfo) error {
+func (w *Worker) syncLane(ctx context.Context, b kftype.BatchInfo) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	for _, lane := range b.Lanes() {
-		if _, err := w.sched.Sync(ctx, lanes.Lane{ID: lane, State: b.Status(), Priority: b.Prio(), Weight: b.Wt(), Gen: b.Rev,
+		if _, err := w.sched.Sync(ctx, lanes.Lane{ID: lane, State: string(b.State), Priority: b.Priority, Weight: b.Weight, Gen: b.Rev,
 			Classes: w.laneClasses(b, lane), Tenant: b.Tenant, TenantWeight: w.cfg.TenantWeight(b.Tenant)}); err != nil {
 			return err
 		}
@@ -133,7 +134,7 @@ func (w *Worker) syncLane(ctx context.Context, b queue.BatchInfo) error {
 // with Redis's state), and the old durable when it holds messages.
 func (w *Worker) resyncLanes(ctx context.Context) {
 	w.batches.mu.Lock()
-	all := make([]queue.BatchInfo, 0, len(w.batches.records))
+	all := make([]kftype.BatchInfo, 0, len(w.batches.records))
 	for _, b := range w.batches.records {
 		all = append(all, b)
 	}
@@ -164,10 +165,10 @@ func (w *Worker) syncLegacyLane(ctx context.Context) {
 		zap.Uint64("pending", pending), zap.Int("unacknowledged", unacked))
 	gen := uint64(time.Now().UnixMilli())
 	w.batches.mu.Lock()
-	w.batches.records[queue.LegacyLane] = queue.BatchInfo{ID: queue.LegacyLane, Rev: gen}
+	w.batches.records[queue.LegacyLane] = kftype.BatchInfo{ID: queue.LegacyLane, Rev: gen}
 	w.batches.mu.Unlock()
-	if _, err := w.sched.Sync(ctx, lanes.Lane{ID: queue.LegacyLane, State: lanes.Running, Priority: queue.PriorityDefault,
-		Weight: queue.WeightDefault, Gen: gen}); err != nil {
+	if _, err := w.sched.Sync(ctx, lanes.Lane{ID: queue.LegacyLane, State: lanes.Running, Priority: kftype.PriorityDefault,
+		Weight: kftype.WeightDefault, Gen: gen}); err != nil {
 		w.log.Warn("registering the old consumer's lane", zap.Error(err))
 	}
 }
@@ -251,7 +252,7 @@ func (w *Worker) sweepCancelled(ctx context.Context) {
 		w.batches.mu.Lock()
 		var todo []string
 		for id, b := range w.batches.records {
-			if b.Status() == queue.BatchCancelled && !w.batches.swept[id] {
+			if b.State == kftype.BatchCancelled && !w.batches.swept[id] {
 				todo = append(todo, id)
 			}
 		}
@@ -303,7 +304,7 @@ func (w *Worker) sweep(ctx context.Context, batch string) {
 		w.batches.mu.Unlock()
 		all, err := w.q.BatchLanes(ctx, batch)
 		if err != nil { // those it cannot name lapse on their own
-			all = queue.BatchInfo{ID: batch, Scopes: rec.Scopes}.Lanes()
+			all = kftype.BatchInfo{ID: batch, Scopes: rec.Scopes}.Lanes()
 		}
 		for _, lane := range all {
 			w.forgetConsumer(lane)

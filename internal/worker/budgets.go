@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/spend"
 )
@@ -42,7 +43,7 @@ func (b budgets) Binding(ctx context.Context, batch string) (string, bool, error
 func (b budgets) PauseFor(ctx context.Context, batch, reason string) (bool, error) {
 	todo := []string{batch}
 	if reason == spend.ReasonTenantBudget {
-		todo = b.w.batchesOfTenant(batch, queue.BatchRunning)
+		todo = b.w.batchesOfTenant(batch, kftype.BatchRunning)
 	}
 	var any bool
 	var first error
@@ -61,7 +62,7 @@ func (w *Worker) by() string { return "keyfleet worker " + w.id }
 
 // batchesOfTenant returns batch and the batches in state of its tenant
 // that the worker knows (batch alone when it has no tenant).
-func (w *Worker) batchesOfTenant(batch, state string) []string {
+func (w *Worker) batchesOfTenant(batch string, state kftype.BatchState) []string {
 	v := w.batches
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -71,7 +72,7 @@ func (w *Worker) batchesOfTenant(batch, state string) []string {
 		return out
 	}
 	for id, rec := range v.records {
-		if id != batch && rec.Tenant == tenant && rec.Status() == state {
+		if id != batch && rec.Tenant == tenant && rec.State == state {
 			out = append(out, id)
 		}
 	}
@@ -91,7 +92,7 @@ func (w *Worker) resumeTenants(ctx context.Context, ledger *spend.Ledger) {
 	var todo []paused
 	w.batches.mu.Lock()
 	for id, rec := range w.batches.records {
-		if rec.Status() == queue.BatchPaused && rec.PausedReason == spend.ReasonTenantBudget {
+		if rec.State == kftype.BatchPaused && rec.PausedReason == spend.ReasonTenantBudget {
 			todo = append(todo, paused{id, rec.Tenant})
 		}
 	}

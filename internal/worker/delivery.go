@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -17,7 +18,7 @@ type natsDelivery struct {
 	nc  *nats.Conn
 }
 
-func (d *natsDelivery) Item() (queue.Item, error) { return queue.DecodeItem(d.msg) }
+func (d *natsDelivery) Item() (kftype.Item, error) { return queue.DecodeItem(d.msg) }
 
 // Delivered is the server's delivery count (1 when the metadata cannot be
 // read).

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/config"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
@@ -76,10 +77,10 @@ queue: {stream: HB}
 	testutil.WaitFor(t, "hb-1 in the registry", 10*time.Second, func() bool { return registry().ID == "hb-1" })
 
 	const runFor = 2 * time.Second
-	var items []queue.Item
+	var items []kftype.Item
 	for i := range 2 {
 		id := fmt.Sprintf("slow-%d", i)
-		items = append(items, queue.Item{ID: id, Batch: "hb", Kind: "sleep", Payload: fmt.Appendf(nil, `{"id":%q,"ms":%d}`, id, runFor.Milliseconds())})
+		items = append(items, kftype.Item{ID: id, Batch: "hb", Kind: "sleep", Payload: fmt.Appendf(nil, `{"id":%q,"ms":%d}`, id, runFor.Milliseconds())})
 	}
 	published := time.Now()
 	if _, err := q.Publish(ctx, items...); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/keyfleet/keyfleet/internal/executor"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -16,7 +17,7 @@ type recorder struct {
 	commits *queue.Committer
 }
 
-func (r *recorder) Commit(ctx context.Context, res queue.Result, d executor.Delivery) error {
+func (r *recorder) Commit(ctx context.Context, res kftype.Result, d executor.Delivery) error {
 	nd, ok := d.(*natsDelivery)
 	if !ok {
 		return fmt.Errorf("%w: %T is not a NATS delivery", queue.ErrResultNotStored, d)
@@ -24,15 +25,15 @@ func (r *recorder) Commit(ctx context.Context, res queue.Result, d executor.Deli
 	return r.commits.Commit(ctx, res, nd.msg)
 }
 
-func (r *recorder) PutResult(ctx context.Context, res queue.Result) error {
+func (r *recorder) PutResult(ctx context.Context, res kftype.Result) error {
 	return r.q.PutResult(ctx, res)
 }
 
-func (r *recorder) PutDeadLetter(ctx context.Context, dl queue.DeadLetter) error {
+func (r *recorder) PutDeadLetter(ctx context.Context, dl kftype.DeadLetter) error {
 	return r.q.PutDeadLetter(ctx, dl)
 }
 
-func (r *recorder) CancelItem(ctx context.Context, d executor.Delivery, it queue.Item, by string) (bool, error) {
+func (r *recorder) CancelItem(ctx context.Context, d executor.Delivery, it kftype.Item, by string) (bool, error) {
 	nd, ok := d.(*natsDelivery)
 	if !ok {
 		return false, fmt.Errorf("queue: cancel item: %T is not a NATS delivery", d)

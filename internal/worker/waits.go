@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/keyfleet/keyfleet/internal/executor"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // laneClasses are the classes of lane's items, from its batch record: one
@@ -13,13 +13,10 @@ import (
 // list), at the lane's scope. A kind this worker does not know gets a
 // class of its own, never full here. No kinds known: none (the lane is
 // never passed over).
-func (w *Worker) laneClasses(b queue.BatchInfo, lane string) []string {
-	if b.Kind == "" {
-		return nil
-	}
-	_, scope := queue.LaneParts(lane)
+func (w *Worker) laneClasses(b kftype.BatchInfo, lane string) []string {
+	_, scope := kftype.LaneParts(lane)
 	var out []string
-	for _, kind := range strings.Split(b.Kind, ",") {
+	for _, kind := range b.Kinds {
 		var class string
 		if _, ok := w.handlers[kind]; ok {
 			class = executor.WaitClass(w.keysFor(kind), scope)

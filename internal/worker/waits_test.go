@@ -6,7 +6,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/executor"
 	"github.com/keyfleet/keyfleet/internal/jobs"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
@@ -25,16 +25,16 @@ func TestLaneClasses(t *testing.T) {
 	chat := executor.WaitClass(llm, "gpt-4o")
 	for _, c := range []struct {
 		name string
-		b    queue.BatchInfo
+		b    kftype.BatchInfo
 		lane string
 		want []string
 	}{
-		{"a kind of every key, no scope", queue.BatchInfo{ID: "a", Kind: "sleep"}, "a", []string{"*|"}},
-		{"another batch of it: the same class", queue.BatchInfo{ID: "b", Kind: "sleep"}, "b", []string{"*|"}},
-		{"a kind of a key group, a scope", queue.BatchInfo{ID: "c", Kind: "chat"}, queue.Lane("c", "gpt-4o"), []string{chat}},
-		{"two kinds", queue.BatchInfo{ID: "d", Kind: "chat,embed"}, queue.Lane("d", "gpt-4o"), []string{chat, "*|gpt-4o"}},
-		{"a kind this worker does not serve", queue.BatchInfo{ID: "e", Kind: "resize"}, "e", []string{"?resize|"}},
-		{"no kind recorded", queue.BatchInfo{ID: "f"}, "f", nil},
+		{"a kind of every key, no scope", kftype.BatchInfo{ID: "a", Kinds: kftype.Kinds{"sleep"}}, "a", []string{"*|"}},
+		{"another batch of it: the same class", kftype.BatchInfo{ID: "b", Kinds: kftype.Kinds{"sleep"}}, "b", []string{"*|"}},
+		{"a kind of a key group, a scope", kftype.BatchInfo{ID: "c", Kinds: kftype.Kinds{"chat"}}, kftype.Lane("c", "gpt-4o"), []string{chat}},
+		{"two kinds", kftype.BatchInfo{ID: "d", Kinds: kftype.Kinds{"chat", "embed"}}, kftype.Lane("d", "gpt-4o"), []string{chat, "*|gpt-4o"}},
+		{"a kind this worker does not serve", kftype.BatchInfo{ID: "e", Kinds: kftype.Kinds{"resize"}}, "e", []string{"?resize|"}},
+		{"no kind recorded", kftype.BatchInfo{ID: "f"}, "f", nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if got := w.laneClasses(c.b, c.lane); !reflect.DeepEqual(got, c.want) {

@@ -1,4 +1,4 @@
-package queue
+package kftype
 
 import (
 	"fmt"
@@ -28,7 +28,7 @@ func (r *Result) AppendJSON(b []byte) ([]byte, error) {
 	b = append(b, `,"duration":`...)
 	b, ok := jsonl.AppendFloat(b, r.Duration)
 	if !ok {
-		return nil, fmt.Errorf("queue: result of %q: duration %v has no JSON form", r.Item, r.Duration)
+		return nil, fmt.Errorf("kftype: result of %q: duration %v has no JSON form", r.Item, r.Duration)
 	}
 	b = append(b, `,"credential_id":`...)
 	b = jsonl.AppendString(b, r.CredentialID)
@@ -36,7 +36,7 @@ func (r *Result) AppendJSON(b []byte) ([]byte, error) {
 	if !r.LeasedAt.IsZero() {
 		b = append(b, `,"leased_at":`...)
 		if b, err = appendJSONTime(b, r.LeasedAt); err != nil {
-			return nil, fmt.Errorf("queue: result of %q: leased_at: %w", r.Item, err)
+			return nil, fmt.Errorf("kftype: result of %q: leased_at: %w", r.Item, err)
 		}
 	}
 	b = append(b, `,"error":`...)
@@ -69,7 +69,7 @@ func (r *Result) AppendJSON(b []byte) ([]byte, error) {
 	b = jsonl.AppendString(b, r.Worker)
 	b = append(b, `,"finished_at":`...)
 	if b, err = appendJSONTime(b, r.FinishedAt); err != nil {
-		return nil, fmt.Errorf("queue: result of %q: finished_at: %w", r.Item, err)
+		return nil, fmt.Errorf("kftype: result of %q: finished_at: %w", r.Item, err)
 	}
 	return append(b, '}'), nil
 }

@@ -1,4 +1,4 @@
-package queue_test
+package kftype_test
 
 import (
 	"encoding/json"
@@ -6,8 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyfleet/keyfleet/internal/queue"
-	"github.com/keyfleet/keyfleet/internal/spend"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // FuzzResultJSON: Result.AppendJSON writes the bytes json.Marshal writes
@@ -15,18 +14,18 @@ import (
 // offset of 24 hours or more).
 func FuzzResultJSON(f *testing.F) {
 	now := time.Date(2026, 11, 24, 2, 3, 4, 567891234, time.UTC).UnixNano()
-	f.Add("item-1", "b1", "exec", queue.OutcomeSucceeded, 1, 0.012345, "key-a", "", "out <b>\n", "", false, 0, "", "", int64(0), "w1", now, now, 0)
-	f.Add("i\u2028\xff", "", "", queue.OutcomeFailed, -3, 1e-9, "", "boom: \"quoted\"", "", "base64", true, 400, "req_1<", "", int64(1500), "", int64(0), now, 3600+1800)
+	f.Add("item-1", "b1", "exec", kftype.OutcomeSucceeded, 1, 0.012345, "key-a", "", "out <b>\n", "", false, 0, "", "", int64(0), "w1", now, now, 0)
+	f.Add("i\u2028\xff", "", "", kftype.OutcomeFailed, -3, 1e-9, "", "boom: \"quoted\"", "", "base64", true, 400, "req_1<", "", int64(1500), "", int64(0), now, 3600+1800)
 	f.Add("x", "y", "z", "", math.MaxInt32, math.NaN(), "", "", "", "", false, -1, "", "batch_\x01", int64(-7), "", now, now, -7*3600)
 	f.Add("x", "y", "z", "", 0, 2e21, "", "", "", "", false, 200, "r", "v", int64(math.MaxInt64), "", now, int64(math.MaxInt64), 0)
 	f.Add("x", "y", "z", "", 0, 0.5, "", "", "", "", false, 0, "", "", int64(1_000_000_000), "", now, now, 25*3600) // no RFC 3339 form
 	f.Fuzz(func(t *testing.T, item, batch, kind, outcome string, attempts int, dur float64, cred, errText, output, enc string,
 		truncated bool, status int, requestID, via string, spent int64, worker string, leasedNs, finishedNs int64, offsetSec int) {
 		zone := time.FixedZone("z", offsetSec%(30*3600))
-		r := queue.Result{
+		r := kftype.Result{
 			Item: item, Batch: batch, Kind: kind, Outcome: outcome, Attempts: attempts, Duration: dur,
 			CredentialID: cred, Error: errText, Output: output, OutputEncoding: enc, OutputTruncated: truncated,
-			StatusCode: status, RequestID: requestID, Via: via, Spend: spend.Amount(spent),
+			StatusCode: status, RequestID: requestID, Via: via, Spend: kftype.Amount(spent),
 			Worker: worker, FinishedAt: time.Unix(0, finishedNs).In(zone),
 		}
 		if leasedNs != 0 {
@@ -45,7 +44,7 @@ func FuzzResultJSON(f *testing.F) {
 
 // TestResultJSONAllocs: a typical result is encoded in one allocation.
 func TestResultJSONAllocs(t *testing.T) {
-	r := queue.Result{Item: "item-000123", Batch: "batch-2026-11-24", Kind: "http", Outcome: queue.OutcomeSucceeded,
+	r := kftype.Result{Item: "item-000123", Batch: "batch-2026-11-24", Kind: "http", Outcome: kftype.OutcomeSucceeded,
 		Attempts: 1, Duration: 0.25, CredentialID: "key-a", Output: `{"answer":"<some text>"}`, Worker: "host-1",
 		LeasedAt: time.Now(), FinishedAt: time.Now()}
 	if n := testing.AllocsPerRun(100, func() {
