@@ -14,11 +14,14 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/term"
 
+	"github.com/keyfleet/keyfleet/internal/batchlanes"
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/connect"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
+	"github.com/keyfleet/keyfleet/internal/lanes"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/spend"
+	"github.com/keyfleet/keyfleet/internal/termsafe"
 	"github.com/keyfleet/keyfleet/internal/version"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
@@ -141,7 +144,8 @@ func connectNATS(cfg *config.Config, log *zap.Logger) (*nats.Conn, error) {
 }
 
 // openQueue connects to NATS and opens the queue; close with the returned
-// func. Errors have exit code 3.
+// func. Errors have exit code 3. The queue registers the lanes of every
+// batch record it writes in the lane schedule (withLanes).
 func openQueue(ctx context.Context, cfg *config.Config, log *zap.Logger) (*queue.Queue, func(), error) {
 	nc, err := connectNATS(cfg, log)
 	if err != nil {
@@ -162,7 +166,36 @@ func openQueue(ctx context.Context, cfg *config.Config, log *zap.Logger) (*queue
 		return nil, nil, exitcode.With(exitcode.Unreachable,
 			fmt.Errorf("NATS at %s (is JetStream enabled?): %w", connect.Redact(cfg.NATS.URL), err))
 	}
-	return q, func() { closeNATS(nc) }, nil
+	closeLanes, err := withLanes(q, cfg, log)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return q, func() { closeLanes(); closeNATS(nc) }, nil
+}
+
+// withLanes gives q a lane writer (batchlanes): every batch record the
+// command writes (an enqueue, a pause, resume or cancel, a budget change,
+// a replay) registers the batch's lanes in the lane schedule, which the
+// workers read. Its Redis client connects on its first use, so a command
+// that writes no record never connects; one that cannot reach Redis says
+// so and goes on (the record is written; the workers' lane repair
+// registers its lanes within seconds).
+func withLanes(q *queue.Queue, cfg *config.Config, log *zap.Logger) (func(), error) {
+	rdb, err := connect.RedisClient(cfg.Redis, 2, connectTimeout)
+	if err != nil {
+		return nil, err
+	}
+	w, err := batchlanes.New(lanes.New(rdb, q.Config().Stream), cfg, batchlanes.OnError(func(batch string, err error) {
+		log.Warn("the batch's record is written, but Redis did not take its lanes: the workers register them within seconds",
+			zap.String("batch", termsafe.String(batch)), zap.String("error", termsafe.String(err.Error())))
+	}))
+	if err != nil {
+		_ = rdb.Close()
+		return nil, exitcode.With(exitcode.Usage, err)
+	}
+	q.SetLaneWriter(w)
+	return func() { _ = rdb.Close() }, nil
 }
 
 // closeNATS flushes and closes, bounded.

@@ -95,6 +95,26 @@ func NATS(cfg config.NATS, name string, log *zap.Logger, hooks NATSHooks) (*nats
 // checks that the server answers within timeout; otherwise the error names
 // the server and has exit code 3.
 func Redis(ctx context.Context, cfg config.Redis, poolSize int, timeout time.Duration) (redis.UniversalClient, error) {
+	rdb, err := RedisClient(cfg, poolSize, timeout)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		_ = rdb.Close()
+		code := exitcode.Unreachable
+		if strings.Contains(err.Error(), "WRONGPASS") || strings.Contains(err.Error(), "NOAUTH") || strings.Contains(err.Error(), "NOPERM") {
+			err = fmt.Errorf("authentication failed: %w", err)
+		}
+		return nil, exitcode.With(code, fmt.Errorf("cannot reach Redis at %s: %w", Redact(cfg.URL), err))
+	}
+	return rdb, nil
+}
+
+// RedisClient is Redis without the ping: it makes no connection until the
+// client is first used. Its errors are configuration errors (exit code 2).
+func RedisClient(cfg config.Redis, poolSize int, timeout time.Duration) (redis.UniversalClient, error) {
 	var tc *tls.Config
 	if !cfg.TLS.IsZero() {
 		var err error
@@ -118,16 +138,6 @@ func Redis(ctx context.Context, cfg config.Redis, poolSize int, timeout time.Dur
 		}
 		set.apply(&o.TLSConfig, &o.PoolSize, &o.DialTimeout, &o.Protocol, &o.ContextTimeoutEnabled)
 		rdb = redis.NewClient(o)
-	}
-	pctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
-		_ = rdb.Close()
-		code := exitcode.Unreachable
-		if strings.Contains(err.Error(), "WRONGPASS") || strings.Contains(err.Error(), "NOAUTH") || strings.Contains(err.Error(), "NOPERM") {
-			err = fmt.Errorf("authentication failed: %w", err)
-		}
-		return nil, exitcode.With(code, fmt.Errorf("cannot reach Redis at %s: %w", Redact(cfg.URL), err))
 	}
 	return rdb, nil
 }

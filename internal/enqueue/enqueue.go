@@ -512,8 +512,8 @@ func admit(ctx context.Context, q *queue.Queue, rep Report) (kftype.BatchInfo, e
 // record adds n items the server stored as new to the batch's record,
 // with its priority and weight; duplicates add nothing. It returns the
 // record as written. Its failure is a warning: the items are enqueued all
-// the same. A change of the record is what registers the batch's lane
-// with the workers.
+// the same. The queue handle's lane writer registers the record's lanes,
+// which the workers pull.
 func record(ctx context.Context, q *queue.Queue, req Request, rep Report, n int) (kftype.BatchInfo, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()

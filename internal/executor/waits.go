@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/keyfleet/keyfleet/internal/lanes"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
@@ -107,15 +108,12 @@ func (c *ClassWaits) Full() []string {
 }
 
 // WaitClass names what an item of kind and scope waits for: its kind's
-// key set (everyKey: every key) and its scope. The name holds no white
-// space (a key set's name is hex, a scope has none: creds.ValidScope).
+// key set (nil: every key) and its scope, as the lane schedule names it
+// (lanes.Class).
 func WaitClass(keys *creds.KeySet, scope string) string {
-	set := everyKey
+	set := lanes.EveryKey
 	if keys != nil {
 		set = keys.Name()
 	}
-	return set + "|" + scope
+	return lanes.Class(set, scope)
 }
-
-// everyKey is the key-set part of a class whose kind may use every key.
-const everyKey = "*"

@@ -4,8 +4,10 @@
 // the lanes by strict priority across levels 1..5 and by weighted fair
 // share within a level (start-time fair queueing: among tenants by their
 // weights first, then among each tenant's lanes by theirs), in one Lua
-// script on Redis, shared by every worker. docs/waiting-model.md describes the
-// model; this package is its Redis half. It does not log.
+// script on Redis, shared by every worker. The operation that writes a
+// batch's record registers its lanes (Sync, through internal/batchlanes);
+// the workers pick from them. docs/waiting-model.md describes the model;
+// this package is its Redis half. It does not log.
 package lanes
 
 import (
@@ -94,6 +96,15 @@ type Lane struct {
 	Tenant       string
 	TenantWeight int
 }
+
+// EveryKey is the key-set part of a class whose items may use every key.
+const EveryKey = "*"
+
+// Class names what the items of a key set (its name, creds.KeySet.Name;
+// EveryKey: every key) and a scope wait for: the names Lane.Classes and
+// Pick's exclude hold. It holds no white space when keySet and scope hold
+// none (a key set's name is hex; a scope has none: creds.ValidScope).
+func Class(keySet, scope string) string { return keySet + "|" + scope }
 
 // Synced says what Sync did.
 type Synced int
@@ -191,6 +202,40 @@ func (s *Schedule) Drained(ctx context.Context, lane string, gen uint64) (bool, 
 		return false, fmt.Errorf("lanes: drained %q: %w", lane, err)
 	}
 	return n == 1, nil
+}
+
+// maxGens bounds the lanes one call of Gens asks about (its script's
+// arguments).
+const maxGens = 512
+
+// Gens returns the generation each of lanes is registered at (0: none,
+// or Redis lost the schedule), in their order.
+func (s *Schedule) Gens(ctx context.Context, lanes []string) ([]uint64, error) {
+	out := make([]uint64, 0, len(lanes))
+	for len(lanes) > 0 {
+		chunk := lanes[:min(len(lanes), maxGens)]
+		lanes = lanes[len(chunk):]
+		args := make([]any, 0, 1+len(chunk))
+		args = append(args, "gens")
+		for _, l := range chunk {
+			args = append(args, l)
+		}
+		reply, err := script.Run(ctx, s.rdb, []string{s.epoch}, args...).StringSlice()
+		if err != nil {
+			return nil, fmt.Errorf("lanes: gens: %w", err)
+		}
+		if len(reply) != len(chunk) {
+			return nil, fmt.Errorf("lanes: gens: %d answers for %d lanes", len(reply), len(chunk))
+		}
+		for i, v := range reply {
+			g, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("lanes: gens: lane %q: %w", chunk[i], err)
+			}
+			out = append(out, g)
+		}
+	}
+	return out, nil
 }
 
 // Claim makes owner the one that does what (sweeping a cancelled batch,

@@ -16,6 +16,8 @@
 --   got     lane asked got               a fetch took fewer than given
 --   drained lane gen                     nothing of the lane is left
 --   claim   what owner ttl_ms            one worker at a time does what
+--   gens    lane...                      the generation each lane is
+--                                        registered at ('0': none)
 -- Keys under the prefix:
 --   q:<p>     zset  lane -> virtual start time, priority p = 1..5
 --   vt:<p>    string the level's virtual time (the start of the last turn)
@@ -257,6 +259,12 @@ elseif op == 'drained' then
   redis.call('HSET', k_lane(l), 'drained', gen)
   redis.call('HDEL', k_lane(l), 'dry', 'dryn')
   return 1
+elseif op == 'gens' then
+  local out = {}
+  for i = 2, #ARGV do
+    out[#out + 1] = redis.call('HGET', k_lane(ARGV[i]), 'gen') or '0'
+  end
+  return out
 elseif op == 'claim' then
   if redis.call('SET', PFX .. 'claim:' .. ARGV[2], ARGV[3], 'NX', 'PX', ARGV[4]) then
     return 1

@@ -370,3 +370,33 @@ func count(ls []string) map[string]int {
 	}
 	return out
 }
+
+// Gens reports the generation each lane is registered at, 0 for a lane
+// the schedule does not hold, over more lanes than one script call takes.
+func TestGens(t *testing.T) {
+	s, _ := newSchedule(t)
+	var ids []string
+	var want []uint64
+	for i := range 700 {
+		id := fmt.Sprintf("lane-%d", i)
+		ids = append(ids, id)
+		if i%3 == 0 {
+			want = append(want, 0)
+			continue
+		}
+		sync(t, s, lanes.Lane{ID: id, Priority: 3, Gen: uint64(i)})
+		want = append(want, uint64(i))
+	}
+	got, err := s.Gens(context.Background(), ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d generations for %d lanes", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("lane %s: generation %d, want %d", ids[i], got[i], want[i])
+		}
+	}
+}

@@ -150,6 +150,7 @@ func (q *Queue) AddToBatch(ctx context.Context, batch, kind string, n int, opts 
 		}
 		if err == nil {
 			b.Rev = rev
+			q.wroteBatch(ctx, b)
 			return b, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLastSequence(err) {

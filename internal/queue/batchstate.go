@@ -32,7 +32,8 @@ const MaxBatchHistory = 32
 // ActionCancel) to batch's record, recording who did it and when. The
 // record is the state's home: it is in NATS (on disk, replicated like the
 // stream), so the state outlives every process and a Redis restart; the
-// workers watch the bucket and act on a change within milliseconds. It
+// handle's lane writer registers the change in the lane schedule, and the
+// workers, which watch the bucket, act on it within milliseconds. It
 // fails with ErrNoBatch, ErrBatchCancelled (any change of a cancelled
 // batch) or ErrBatchState (pausing a paused batch, resuming a running
 // one).
@@ -103,6 +104,7 @@ func (q *Queue) updateBatch(ctx context.Context, batch string, change func(*kfty
 		rev, err := q.batches.Update(ctx, kvKey(batch), data, b.Rev)
 		if err == nil {
 			b.Rev = rev
+			q.wroteBatch(ctx, b)
 			return b, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLastSequence(err) {

@@ -91,7 +91,8 @@ func (q *Queue) Replay(ctx context.Context, d kftype.DeadLetter) error {
 		return fmt.Errorf("queue: replay %q of batch %q: %w", d.Item, d.Batch, err)
 	}
 	// The batch's record changes (no new item: the replayed one was
-	// counted when first enqueued), which registers its lane again.
+	// counted when first enqueued), which registers its lanes again
+	// (through the handle's lane writer).
 	if _, err := q.AddToBatch(ctx, d.Batch, d.Kind, 0, WithScopes(d.Scope)); err != nil {
 		return fmt.Errorf("queue: replayed %q of batch %q: %w", d.Item, d.Batch, err)
 	}

@@ -123,9 +123,9 @@ func (p *Publisher) Flush(ctx context.Context) (PublishReport, error) {
 func (p *Publisher) Report() PublishReport { return p.report }
 
 // Publish publishes items one after another through a Publisher, then
-// adds what the server stored as new to each batch's record (which makes
-// the workers pull the batch's lane): the simple path for tests and small
-// batches. A batch that is cancelled takes nothing (ErrBatchCancelled).
+// adds what the server stored as new to each batch's record (which, on a
+// handle with a lane writer, registers the batch's lanes for the workers
+// to pull): the simple path for tests and small batches. A batch that is cancelled takes nothing (ErrBatchCancelled).
 func (q *Queue) Publish(ctx context.Context, items ...kftype.Item) (PublishReport, error) {
 	type key struct{ batch, kind, scope string }
 	var order []key

@@ -21,6 +21,8 @@ type Queue struct {
 
 	work, results, dlq jetstream.Stream
 	workers, batches   jetstream.KeyValue
+	// laneWriter is told of every batch record q writes (lanewriter.go).
+	laneWriter LaneWriter
 }
 
 // Open creates or updates the streams, the consumer and the buckets,

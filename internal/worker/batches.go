@@ -14,9 +14,10 @@ import (
 )
 
 // batchView is what a worker knows of the batches (docs/waiting-model.md):
-// their records, as the bucket's watch delivers them, mirrored into the
-// lane schedule (a batch has a lane per scope of its items, kftype.Lane);
-// the lanes' consumers it pulls from; and which lanes it found drained.
+// their records, as the bucket's watch delivers them (the operation that
+// wrote a record registered its lanes in the schedule: batchlanes); the
+// lanes' consumers it pulls from (a batch has a lane per scope of its
+// items, kftype.Lane); and which cancelled batches it found swept.
 type batchView struct {
 	mu      sync.Mutex
 	records map[string]kftype.BatchInfo   // by batch ID
@@ -71,8 +72,8 @@ func (v *batchView) Poke() {
 }
 
 // watchBatches keeps the view: every record and every change of the
-// batches bucket, each mirrored into the lane schedule. It returns when
-// ctx ends; a watch that fails is started again.
+// batches bucket. It returns when ctx ends; a watch that fails is started
+// again.
 func (w *Worker) watchBatches(ctx context.Context) {
 	b := newBackoff(100*time.Millisecond, 5*time.Second)
 	for ctx.Err() == nil {
@@ -87,8 +88,8 @@ func (w *Worker) watchBatches(ctx context.Context) {
 	}
 }
 
-// batchChanged takes a record the watch delivered; a deleted one is
-// forgotten (the batch holds nothing any more).
+// batchChanged takes a record the watch delivered and tells the puller; a
+// deleted one is forgotten (the batch holds nothing any more).
 func (w *Worker) batchChanged(b kftype.BatchInfo) {
 	v := w.batches
 	v.mu.Lock()
@@ -108,45 +109,7 @@ func (w *Worker) batchChanged(b kftype.BatchInfo) {
 	}
 	v.records[b.ID] = b
 	v.mu.Unlock()
-	if err := w.syncLane(context.Background(), b); err != nil {
-		w.log.Warn("cannot mirror a batch's state into the lane schedule (Redis): it is done again when Redis answers",
-			zap.String("batch", b.ID), zap.Error(err))
-	}
 	v.Poke()
-}
-
-// syncLane mirrors a batch's record into the schedule: each of its lanes
-// (its items without a scope, and one per scope) at the record's state,
-// priority and weight.
-func (w *Worker) syncLane(ctx context.Context, b kftype.BatchInfo) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	for _, lane := range b.Lanes() {
-		if _, err := w.sched.Sync(ctx, lanes.Lane{ID: lane, State: string(b.State), Priority: b.Priority, Weight: b.Weight, Gen: b.Rev,
-			Classes: w.laneClasses(b, lane), Tenant: b.Tenant, TenantWeight: w.cfg.TenantWeight(b.Tenant)}); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// resyncLanes registers every known batch again (the schedule was lost
-// with Redis's state), and the old durable when it holds messages.
-func (w *Worker) resyncLanes(ctx context.Context) {
-	w.batches.mu.Lock()
-	all := make([]kftype.BatchInfo, 0, len(w.batches.records))
-	for _, b := range w.batches.records {
-		all = append(all, b)
-	}
-	w.batches.mu.Unlock()
-	w.log.Info("the lane schedule is empty (did Redis lose its state?): registering the batches again", zap.Int("batches", len(all)))
-	for _, b := range all {
-		if err := w.syncLane(ctx, b); err != nil {
-			w.log.Warn("registering a batch's lane", zap.String("batch", b.ID), zap.Error(err))
-			return
-		}
-	}
-	w.syncLegacyLane(ctx)
 }
 
 // syncLegacyLane registers the old durable's lane while it holds messages
@@ -230,11 +193,13 @@ func (w *Worker) checkDrained(ctx context.Context, lane string) {
 // recordSweepEvery, one worker of the fleet also deletes the records of
 // batches that hold nothing any more (queue.SweepBatchRecords); every
 // tenantResumeEvery it resumes the batches paused for a tenant's budget
-// that covers a start again (resumeTenants).
+// that covers a start again (resumeTenants); every laneRepairEvery, one
+// worker of the fleet registers the lanes a writer left undone
+// (repairLanesClaimed).
 func (w *Worker) sweepCancelled(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	lastRecords, lastTenants := time.Now(), time.Now()
+	lastRecords, lastTenants, lastRepair := time.Now(), time.Now(), time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -244,6 +209,10 @@ func (w *Worker) sweepCancelled(ctx context.Context) {
 		if w.ledger != nil && len(w.cfg.Tenants) > 0 && time.Since(lastTenants) >= tenantResumeEvery {
 			lastTenants = time.Now()
 			w.resumeTenants(ctx, w.ledger)
+		}
+		if time.Since(lastRepair) >= laneRepairEvery {
+			lastRepair = time.Now()
+			w.repairLanesClaimed(ctx)
 		}
 		if time.Since(lastRecords) >= recordSweepEvery {
 			lastRecords = time.Now()

@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/batchlanes"
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/kftype"
+	"github.com/keyfleet/keyfleet/internal/lanes"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
@@ -64,6 +66,12 @@ queue: {stream: HB}
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Its enqueues register their lanes, as the producer's do.
+	lw, err := batchlanes.New(lanes.New(rs.Client(t), "HB"), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.SetLaneWriter(lw)
 	registry := func() queue.WorkerInfo {
 		ws, err := q.Workers(ctx)
 		if err != nil {

@@ -155,12 +155,13 @@ func (w *Worker) pull(pullCtx, runCtx context.Context, slots *sync.WaitGroup) {
 const legacyCheckEvery = 5 * time.Second
 
 // pick asks the lane schedule where n free slots go, passing over the
-// lanes of the classes in exclude (waits.go). A schedule Redis lost is
-// registered again from the batch records first.
+// lanes of the classes in exclude (executor.ClassWaits). A schedule Redis
+// lost is registered again from the batch records first (lanerepair.go).
 func (w *Worker) pick(ctx context.Context, n int, exclude ...string) (lane string, share int, wait time.Duration, err error) {
 	lane, share, wait, err = w.sched.Pick(ctx, n, exclude...)
 	if errors.Is(err, lanes.ErrLost) {
-		w.resyncLanes(ctx)
+		w.repairLanes(ctx, "the lane schedule is empty (did Redis lose its state?)")
+		w.syncLegacyLane(ctx)
 		lane, share, wait, err = w.sched.Pick(ctx, n, exclude...)
 		if errors.Is(err, lanes.ErrLost) {
 			return "", 0, -1, nil // nothing registered at all: an idle fleet

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/keyfleet/keyfleet/internal/batchlanes"
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/connect"
 	"github.com/keyfleet/keyfleet/internal/executor"
@@ -71,8 +72,11 @@ type Worker struct {
 	kindKeys map[string]*creds.KeySet
 	waits    *executor.ClassWaits
 	probers  []kindProber    // with pool.probe_interval (probe.go)
-	sched    *lanes.Schedule // which batch to pull from (batches.go)
-	batches  *batchView
+	sched    *lanes.Schedule // which batch to pull from (pull.go)
+	// lanes registers batch records' lanes: the queue handle's lane
+	// writer, and the workers' recovery (lanerepair.go).
+	lanes   *batchlanes.Writer
+	batches *batchView
 	// exec runs each delivery of an item (slot.go).
 	exec    *executor.Executor
 	started time.Time
@@ -239,6 +243,13 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 	}
 	w.sched = lanes.New(w.rdb, qcfg.WithDefaults().Stream)
+	if w.lanes, err = batchlanes.New(w.sched, cfg, batchlanes.OnError(func(batch string, err error) {
+		w.log.Warn("a batch's record is written but not its lanes in the schedule (Redis): the lane repair registers them",
+			zap.String("batch", batch), zap.Error(err))
+	})); err != nil {
+		return exitcode.With(exitcode.Usage, err)
+	}
+	w.q.SetLaneWriter(w.lanes)
 	w.setStarting("registering the credentials")
 	rctx, cancel := context.WithTimeout(ctx, setupAttemptTimeout)
 	defer cancel()
