@@ -81,6 +81,8 @@ type EnqueueDefaults struct {
 	// keeps the batches' budgets (nil: budget= is refused).
 	Tenants []string
 	Ledger  *spend.Ledger
+	// BudgetedTenants are the tenants with a budget (enqueue.Request's).
+	BudgetedTenants []string
 	// TempDir is where a body is copied while it is enqueued ("":
 	// os.TempDir()).
 	TempDir string

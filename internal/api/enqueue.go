@@ -88,7 +88,7 @@ func (a *API) enqueueRequest(v url.Values, body enqueue.Source) (enqueue.Request
 		return req, invalidf("query parameter kind: required: the configuration defines several job kinds: %s", strings.Join(a.enq.Kinds, ", "))
 	}
 	req.Format, req.Provider, req.Endpoint = v.Get("format"), a.enq.Providers[req.Kind], a.enq.Endpoints[req.Kind]
-	req.Tenant, req.Tenants = v.Get("tenant"), a.enq.Tenants
+	req.Tenant, req.Tenants, req.BudgetedTenants = v.Get("tenant"), a.enq.Tenants, a.enq.BudgetedTenants
 	if b := v.Get("budget"); b != "" {
 		amount, err := spend.ParseAmount(b)
 		if err != nil {

@@ -155,7 +155,7 @@ func (p *producer) dashboard(cmd *cobra.Command, o dashboardOptions) error {
 		Logger:    log.Named("dashboard"),
 		Enqueue: api.EnqueueDefaults{
 			DefaultKind: kind, Kinds: configuredKinds(cfg), NamedKinds: cfg.Jobs.KindNames(), Providers: providers, Endpoints: endpoints,
-			Tenants: tenants, Ledger: ledger,
+			Tenants: tenants, Ledger: ledger, BudgetedTenants: cfg.BudgetedTenants(),
 			CostField: cfg.Pool.Cost.Field, CostDefault: cfg.Pool.Cost.Default, ScopeField: cfg.Pool.Scope.Field,
 		},
 		TenantSpecs:    tenantSpecs(cfg),

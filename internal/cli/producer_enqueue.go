@@ -303,6 +303,7 @@ func (p *producer) enqueue(cmd *cobra.Command, o enqueueOptions) error {
 	req.Tenant = o.tenant
 	if len(cfg.Tenants) > 0 {
 		req.Tenants = slices.Sorted(maps.Keys(cfg.Tenants))
+		req.BudgetedTenants = cfg.BudgetedTenants()
 	}
 	req.Source = enqueue.Source{Name: termsafe.String(o.file), Path: o.file}
 	if o.file == "-" {

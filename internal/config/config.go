@@ -206,6 +206,18 @@ func (t Tenant) WithDefaults() Tenant {
 	return t
 }
 
+// BudgetedTenants are the names of the tenants with a budget, sorted.
+func (c *Config) BudgetedTenants() []string {
+	var out []string
+	for name := range c.Tenants {
+		if _, ok := c.TenantBudget(name); ok {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // TenantWeight is tenant's weight: its tenants.<t>.weight, else
 // TenantWeightDefault (no tenant, or one the configuration does not name).
 func (c *Config) TenantWeight(tenant string) int {

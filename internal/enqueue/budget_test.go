@@ -45,6 +45,17 @@ func TestEnqueueBudgetAndTenant(t *testing.T) {
 		}
 	}
 
+	// A tenant's budget binds its batches as their own would.
+	r = req(noMax)
+	r.Batch, r.Budget, r.BudgetedTenants = "tenant-paid", nil, []string{"research"}
+	if _, err := enqueue.Run(ctx(t), q, r); !errors.Is(err, enqueue.ErrInput) || !strings.Contains(err.Error(), "max_tokens") {
+		t.Errorf("a request without max_tokens of a tenant with a budget: %v", err)
+	}
+	r.BudgetedTenants = []string{"support"}
+	if rep, err := enqueue.Run(ctx(t), q, r); err != nil || rep.New != 1 {
+		t.Errorf("a request without max_tokens, no budget binding it: %+v %v", rep, err)
+	}
+
 	other := req(writeFile(t, "more.jsonl", `{"id":"c","model":"gpt-4o-mini","messages":[],"max_tokens":1}`+"\n"))
 	other.Tenant = "support"
 	if _, err := enqueue.Run(ctx(t), q, other); !errors.Is(err, enqueue.ErrInvalid) || !strings.Contains(err.Error(), `belongs to tenant "research"`) {

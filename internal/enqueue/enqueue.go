@@ -124,6 +124,10 @@ type Request struct {
 	// another one for an existing batch is refused.
 	Tenant  string
 	Tenants []string
+	// BudgetedTenants are the tenants with a budget of their own
+	// (tenants.<t>.budget): a batch of one of them is under a budget as
+	// if it had its own, so each request must name its max tokens.
+	BudgetedTenants []string
 	// Deadline, when set, is when the batch's items must be done by: they
 	// may run through the provider's Batch API (half price) instead of one
 	// request each. It needs a kind of provider openai or anthropic, and a
@@ -565,6 +569,7 @@ func (p *problems) add(le *jsonl.LineError) {
 // max payload, and has an ID no other line has. Any bad line is an
 // *InputError.
 func check(ctx context.Context, in *input, req Request, fits func(kftype.Item) (int, int64, bool)) (checked, error) {
+	underBudget := req.Budget != nil || (req.Tenant != "" && slices.Contains(req.BudgetedTenants, req.Tenant))
 	src, err := in.open(true)
 	if err != nil {
 		return checked{}, err
@@ -620,9 +625,9 @@ func check(ctx context.Context, in *input, req Request, fits func(kftype.Item) (
 				report(&jsonl.LineError{Line: it.Line, ID: it.ID, Err: provider.ErrNotRequest, Detail: fmt.Sprintf("model: %v", err)})
 				continue
 			}
-			if req.Budget != nil && !pr.MaxOutputGiven {
+			if underBudget && !pr.MaxOutputGiven {
 				report(&jsonl.LineError{Line: it.Line, ID: it.ID, Err: ErrNoMaxTokens,
-					Detail: "the batch has a budget: each request names max_tokens (or max_completion_tokens), which its start reserves"})
+					Detail: "the batch is under a budget (its own or its tenant's): each request names max_tokens (or max_completion_tokens), which its start reserves"})
 				continue
 			}
 			it.Raw, it.Scope = pr.Body, pr.Model
