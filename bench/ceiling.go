@@ -79,7 +79,7 @@ func jsCeiling(ctx context.Context, e *env, smp *sample, n int, mode jsMode, key
 			return err
 		}
 		// The items are in the batch's lane (its own consumer), as the
-		// workers pull them; the old durable sees none of them.
+		// workers pull them.
 		cons, err := q.LaneConsumer(ctx, queue.Lane(f.batch, ""))
 		if err != nil {
 			return err

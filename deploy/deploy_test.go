@@ -1409,7 +1409,7 @@ func TestKEDAScaledObject(t *testing.T) {
 	switch typ := so.Spec.Triggers[0].Type; typ {
 	case "metrics-api":
 	case "nats-jetstream":
-		t.Fatalf("%s: the nats-jetstream scaler reads one consumer, and each batch has its own (the old durable %s holds only items of the previous version): it would see about 0 and scale the workers down while batches wait; want metrics-api on the dashboard's consumer.backlog", o.file, f.cfg.Queue.Consumer)
+		t.Fatalf("%s: the nats-jetstream scaler reads one consumer, and each batch has its own (%s-b-<16 hex>): it would see about 0 and scale the workers down while batches wait; want metrics-api on the dashboard's consumer.backlog", o.file, f.cfg.Queue.Consumer)
 	default:
 		t.Fatalf("%s: trigger of type %s, want metrics-api", o.file, typ)
 	}

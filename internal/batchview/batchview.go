@@ -50,8 +50,9 @@ type Batch struct {
 	// whom); null when none.
 	LastChange *kftype.BatchEvent `json:"last_change"`
 	// Total is the number of distinct items enqueued (the batch's record);
-	// TotalKnown is false for a batch with results but no record (one
-	// enqueued before records existed): Total is then Done.
+	// TotalKnown is false for a batch with results but no record (its
+	// enqueue could not write one, or its items were published by other
+	// means): Total is then Done.
 	Total      int64 `json:"total"`
 	TotalKnown bool  `json:"total_known"`
 	// Done = Succeeded + Failed + Cancelled: items with an outcome, each

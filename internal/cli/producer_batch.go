@@ -149,7 +149,7 @@ func (p *producer) batchListCmd() *cobra.Command {
 		Use:   "list",
 		Short: "List every batch: priority, weight, state and progress",
 		Long: `list shows every batch with a record (newest first), then those with results
-only (enqueued by an older version).
+but no record (an enqueue that could not write it warned so).
 
 --json prints a JSON array of the objects "batch show --json" prints.
 

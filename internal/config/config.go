@@ -382,11 +382,12 @@ type Queue struct {
 	// Stream is the JetStream stream holding the work items. Default
 	// "KEYFLEET".
 	Stream string `yaml:"stream"`
-	// SubjectPrefix: items are published on <prefix>.<kind>. Default
+	// SubjectPrefix: a batch's items are published on
+	// <prefix>.b.<batch>.<kind>[.<scope>] (its lanes). Default
 	// "keyfleet.items".
 	SubjectPrefix string `yaml:"subject_prefix"`
-	// Consumer is the durable pull consumer shared by all workers. Default
-	// "keyfleet-workers".
+	// Consumer names the workers' durable pull consumers, one per lane of
+	// a batch: <consumer>-b-<16 hex digits>. Default "keyfleet-workers".
 	Consumer string `yaml:"consumer"`
 	// AckWait is how long a delivered item may go without an ack or an
 	// in-progress ack before JetStream redelivers it. At least 1s. Default
@@ -412,9 +413,6 @@ type Queue struct {
 	// Default 168h.
 	ResultsMaxAge time.Duration `yaml:"results_max_age"`
 }
-
-// Subject returns the subject items of a job kind are published on.
-func (q Queue) Subject(kind string) string { return q.SubjectPrefix + "." + kind }
 
 // QueueConfig maps the configuration onto the queue's settings; workers
 // and the producer share it so that they agree on every stream and

@@ -281,12 +281,6 @@ func TestRetryDelay(t *testing.T) {
 	}
 }
 
-func TestSubject(t *testing.T) {
-	if got, want := config.Default().Queue.Subject("exec"), "keyfleet.items.exec"; got != want {
-		t.Fatalf("want %q, got %q", want, got)
-	}
-}
-
 // Flags are applied after Load; Validate then sees them.
 func TestValidateAfterFlags(t *testing.T) {
 	c, err := config.Load(writeFile(t, "kf.yaml", "worker: {concurrency: 2}\n"), env(nil))

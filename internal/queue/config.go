@@ -16,11 +16,12 @@ type Config struct {
 	// results and dead-letter streams and the worker bucket are named
 	// after it.
 	Stream string
-	// SubjectPrefix: items are published on <prefix>.<kind> (default
+	// SubjectPrefix: a batch's items are published on
+	// <prefix>.b.<batch>.<kind>[.<scope>] (see lanes.go; default
 	// SubjectPrefixDefault).
 	SubjectPrefix string
-	// Consumer is the durable pull consumer every worker shares (default
-	// ConsumerDefault).
+	// Consumer names the lanes' durable pull consumers (LaneConsumerName;
+	// default ConsumerDefault).
 	Consumer string
 	// AckWait: an unacknowledged delivery comes back after it (default
 	// AckWaitDefault). Workers keep their messages alive well within it.

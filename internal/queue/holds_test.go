@@ -70,7 +70,7 @@ func (w *apiWrites) reset() {
 func (w *apiWrites) settle(t *testing.T, q *queue.Queue) {
 	t.Helper()
 	_, before := w.counts()
-	if _, err := q.Consumer(ctx(t)); err != nil {
+	if _, err := q.JetStream().Stream(ctx(t), q.Config().Stream); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, "the API advisories", 10*time.Second, func() bool {
@@ -80,17 +80,24 @@ func (w *apiWrites) settle(t *testing.T, q *queue.Queue) {
 }
 
 // A worker start against a queue that is already as configured only
-// reads; one with a changed setting writes that one thing, and the setting
-// holds.
+// reads; a worker's lane consumer with a changed setting is written once,
+// with that setting, and the setting holds.
 func TestOpenWritesOnlyWhatDiffers(t *testing.T) {
 	q, nc := open(t)
+	if _, err := q.LaneConsumer(ctx(t), "b"); err != nil {
+		t.Fatal(err)
+	}
 	w := watchAPIWrites(t, nc)
 	// The advisories of the first open's own writes may come after the
 	// watch began: they are not the opens' below.
 	w.settle(t, q)
 	w.reset()
 	for range 3 {
-		if _, err := queue.Open(ctx(t), nc, q.Config()); err != nil {
+		q2, err := queue.Open(ctx(t), nc, q.Config())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q2.LaneConsumer(ctx(t), "b"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -101,38 +108,43 @@ func TestOpenWritesOnlyWhatDiffers(t *testing.T) {
 
 	cfg := q.Config()
 	cfg.AckWait = 45 * time.Second
-	if _, err := queue.Open(ctx(t), nc, cfg); err != nil {
+	q2, err := queue.Open(ctx(t), nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := q2.LaneConsumer(ctx(t), "b")
+	if err != nil {
 		t.Fatal(err)
 	}
 	w.settle(t, q)
 	writes, _ := w.counts()
 	if len(writes) != 1 || !strings.Contains(writes[0], ".CONSUMER.") {
-		t.Fatalf("an open with a new ack wait wrote %v, want one consumer update", writes)
-	}
-	c, err := q.Consumer(ctx(t))
-	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("a worker with a new ack wait wrote %v, want one consumer update", writes)
 	}
 	if got := c.CachedInfo().Config.AckWait; got != 45*time.Second {
-		t.Fatalf("ack wait after the open: %s", got)
+		t.Fatalf("ack wait after the update: %s", got)
 	}
 
 	// With a redelivery back-off the server takes its first step as the
 	// ack wait: one write to set it, none after.
 	cfg.RedeliveryBackoff = []time.Duration{2 * time.Second, 10 * time.Second}
 	for range 2 {
-		if _, err := queue.Open(ctx(t), nc, cfg); err != nil {
+		q3, err := queue.Open(ctx(t), nc, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := q3.LaneConsumer(ctx(t), "b"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	w.settle(t, q)
 	if writes, _ = w.counts(); len(writes) != 2 {
-		t.Fatalf("two opens with a new back-off wrote %v, want one consumer update more", writes)
+		t.Fatalf("two workers with a new back-off wrote %v, want one consumer update more", writes)
 	}
 }
 
-// The same on a 3-node cluster with every stream and the consumer on all
-// three nodes: there each write would be a proposal to the meta group.
+// The same on a 3-node cluster with every stream and bucket on all three
+// nodes: there each write would be a proposal to the meta group.
 func TestOpenWritesNothingOnAnUnchangedClusterQueue(t *testing.T) {
 	c := natstest.StartCluster(t, 3)
 	nc := connectCluster(t, c)

@@ -121,13 +121,10 @@ func TestMsgIDsAreDistinct(t *testing.T) {
 	}
 }
 
-// fetchItems fetches n work messages from the lanes of batches (the old
-// consumer when none is given) and decodes them.
+// fetchItems fetches n work messages from the lanes of batches and
+// decodes them.
 func fetchItems(t *testing.T, q *queue.Queue, n int, batches ...string) []kftype.Item {
 	t.Helper()
-	if len(batches) == 0 {
-		batches = []string{queue.LegacyLane}
-	}
 	var out []kftype.Item
 	for _, b := range batches {
 		out = append(out, fetchLane(t, q, b)...)
@@ -209,17 +206,18 @@ func TestTrickyIDsCrossNATSExactly(t *testing.T) {
 	}
 }
 
-// A message written before IDs were encoded has its IDs as they are, an
-// escape character included: it decodes as it did.
-func TestOldMessagesDecodeAsBefore(t *testing.T) {
+// A message without the ID encoding header has its IDs as they are, an
+// escape character included.
+func TestUnencodedIDsDecodeAsTheyAre(t *testing.T) {
 	q, nc := open(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	old := []struct{ id, batch string }{{"ws-1", "b"}, {"50%20off", "b%"}, {"%", "b%2F1"}}
+	lane := func(batch string) string { return q.Config().SubjectPrefix + ".b." + queue.Token(batch) + ".sleep" }
 	for _, o := range old {
-		m := nats.NewMsg(q.Config().SubjectPrefix + ".sleep")
+		m := nats.NewMsg(lane(o.batch))
 		m.Data = []byte(`{}`)
 		m.Header.Set(queue.HeaderItem, o.id)
 		m.Header.Set(queue.HeaderBatch, o.batch)
@@ -229,10 +227,10 @@ func TestOldMessagesDecodeAsBefore(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := fetchItems(t, q, len(old))
+	got := fetchItems(t, q, len(old), "b", "b%", "b%2F1")
 	for i, o := range old {
 		if got[i].ID != o.id || got[i].Batch != o.batch {
-			t.Errorf("old message %d decoded as item %q batch %q, want %q %q", i, got[i].ID, got[i].Batch, o.id, o.batch)
+			t.Errorf("message %d decoded as item %q batch %q, want %q %q", i, got[i].ID, got[i].Batch, o.id, o.batch)
 		}
 	}
 
@@ -242,7 +240,7 @@ func TestOldMessagesDecodeAsBefore(t *testing.T) {
 		{queue.HeaderItem: "x", queue.HeaderBatch: "b", queue.HeaderIDEncoding: "base99"},
 		{queue.HeaderItem: "x%2", queue.HeaderBatch: "b", queue.HeaderIDEncoding: queue.IDEncodingPercent},
 	} {
-		m := nats.NewMsg(q.Config().SubjectPrefix + ".sleep")
+		m := nats.NewMsg(lane("b"))
 		m.Data = []byte(`{}`)
 		for k, v := range h {
 			m.Header.Set(k, v)
@@ -250,7 +248,7 @@ func TestOldMessagesDecodeAsBefore(t *testing.T) {
 		if _, err := js.PublishMsg(ctx(t), m); err != nil {
 			t.Fatal(err)
 		}
-		cons, err := q.Consumer(ctx(t))
+		cons, err := q.LaneConsumer(ctx(t), "b")
 		if err != nil {
 			t.Fatal(err)
 		}

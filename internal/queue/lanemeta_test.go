@@ -13,15 +13,15 @@ import (
 // A lane's consumer says whose it is, so that `nats consumer ls` reads like
 // `producer batch list`: its description names the batch (and scope),
 // escaped for a terminal, and its metadata holds both exactly
-// (keyfleet.batch, keyfleet.scope). A consumer an older version made (the
-// same description for every batch, no metadata) is brought in line by a
-// worker's open, once: the keys the server adds to the metadata of its own
-// (_nats.*) do not make it write again.
+// (keyfleet.batch, keyfleet.scope). A lane's consumer with another
+// description and no metadata (made by hand, say) is brought in line by a
+// worker's handle, once: the keys the server adds to the metadata of its
+// own (_nats.*) do not make it write again.
 func TestLaneConsumerNamesItsBatch(t *testing.T) {
 	q, nc := open(t)
 	const batch, scope = "docs-17083252 \x1b[31m", "gpt-4o"
 	lanes := []string{batch, kftype.Lane(batch, scope)}
-	// The batch's own lane as an older version made it.
+	// The batch's own lane, made by hand.
 	old := jetstream.ConsumerConfig{
 		Durable: q.LaneConsumerName(batch), Description: "keyfleet workers, one batch", AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: q.Config().AckWait, MaxDeliver: -1,

@@ -23,20 +23,15 @@ import (
 // and pulled through the durable consumer of their lane, (batch, scope), so
 // that the lane schedule (internal/lanes) can say which lane a worker
 // pulls from next, and a worker can leave one scope's lane alone while it
-// pulls another's. Messages of the previous version (<prefix>.<kind>) stay
-// on the old durable, narrowed to <prefix>.*, which the workers pull as one
-// more lane, LegacyLane, until it is empty.
-
-// LegacyLane is the lane of the messages the previous version wrote (its
-// consumer is Config.Consumer). No batch can have this ID: IDs hold no
-// line break.
-const LegacyLane = "\nlegacy"
+// pulls another's.
 
 // laneInactive is how long a batch's consumer lives without activity (a
 // backstop: the worker that finds a lane drained deletes its consumer,
 // and a lapsed consumer is made again when needed).
 const laneInactive = time.Hour
 
+// batchSubjects are the work stream's subjects: every lane's, and every
+// batch's staging subjects (StagingSubject).
 func (q *Queue) batchSubjects() string { return q.cfg.SubjectPrefix + ".b.>" }
 
 // batchSubject is where an item of batch, kind and scope ("": none) is
@@ -54,9 +49,6 @@ func (q *Queue) batchSubject(batch, kind, scope string) string {
 // batch's (their kind), those with one two (kind, scope), so no two lanes'
 // filters overlap, as a work-queue stream requires of its consumers.
 func (q *Queue) laneFilter(lane string) string {
-	if lane == LegacyLane {
-		return q.workSubjects()
-	}
 	batch, scope := kftype.LaneParts(lane)
 	f := q.cfg.SubjectPrefix + ".b." + Token(batch) + ".*"
 	if scope != "" {
@@ -66,13 +58,10 @@ func (q *Queue) laneFilter(lane string) string {
 }
 
 // LaneConsumerName is the durable consumer of lane (a batch ID for the
-// batch's items without a scope, a Lane for those of one scope, or
-// LegacyLane): <consumer>-b-<16 hex digits of the batch ID's SHA-256>,
-// followed for a scope by -s-<16 hex digits of the scope's>.
+// batch's items without a scope, a Lane for those of one scope):
+// <consumer>-b-<16 hex digits of the batch ID's SHA-256>, followed for a
+// scope by -s-<16 hex digits of the scope's>.
 func (q *Queue) LaneConsumerName(lane string) string {
-	if lane == LegacyLane {
-		return q.cfg.Consumer
-	}
 	batch, scope := kftype.LaneParts(lane)
 	sum := sha256.Sum256([]byte(batch))
 	name := q.cfg.Consumer + "-b-" + hex.EncodeToString(sum[:8])
@@ -149,28 +138,16 @@ func (q *Queue) laneConsumerConfig(lane string) jetstream.ConsumerConfig {
 	}
 }
 
-// LaneConsumer returns the consumer of lane (a batch ID, a Lane of a
-// batch and a scope, or LegacyLane), creating it when it does not exist,
-// with this queue's settings (ack wait, max deliver, back-off). A handle
-// opened with Open also brings an existing consumer's settings in line,
-// as for the old durable; one opened with Attach changes only a filter
-// that is not the lane's (a batch's consumer made before scopes filtered
-// on every subject of the batch, which would overlap its scopes' lanes).
+// LaneConsumer returns the consumer of lane (a batch ID, or a Lane of a
+// batch and a scope), creating it when it does not exist, with this
+// queue's settings (ack wait, max deliver, back-off). A handle opened
+// with Open (a worker) also brings an existing consumer's settings in
+// line; one opened with Attach (a producer) uses it as it is.
 func (q *Queue) LaneConsumer(ctx context.Context, lane string) (jetstream.Consumer, error) {
-	if lane == LegacyLane {
-		return q.Consumer(ctx)
-	}
 	sctx, cancel := context.WithTimeout(ctx, q.cfg.RequestTimeout)
 	defer cancel()
 	c, err := q.laneConsumer(sctx, lane)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		if batch, scope := kftype.LaneParts(lane); scope != "" {
-			// The batch's own consumer may still filter on all of its
-			// subjects: it is narrowed before the scope's is made.
-			if _, err := q.laneConsumer(sctx, batch); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-				return nil, refused(q.nc, fmt.Errorf("queue: consumer of batch %q: %w", batch, noAnswer(ctx, q.cfg.RequestTimeout, err)))
-			}
-		}
 		cfg := q.laneConsumerConfig(lane)
 		c, err = q.js.CreateConsumer(sctx, q.cfg.Stream, cfg)
 		if errors.Is(err, jetstream.ErrConsumerExists) {
@@ -193,21 +170,14 @@ func (q *Queue) laneConsumer(ctx context.Context, lane string) (jetstream.Consum
 	}
 	have := c.CachedInfo().Config
 	want.MaxWaiting = have.MaxWaiting // JetStream cannot change it (see ConsumerMaxWaiting)
-	switch {
-	case q.update && consumerHolds(have, want), !q.update && have.FilterSubject == want.FilterSubject:
+	if !q.update || consumerHolds(have, want) {
 		return c, nil
-	case !q.update:
-		have.FilterSubject = want.FilterSubject
-		want = have
 	}
 	return q.js.UpdateConsumer(ctx, q.cfg.Stream, want)
 }
 
 // laneName names a lane in messages.
 func laneName(lane string) string {
-	if lane == LegacyLane {
-		return "the previous version's messages"
-	}
 	batch, scope := kftype.LaneParts(lane)
 	if scope == "" {
 		return fmt.Sprintf("batch %q", batch)
@@ -248,11 +218,8 @@ func LaneHolds(ctx context.Context, c jetstream.Consumer) (pending uint64, unack
 
 // DeleteLaneConsumer deletes a drained lane's consumer (its messages, if
 // any came meanwhile, stay in the stream; the next LaneConsumer makes it
-// again). The old durable is never deleted.
+// again).
 func (q *Queue) DeleteLaneConsumer(ctx context.Context, lane string) error {
-	if lane == LegacyLane {
-		return nil
-	}
 	sctx, cancel := context.WithTimeout(ctx, q.cfg.RequestTimeout)
 	defer cancel()
 	err := q.js.DeleteConsumer(sctx, q.cfg.Stream, q.LaneConsumerName(lane))
@@ -300,26 +267,4 @@ func (q *Queue) BatchLanes(ctx context.Context, batch string) ([]string, error) 
 	}
 	slices.Sort(lanes[1:])
 	return lanes, nil
-}
-
-// workStreamSubjects are the work stream's subjects: the previous
-// version's and the lanes'.
-func (q *Queue) workStreamSubjects() []string { return []string{q.workSubjects(), q.batchSubjects()} }
-
-// withLaneSubjects adds the lanes' subjects to a work stream made by the
-// previous version (a producer attaching must publish on them). It
-// changes nothing else.
-func (q *Queue) withLaneSubjects(ctx context.Context, s jetstream.Stream) (jetstream.Stream, error) {
-	cfg := s.CachedInfo().Config
-	if slices.Contains(cfg.Subjects, q.batchSubjects()) {
-		return s, nil
-	}
-	cfg.Subjects = append(cfg.Subjects, q.batchSubjects())
-	sctx, cancel := context.WithTimeout(ctx, q.cfg.RequestTimeout)
-	defer cancel()
-	s, err := q.js.UpdateStream(sctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("queue: stream %s: adding the batch subjects %s: %w", cfg.Name, q.batchSubjects(), noAnswer(ctx, q.cfg.RequestTimeout, err))
-	}
-	return s, nil
 }

@@ -260,7 +260,6 @@ func CheckKind(kind string, named ...string) error {
 
 var errNoHeader = errors.New("queue: message lacks header")
 
-func (q *Queue) workSubjects() string    { return q.cfg.SubjectPrefix + ".*" }
 func (q *Queue) resultsSubjects() string { return q.cfg.SubjectPrefix + ".results.>" }
 func (q *Queue) dlqSubjects() string     { return q.cfg.SubjectPrefix + ".dlq.>" }
 func (q *Queue) resultsStream() string   { return q.cfg.Stream + "_RESULTS" }

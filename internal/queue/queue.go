@@ -25,18 +25,20 @@ type Queue struct {
 	laneWriter LaneWriter
 }
 
-// Open creates or updates the streams, the consumer and the buckets,
-// idempotently: whoever starts first creates them, later starts read them
-// and update only those whose configuration differs (see holds.go).
-// Workers open the queue this way.
+// Open creates or updates the streams and the buckets, idempotently:
+// whoever starts first creates them, later starts read them and update
+// only those whose configuration differs (see holds.go). Workers open the
+// queue this way; the lanes' consumers are made when first pulled from
+// (LaneConsumer).
 func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
 	return open(ctx, nc, cfg, true)
 }
 
 // Attach opens the queue like Open but never changes what exists: missing
-// streams, consumer or bucket are created, existing ones are used as they
-// are. The producer attaches, so that an operator's command run with a
-// different configuration cannot rewrite the running fleet's consumer.
+// streams or buckets are created, existing ones are used as they are, and
+// so are the lanes' consumers (LaneConsumer). The producer attaches, so
+// that an operator's command run with a different configuration cannot
+// rewrite the running fleet's settings.
 func Attach(ctx context.Context, nc *nats.Conn, cfg Config) (*Queue, error) {
 	return open(ctx, nc, cfg, false)
 }
@@ -60,16 +62,13 @@ func ensure(ctx context.Context, nc *nats.Conn, cfg Config, update bool) (*Queue
 	if q.work, err = ensureStream(ctx, cfg.RequestTimeout, js, update, jetstream.StreamConfig{
 		Name:        cfg.Stream,
 		Description: "keyfleet work items",
-		Subjects:    q.workStreamSubjects(),
+		Subjects:    []string{q.batchSubjects()},
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     storage,
 		Replicas:    cfg.Replicas,
 		Duplicates:  cfg.DuplicateWindow,
 		Discard:     jetstream.DiscardNew,
 	}); err != nil {
-		return nil, err
-	}
-	if q.work, err = q.withLaneSubjects(ctx, q.work); err != nil {
 		return nil, err
 	}
 	// The results and dead-letter streams keep the latest record of each
@@ -87,20 +86,6 @@ func ensure(ctx context.Context, nc *nats.Conn, cfg Config, update bool) (*Queue
 	}
 	if q.dlq, err = ensureStream(ctx, cfg.RequestTimeout, js, update,
 		records(q.dlqStream(), "keyfleet dead letters: items that failed for good", q.dlqSubjects())); err != nil {
-		return nil, err
-	}
-	if err := ensureConsumer(ctx, cfg.RequestTimeout, js, update, cfg.Stream, jetstream.ConsumerConfig{
-		Durable:       cfg.Consumer,
-		Description:   "keyfleet workers",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       cfg.AckWait,
-		MaxDeliver:    cfg.MaxDeliver,
-		BackOff:       cfg.RedeliveryBackoff,
-		FilterSubject: q.workSubjects(),
-		MaxAckPending: ConsumerMaxAckPending,
-		MaxWaiting:    ConsumerMaxWaiting,
-		Replicas:      cfg.Replicas,
-	}); err != nil {
 		return nil, err
 	}
 	if q.workers, err = ensureBucket(ctx, cfg.RequestTimeout, js, update, jetstream.KeyValueConfig{
@@ -148,33 +133,6 @@ func ensureStream(ctx context.Context, timeout time.Duration, js jetstream.JetSt
 		return nil, fmt.Errorf("queue: stream %s (subjects %v): %w", cfg.Name, cfg.Subjects, noAnswer(ctx, timeout, err))
 	}
 	return s, nil
-}
-
-func ensureConsumer(ctx context.Context, timeout time.Duration, js jetstream.JetStream, update bool, stream string, cfg jetstream.ConsumerConfig) error {
-	sctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var err error
-	if update {
-		if c, cerr := js.Consumer(sctx, stream, cfg.Durable); cerr == nil {
-			have := c.CachedInfo().Config
-			// JetStream cannot change max_waiting on an existing consumer
-			// (one made by an older keyfleet): keep it; the worker says
-			// what it means for a large fleet.
-			cfg.MaxWaiting = have.MaxWaiting
-			if consumerHolds(have, cfg) {
-				return nil // see holds.go
-			}
-		}
-		_, err = js.CreateOrUpdateConsumer(sctx, stream, cfg)
-	} else if _, err = js.Consumer(sctx, stream, cfg.Durable); errors.Is(err, jetstream.ErrConsumerNotFound) {
-		if _, err = js.CreateConsumer(sctx, stream, cfg); errors.Is(err, jetstream.ErrConsumerExists) {
-			err = nil
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("queue: consumer %s on stream %s: %w", cfg.Durable, stream, noAnswer(ctx, timeout, err))
-	}
-	return nil
 }
 
 func ensureBucket(ctx context.Context, timeout time.Duration, js jetstream.JetStream, update bool, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
@@ -231,15 +189,3 @@ func (q *Queue) JetStream() jetstream.JetStream { return q.js }
 
 // Conn is the NATS connection.
 func (q *Queue) Conn() *nats.Conn { return q.nc }
-
-// Consumer returns the workers' durable pull consumer.
-func (q *Queue) Consumer(ctx context.Context) (jetstream.Consumer, error) {
-	sctx, cancel := context.WithTimeout(ctx, q.cfg.RequestTimeout)
-	defer cancel()
-	c, err := q.js.Consumer(sctx, q.cfg.Stream, q.cfg.Consumer)
-	if err != nil {
-		err = noAnswer(ctx, q.cfg.RequestTimeout, err)
-		return nil, refused(q.nc, fmt.Errorf("queue: consumer %s: %w", q.cfg.Consumer, err))
-	}
-	return c, nil
-}

@@ -249,25 +249,39 @@ func TestTokenKeepsPlainIDs(t *testing.T) {
 	}
 }
 
-// Attach creates what is missing but never changes an existing consumer;
-// Open updates it.
+// Attach creates what is missing but never changes an existing lane's
+// consumer; a worker's handle (Open) brings it in line.
 func TestAttachDoesNotRewriteTheFleet(t *testing.T) {
 	q, nc := open(t) // ack wait 2s
-	if _, err := queue.Attach(ctx(t), nc, queue.Config{AckWait: time.Minute}); err != nil {
+	if _, err := q.LaneConsumer(ctx(t), "b"); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := q.Consumer(ctx(t))
+	ackWait := func() time.Duration {
+		t.Helper()
+		c, err := q.JetStream().Consumer(ctx(t), q.Config().Stream, q.LaneConsumerName("b"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.CachedInfo().Config.AckWait
+	}
+	producer, err := queue.Attach(ctx(t), nc, queue.Config{AckWait: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := cons.CachedInfo().Config.AckWait; got != 2*time.Second {
-		t.Fatalf("Attach changed the consumer's ack wait to %s", got)
-	}
-	if _, err := queue.Open(ctx(t), nc, queue.Config{AckWait: time.Minute}); err != nil {
+	if _, err := producer.LaneConsumer(ctx(t), "b"); err != nil {
 		t.Fatal(err)
 	}
-	cons, _ = q.Consumer(ctx(t))
-	if got := cons.CachedInfo().Config.AckWait; got != time.Minute {
+	if got := ackWait(); got != 2*time.Second {
+		t.Fatalf("Attach changed the consumer's ack wait to %s", got)
+	}
+	worker, err := queue.Open(ctx(t), nc, queue.Config{AckWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := worker.LaneConsumer(ctx(t), "b"); err != nil {
+		t.Fatal(err)
+	}
+	if got := ackWait(); got != time.Minute {
 		t.Fatalf("Open must update the consumer: ack wait %s", got)
 	}
 	// On an empty server Attach creates everything.
@@ -307,12 +321,12 @@ func TestReplayKeepsANewerRecord(t *testing.T) {
 	}
 }
 
-// The consumer holds the pull requests of a fleet of 1,000 workers; one
-// made by an older keyfleet with JetStream's default keeps its limit
-// (JetStream cannot change it) and opening still works.
+// A lane's consumer holds the pull requests of a fleet of 1,000 workers.
+// JetStream cannot change max_waiting: a lane consumer made with another
+// keeps it, and the worker's handle still brings the rest in line.
 func TestConsumerSizedForLargeFleets(t *testing.T) {
 	q, nc := open(t)
-	c, err := q.Consumer(ctx(t))
+	c, err := q.LaneConsumer(ctx(t), "b")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,18 +338,19 @@ func TestConsumerSizedForLargeFleets(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := q.Config()
-	if err := js.DeleteConsumer(ctx(t), cfg.Stream, cfg.Consumer); err != nil {
+	name := q.LaneConsumerName("b")
+	if err := js.DeleteConsumer(ctx(t), cfg.Stream, name); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := js.CreateConsumer(ctx(t), cfg.Stream, jetstream.ConsumerConfig{
-		Durable: cfg.Consumer, AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: cfg.SubjectPrefix + ".>",
+		Durable: name, AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: cfg.SubjectPrefix + ".b.b.*",
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := queue.Open(ctx(t), nc, cfg); err != nil {
-		t.Fatalf("open over a consumer with the default max_waiting: %v", err)
+	if c, err = q.LaneConsumer(ctx(t), "b"); err != nil {
+		t.Fatalf("a lane consumer with the default max_waiting: %v", err)
 	}
-	if c, err = q.Consumer(ctx(t)); err != nil || c.CachedInfo().Config.MaxWaiting != 512 {
-		t.Fatalf("the older consumer: %v, %+v", err, c.CachedInfo().Config.MaxWaiting)
+	if ci := c.CachedInfo().Config; ci.MaxWaiting != 512 || ci.AckWait != cfg.AckWait {
+		t.Fatalf("the consumer after: max_waiting %d, ack wait %s", ci.MaxWaiting, ci.AckWait)
 	}
 }

@@ -12,11 +12,10 @@ import (
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
-// A batch's lane without a scope is the batch ID itself (every lane, record
-// and consumer of the version before scopes keeps working); a scoped lane
+// A batch's lane without a scope is the batch ID itself; a scoped lane
 // splits back into its batch and scope, whatever bytes a batch ID holds.
 func TestLaneParts(t *testing.T) {
-	for _, batch := range []string{"b", "items-3f2a9c1b", "b/1 ü", "a\x1fb", " lead", "x.y*>", queue.LegacyLane} {
+	for _, batch := range []string{"b", "items-3f2a9c1b", "b/1 ü", "a\x1fb", " lead", "x.y*>"} {
 		if got := kftype.Lane(batch, ""); got != batch {
 			t.Errorf("Lane(%q, \"\") = %q, want the batch ID", batch, got)
 		}
@@ -56,19 +55,11 @@ func laneMessages(t *testing.T, q *queue.Queue, lane string) (subjects []string,
 // each with its own consumer that sees only its lane's messages, on
 // <prefix>.b.<batch>.<kind>[.<scope>]; the scope comes back from the
 // message (a '%' in it is encoded in the header and decoded); the record
-// lists the scopes. A batch consumer made before scopes (filter on every
-// subject of the batch, which overlaps the scopes' lanes on a work-queue
-// stream) is narrowed when a scope's lane is first opened.
+// lists the scopes. No two lanes' filters overlap, as a work-queue
+// stream requires of its consumers.
 func TestScopedLanes(t *testing.T) {
 	q, _ := open(t)
 	const batch = "two scopes"
-	old := jetstream.ConsumerConfig{
-		Durable: q.LaneConsumerName(batch), AckPolicy: jetstream.AckExplicitPolicy,
-		FilterSubject: q.Config().SubjectPrefix + ".b." + queue.Token(batch) + ".>",
-	}
-	if _, err := q.JetStream().CreateConsumer(ctx(t), q.Config().Stream, old); err != nil {
-		t.Fatal(err)
-	}
 	want := map[string]int{"": 3, "gpt-4o": 4, "models/gemini%1.5": 5}
 	var in []kftype.Item
 	for scope, n := range want {
@@ -93,7 +84,7 @@ func TestScopedLanes(t *testing.T) {
 		t.Fatalf("BatchLanes = %q, %v; want the record's %q", lanes, err, rec.Lanes())
 	}
 	names := map[string]bool{}
-	for _, scope := range []string{"gpt-4o", "models/gemini%1.5", ""} { // the scopes' lanes first: the batch's is narrowed for them
+	for _, scope := range []string{"", "gpt-4o", "models/gemini%1.5"} {
 		lane := kftype.Lane(batch, scope)
 		if n, err := q.LaneMessages(ctx(t), lane); err != nil || n != uint64(want[scope]) {
 			t.Errorf("LaneMessages(scope %q) = %d, %v; want %d", scope, n, err, want[scope])
@@ -145,19 +136,11 @@ func TestScopedLanes(t *testing.T) {
 
 // Cancelling a batch drains every one of its lanes, including a scope's
 // its record does not name yet (an enqueue adds its scopes to the record
-// after publishing); a producer (Attach, which changes no setting of what
-// exists) narrows a batch consumer made before scopes all the same.
+// after publishing), through a producer's handle (Attach).
 func TestDrainCancelledScopes(t *testing.T) {
 	q0, nc := open(t)
 	q, err := queue.Attach(ctx(t), nc, q0.Config())
 	if err != nil {
-		t.Fatal(err)
-	}
-	old := jetstream.ConsumerConfig{
-		Durable: q.LaneConsumerName("c"), AckPolicy: jetstream.AckExplicitPolicy, MaxWaiting: 77,
-		FilterSubject: q.Config().SubjectPrefix + ".b.c.>",
-	}
-	if _, err := q.JetStream().CreateConsumer(ctx(t), q.Config().Stream, old); err != nil {
 		t.Fatal(err)
 	}
 	it := func(id, scope string) kftype.Item {
@@ -183,14 +166,6 @@ func TestDrainCancelledScopes(t *testing.T) {
 	drained, unacked, err := q.DrainCancelled(ctx(t), "c", "test")
 	if err != nil || drained != 4 || unacked != 0 {
 		t.Fatalf("DrainCancelled = %d, %d, %v; want 4 drained, 0 out", drained, unacked, err)
-	}
-	c, err := q.JetStream().Consumer(ctx(t), q.Config().Stream, q.LaneConsumerName("c"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if have := c.CachedInfo().Config; have.FilterSubject != q.Config().SubjectPrefix+".b.c.*" || have.MaxWaiting != 77 {
-		t.Errorf("the batch's own consumer after an Attach: filter %s, max waiting %d; want the filter narrowed, nothing else changed",
-			have.FilterSubject, have.MaxWaiting)
 	}
 	st, err := q.Stats(ctx(t))
 	if err != nil || st.Stream.Messages != 0 {

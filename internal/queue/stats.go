@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Stats describes the queue for `producer status`.
@@ -24,9 +22,11 @@ type StreamStats struct {
 	Bytes    uint64 `json:"bytes"`
 }
 
-// ConsumerStats describes the workers' consumers: the old durable (Name)
-// and one per batch lane, summed. Pending + AckPending is the backlog.
+// ConsumerStats describes the workers' consumers, one per batch lane,
+// summed. Pending + AckPending is the backlog.
 type ConsumerStats struct {
+	// Name is Config.Consumer, the prefix of the lanes' consumers' names
+	// (LaneConsumerName).
 	Name string `json:"name"`
 	// Lanes is the number of batch consumers summed in.
 	Lanes int `json:"lanes"`
@@ -50,16 +50,12 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	}
 	st.Stream = StreamStats{Name: q.cfg.Stream, Messages: wi.State.Msgs, Bytes: wi.State.Bytes}
 	st.Consumer = ConsumerStats{Name: q.cfg.Consumer}
-	found := false
 	infos := q.work.ListConsumers(ctx)
 	for ci := range infos.Info() {
-		if ci.Name == q.cfg.Consumer {
-			found = true
-		} else if ci.Config.FilterSubject == "" || !strings.HasPrefix(ci.Config.FilterSubject, q.cfg.SubjectPrefix+".b.") {
+		if ci.Config.FilterSubject == "" || !strings.HasPrefix(ci.Config.FilterSubject, q.cfg.SubjectPrefix+".b.") {
 			continue // not a lane's: an operator's own consumer
-		} else {
-			st.Consumer.Lanes++
 		}
+		st.Consumer.Lanes++
 		st.Consumer.AckPending += ci.NumAckPending
 		st.Consumer.Redelivered += ci.NumRedelivered
 		st.Consumer.Waiting += ci.NumWaiting
@@ -69,9 +65,6 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	}
 	if err := infos.Err(); err != nil {
 		return st, fmt.Errorf("queue: consumers of %s: %w", q.cfg.Stream, err)
-	}
-	if !found {
-		return st, fmt.Errorf("queue: consumer %s: %w", q.cfg.Consumer, jetstream.ErrConsumerNotFound)
 	}
 	// On a work-queue stream every message is either not yet delivered or
 	// unacknowledged; a batch's lane consumer may not exist yet (it is made

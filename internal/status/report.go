@@ -19,7 +19,7 @@ import (
 //	{
 //	  "at":       time the status was read (the producer's clock)
 //	  "stream":   {"name", "messages", "bytes"}  the work stream: items waiting or running
-//	  "consumer": {"name"           queue.consumer (the durable of the previous version)
+//	  "consumer": {"name"           queue.consumer (the lanes' consumers are named after it)
 //	               "pending"        items not yet delivered to a worker
 //	               "ack_pending"    items delivered and not yet settled (running or waiting for a credential)
 //	               "backlog"        pending + ack_pending: every item not yet settled (what an autoscaler reads)
@@ -82,12 +82,11 @@ type Stream struct {
 	Bytes    uint64 `json:"bytes"`
 }
 
-// Consumer is the workers' consumers, summed: one per batch (its lane)
-// and the old durable, queue.consumer (Name), which holds only items
-// written by the previous version. No single JetStream consumer holds the
-// backlog, so an autoscaler reads Backlog here (KEDA's metrics-api scaler
-// at consumer.backlog of the dashboard's /api/status), not a consumer's
-// figures on the NATS monitoring port.
+// Consumer is the workers' consumers, summed: one per lane of a batch,
+// each named after queue.consumer (Name). No single JetStream consumer
+// holds the backlog, so an autoscaler reads Backlog here (KEDA's
+// metrics-api scaler at consumer.backlog of the dashboard's /api/status),
+// not a consumer's figures on the NATS monitoring port.
 type Consumer struct {
 	Name       string `json:"name"`
 	Pending    uint64 `json:"pending"`

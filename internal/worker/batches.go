@@ -9,8 +9,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keyfleet/keyfleet/internal/kftype"
-	"github.com/keyfleet/keyfleet/internal/lanes"
-	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
 // batchView is what a worker knows of the batches (docs/waiting-model.md):
@@ -28,9 +26,6 @@ type batchView struct {
 	// ready closes once the records that existed at start are known.
 	ready     chan struct{}
 	readyOnce sync.Once
-	// legacyChecked: when the puller last looked at the old durable (only
-	// the puller uses it).
-	legacyChecked time.Time
 }
 
 func newBatchView() *batchView {
@@ -41,8 +36,8 @@ func newBatchView() *batchView {
 }
 
 // State is batch's state as last seen (running when unknown: an item of a
-// batch the worker has not heard of yet, or of the previous version). A
-// lane may be given for its batch.
+// batch the worker has not heard of yet, or published without a record).
+// A lane may be given for its batch.
 func (v *batchView) State(batch string) (state kftype.BatchState, prio int) {
 	batch, _ = kftype.LaneParts(batch)
 	v.mu.Lock()
@@ -110,30 +105,6 @@ func (w *Worker) batchChanged(b kftype.BatchInfo) {
 	v.records[b.ID] = b
 	v.mu.Unlock()
 	v.Poke()
-}
-
-// syncLegacyLane registers the old durable's lane while it holds messages
-// the previous version wrote: they are worked off like a batch's, at the
-// default priority.
-func (w *Worker) syncLegacyLane(ctx context.Context) {
-	pending, unacked, err := queue.LaneHolds(ctx, w.cons)
-	if err != nil {
-		w.log.Debug("reading the old consumer", zap.Error(err))
-		return
-	}
-	if pending == 0 && unacked == 0 {
-		return
-	}
-	w.log.Info("messages written by the previous version wait on the old consumer: working them off as one more lane",
-		zap.Uint64("pending", pending), zap.Int("unacknowledged", unacked))
-	gen := uint64(time.Now().UnixMilli())
-	w.batches.mu.Lock()
-	w.batches.records[queue.LegacyLane] = kftype.BatchInfo{ID: queue.LegacyLane, Rev: gen}
-	w.batches.mu.Unlock()
-	if _, err := w.sched.Sync(ctx, lanes.Lane{ID: queue.LegacyLane, State: lanes.Running, Priority: kftype.PriorityDefault,
-		Weight: kftype.WeightDefault, Gen: gen}); err != nil {
-		w.log.Warn("registering the old consumer's lane", zap.Error(err))
-	}
 }
 
 // laneConsumer returns the consumer of lane, opened once.

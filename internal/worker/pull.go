@@ -151,9 +151,6 @@ func (w *Worker) pull(pullCtx, runCtx context.Context, slots *sync.WaitGroup) {
 	}
 }
 
-// legacyCheckEvery is how often an idle puller looks at the old durable.
-const legacyCheckEvery = 5 * time.Second
-
 // pick asks the lane schedule where n free slots go, passing over the
 // lanes of the classes in exclude (executor.ClassWaits). A schedule Redis
 // lost is registered again from the batch records first (lanerepair.go).
@@ -161,7 +158,6 @@ func (w *Worker) pick(ctx context.Context, n int, exclude ...string) (lane strin
 	lane, share, wait, err = w.sched.Pick(ctx, n, exclude...)
 	if errors.Is(err, lanes.ErrLost) {
 		w.repairLanes(ctx, "the lane schedule is empty (did Redis lose its state?)")
-		w.syncLegacyLane(ctx)
 		lane, share, wait, err = w.sched.Pick(ctx, n, exclude...)
 		if errors.Is(err, lanes.ErrLost) {
 			return "", 0, -1, nil // nothing registered at all: an idle fleet
@@ -192,13 +188,6 @@ func (w *Worker) idle(ctx context.Context, wait time.Duration) {
 	if wait < 0 || wait > time.Second {
 		wait = time.Second
 	}
-	if time.Since(w.batches.legacyChecked) > legacyCheckEvery {
-		// A producer of the previous version may still be publishing.
-		w.batches.legacyChecked = time.Now()
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		w.syncLegacyLane(lctx)
-		cancel()
-	}
 	t := time.NewTimer(max(wait, time.Millisecond))
 	defer t.Stop()
 	select {
@@ -214,14 +203,13 @@ const maxFetches = queue.MaxFetchesPerWorker
 
 func (w *Worker) pullFailed(ctx context.Context, err error, b *backoff) {
 	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
-		// The server lost the consumer (a memory-backed server restarted):
-		// set the queue up again.
+		// The server lost the stream or a lane's consumer (a
+		// memory-backed server restarted): set the queue up again; the
+		// lanes' consumers are made again when next pulled from.
 		w.log.Warn("consumer gone: setting the queue up again", zap.Error(err))
 		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		if _, qerr := queue.Open(octx, w.nc, w.q.Config()); qerr == nil {
-			if cons, cerr := w.q.Consumer(octx); cerr == nil {
-				w.cons = cons // only the puller uses it
-			}
+		if _, qerr := queue.Open(octx, w.nc, w.q.Config()); qerr != nil {
+			w.log.Debug("setting the queue up again", zap.Error(qerr))
 		}
 		cancel()
 		w.batches.mu.Lock()

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
@@ -54,7 +53,6 @@ type Worker struct {
 	metrics   *metrics.Metrics
 	nc        *nats.Conn
 	q         *queue.Queue
-	cons      jetstream.Consumer
 	commits   *queue.Committer
 	rdb       redis.UniversalClient
 	pipeliner *redis.AutoPipeliner // nil where the client has none
@@ -194,19 +192,10 @@ func (w *Worker) Start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		cons, err := q.Consumer(ctx)
-		if err != nil {
-			return err
-		}
-		w.q, w.cons = q, cons
+		w.q = q
 		return nil
 	}); err != nil {
 		return exitcode.With(exitcode.Unreachable, err)
-	}
-	if mw := w.cons.CachedInfo().Config.MaxWaiting; mw < queue.ConsumerMaxWaiting {
-		w.log.Warn("the consumer holds few waiting pulls (it was made by an older keyfleet and JetStream cannot raise it): "+
-			"a fleet of more workers than a quarter of this sees 'Exceeded MaxWaiting'; delete the consumer while no worker runs to recreate it",
-			zap.String("consumer", w.q.Config().Consumer), zap.Int("max_waiting", mw), zap.Int("want", queue.ConsumerMaxWaiting))
 	}
 	w.commits = w.q.NewCommitter(queue.CommitterOptions{
 		Observe: func(n int) { w.metrics.CommitBatch.Observe(float64(n)) },
@@ -360,9 +349,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	watchers.Go(func() { w.watchBatches(watchCtx) })
 	watchers.Go(func() { w.sweepCancelled(watchCtx) })
 	watchers.Go(func() { w.runBatchAPI(watchCtx) })
-	lctx, lcancel := context.WithTimeout(ctx, 5*time.Second)
-	w.syncLegacyLane(lctx)
-	lcancel()
 	pullDone := make(chan struct{})
 	go func() {
 		defer close(pullDone)
