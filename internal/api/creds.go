@@ -25,20 +25,20 @@ func credentialRequestOf(r *http.Request) (credentialRequest, error) {
 	return req, nil
 }
 
-// enableCredential: POST /api/creds/enable {"id"} (ops.EnableKey).
+// enableCredential: POST /api/creds/enable {"id"} (ops.EnableCredential).
 func (a *API) enableCredential(r *http.Request) (any, error) {
 	req, err := credentialRequestOf(r)
 	if err != nil {
 		return nil, err
 	}
-	if err := ops.EnableKey(r.Context(), a.pool, req.ID); err != nil {
+	if err := ops.EnableCredential(r.Context(), a.pool, req.ID); err != nil {
 		return nil, err
 	}
 	return map[string]string{"id": req.ID, "state": "enabled"}, nil
 }
 
 // disableCredential: POST /api/creds/disable {"id", "reason"}
-// (ops.DisableKey); the reason defaults to "disabled from the dashboard".
+// (ops.DisableCredential); the reason defaults to "disabled from the dashboard".
 func (a *API) disableCredential(r *http.Request) (any, error) {
 	req, err := credentialRequestOf(r)
 	if err != nil {
@@ -48,7 +48,7 @@ func (a *API) disableCredential(r *http.Request) (any, error) {
 	if reason == "" {
 		reason = "disabled from the dashboard"
 	}
-	if err := ops.DisableKey(r.Context(), a.pool, req.ID, reason); err != nil {
+	if err := ops.DisableCredential(r.Context(), a.pool, req.ID, reason); err != nil {
 		return nil, err
 	}
 	return map[string]string{"id": req.ID, "state": creds.StateDisabled, "reason": reason}, nil

@@ -222,7 +222,7 @@ none) removes them all. Flags not given stay as they are.
 				return usageErr("creds set %s: nothing to change: give --max-concurrent, --limit and/or --rate", id)
 			}
 			return p.changeCredential(cmd, id, "set", "updated", asJSON, func(ctx context.Context, pool *creds.Pool) error {
-				return ops.SetKeyLimits(ctx, pool, id, l)
+				return ops.SetCredentialLimits(ctx, pool, id, l)
 			})
 		},
 	}
@@ -249,7 +249,7 @@ credential after the change as one object, with "action": "enable".
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
 			return p.changeCredential(cmd, id, "enable", "enabled", asJSON, func(ctx context.Context, pool *creds.Pool) error {
-				return ops.EnableKey(ctx, pool, id)
+				return ops.EnableCredential(ctx, pool, id)
 			})
 		},
 	}
@@ -276,7 +276,7 @@ never probed (pool.probe_interval probes only the keys the API disabled).
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id := args[0]
 			return p.changeCredential(cmd, id, "disable", "disabled", asJSON, func(ctx context.Context, pool *creds.Pool) error {
-				return ops.DisableKey(ctx, pool, id, reason)
+				return ops.DisableCredential(ctx, pool, id, reason)
 			})
 		},
 	}
@@ -312,7 +312,7 @@ files too, or use disable. ` + confirmHelp + `
 			return withOpened(p, cmd.Context(), open, func(ctx context.Context, pool *creds.Pool) error {
 				if !yes && isTerminal(p.stdin) {
 					cctx, cancel := context.WithTimeout(ctx, callTimeout)
-					err := ops.CheckKey(cctx, pool, id)
+					err := ops.CheckCredential(cctx, pool, id)
 					cancel()
 					if err != nil {
 						return err
@@ -326,7 +326,7 @@ files too, or use disable. ` + confirmHelp + `
 				}
 				ctx, cancel := context.WithTimeout(ctx, callTimeout)
 				defer cancel()
-				if err := ops.RemoveKey(ctx, pool, id); err != nil {
+				if err := ops.RemoveCredential(ctx, pool, id); err != nil {
 					return err
 				}
 				if asJSON {

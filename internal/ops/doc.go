@@ -7,15 +7,15 @@
 //
 // Layout:
 //
-//	errors.go  the classes of error (not found, conflict, invalid,
-//	           unavailable, interrupted), Error, and Class, which also
-//	           classes the errors of enqueue and of the views
-//	steer.go   pause, resume and cancel a batch: the checks, the change
-//	done.go    the rule of a done batch, which pause and cancel refuse
-//	drain.go   a cancel's drain of the items not started, bounded
-//	replay.go  dead letters back on the queue (one batch, some items, all)
-//	keys.go    enable, disable, remove a key, set its limits
-//	budget.go  a batch's budget (batch set --budget)
+//	errors.go       the classes of error (not found, conflict, invalid,
+//	                unavailable, interrupted), Error, and Class, which also
+//	                classes the errors of enqueue and of the views
+//	steer.go        pause, resume and cancel a batch: the checks, the change
+//	done.go         the rule of a done batch, which pause and cancel refuse
+//	drain.go        a cancel's drain of the items not started, bounded
+//	replay.go       dead letters back on the queue (one batch, some items, all)
+//	credentials.go  enable, disable, remove a credential, set its limits
+//	budget.go       a batch's budget (batch set --budget)
 //
 // Enqueue is internal/enqueue's, and the views are internal/status,
 // internal/batchview and internal/itemview: both front ends call those
