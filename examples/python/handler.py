@@ -39,7 +39,8 @@ for its own http kind:
   2xx                    ok, output = the reply's JSON, cost = usage.total_tokens
   429                    rate_limited (the key rests as the headers say)
   429 insufficient_quota rejected (the key's quota is spent: waiting does not help)
-  401                    rejected (the key is disabled, the item runs on another)
+  401                    rejected (the item runs on another key; a key that
+                         refuses 3 different items in a row is disabled)
   other 4xx              permanent (the item is wrong: it is dead-lettered)
   5xx, network errors    transient (retried after a backoff)
 

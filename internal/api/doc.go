@@ -1,5 +1,5 @@
-// Package api serves the fleet's HTTP API for programs (DESIGN "Any
-// language"), which `producer dashboard` mounts beside its page:
+// Package api serves the fleet's HTTP API for programs
+// (docs/http-api.md), which `producer dashboard` mounts beside its page:
 //
 //	POST /api/batches?kind=K&batch=ID&priority=N&weight=W&id_field=F&format=F&deadline=D&budget=B&tenant=T
 //	     body: JSON Lines (Content-Type: application/x-ndjson), admin token

@@ -16,7 +16,8 @@ import (
 	"github.com/keyfleet/keyfleet/internal/ops"
 )
 
-// An operator steers a batch (DESIGN "Batches") with ops.Steer, as
+// An operator steers a batch (docs/operations.md, "Batches") with
+// ops.Steer, as
 // `producer batch pause|resume|cancel` does:
 //
 //	POST /api/batches/{id}/pause    no new item of the batch starts

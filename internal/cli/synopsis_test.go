@@ -21,8 +21,8 @@ const (
 	synopsisEnd   = "<!-- /cli-synopsis -->"
 )
 
-// pendingFlags are flags and commands the README's synopsis (DESIGN's
-// "User interface") names that are being added in another change; each is
+// pendingFlags are flags and commands the README's synopsis (the pinned
+// user interface) names that are being added in another change; each is
 // allowed to be missing from the commands until it exists. Once it
 // exists, the test asks for its entry here to go.
 var pendingFlags = map[string]bool{}

@@ -13,12 +13,12 @@ import (
 	"github.com/keyfleet/keyfleet/pkg/ratelimit"
 )
 
-// DESIGN.md's kinds and key groups example loads, and the accessors the
-// worker uses read it as the design says.
+// The pinned kinds and key groups example (testdata) loads, and the
+// accessors the worker uses read it as docs/limits.md says.
 func TestDesignKindsExample(t *testing.T) {
 	c, err := config.Load("testdata/design_kinds.yaml", env(nil))
 	if err != nil {
-		t.Fatalf("DESIGN.md kinds example: %v", err)
+		t.Fatalf("the pinned kinds example: %v", err)
 	}
 	if got := c.Jobs.KindNames(); !slices.Equal(got, []string{"chat", "embed", "resize"}) {
 		t.Errorf("KindNames: got %v", got)

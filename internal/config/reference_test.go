@@ -112,15 +112,16 @@ func TestReferenceCoversEveryKey(t *testing.T) {
 	}
 }
 
-// DESIGN.md's example (pinned interface) is a valid config.
+// The config example of the pinned user interface (copied verbatim into
+// testdata) is a valid config.
 func TestDesignExample(t *testing.T) {
 	c, err := config.Load("testdata/design_example.yaml", env(nil))
 	if err != nil {
-		t.Fatalf("DESIGN.md example: %v", err)
+		t.Fatalf("the pinned config example: %v", err)
 	}
 	if c.Worker.Listen != "127.0.0.1:9464" || c.Jobs.Exec == nil || c.Jobs.HTTP == nil ||
 		len(c.Pool.Credentials) != 1 || c.Pool.Credentials[0].Rate.N != 60 || c.Pool.Credentials[0].Rate.Period != time.Minute {
-		t.Fatalf("DESIGN.md example read wrongly: %+v", c)
+		t.Fatalf("the pinned config example read wrongly: %+v", c)
 	}
 }
 

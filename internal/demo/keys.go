@@ -38,7 +38,7 @@ var demoKeys = []demoKey{
 		fakeapi.Key{Rate: ratelimit.Limit{N: 4, Period: 4 * time.Second}, RateHeaders: "openai"},
 		"4 requests per 4 s, said in x-ratelimit-* headers", "no limits in the pool: the headers rest the key before a 429", false},
 	{"echo", "DEMO_KEY_ECHO", "demo-sk-echo-0e6b4d2c81", "enrich", 1, "", fakeapi.Key{}, "nothing (revoked key)",
-		"revoked: the API answers 401, the key is disabled", true},
+		"revoked: the API answers 401; after 3 refused items the key is disabled", true},
 }
 
 // Models of the demo's chat items, each limited on its own on every llm

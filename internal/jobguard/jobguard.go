@@ -1,5 +1,5 @@
 // Package jobguard makes sure the processes a worker starts for its jobs
-// do not outlive it, however it ends (DESIGN.md "Key safety": a job never
+// do not outlive it, however it ends (docs/handlers.md: a job never
 // outlives its worker; a stray job keeps its credential's secret and keeps
 // using the key while its item runs again elsewhere).
 //

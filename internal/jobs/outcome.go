@@ -108,8 +108,10 @@ func (e *RateLimitedError) Error() string {
 func (e *RateLimitedError) outcome() Outcome { return OutcomeRateLimited }
 
 // RejectedError reports that the credential was refused (401, 403, 402,
-// insufficient quota, exit 77). The runner disables the credential with
-// Reason and runs the item again with another one. Return it with Rejected.
+// insufficient quota, exit 77). The runner records the refusal against
+// the credential, with Reason, and runs the item again with another one;
+// a credential that refuses creds.RefusalsToDisable different items in a
+// row is disabled. Return it with Rejected.
 type RejectedError struct {
 	Reason string
 }

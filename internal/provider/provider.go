@@ -1,5 +1,5 @@
 // Package provider holds what keyfleet knows of the LLM providers' own
-// APIs (DESIGN "Providers"): for a kind that names its provider (http:
+// APIs (docs/providers.md): for a kind that names its provider (http:
 // {provider: openai | anthropic | openai-compatible}), the base URL, the
 // auth header, the endpoint, the probe, the rate-limit headers, how a
 // reply says what it used, the item's scope (its model) and the estimate

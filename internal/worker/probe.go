@@ -16,7 +16,8 @@ import (
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
-// Probes bring back the keys the API disabled (DESIGN "Key safety"): with
+// Probes bring back the keys the API disabled (docs/limits.md, "Disabled
+// keys come back"): with
 // pool.probe_interval set, every worker looks at the pool once per
 // interval and probes each key the API disabled that it holds the secret
 // of, if it wins the key's fleet-wide probe claim for the interval, so

@@ -156,8 +156,10 @@ func (p *Pool) ReleaseCooldown(ctx context.Context, l *Lease, d time.Duration, r
 	return p.Settle(ctx, l, Outcome{RateLimited: true, Rest: d, RestReason: reason})
 }
 
-// ReleaseDisable ends the lease and disables the credential (a rejected
-// key) until Enable.
+// ReleaseDisable ends the lease and disables the credential at once, until
+// Enable. An API's refusal is not this: report it as Outcome.Refused,
+// which disables a credential only once it has refused RefusalsToDisable
+// different items in a row.
 func (p *Pool) ReleaseDisable(ctx context.Context, l *Lease, reason string) error {
 	if reason == "" {
 		reason = "disabled"
