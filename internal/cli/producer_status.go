@@ -23,12 +23,12 @@ func (p *producer) statusCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the queue, the consumer, the workers and the credential pool",
-		Long: `status shows the work stream (messages, bytes), the workers' consumer
-(pending, ack pending, redelivered, waiting pulls, last activity), the dead
-letters, the workers heard from recently, and the credential pool: totals
-and one row per credential (in flight, cooling until and why, disabled and
-why, starts in the rate window).
+		Short: "Show the queue, the consumers, the workers and the credential pool",
+		Long: `status shows the work stream (messages, bytes), the workers' consumers
+(one per batch lane, summed: pending, ack pending, redelivered, waiting
+pulls, last activity), the dead letters, the workers heard from recently,
+and the credential pool: totals and one row per credential (in flight,
+cooling until and why, disabled and why, starts in the rate window).
 
 --json prints one JSON object with a stable schema instead of the tables:
   at, stream{name,messages,bytes},

@@ -10,7 +10,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/check"
 )
 
-// Config names the streams and sets the consumer's delivery rules.
+// Config names the streams and sets the lanes' consumers' delivery rules.
 type Config struct {
 	// Stream is the work stream's name (default StreamDefault); the
 	// results and dead-letter streams and the worker bucket are named
@@ -70,7 +70,7 @@ const (
 	RequestTimeoutDefault  = 5 * time.Second
 )
 
-// Limits of the workers' consumer, sized for fleets of 1,000 workers: each
+// Limits of each lane's consumer, sized for fleets of 1,000 workers: each
 // worker has at most MaxFetchesPerWorker pull requests waiting, and at
 // most its slots' messages unacknowledged.
 const (
@@ -79,8 +79,7 @@ const (
 	// ConsumerMaxWaiting is the consumer's max_waiting: the pull requests it
 	// holds at once (JetStream's default, 512, refuses the 129th worker's
 	// fourth pull with "Exceeded MaxWaiting"). JetStream cannot change it
-	// on an existing consumer: one made with less keeps it, and workers
-	// warn at start.
+	// on an existing consumer: one made with less keeps it.
 	ConsumerMaxWaiting = 8192
 	// ConsumerMaxAckPending bounds the messages delivered and not yet
 	// acknowledged across the fleet (its slots, plus hand-backs in flight).
@@ -111,8 +110,8 @@ func ConfigFrom(c interface{ QueueConfig() Config }) Config { return c.QueueConf
 // CheckName checks a stream name as JetStream does.
 func CheckName(name string) error { return checkName(name, maxNameLength) }
 
-// CheckConsumerName checks the workers' consumer name: a stream name,
-// short enough for the lane consumers named after it
+// CheckConsumerName checks Config.Consumer: a stream name, short enough
+// for the lane consumers named after it
 // (LaneConsumerName adds up to laneSuffixLength bytes).
 func CheckConsumerName(name string) error { return checkName(name, maxNameLength-laneSuffixLength) }
 

@@ -11,9 +11,9 @@ import (
 const MaxKindNameLen = 64
 
 // CheckKindName reports whether name can name a job kind (the config
-// file's jobs.kinds.<name>): it is the last token of its items' subjects
-// (<prefix>.<kind>, <prefix>.b.<batch>.<kind>), an entry of a batch
-// record's comma-separated kinds and a header value, so it is 1 to
+// file's jobs.kinds.<name>): it is a token of its items' subjects
+// (<prefix>.b.<batch>.<kind>[.<scope>]), an entry of a batch record's
+// kinds (stored comma separated) and a header value, so it is 1 to
 // MaxKindNameLen ASCII letters, digits, '_' or '-'. Whether a kind of
 // that name is configured is CheckKind's question, not this one's.
 func CheckKindName(name string) error {

@@ -239,8 +239,8 @@ func CheckID(what, id string) error {
 	return nil
 }
 
-// Kinds are the job kinds a worker can run (jobs.Names): each has its
-// subject, <prefix>.<kind>.
+// Kinds are the built-in job kinds a worker can run (jobs.Names); a
+// kind is a token of its items' subjects (<prefix>.b.<batch>.<kind>).
 var Kinds = jobs.Names()
 
 // CheckKind reports whether kind is a known job kind: a built-in one

@@ -1,5 +1,5 @@
 // Package status builds the view of the fleet that `producer status` and
-// `producer dashboard` show: the work stream, the workers' consumer, the
+// `producer dashboard` show: the work stream, the workers' consumers, the
 // dead letters and results kept, the workers heard from recently and the
 // credential pool. Front ends only format a Report; they never assemble
 // one themselves, so the CLI and the web page cannot disagree.
