@@ -128,7 +128,9 @@ func (w *Writer) WriteLanes(ctx context.Context, b kftype.BatchInfo) {
 // could not reach Redis, or died between the record and its lanes, left
 // undone, and everything after Redis lost the schedule. Lanes the
 // schedule holds at their record's revision are left as they are (their
-// places in it kept). It returns how many batches it registered again.
+// places in it kept). records are every record the caller knows: once
+// each is registered, the schedule is complete (lanes.Schedule.Complete).
+// It returns how many batches it registered again.
 func (w *Writer) Repair(ctx context.Context, records []kftype.BatchInfo) (int, error) {
 	var ids []string
 	var of []int // the record of each lane in ids
@@ -141,12 +143,12 @@ func (w *Writer) Repair(ctx context.Context, records []kftype.BatchInfo) (int, e
 			of = append(of, i)
 		}
 	}
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	gens, err := w.sched.Gens(ctx, ids)
-	if err != nil {
-		return 0, err
+	var gens []uint64
+	if len(ids) > 0 {
+		var err error
+		if gens, err = w.sched.Gens(ctx, ids); err != nil {
+			return 0, err
+		}
 	}
 	behind := map[int]bool{}
 	for j, g := range gens {
@@ -164,5 +166,5 @@ func (w *Writer) Repair(ctx context.Context, records []kftype.BatchInfo) (int, e
 		}
 		n++
 	}
-	return n, nil
+	return n, w.sched.Complete(ctx)
 }

@@ -140,9 +140,21 @@ func (s *Schedule) Sync(ctx context.Context, l Lane) (Synced, error) {
 	return Synced(n), nil
 }
 
-// ErrLost is Pick's answer when Redis lost the schedule: the caller
-// registers the running lanes again (Sync), then picks again.
+// ErrLost is Pick's answer when the schedule is not known to hold every
+// lane (Redis lost its state, or it is new): the caller registers the
+// lanes of every batch record again (Sync), says so (Complete), then picks
+// again. A Sync alone does not make the schedule complete: after a loss,
+// the first writer's lanes are not all there is.
 var ErrLost = errors.New("lanes: the schedule is lost (Redis lost its state): register the lanes again")
+
+// Complete says the schedule holds every lane: the caller registered the
+// lanes of every batch record it knows since Pick said ErrLost.
+func (s *Schedule) Complete(ctx context.Context) error {
+	if err := script.Run(ctx, s.rdb, []string{s.epoch}, "complete").Err(); err != nil {
+		return fmt.Errorf("lanes: complete: %w", err)
+	}
+	return nil
+}
 
 // Pick gives n free slots to the next lane: the lane whose virtual time is
 // lowest among the highest priority's lanes that are not resting after a

@@ -1,8 +1,8 @@
 -- The lane schedule: which batch a worker pulls from next (see
 -- docs/waiting-model.md). One script, every op atomic, on Redis time.
--- KEYS[1]  <prefix>epoch: exists while the schedule holds its state (a
---          Redis that lost it has none: the workers register the lanes
---          again)
+-- KEYS[1]  <prefix>epoch: exists while the schedule holds every lane (a
+--          Redis that lost its state has none: a worker registers the
+--          lanes again from the batch records, then sets it: complete)
 -- ARGV[1]  op, then per op:
 --   sync    lane state prio weight gen classes tenant tweight
 --                                        register (state running) or take
@@ -16,6 +16,7 @@
 --   got     lane asked got               a fetch took fewer than given
 --   drained lane gen                     nothing of the lane is left
 --   claim   what owner ttl_ms            one worker at a time does what
+--   complete                             every lane is registered: set epoch
 --   gens    lane...                      the generation each lane is
 --                                        registered at ('0': none)
 -- Keys under the prefix:
@@ -91,7 +92,6 @@ local op = ARGV[1]
 if op == 'sync' then
   local l, state, p, w, gen, c = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] or ''
   local tenant, tw = ARGV[8] or '', tonumber(ARGV[9] or '1') or 1
-  redis.call('SET', K_EPOCH, '1')
   local h = redis.call('HMGET', k_lane(l), 'p', 'gen', 'drained', 'ts')
   local oldp, oldgen, drained = tonumber(h[1] or '0') or 0, tonumber(h[2] or '0') or 0, tonumber(h[3] or '-1') or -1
   if gen < oldgen then
@@ -265,6 +265,9 @@ elseif op == 'gens' then
     out[#out + 1] = redis.call('HGET', k_lane(ARGV[i]), 'gen') or '0'
   end
   return out
+elseif op == 'complete' then
+  redis.call('SET', K_EPOCH, '1')
+  return 1
 elseif op == 'claim' then
   if redis.call('SET', PFX .. 'claim:' .. ARGV[2], ARGV[3], 'NX', 'PX', ARGV[4]) then
     return 1

@@ -19,7 +19,11 @@ import (
 func newSchedule(t *testing.T) (*lanes.Schedule, *redis.Client) {
 	t.Helper()
 	rdb := redistest.Start(t).Client(t)
-	return lanes.New(rdb, redistest.UniqueName(t)).WithTurn(lanes.Turn{}), rdb
+	s := lanes.New(rdb, redistest.UniqueName(t)).WithTurn(lanes.Turn{})
+	if err := s.Complete(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s, rdb
 }
 
 func sync(t *testing.T, s *lanes.Schedule, l lanes.Lane) lanes.Synced {
@@ -197,8 +201,9 @@ func TestDrainedAndStates(t *testing.T) {
 	}
 }
 
-// A Redis that lost its state says so; registering again brings the
-// schedule back.
+// A Redis that lost its state says so, also after a writer registered a
+// lane (the others are not there); registering the lanes again and saying
+// so brings the schedule back.
 func TestLostSchedule(t *testing.T) {
 	s, rdb := newSchedule(t)
 	ctx := context.Background()
@@ -209,8 +214,15 @@ func TestLostSchedule(t *testing.T) {
 	if _, _, _, err := s.Pick(ctx, 1); !errors.Is(err, lanes.ErrLost) {
 		t.Fatalf("after FLUSHALL: %v, want ErrLost", err)
 	}
+	sync(t, s, lanes.Lane{ID: "y", Priority: 3, Gen: 1}) // a writer's
+	if _, _, _, err := s.Pick(ctx, 1); !errors.Is(err, lanes.ErrLost) {
+		t.Fatalf("after one writer's lane: %v, want ErrLost still", err)
+	}
 	sync(t, s, lanes.Lane{ID: "x", Priority: 3, Gen: 1})
-	if got := picks(t, s, 1); got["x"] != 1 {
+	if err := s.Complete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := picks(t, s, 2); got["x"] != 1 || got["y"] != 1 {
 		t.Fatalf("registered again: %v", got)
 	}
 }
@@ -300,6 +312,9 @@ func TestTurns(t *testing.T) {
 	rdb := redistest.Start(t).Client(t)
 	s := lanes.New(rdb, redistest.UniqueName(t)).WithTurn(lanes.Turn{Time: time.Hour, Slots: 10})
 	ctx := context.Background()
+	if err := s.Complete(ctx); err != nil {
+		t.Fatal(err)
+	}
 	sync(t, s, lanes.Lane{ID: "a", Priority: 3, Gen: 1, Classes: []string{"k|"}})
 	sync(t, s, lanes.Lane{ID: "b", Priority: 3, Gen: 1, Classes: []string{"k|"}})
 	var order []string

@@ -23,6 +23,11 @@ type batchView struct {
 	swept   map[string]bool               // cancelled batches with nothing left
 	// wake tells the puller something changed (a batch enqueued, resumed).
 	wake chan struct{}
+	// awaiting are the running batches whose record changed, by the
+	// revision their lanes are awaited at (lanewait.go); awaited tells
+	// awaitLanes of a new one.
+	awaiting map[string]uint64
+	awaited  chan struct{}
 	// ready closes once the records that existed at start are known.
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -32,6 +37,7 @@ func newBatchView() *batchView {
 	return &batchView{
 		records: map[string]kftype.BatchInfo{}, cons: map[string]jetstream.Consumer{}, swept: map[string]bool{},
 		wake: make(chan struct{}, 1), ready: make(chan struct{}),
+		awaiting: map[string]uint64{}, awaited: make(chan struct{}, 1),
 	}
 }
 
@@ -56,6 +62,16 @@ func (v *batchView) gen(lane string) uint64 {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.records[batch].Rev
+}
+
+// isReady reports whether the records that existed at start are known.
+func (v *batchView) isReady() bool {
+	select {
+	case <-v.ready:
+		return true
+	default:
+		return false
+	}
 }
 
 // Poke tells the puller something changed.
@@ -83,8 +99,10 @@ func (w *Worker) watchBatches(ctx context.Context) {
 	}
 }
 
-// batchChanged takes a record the watch delivered and tells the puller; a
-// deleted one is forgotten (the batch holds nothing any more).
+// batchChanged takes a record the watch delivered and tells the puller
+// (and, for a running batch, awaitLanes: its writer registers its lanes a
+// moment after the record); a deleted one is forgotten (the batch holds
+// nothing any more).
 func (w *Worker) batchChanged(b kftype.BatchInfo) {
 	v := w.batches
 	v.mu.Lock()
@@ -96,6 +114,7 @@ func (w *Worker) batchChanged(b kftype.BatchInfo) {
 		old := v.records[b.ID]
 		delete(v.records, b.ID)
 		delete(v.swept, b.ID)
+		delete(v.awaiting, b.ID)
 		for _, lane := range old.Lanes() {
 			delete(v.cons, lane)
 		}
@@ -103,7 +122,17 @@ func (w *Worker) batchChanged(b kftype.BatchInfo) {
 		return
 	}
 	v.records[b.ID] = b
+	await := b.State == kftype.BatchRunning && v.isReady()
+	if await {
+		v.awaiting[b.ID] = b.Rev
+	}
 	v.mu.Unlock()
+	if await {
+		select {
+		case v.awaited <- struct{}{}:
+		default:
+		}
+	}
 	v.Poke()
 }
 

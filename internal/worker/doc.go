@@ -4,8 +4,10 @@
 // (pull.go: the lane schedule picks the batch), and hands each message to
 // the item executor (internal/executor), which reserves a credential, runs
 // the job and settles the message. The worker counts what each delivery
-// came to (slot.go), keeps its view of the batches (batches.go), registers
-// the lanes a record's writer left undone (lanerepair.go), announces
+// came to (slot.go), keeps its view of the batches (batches.go), wakes
+// its puller once a changed batch's lanes are in the schedule
+// (lanewait.go), registers the lanes a record's writer left undone
+// (lanerepair.go), announces
 // itself (heartbeat.go), probes disabled keys (probe.go), serves
 // /metrics, /healthz and /readyz (health.go), runs the Batch API runner
 // (batchapi.go) and shuts down in two phases (Run).

@@ -12,9 +12,10 @@ import (
 // The operation that writes a batch's record registers its lanes
 // (batchlanes, through the queue handle's lane writer); a worker only
 // reads the schedule. Writing it here is recovery: when Redis lost the
-// schedule (a pick says lanes.ErrLost), and every laneRepairEvery, by one
-// worker of the fleet at a time, for what a writer left undone (it could
-// not reach Redis, or died between the record and its lanes).
+// schedule (a pick says lanes.ErrLost), and every laneRepairEvery, or when
+// a changed batch's lanes do not come (lanewait.go), by one worker of the
+// fleet at a time, for what a writer left undone (it could not reach
+// Redis, or died between the record and its lanes).
 
 // laneRepairEvery spaces the fleet's looks for records whose lanes the
 // schedule lacks.
@@ -22,8 +23,13 @@ const laneRepairEvery = 10 * time.Second
 
 // repairLanes registers again, from the records the worker knows, the
 // lanes the schedule holds at an older revision than their record, or
-// not at all.
+// not at all, and then says the schedule is complete. Before the records
+// that existed at start are known it does nothing: the schedule would not
+// be complete.
 func (w *Worker) repairLanes(ctx context.Context, why string) {
+	if !w.batches.isReady() {
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	w.batches.mu.Lock()

@@ -347,6 +347,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopWatch()
 	var watchers sync.WaitGroup
 	watchers.Go(func() { w.watchBatches(watchCtx) })
+	watchers.Go(func() { w.awaitLanes(watchCtx) })
 	watchers.Go(func() { w.sweepCancelled(watchCtx) })
 	watchers.Go(func() { w.runBatchAPI(watchCtx) })
 	pullDone := make(chan struct{})
