@@ -17,9 +17,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/keyfleet/keyfleet/internal/batchlanes"
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/ctxsleep"
 	"github.com/keyfleet/keyfleet/internal/jsonl"
+	"github.com/keyfleet/keyfleet/internal/lanes"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 )
@@ -111,6 +113,12 @@ func (e *env) newFleet(ctx context.Context, scenario string, spec fleetSpec) (*f
 	if f.q, err = queue.Open(ctx, e.nc, queue.ConfigFrom(f.cfg)); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
+	// Its enqueues register their batches' lanes, as the producer's do.
+	lw, err := batchlanes.New(lanes.New(e.rdb, f.q.Config().Stream), f.cfg)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	f.q.SetLaneWriter(lw)
 	return f, nil
 }
 
