@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // apiServer is internal/fakeapi served on a loopback port for the worker
@@ -222,7 +222,7 @@ func credIDs(prefix string, n int) []string {
 // dispatchLatency returns, sorted in ms, how long after its lease grant
 // (Redis's clock, the results' leased_at) each item's successful request
 // reached the API (this machine's clock: the same clock).
-func dispatchLatency(ev []apiEvent, rs []queue.Result) []float64 {
+func dispatchLatency(ev []apiEvent, rs []kftype.Result) []float64 {
 	ok := map[string]time.Time{}
 	for _, e := range ev {
 		if e.status == http.StatusOK {

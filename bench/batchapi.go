@@ -12,8 +12,8 @@ import (
 	"github.com/keyfleet/keyfleet/internal/ctxsleep"
 	"github.com/keyfleet/keyfleet/internal/enqueue"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/provider"
-	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/pkg/ratelimit"
 )
 
@@ -95,8 +95,8 @@ func runBatchAPI(ctx context.Context, e *env, r runInfo) (*sample, error) {
 	}
 	wall := time.Since(start)
 	via := 0
-	if err := f.q.ReadResults(ctx, "deadline", func(r queue.Result) error {
-		if r.Outcome == queue.OutcomeSucceeded && r.Via != "" {
+	if err := f.q.ReadResults(ctx, "deadline", func(r kftype.Result) error {
+		if r.Outcome == kftype.OutcomeSucceeded && r.Via != "" {
 			via++
 		}
 		return nil

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/ctxsleep"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -296,12 +297,12 @@ func (f *fleet) fairRun(ctx context.Context, sz batchesSizes, name string, wA, w
 
 // doneIn counts the results that succeeded with finished_at in [from, to),
 // and the cancelled ones.
-func doneIn(rs []queue.Result, from, to time.Time) (done, cancelled int) {
+func doneIn(rs []kftype.Result, from, to time.Time) (done, cancelled int) {
 	for _, r := range rs {
 		switch {
-		case r.Outcome == queue.OutcomeCancelled:
+		case r.Outcome == kftype.OutcomeCancelled:
 			cancelled++
-		case r.Outcome == queue.OutcomeSucceeded && !r.FinishedAt.Before(from) && r.FinishedAt.Before(to):
+		case r.Outcome == kftype.OutcomeSucceeded && !r.FinishedAt.Before(from) && r.FinishedAt.Before(to):
 			done++
 		}
 	}
@@ -311,10 +312,10 @@ func doneIn(rs []queue.Result, from, to time.Time) (done, cancelled int) {
 // cancelAndCount cancels batch (n items) as `producer batch cancel` does,
 // waits until every item has a result, and measures the starts after the
 // cancel returned.
-func (f *fleet) cancelAndCount(ctx context.Context, batch string, n int) (cancelStat, []queue.Result, error) {
+func (f *fleet) cancelAndCount(ctx context.Context, batch string, n int) (cancelStat, []kftype.Result, error) {
 	id := f.batchID(batch)
 	t0 := time.Now()
-	if _, err := f.q.SetBatchState(ctx, id, queue.ActionCancel, "kfbench"); err != nil {
+	if _, err := f.q.SetBatchState(ctx, id, kftype.ActionCancel, "kfbench"); err != nil {
 		return cancelStat{}, nil, err
 	}
 	if _, _, err := f.q.DrainCancelled(ctx, id, "kfbench"); err != nil {
@@ -332,7 +333,7 @@ func (f *fleet) cancelAndCount(ctx context.Context, batch string, n int) (cancel
 
 // startsAfter is the latest start (leased_at) of rs less t (0 when none
 // is later) and how many started after t.
-func startsAfter(rs []queue.Result, t time.Time) (last time.Duration, n int) {
+func startsAfter(rs []kftype.Result, t time.Time) (last time.Duration, n int) {
 	for _, r := range rs {
 		if r.LeasedAt.IsZero() || !r.LeasedAt.After(t) {
 			continue
@@ -359,7 +360,7 @@ func (f *fleet) publishBatch(ctx context.Context, name string, n int, ms float64
 	sleep := strconv.FormatFloat(ms, 'f', -1, 64)
 	for i := range n {
 		item := fmt.Sprintf("item-%06d", i)
-		it := queue.Item{ID: item, Batch: id, Kind: "sleep", Payload: fmt.Appendf(nil, `{"id":%q,"ms":%s}`, item, sleep)}
+		it := kftype.Item{ID: item, Batch: id, Kind: "sleep", Payload: fmt.Appendf(nil, `{"id":%q,"ms":%s}`, item, sleep)}
 		if err := pub.Add(ctx, it); err != nil {
 			return start, err
 		}
@@ -377,11 +378,11 @@ func (f *fleet) publishBatch(ctx context.Context, name string, n int, ms float64
 
 // waitBatch follows the results of the run's batch name until n items
 // have one, and returns them (the latest of each item).
-func (f *fleet) waitBatch(ctx context.Context, name string, n int, within time.Duration) ([]queue.Result, error) {
+func (f *fleet) waitBatch(ctx context.Context, name string, n int, within time.Duration) ([]kftype.Result, error) {
 	wctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
-	latest := map[string]queue.Result{}
-	err := f.q.WatchResults(wctx, f.batchID(name), func(r queue.Result) (bool, error) {
+	latest := map[string]kftype.Result{}
+	err := f.q.WatchResults(wctx, f.batchID(name), func(r kftype.Result) (bool, error) {
 		latest[r.Item] = r
 		return len(latest) < n, nil
 	})
@@ -391,7 +392,7 @@ func (f *fleet) waitBatch(ctx context.Context, name string, n int, within time.D
 		}
 		return nil, err
 	}
-	out := make([]queue.Result, 0, len(latest))
+	out := make([]kftype.Result, 0, len(latest))
 	for _, r := range latest {
 		out = append(out, r)
 	}
@@ -477,8 +478,8 @@ func batchesThroughput(ctx context.Context, e *env, r runInfo, total, manyBatche
 	if err != nil {
 		return 0, 0, err
 	}
-	var rs []queue.Result
-	if err := f.q.ReadResults(ctx, "", func(r queue.Result) error {
+	var rs []kftype.Result
+	if err := f.q.ReadResults(ctx, "", func(r kftype.Result) error {
 		rs = append(rs, r)
 		return nil
 	}); err != nil {

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // quickCovered are the scenarios TestQuick runs at their quick sizes in
@@ -231,14 +231,14 @@ func TestGoal(t *testing.T) {
 func TestBatchesCounts(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	rs := []queue.Result{
-		{Item: "a", Outcome: queue.OutcomeSucceeded, LeasedAt: at(-30), FinishedAt: at(-10)}, // before the window
-		{Item: "b", Outcome: queue.OutcomeSucceeded, LeasedAt: at(-20), FinishedAt: at(0)},   // at its start: in
-		{Item: "c", Outcome: queue.OutcomeSucceeded, LeasedAt: at(500), FinishedAt: at(520)},
-		{Item: "d", Outcome: queue.OutcomeFailed, LeasedAt: at(600), FinishedAt: at(620)},     // not done
-		{Item: "e", Outcome: queue.OutcomeSucceeded, LeasedAt: at(980), FinishedAt: at(1000)}, // at its end: out
-		{Item: "f", Outcome: queue.OutcomeCancelled, FinishedAt: at(1100)},
-		{Item: "g", Outcome: queue.OutcomeCancelled, FinishedAt: at(1200)},
+	rs := []kftype.Result{
+		{Item: "a", Outcome: kftype.OutcomeSucceeded, LeasedAt: at(-30), FinishedAt: at(-10)}, // before the window
+		{Item: "b", Outcome: kftype.OutcomeSucceeded, LeasedAt: at(-20), FinishedAt: at(0)},   // at its start: in
+		{Item: "c", Outcome: kftype.OutcomeSucceeded, LeasedAt: at(500), FinishedAt: at(520)},
+		{Item: "d", Outcome: kftype.OutcomeFailed, LeasedAt: at(600), FinishedAt: at(620)},     // not done
+		{Item: "e", Outcome: kftype.OutcomeSucceeded, LeasedAt: at(980), FinishedAt: at(1000)}, // at its end: out
+		{Item: "f", Outcome: kftype.OutcomeCancelled, FinishedAt: at(1100)},
+		{Item: "g", Outcome: kftype.OutcomeCancelled, FinishedAt: at(1200)},
 	}
 	if done, cancelled := doneIn(rs, at(0), at(1000)); done != 2 || cancelled != 2 {
 		t.Errorf("doneIn: %d done, %d cancelled; want 2, 2", done, cancelled)

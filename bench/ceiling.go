@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
@@ -80,7 +81,7 @@ func jsCeiling(ctx context.Context, e *env, smp *sample, n int, mode jsMode, key
 		}
 		// The items are in the batch's lane (its own consumer), as the
 		// workers pull them.
-		cons, err := q.LaneConsumer(ctx, queue.Lane(f.batch, ""))
+		cons, err := q.LaneConsumer(ctx, kftype.Lane(f.batch, ""))
 		if err != nil {
 			return err
 		}
@@ -164,10 +165,10 @@ func benchResult(q *queue.Queue, msg jetstream.Msg) (subject string, data []byte
 	return q.ResultSubject(r.Batch, r.Item), data
 }
 
-func benchResultRecord(msg jetstream.Msg) queue.Result {
+func benchResultRecord(msg jetstream.Msg) kftype.Result {
 	it, _ := queue.DecodeItem(msg)
 	now := time.Now().UTC()
-	return queue.Result{Item: it.ID, Batch: it.Batch, Kind: it.Kind, Outcome: queue.OutcomeSucceeded, Attempts: 1,
+	return kftype.Result{Item: it.ID, Batch: it.Batch, Kind: it.Kind, Outcome: kftype.OutcomeSucceeded, Attempts: 1,
 		Duration: 0.000004, CredentialID: "k0", LeasedAt: now, Output: `{"slept_ms":0}`, Worker: "ceiling", FinishedAt: now}
 }
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
@@ -80,7 +80,7 @@ func runContended(ctx context.Context, e *env, r runInfo) (*sample, error) {
 	}
 	failed, reruns := n-len(rs), 0
 	for _, r := range rs {
-		if r.Outcome != queue.OutcomeSucceeded {
+		if r.Outcome != kftype.OutcomeSucceeded {
 			failed++
 		}
 		if r.Attempts > 1 {

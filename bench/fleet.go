@@ -21,6 +21,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/ctxsleep"
 	"github.com/keyfleet/keyfleet/internal/jsonl"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/lanes"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil/launch"
@@ -337,7 +338,7 @@ func (f *fleet) stopWorkers(ctx context.Context) (float64, error) {
 // workers, closes the meter (before the results are read, which costs
 // NATS and this process CPU of their own) and reads the results. The
 // caller sets the CPUUse's Wall from the results.
-func (f *fleet) finish(ctx context.Context, m *meter, variant string, n int) (CPUUse, []queue.Result, error) {
+func (f *fleet) finish(ctx context.Context, m *meter, variant string, n int) (CPUUse, []kftype.Result, error) {
 	workersCPU, err := f.stopWorkers(ctx)
 	if err != nil {
 		return CPUUse{}, nil, err
@@ -378,7 +379,7 @@ func (f *fleet) enqueueKind(ctx context.Context, kind string, n int, payload fun
 	var scopes []string
 	for i := range n {
 		id := fmt.Sprintf("item-%06d", i)
-		it := queue.Item{ID: id, Batch: f.batch, Kind: kind, Payload: payload(id)}
+		it := kftype.Item{ID: id, Batch: f.batch, Kind: kind, Payload: payload(id)}
 		if f.spec.scope != "" {
 			var err error
 			if it.Scope, _, err = jsonl.Scope(it.Payload, f.spec.scope); err != nil {
@@ -437,9 +438,9 @@ func waitStream(ctx context.Context, js jetstream.JetStream, name string, within
 }
 
 // results reads the latest result of every item of the run's batch.
-func (f *fleet) results(ctx context.Context) ([]queue.Result, error) {
-	var rs []queue.Result
-	err := f.q.ReadResults(ctx, f.batch, func(r queue.Result) error {
+func (f *fleet) results(ctx context.Context) ([]kftype.Result, error) {
+	var rs []kftype.Result
+	err := f.q.ReadResults(ctx, f.batch, func(r kftype.Result) error {
 		rs = append(rs, r)
 		return nil
 	})
@@ -471,14 +472,14 @@ func isNotFound(err error) bool {
 
 // checkSucceeded verifies that every result of n items succeeded with a
 // credential, and returns them.
-func checkSucceeded(rs []queue.Result, n int) error {
+func checkSucceeded(rs []kftype.Result, n int) error {
 	if len(rs) != n {
 		return fmt.Errorf("bench: %d results, want %d", len(rs), n)
 	}
 	bad := 0
 	var first string
 	for _, r := range rs {
-		if r.Outcome != queue.OutcomeSucceeded || r.CredentialID == "" || r.LeasedAt.IsZero() {
+		if r.Outcome != kftype.OutcomeSucceeded || r.CredentialID == "" || r.LeasedAt.IsZero() {
 			bad++
 			if first == "" {
 				first = fmt.Sprintf("%s: %s %q (credential %q)", r.Item, r.Outcome, r.Error, r.CredentialID)

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // Scenario 12: a gateway. Real worker processes (2 × 4 slots, http kind)
@@ -89,7 +89,7 @@ func runGateway(ctx context.Context, e *env, r runInfo) (*sample, error) {
 }
 
 // gatewayRun runs n items through 2 workers against a fresh gateway.
-func gatewayRun(ctx context.Context, e *env, limits string, n int, variant string) (fakeapi.Stats, []apiEvent, []queue.Result, CPUUse, error) {
+func gatewayRun(ctx context.Context, e *env, limits string, n int, variant string) (fakeapi.Stats, []apiEvent, []kftype.Result, CPUUse, error) {
 	ids := credIDs("g", gatewayKeys)
 	keys := make([]fakeapi.Key, len(ids))
 	for i := range keys {
@@ -118,7 +118,7 @@ func gatewayRun(ctx context.Context, e *env, limits string, n int, variant strin
 // until stop returns (then the items done so far must have succeeded). It
 // returns the phase's CPU (its wall: the workers' start to the end) and
 // the results.
-func (e *env) runHTTPFleet(ctx context.Context, tag string, spec fleetSpec, n, workers int, variant string, payload func(id string) []byte, stop func(context.Context) error) (CPUUse, []queue.Result, error) {
+func (e *env) runHTTPFleet(ctx context.Context, tag string, spec fleetSpec, n, workers int, variant string, payload func(id string) []byte, stop func(context.Context) error) (CPUUse, []kftype.Result, error) {
 	f, err := e.newFleet(ctx, tag, spec)
 	if err != nil {
 		return CPUUse{}, nil, err

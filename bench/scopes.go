@@ -8,7 +8,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/ctxsleep"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/pkg/ratelimit"
 )
 
@@ -184,7 +184,7 @@ func scopeItems(na, nb int, mixed bool) map[string]string {
 // scopeRatios counts each scope's starts (the results' lease grants) in d
 // whole seconds from the later of the scopes' first grants, as fractions
 // of what the scope's limits allow there.
-func scopeRatios(rs []queue.Result, scopeOf map[string]string, d int) (map[string]float64, error) {
+func scopeRatios(rs []kftype.Result, scopeOf map[string]string, d int) (map[string]float64, error) {
 	first, last := map[string]time.Time{}, map[string]time.Time{}
 	for _, r := range rs {
 		s := scopeOf[r.Item]

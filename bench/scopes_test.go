@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 func TestScopeItems(t *testing.T) {
@@ -30,11 +30,11 @@ func TestScopeItems(t *testing.T) {
 func TestScopeRatios(t *testing.T) {
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	scopeOf := map[string]string{}
-	var rs []queue.Result
+	var rs []kftype.Result
 	add := func(s string, at time.Duration) {
 		id := fmt.Sprintf("%s%d", s, len(rs))
 		scopeOf[id] = s
-		rs = append(rs, queue.Result{Item: id, LeasedAt: t0.Add(at)})
+		rs = append(rs, kftype.Result{Item: id, LeasedAt: t0.Add(at)})
 	}
 	// a from t0 at 20/s (its allowed), b from t0+0.5s at 72/s (0.9 of 80/s),
 	// both past the 2 s window.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // Where the 429s of an API that counts arrivals come from, when the pool
@@ -187,7 +187,7 @@ type skew struct {
 // skewOf breaks down the 429s of events (in arrival order) against the
 // pool's grants (by credential and token) and the results (each item's
 // last run: its 200's grant).
-func skewOf(events []apiEvent, rs []queue.Result, pool map[string]map[string]time.Time, lim skewLimits) skew {
+func skewOf(events []apiEvent, rs []kftype.Result, pool map[string]map[string]time.Time, lim skewLimits) skew {
 	type okRun struct {
 		item          string
 		grant, arrive time.Time

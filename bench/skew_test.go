@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 func TestSkewOf(t *testing.T) {
@@ -32,7 +32,7 @@ func TestSkewOf(t *testing.T) {
 		{at: ms(10002), cred: "k1", item: "r", status: http.StatusTooManyRequests, limit: "rate", lease: "t3"},
 		{at: ms(10003), cred: "k3", item: "z", status: http.StatusTooManyRequests, limit: "rate"},
 	}
-	rs := []queue.Result{{Item: "x", LeasedAt: ms(0)}, {Item: "y", LeasedAt: ms(1000)}, {Item: "a", LeasedAt: ms(0)}, {Item: "b", LeasedAt: ms(2)}}
+	rs := []kftype.Result{{Item: "x", LeasedAt: ms(0)}, {Item: "y", LeasedAt: ms(1000)}, {Item: "a", LeasedAt: ms(0)}, {Item: "b", LeasedAt: ms(2)}}
 	pool := map[string]map[string]time.Time{
 		"k1": {"t1": ms(0), "t2": ms(1000), "t3": ms(10001)},
 		"k2": {"t4": ms(0), "t6": ms(2), "t5": ms(15)},

@@ -12,8 +12,8 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/ctxsleep"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/provider"
-	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/spend"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
@@ -229,7 +229,7 @@ func spendUtilization(ctx context.Context, e *env, smp *sample, n int, quick boo
 	}
 	if err := waitFor(ctx, 3*time.Minute, func() (bool, error) {
 		rec, err := f.q.Batch(ctx, f.batch)
-		return err == nil && rec.Status() == queue.BatchPaused && rec.PausedReason == spend.ReasonBudget, nil
+		return err == nil && rec.State == kftype.BatchPaused && rec.PausedReason == spend.ReasonBudget, nil
 	}); err != nil {
 		return fmt.Errorf("bench: the batch never paused for its budget: %w\n%s", err, f.workerLogs())
 	}

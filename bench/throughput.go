@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // Scenario 1: end-to-end throughput.
@@ -209,7 +209,7 @@ func (f *fleet) workersMetrics(ctx context.Context, names ...string) ([]float64,
 }
 
 // span is the earliest lease grant and the latest finish of the results.
-func span(rs []queue.Result) (first, last time.Time) {
+func span(rs []kftype.Result) (first, last time.Time) {
 	for i, r := range rs {
 		if i == 0 || r.LeasedAt.Before(first) {
 			first = r.LeasedAt
