@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,7 +16,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/keyfleet/keyfleet/internal/batchlanes"
 	"github.com/keyfleet/keyfleet/internal/config"
+	"github.com/keyfleet/keyfleet/internal/connect"
+	"github.com/keyfleet/keyfleet/internal/lanes"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
@@ -114,7 +118,36 @@ func newFleet(t *testing.T, o fleetOptions) *fleet {
 	if f.q, err = queue.Attach(ctx, f.nc, queue.Config{Stream: "KF"}); err != nil {
 		t.Fatal(err)
 	}
+	f.attachLanes()
 	return f
+}
+
+// attachLanes gives f.q the lane writer a producer's queue handle has
+// (batchlanes), for the Redis of the fleet's config as it is now: the
+// batches f.q enqueues register their lanes, which the workers pull.
+func (f *fleet) attachLanes() {
+	f.t.Helper()
+	cfg, err := config.Load(f.cfg, func(k string) string {
+		for _, kv := range slices.Backward(f.env) {
+			if v, ok := strings.CutPrefix(kv, k+"="); ok {
+				return v
+			}
+		}
+		return ""
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	rdb, err := connect.RedisClient(cfg.Redis, 2, 5*time.Second)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { _ = rdb.Close() })
+	w, err := batchlanes.New(lanes.New(rdb, f.q.Config().Stream), cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.q.SetLaneWriter(w)
 }
 
 // newFleetConfig is a fleet of the NATS server(s) at natsURL, with its own

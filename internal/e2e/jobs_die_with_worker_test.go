@@ -14,7 +14,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
-// DESIGN.md "Key safety": a job never outlives its worker. A job left
+// docs/handlers.md: a job never outlives its worker. A job left
 // running keeps its credential's secret, and goes on using the key while
 // its item runs again elsewhere.
 

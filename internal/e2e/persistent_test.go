@@ -15,7 +15,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
-// DESIGN.md "Any language": persistent handlers (exec persistent: true),
+// docs/handlers.md: persistent handlers (exec persistent: true),
 // through the binaries, with a handler in Python.
 
 // persistentHandlerPy is a persistent handler. Each process appends

@@ -12,7 +12,7 @@ import (
 	"github.com/keyfleet/keyfleet/pkg/ratelimit"
 )
 
-// DESIGN.md "Providers": a provider kind runs a provider's own batch file
+// docs/providers.md: a provider kind runs a provider's own batch file
 // against a strict stand-in of the provider, written from its docs, that
 // refuses what the real API refuses. Nothing is refused, the requests are
 // the lines' bodies byte for byte, and the results come back in the

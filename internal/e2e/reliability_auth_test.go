@@ -302,4 +302,5 @@ func (f *fleet) switchNATS(yaml, url string, opts ...nats.Option) {
 		f.t.Fatal(err)
 	}
 	f.nc, f.q = nc, q
+	f.attachLanes()
 }

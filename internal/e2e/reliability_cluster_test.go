@@ -30,8 +30,16 @@ func TestReliabilityNATSClusterLosesLeader(t *testing.T) {
 		3*time.Second, "SLEEP=0.02")
 	ids := f.publish("cl", "exec", n, itemJSON)
 
-	// One node leads everything the workers use; that is the one to lose.
-	victim := c.GatherLeaders("KF", "keyfleet-workers", 30*time.Second)
+	// One node leads everything the workers use (the stream, and the
+	// batch's lane consumer, made here before they pull); that is the one
+	// to lose.
+	lane := f.q.LaneConsumerName("cl")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := f.q.LaneConsumer(ctx, "cl"); err != nil {
+		t.Fatal(err)
+	}
+	victim := c.GatherLeaders("KF", lane, 30*time.Second)
 	results := f.watchResults("cl", n)
 	start := time.Now()
 	var ws []*proc
@@ -40,7 +48,7 @@ func TestReliabilityNATSClusterLosesLeader(t *testing.T) {
 	}
 	testutil.WaitFor(t, "a third of the items to finish", 2*time.Minute, func() bool { return results.count() >= n/3 })
 	led := fmt.Sprintf("meta %v, stream %v, consumer %v", c.MetaLeader() == victim, c.StreamLeader("KF") == victim,
-		c.ConsumerLeader("KF", "keyfleet-workers") == victim)
+		c.ConsumerLeader("KF", lane) == victim)
 	at := results.count()
 	killed := time.Now()
 	c.Kill(victim)
@@ -89,4 +97,5 @@ func (f *fleet) openClusterQueue(c *natstest.Cluster, ackWait time.Duration) {
 	if f.q, err = queue.Open(ctx, f.nc, queue.Config{Stream: "KF", Replicas: 3, AckWait: ackWait}); err != nil {
 		t.Fatal(err)
 	}
+	f.attachLanes()
 }

@@ -71,4 +71,5 @@ func (f *fleet) useRedis(yaml string) {
 	if err := os.WriteFile(f.cfg, []byte(cfg), 0o600); err != nil {
 		f.t.Fatal(err)
 	}
+	f.attachLanes() // f.q's enqueues register their lanes in the cluster
 }

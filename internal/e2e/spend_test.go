@@ -15,9 +15,9 @@ import (
 	"github.com/keyfleet/keyfleet/pkg/ratelimit"
 )
 
-// DESIGN.md "Spend, budgets and tenants", through the binaries against
-// the strict stand-in of OpenAI's API, whose replies report their usage
-// exactly: a budget is never overspent (the stand-in's recorded usage
+// docs/operations.md "Spend, budgets and tenants", through the binaries
+// against the strict stand-in of OpenAI's API, whose replies report their
+// usage exactly: a budget is never overspent (the stand-in's recorded usage
 // times the prices), a batch out of budget pauses with the reason and a
 // higher budget resumes it; a tenant's budget stops all its batches
 // together; tenants share the keys by weight.
