@@ -14,9 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/batchlanes"
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/dashboard"
 	"github.com/keyfleet/keyfleet/internal/kftype"
+	"github.com/keyfleet/keyfleet/internal/lanes"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
 	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
@@ -85,6 +87,13 @@ log: {level: warn}
 	if e.q, err = queue.Open(ctx, nc, queue.ConfigFrom(cfg)); err != nil {
 		t.Fatal(err)
 	}
+	// Its writes register the batches' lanes, as the producer's do (the
+	// dashboard's own handle is this one).
+	lw, err := batchlanes.New(lanes.New(rs.Client(t), e.q.Config().Stream), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.q.SetLaneWriter(lw)
 	if e.pool, err = creds.New(rs.Client(t), cfg.Pool.Name); err != nil {
 		t.Fatal(err)
 	}
