@@ -1,7 +1,6 @@
 package queue_test
 
 import (
-	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
@@ -15,29 +14,31 @@ import (
 )
 
 // apiWrites records the JetStream API requests that create or change a
-// stream or a consumer, from the server's API audit advisories.
+// stream or a consumer, as they are sent: a subscription to the API's
+// subjects sees every request, and those of one connection in the order
+// it sent them. (The server's audit advisories, which this used before,
+// may come out of order: a consumer create's advisory after a later
+// request's.)
 type apiWrites struct {
 	mu       sync.Mutex
 	subjects []string
 	all      int
+	infos    int // $JS.API.INFO requests seen: settle's markers
 }
 
 func watchAPIWrites(t *testing.T, nc *nats.Conn) *apiWrites {
 	t.Helper()
 	w := &apiWrites{}
-	sub, err := nc.Subscribe("$JS.EVENT.ADVISORY.API", func(m *nats.Msg) {
-		var a struct {
-			Subject string `json:"subject"`
-		}
-		if json.Unmarshal(m.Data, &a) != nil {
-			return
-		}
+	sub, err := nc.Subscribe("$JS.API.>", func(m *nats.Msg) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		w.all++
+		if m.Subject == "$JS.API.INFO" {
+			w.infos++
+		}
 		for _, op := range []string{".STREAM.CREATE.", ".STREAM.UPDATE.", ".CONSUMER.CREATE.", ".CONSUMER.DURABLE.CREATE."} {
-			if strings.Contains(a.Subject, op) {
-				w.subjects = append(w.subjects, a.Subject)
+			if strings.Contains(m.Subject, op) {
+				w.subjects = append(w.subjects, m.Subject)
 			}
 		}
 	})
@@ -65,17 +66,20 @@ func (w *apiWrites) reset() {
 	w.subjects = nil
 }
 
-// settle waits until the advisories of the requests made so far are in:
-// one more request, whose own advisory comes after theirs.
+// settle waits until the requests sent so far on q's connection are
+// seen: one more request on it, which the subscription sees after them.
 func (w *apiWrites) settle(t *testing.T, q *queue.Queue) {
 	t.Helper()
-	_, before := w.counts()
-	if _, err := q.JetStream().Stream(ctx(t), q.Config().Stream); err != nil {
+	w.mu.Lock()
+	before := w.infos
+	w.mu.Unlock()
+	if _, err := q.JetStream().AccountInfo(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitFor(t, "the API advisories", 10*time.Second, func() bool {
-		_, n := w.counts()
-		return n > before
+	testutil.WaitFor(t, "the marker request", 10*time.Second, func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.infos > before
 	})
 }
 
