@@ -1,15 +1,18 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
+	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/spend"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/pkg/ratelimit"
@@ -229,11 +232,11 @@ func TestTenantBudgetStopsAllItsBatches(t *testing.T) {
 // Two tenants of weight 2 and 1, each with three batches, share the keys
 // 2:1 while all wait for them.
 func TestTenantsShareByWeight(t *testing.T) {
-	f, _ := spendFleet(t, 2, ratelimit.Limit{N: 20, Period: time.Second}, "heavy: {weight: 2}\nlight: {weight: 1}", 8)
+	f, _ := spendFleet(t, 2, ratelimit.Limit{N: 50, Period: time.Second}, "heavy: {weight: 2}\nlight: {weight: 1}", 8)
 	for i := range 3 {
 		for _, tn := range []string{"heavy", "light"} {
 			b := fmt.Sprintf("%s-%d", tn, i)
-			path := f.writeInput(b+".jsonl", chatLines(200, "gpt-4o-mini", b))
+			path := f.writeInput(b+".jsonl", chatLines(300, "gpt-4o-mini", b))
 			if r := f.producer(nil, "enqueue", "--kind", "llm", "--batch", b, "--tenant", tn, path); r.code != 0 {
 				t.Fatalf("enqueue %s:\n%s", b, r)
 			}
@@ -241,19 +244,38 @@ func TestTenantsShareByWeight(t *testing.T) {
 	}
 	f.startWorker("w1")
 	f.startWorker("w2")
-	count := func() (heavy, light float64) {
-		for i := range 3 {
-			heavy += f.batchJSON(fmt.Sprintf("heavy-%d", i))["done"].(float64)
-			light += f.batchJSON(fmt.Sprintf("light-%d", i))["done"].(float64)
+	// The share is read from the results' finish times, in process: the
+	// items finished between the 100th and the 1,000th result, while both
+	// tenants still hold a backlog (heavy's 900 last until about the
+	// 1,350th). Counting through the CLI took seconds under load, long
+	// enough for the counts to be of different moments.
+	var finished []queue.Result
+	testutil.WaitFor(t, "1,000 items done", 2*time.Minute, func() bool {
+		finished = finished[:0]
+		if err := f.q.ReadResults(context.Background(), "", func(r queue.Result) error {
+			finished = append(finished, r)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
 		}
-		return
+		return len(finished) >= 1000
+	})
+	slices.SortFunc(finished, func(a, b queue.Result) int { return a.FinishedAt.Compare(b.FinishedAt) })
+	from, to := finished[99].FinishedAt, finished[999].FinishedAt
+	var heavy, light float64
+	for _, r := range finished {
+		if !r.FinishedAt.After(from) || r.FinishedAt.After(to) {
+			continue
+		}
+		if strings.HasPrefix(r.Batch, "heavy-") {
+			heavy++
+		} else {
+			light++
+		}
 	}
-	testutil.WaitFor(t, "some progress", time.Minute, func() bool { h, l := count(); return h+l >= 90 })
-	h0, l0 := count()
-	testutil.WaitFor(t, "150 more items done", time.Minute, func() bool { h, l := count(); return h+l-h0-l0 >= 150 })
-	h1, l1 := count()
-	ratio := (h1 - h0) / max(l1-l0, 1)
+	ratio := heavy / max(light, 1)
+	t.Logf("heavy %v, light %v: %.2f", heavy, light, ratio)
 	if ratio < 1.7 || ratio > 2.4 {
-		t.Errorf("tenants 2:1: heavy did %v, light %v (%.2f), want 1.7-2.4", h1-h0, l1-l0, ratio)
+		t.Errorf("tenants 2:1: heavy did %v, light %v (%.2f) between the 100th and the 1,000th result, want 1.7-2.4", heavy, light, ratio)
 	}
 }
