@@ -15,8 +15,8 @@ import (
 	"github.com/keyfleet/keyfleet/internal/spend"
 )
 
-// maxBatchUpdateTries bounds the compare-and-set retries of AddToBatch
-// (each lost race means another producer added to the same batch).
+// maxBatchUpdateTries bounds the compare-and-set retries of writeBatch
+// (each lost race means another writer changed the same batch).
 const maxBatchUpdateTries = 20
 
 // BatchOption changes a batch's record as AddToBatch writes it.
@@ -115,50 +115,22 @@ func (q *Queue) Batch(ctx context.Context, batch string) (kftype.BatchInfo, erro
 // first enqueue, and applies opts. Concurrent enqueues of the same batch
 // add up: the record is updated with a compare-and-set.
 func (q *Queue) AddToBatch(ctx context.Context, batch, kind string, n int, opts ...BatchOption) (kftype.BatchInfo, error) {
-	key := kvKey(batch)
-	for range maxBatchUpdateTries {
+	fresh := func() kftype.BatchInfo {
+		return kftype.BatchInfo{ID: batch, Priority: kftype.PriorityDefault, Weight: kftype.WeightDefault, State: kftype.BatchRunning}
+	}
+	return q.writeBatch(ctx, batch, fresh, func(b *kftype.BatchInfo) error {
 		now := time.Now().UTC()
-		e, err := q.batches.Get(ctx, key)
-		var b kftype.BatchInfo
-		var rev uint64
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-			b = kftype.BatchInfo{ID: batch, EnqueuedAt: now, Priority: kftype.PriorityDefault, Weight: kftype.WeightDefault,
-				State: kftype.BatchRunning}
-		case err != nil:
-			return kftype.BatchInfo{}, fmt.Errorf("queue: read batch record %q: %w", batch, err)
-		default:
-			if err := json.Unmarshal(e.Value(), &b); err != nil {
-				return kftype.BatchInfo{}, fmt.Errorf("queue: batch record %q: %w", batch, err)
-			}
-			rev = e.Revision()
+		if b.Rev == 0 { // the first enqueue
+			b.EnqueuedAt = now
 		}
 		b.Total += int64(n)
 		b.Kinds = b.Kinds.Add(kind)
 		b.UpdatedAt = now
 		for _, o := range opts {
-			o(&b)
+			o(b)
 		}
-		data, err := json.Marshal(b)
-		if err != nil {
-			return kftype.BatchInfo{}, fmt.Errorf("queue: encode batch record %q: %w", batch, err)
-		}
-		if rev == 0 {
-			rev, err = q.batches.Create(ctx, key, data)
-		} else {
-			rev, err = q.batches.Update(ctx, key, data, rev)
-		}
-		if err == nil {
-			b.Rev = rev
-			q.wroteBatch(ctx, b)
-			return b, nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLastSequence(err) {
-			return kftype.BatchInfo{}, fmt.Errorf("queue: write batch record %q: %w", batch, err)
-		}
-		// Another enqueue of the batch got there first: read it again.
-	}
-	return kftype.BatchInfo{}, fmt.Errorf("queue: write batch record %q: gave up after %d concurrent updates", batch, maxBatchUpdateTries)
+		return nil
+	})
 }
 
 func isWrongLastSequence(err error) bool {
@@ -195,40 +167,18 @@ func (q *Queue) WatchBatches(ctx context.Context, fn func(kftype.BatchInfo)) err
 // WatchBatchesCaughtUp is WatchBatches that also calls caughtUp (when not
 // nil) once every record that existed when it began has been passed to fn.
 func (q *Queue) WatchBatchesCaughtUp(ctx context.Context, fn func(kftype.BatchInfo), caughtUp func()) error {
-	w, err := q.batches.WatchAll(ctx)
-	if err != nil {
-		return fmt.Errorf("queue: watch batches: %w", err)
-	}
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return fmt.Errorf("queue: watch batches: the watch ended")
+	return watchKV(ctx, q.batches, "batches", func(e jetstream.KeyValueEntry) (kftype.BatchInfo, bool) {
+		var b kftype.BatchInfo
+		if e.Operation() != jetstream.KeyValuePut {
+			id, err := batchFromKey(e.Key())
+			if err != nil {
+				return b, false
 			}
-			if e == nil {
-				if caughtUp != nil {
-					caughtUp() // the initial values are all in
-				}
-				continue
-			}
-			var b kftype.BatchInfo
-			if e.Operation() != jetstream.KeyValuePut {
-				id, err := batchFromKey(e.Key())
-				if err != nil {
-					continue
-				}
-				b = kftype.BatchInfo{ID: id, Deleted: true}
-			} else if err := json.Unmarshal(e.Value(), &b); err != nil {
-				continue
-			}
-			b.Rev = e.Revision()
-			fn(b)
+			b = kftype.BatchInfo{ID: id, Deleted: true}
+		} else if err := json.Unmarshal(e.Value(), &b); err != nil {
+			return b, false
 		}
-	}
+		b.Rev = e.Revision()
+		return b, true
+	}, fn, caughtUp)
 }

@@ -89,8 +89,17 @@ func (q *Queue) SetBudget(ctx context.Context, batch string, budget *spend.Amoun
 // again while another writer (an enqueue, another command) got there
 // first. An error of change ends it, with the record as read.
 func (q *Queue) updateBatch(ctx context.Context, batch string, change func(*kftype.BatchInfo) error) (kftype.BatchInfo, error) {
+	return q.writeBatch(ctx, batch, nil, change)
+}
+
+// writeBatch is updateBatch that, when fresh is not nil and batch has no
+// record, applies change to fresh() (Rev 0) and creates the record.
+func (q *Queue) writeBatch(ctx context.Context, batch string, fresh func() kftype.BatchInfo, change func(*kftype.BatchInfo) error) (kftype.BatchInfo, error) {
 	for range maxBatchUpdateTries {
 		b, err := q.Batch(ctx, batch)
+		if fresh != nil && errors.Is(err, ErrNoBatch) {
+			b, err = fresh(), nil
+		}
 		if err != nil {
 			return kftype.BatchInfo{}, err
 		}
@@ -101,7 +110,12 @@ func (q *Queue) updateBatch(ctx context.Context, batch string, change func(*kfty
 		if err != nil {
 			return kftype.BatchInfo{}, fmt.Errorf("queue: encode batch record %q: %w", batch, err)
 		}
-		rev, err := q.batches.Update(ctx, kvKey(batch), data, b.Rev)
+		var rev uint64
+		if b.Rev == 0 {
+			rev, err = q.batches.Create(ctx, kvKey(batch), data)
+		} else {
+			rev, err = q.batches.Update(ctx, kvKey(batch), data, b.Rev)
+		}
 		if err == nil {
 			b.Rev = rev
 			q.wroteBatch(ctx, b)
@@ -110,6 +124,7 @@ func (q *Queue) updateBatch(ctx context.Context, batch string, change func(*kfty
 		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLastSequence(err) {
 			return kftype.BatchInfo{}, fmt.Errorf("queue: write batch record %q: %w", batch, err)
 		}
+		// Another writer got there first: read it again.
 	}
 	return kftype.BatchInfo{}, fmt.Errorf("queue: write batch record %q: gave up after %d concurrent updates", batch, maxBatchUpdateTries)
 }

@@ -47,16 +47,12 @@ func (q *Queue) HeldItems(ctx context.Context, batch string, fn func(id string) 
 	if err := q.heldByProviderBatches(ctx, batch, fn); err != nil {
 		return fmt.Errorf("queue: reading batch %q's provider batches: %w", batch, err)
 	}
-	info, err := q.results.Info(ctx, jetstream.WithSubjectFilter(q.batchFilter("results", batch)))
+	subjects, err := q.resultSubjects(ctx, batch)
 	if err != nil {
-		return fmt.Errorf("queue: reading batch %q's results: %w", batch, err)
+		return err
 	}
-	prefix := q.cfg.SubjectPrefix + ".results." + Token(batch) + "."
-	for subj := range info.State.Subjects {
-		if len(subj) <= len(prefix) || subj[:len(prefix)] != prefix {
-			continue
-		}
-		id, err := Untoken(subj[len(prefix):])
+	for subj, token := range subjects {
+		id, err := Untoken(token)
 		if err != nil {
 			return fmt.Errorf("queue: reading batch %q's results: subject %q: %w", batch, subj, err)
 		}

@@ -321,40 +321,18 @@ func (s *ProviderBatchStore) Delete(ctx context.Context, p ProviderBatch) error 
 // record comes with State "" and its ID and Batch), then caughtUp once the
 // records that existed are in, until ctx ends.
 func (s *ProviderBatchStore) Watch(ctx context.Context, fn func(ProviderBatch), caughtUp func()) error {
-	w, err := s.kv.WatchAll(ctx)
-	if err != nil {
-		return fmt.Errorf("queue: watch provider batches: %w", err)
-	}
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return errors.New("queue: watch provider batches: the watch ended")
-			}
-			if e == nil {
-				if caughtUp != nil {
-					caughtUp()
-				}
-				continue
-			}
-			var p ProviderBatch
-			if e.Operation() != jetstream.KeyValuePut {
-				b, id, _ := strings.Cut(e.Key(), ".")
-				bid, _ := batchFromKey(b)
-				p = ProviderBatch{ID: id, Batch: bid}
-			} else if err := json.Unmarshal(e.Value(), &p); err != nil {
-				continue
-			}
-			p.Rev = e.Revision()
-			fn(p)
+	return watchKV(ctx, s.kv, "provider batches", func(e jetstream.KeyValueEntry) (ProviderBatch, bool) {
+		var p ProviderBatch
+		if e.Operation() != jetstream.KeyValuePut {
+			b, id, _ := strings.Cut(e.Key(), ".")
+			bid, _ := batchFromKey(b)
+			p = ProviderBatch{ID: id, Batch: bid}
+		} else if err := json.Unmarshal(e.Value(), &p); err != nil {
+			return p, false
 		}
-	}
+		p.Rev = e.Revision()
+		return p, true
+	}, fn, caughtUp)
 }
 
 // PutObject stores an object (an input or a manifest) from r.

@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"fmt"
+	"iter"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -59,18 +61,32 @@ func (q *Queue) PutResultsIfAbsent(ctx context.Context, rs []kftype.Result) (sto
 // result (read from the results stream's subjects, in pages; no result is
 // read).
 func (q *Queue) ItemsWithResults(ctx context.Context, batch string, fn func(id string)) error {
-	info, err := q.results.Info(ctx, jetstream.WithSubjectFilter(q.batchFilter("results", batch)))
+	subjects, err := q.resultSubjects(ctx, batch)
 	if err != nil {
-		return fmt.Errorf("queue: reading batch %q's results: %w", batch, err)
+		return err
 	}
-	prefix := q.cfg.SubjectPrefix + ".results." + Token(batch) + "."
-	for subj := range info.State.Subjects {
-		if len(subj) <= len(prefix) || subj[:len(prefix)] != prefix {
-			continue
-		}
-		if id, err := Untoken(subj[len(prefix):]); err == nil {
+	for _, token := range subjects {
+		if id, err := Untoken(token); err == nil {
 			fn(id)
 		}
 	}
 	return nil
+}
+
+// resultSubjects reads the subjects of batch's results (from the results
+// stream's info, in pages): it yields each subject with its last token,
+// the item's ID as Token made it.
+func (q *Queue) resultSubjects(ctx context.Context, batch string) (iter.Seq2[string, string], error) {
+	info, err := q.results.Info(ctx, jetstream.WithSubjectFilter(q.batchFilter("results", batch)))
+	if err != nil {
+		return nil, fmt.Errorf("queue: reading batch %q's results: %w", batch, err)
+	}
+	prefix := q.cfg.SubjectPrefix + ".results." + Token(batch) + "."
+	return func(yield func(string, string) bool) {
+		for subj := range info.State.Subjects {
+			if token, ok := strings.CutPrefix(subj, prefix); ok && token != "" && !yield(subj, token) {
+				return
+			}
+		}
+	}, nil
 }

@@ -84,3 +84,38 @@ func listKV[T any](ctx context.Context, kv jetstream.KeyValue, plural, one strin
 	}
 	return out, nil
 }
+
+// watchKV calls fn with every record of kv and then with every change,
+// decoded by decode (false: not a record of ours, passed over), and
+// caughtUp (when not nil) once every record that existed when it began
+// has been passed to fn; until ctx ends (it then returns nil) or the
+// watch fails. plural names the records in its errors.
+func watchKV[T any](ctx context.Context, kv jetstream.KeyValue, plural string, decode func(jetstream.KeyValueEntry) (T, bool), fn func(T), caughtUp func()) error {
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("queue: watch %s: %w", plural, err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("queue: watch %s: the watch ended", plural)
+			}
+			if e == nil {
+				if caughtUp != nil {
+					caughtUp() // the initial values are all in
+				}
+				continue
+			}
+			if v, ok := decode(e); ok {
+				fn(v)
+			}
+		}
+	}
+}
