@@ -71,16 +71,7 @@ func (a *anthropicAPI) cancel(ctx context.Context, id string) (remote, error) {
 
 func (a *anthropicAPI) list(ctx context.Context, fn func(remote) bool) error {
 	it := a.c.Messages.Batches.ListAutoPaging(ctx, anthropic.MessageBatchListParams{Limit: anthropic.Int(100)})
-	for it.Next() {
-		b := it.Current()
-		if !fn(anthropicRemote(&b)) {
-			return nil
-		}
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("list message batches: %w", err)
-	}
-	return nil
+	return listAll(it, anthropicRemote, "message batches", fn)
 }
 
 func (a *anthropicAPI) results(ctx context.Context, r remote, fn func(line) error) error {

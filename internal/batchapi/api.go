@@ -79,6 +79,28 @@ type line struct {
 // metadataKey is the metadata key naming a provider batch's record.
 const metadataKey = "keyfleet_record"
 
+// pager is an SDK's auto-paging list iterator.
+type pager[T any] interface {
+	Next() bool
+	Current() T
+	Err() error
+}
+
+// listAll calls fn with each batch it lists (as remote makes it) until fn
+// returns false; what names the list in its error.
+func listAll[T any](it pager[T], remote func(*T) remote, what string, fn func(remote) bool) error {
+	for it.Next() {
+		b := it.Current()
+		if !fn(remote(&b)) {
+			return nil
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("list %s: %w", what, err)
+	}
+	return nil
+}
+
 // readLines calls fn with each line of r (JSON Lines, as the providers
 // write results); a line may be as long as the largest reply.
 func readLines(r io.Reader, fn func([]byte) error) error {

@@ -79,16 +79,7 @@ func (a *openaiAPI) cancel(ctx context.Context, id string) (remote, error) {
 
 func (a *openaiAPI) list(ctx context.Context, fn func(remote) bool) error {
 	it := a.c.Batches.ListAutoPaging(ctx, openai.BatchListParams{Limit: openai.Int(100)})
-	for it.Next() {
-		b := it.Current()
-		if !fn(openaiRemote(&b)) {
-			return nil
-		}
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("list batches: %w", err)
-	}
-	return nil
+	return listAll(it, openaiRemote, "batches", fn)
 }
 
 func (a *openaiAPI) results(ctx context.Context, r remote, fn func(line) error) error {
