@@ -53,26 +53,9 @@ type Spec struct {
 }
 
 var specs = []Spec{
-	{
-		Name: OpenAI, BaseURL: "https://api.openai.com",
-		AuthHeader: "Authorization", AuthFormat: "Bearer {secret}",
-		Endpoint:        "/v1/chat/completions",
-		Endpoints:       []string{"/v1/chat/completions", "/v1/embeddings", "/v1/completions", "/v1/responses"},
-		ProbePath:       "/v1/models",
-		RequestIDHeader: "x-request-id",
-		BatchFormat:     FormatOpenAIBatch,
-		HasBatchAPI:     true,
-	},
-	{
-		Name: OpenAICompatible,
-		// url is required: the server's own (vLLM, Azure, a gateway).
-		AuthHeader: "Authorization", AuthFormat: "Bearer {secret}",
-		Endpoint:        "/v1/chat/completions",
-		Endpoints:       []string{"/v1/chat/completions", "/v1/embeddings", "/v1/completions", "/v1/responses"},
-		ProbePath:       "/v1/models",
-		RequestIDHeader: "x-request-id",
-		BatchFormat:     FormatOpenAIBatch,
-	},
+	openAIAPI(OpenAI, "https://api.openai.com", true),
+	// url is required: the server's own (vLLM, Azure, a gateway).
+	openAIAPI(OpenAICompatible, "", false),
 	{
 		Name: Anthropic, BaseURL: "https://api.anthropic.com",
 		AuthHeader: "x-api-key", AuthFormat: "{secret}",
@@ -84,6 +67,21 @@ var specs = []Spec{
 		BatchFormat:     FormatAnthropicBatch,
 		HasBatchAPI:     true,
 	},
+}
+
+// openAIAPI is OpenAI's API as the provider name serves it at baseURL
+// (with or without a Batch API).
+func openAIAPI(name, baseURL string, hasBatchAPI bool) Spec {
+	return Spec{
+		Name: name, BaseURL: baseURL,
+		AuthHeader: "Authorization", AuthFormat: "Bearer {secret}",
+		Endpoint:        "/v1/chat/completions",
+		Endpoints:       []string{"/v1/chat/completions", "/v1/embeddings", "/v1/completions", "/v1/responses"},
+		ProbePath:       "/v1/models",
+		RequestIDHeader: "x-request-id",
+		BatchFormat:     FormatOpenAIBatch,
+		HasBatchAPI:     hasBatchAPI,
+	}
 }
 
 // ScopeField is a request's field that is its item's scope: the model.
