@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"path/filepath"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/ctxsleep"
@@ -154,15 +152,11 @@ func batchesSteering(ctx context.Context, e *env, sz batchesSizes, smp *sample) 
 		return err
 	}
 	defer f.close(ctx)
-	for _, id := range []string{"w1", "w2"} {
-		if _, err := f.startWorker(id); err != nil {
-			return err
-		}
+	if err := f.startWorkers("w1", "w2"); err != nil {
+		return err
 	}
-	for _, w := range f.workers {
-		if _, err := w.ready(ctx, 30*time.Second); err != nil {
-			return err
-		}
+	if err := f.waitReady(ctx); err != nil {
+		return err
 	}
 	// Warm-up: the workers' connections and scripts.
 	if _, err := f.publishBatch(ctx, "warmup", 8, batchItemMS); err != nil {
@@ -425,43 +419,18 @@ func batchesThroughput(ctx context.Context, e *env, r runInfo, total, manyBatche
 	if err != nil {
 		return 0, 0, err
 	}
-	for _, id := range []string{"w1", "w2"} {
-		if _, err := f.startWorker(id); err != nil {
-			return 0, 0, err
-		}
+	if err := f.startWorkers("w1", "w2"); err != nil {
+		return 0, 0, err
 	}
-	for _, w := range f.workers {
-		if _, err := w.ready(ctx, 30*time.Second); err != nil {
-			return 0, 0, err
-		}
+	if err := f.waitReady(ctx); err != nil {
+		return 0, 0, err
 	}
-	var profiles sync.WaitGroup
-	var profErr error
-	if e.opts.ProfileDir != "" && r.last() && main {
-		// Long enough for the run; idle time adds nothing to a CPU profile.
-		secs := int(math.Ceil(float64(n)/4000)) + 1
-		targets := map[string]string{"nats-server": e.natsProfile}
-		for _, w := range f.workers {
-			targets["worker-"+w.id] = w.addr
-		}
-		var mu sync.Mutex
-		for name, addr := range targets {
-			profiles.Go(func() {
-				path := filepath.Join(e.opts.ProfileDir, "batches-"+tag+"-"+name+".pprof")
-				if err := fetchProfile(ctx, addr, secs, path); err != nil {
-					mu.Lock()
-					profErr = err
-					mu.Unlock()
-				}
-			})
-		}
-	}
+	profiled := f.profile(ctx, r.last() && main, n, "batches-"+tag+"-")
 	if _, err := f.waitResults(ctx, n, 5*time.Minute, 10*time.Millisecond); err != nil {
 		return 0, 0, err
 	}
-	profiles.Wait()
-	if profErr != nil {
-		return 0, 0, profErr
+	if err := profiled(); err != nil {
+		return 0, 0, err
 	}
 	fetches, err := f.workersMetrics(ctx, "keyfleet_fetch_messages_count", "keyfleet_fetch_messages_sum")
 	if err != nil {
@@ -485,15 +454,9 @@ func batchesThroughput(ctx context.Context, e *env, r runInfo, total, manyBatche
 	}); err != nil {
 		return 0, 0, err
 	}
-	if err := checkSucceeded(rs, n); err != nil {
+	if err := spanWall(&use, rs, n); err != nil {
 		return 0, 0, err
 	}
-	first, last := span(rs)
-	use.Wall = last.Sub(first).Seconds()
 	smp.cpu = append(smp.cpu, use)
-	all := 0.0
-	for _, c := range use.Proc {
-		all += c
-	}
-	return all / float64(n), float64(n) / use.Wall, nil
+	return use.total() / float64(n), float64(n) / use.Wall, nil
 }

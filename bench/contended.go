@@ -66,10 +66,8 @@ func runContended(ctx context.Context, e *env, r runInfo) (*sample, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, id := range []string{"w1", "w2", "w3"} {
-		if _, err := f.startWorker(id); err != nil {
-			return nil, err
-		}
+	if err := f.startWorkers("w1", "w2", "w3"); err != nil {
+		return nil, err
 	}
 	if _, err := f.waitResults(ctx, n, 5*time.Minute, 20*time.Millisecond); err != nil {
 		return nil, err

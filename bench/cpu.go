@@ -97,6 +97,15 @@ func (e *env) meter(ctx context.Context) (*meter, error) {
 	return m, nil
 }
 
+// total is the CPU seconds of every process in Proc.
+func (u CPUUse) total() float64 {
+	t := 0.0
+	for _, s := range u.Proc {
+		t += s
+	}
+	return t
+}
+
 // done closes the phase. others adds the CPU of processes that lived only
 // for the phase (workers, producer), in seconds.
 func (m *meter) done(ctx context.Context, variant string, items int, wall time.Duration, others map[string]float64) (CPUUse, error) {
@@ -114,12 +123,7 @@ func (m *meter) done(ctx context.Context, variant string, items int, wall time.D
 	for k, v := range others {
 		u.Proc[k] += v
 	}
-	busy := machineBusy() - m.busy
-	ours := 0.0
-	for _, v := range u.Proc {
-		ours += v
-	}
-	u.Others = max(0, busy-ours)
+	u.Others = max(0, machineBusy()-m.busy-u.total())
 	u.PhaseWall = time.Since(m.start).Seconds()
 	in, out, err := m.e.natsCounters(ctx)
 	if err != nil {
@@ -262,13 +266,7 @@ func aggregateCPU(scenario string, samples []*sample) []CPURow {
 		for p := range procs {
 			row.CPUUS[p] = per(func(u CPUUse) float64 { return u.Proc[p] * 1e6 })
 		}
-		row.TotalUS = per(func(u CPUUse) float64 {
-			t := 0.0
-			for _, s := range u.Proc {
-				t += s
-			}
-			return t * 1e6
-		})
+		row.TotalUS = per(func(u CPUUse) float64 { return u.total() * 1e6 })
 		for c := range cmds {
 			if v := per(func(u CPUUse) float64 { return u.RedisCalls[c] }); v >= 0.005 {
 				row.RedisCalls[c] = v

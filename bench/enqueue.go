@@ -61,32 +61,11 @@ func runEnqueue(ctx context.Context, e *env, r runInfo) (*sample, error) {
 		{"subprocess", fmt.Sprintf("(%d new, 0 duplicates)", n), "keyfleet: producer enqueue (subprocess)"},
 		{"repeat", fmt.Sprintf("(0 new, %d duplicates", n), "keyfleet: producer enqueue, repeat (all duplicates)"},
 	} {
-		m, err := e.meter(ctx)
+		perS, err := subprocessEnqueue(ctx, e, f.tag+"-producer-"+c.key, cfg, f.batch, file, n, c.want, c.variant, smp)
 		if err != nil {
 			return nil, err
 		}
-		p, err := e.start(f.tag+"-producer-"+c.key, e.producerBin,
-			[]string{"enqueue", "--config", cfg, "--kind", "sleep", "--batch", f.batch, file}, nil)
-		if err != nil {
-			return nil, err
-		}
-		if err := p.Wait(ctx, 10*time.Minute); err != nil {
-			return nil, fmt.Errorf("producer enqueue: %w\n%s", err, p.logTail())
-		}
-		d := time.Since(p.Started())
-		if !strings.Contains(p.logTail(), c.want) {
-			return nil, fmt.Errorf("producer enqueue: output lacks %q:\n%s", c.want, p.logTail())
-		}
-		cpu, err := p.cpu()
-		if err != nil {
-			return nil, err
-		}
-		use, err := m.done(ctx, c.variant, n, d, map[string]float64{"producer": cpu})
-		if err != nil {
-			return nil, err
-		}
-		smp.cpu = append(smp.cpu, use)
-		smp.values[c.key] = float64(n) / d.Seconds()
+		smp.values[c.key] = perS
 	}
 
 	// In process.
@@ -204,6 +183,37 @@ func rawPublish(ctx context.Context, e *env, smp *sample, n int) error {
 	smp.cpu = append(smp.cpu, use)
 	smp.values["raw_publish"] = float64(n) / d.Seconds()
 	return nil
+}
+
+// subprocessEnqueue runs `producer enqueue` of the n items of file into
+// batch as the process name, timed from exec to exit; its output must say
+// want. Its CPU use goes into smp under variant; it returns the items/s.
+func subprocessEnqueue(ctx context.Context, e *env, name, cfg, batch, file string, n int, want, variant string, smp *sample) (float64, error) {
+	m, err := e.meter(ctx)
+	if err != nil {
+		return 0, err
+	}
+	p, err := e.start(name, e.producerBin, []string{"enqueue", "--config", cfg, "--kind", "sleep", "--batch", batch, file}, nil)
+	if err != nil {
+		return 0, err
+	}
+	if err := p.Wait(ctx, 10*time.Minute); err != nil {
+		return 0, fmt.Errorf("producer enqueue: %w\n%s", err, p.logTail())
+	}
+	d := time.Since(p.Started())
+	if !strings.Contains(p.logTail(), want) {
+		return 0, fmt.Errorf("producer enqueue: output lacks %q:\n%s", want, p.logTail())
+	}
+	cpu, err := p.cpu()
+	if err != nil {
+		return 0, err
+	}
+	use, err := m.done(ctx, variant, n, d, map[string]float64{"producer": cpu})
+	if err != nil {
+		return 0, err
+	}
+	smp.cpu = append(smp.cpu, use)
+	return float64(n) / d.Seconds(), nil
 }
 
 // producerFleet is a fleet of its own streams for a producer run, with the

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -235,6 +237,27 @@ func (f *fleet) startWorker(id string) (*workerProc, error) {
 	return w, nil
 }
 
+// startWorkers starts a worker process of each ID; it does not wait for
+// them.
+func (f *fleet) startWorkers(ids ...string) error {
+	for _, id := range ids {
+		if _, err := f.startWorker(id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitReady waits, at most 30 s for each, until every worker is ready.
+func (f *fleet) waitReady(ctx context.Context) error {
+	for _, w := range f.workers {
+		if _, err := w.ready(ctx, 30*time.Second); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // startReady starts a worker process and waits, at most 30 s, until it is
 // ready; it returns when that happened.
 func (f *fleet) startReady(ctx context.Context, id string) (*workerProc, time.Time, error) {
@@ -349,6 +372,49 @@ func (f *fleet) finish(ctx context.Context, m *meter, variant string, n int) (CP
 	}
 	rs, err := f.results(ctx)
 	return use, rs, err
+}
+
+// spanWall checks that all n results succeeded with a credential and sets
+// use's Wall to their span, the first lease grant to the last finish.
+func spanWall(use *CPUUse, rs []kftype.Result, n int) error {
+	if err := checkSucceeded(rs, n); err != nil {
+		return err
+	}
+	first, last := span(rs)
+	use.Wall = last.Sub(first).Seconds()
+	return nil
+}
+
+// profile saves CPU profiles of nats-server and of every worker, long
+// enough for a run of n items, as <prefix><name>.pprof in -profile's
+// folder while the run goes on; wait returns once they are saved (at once
+// when off, or when -profile is not set).
+func (f *fleet) profile(ctx context.Context, on bool, n int, prefix string) (wait func() error) {
+	if !on || f.e.opts.ProfileDir == "" {
+		return func() error { return nil }
+	}
+	// Long enough for the run; idle time adds nothing to a CPU profile.
+	secs := int(math.Ceil(float64(n)/4000)) + 1
+	targets := map[string]string{"nats-server": f.e.natsProfile}
+	for _, w := range f.workers {
+		targets["worker-"+w.id] = w.addr
+	}
+	var profiles sync.WaitGroup
+	var mu sync.Mutex
+	var profErr error
+	for name, addr := range targets {
+		profiles.Go(func() {
+			if err := fetchProfile(ctx, addr, secs, filepath.Join(f.e.opts.ProfileDir, prefix+name+".pprof")); err != nil {
+				mu.Lock()
+				profErr = err
+				mu.Unlock()
+			}
+		})
+	}
+	return func() error {
+		profiles.Wait()
+		return profErr
+	}
 }
 
 // close stops the workers and forgets the run (streams, Redis).

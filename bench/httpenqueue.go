@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/testutil/launch"
@@ -58,31 +57,11 @@ func runHTTPEnqueue(ctx context.Context, e *env, r runInfo) (*sample, error) {
 	defer f.close(ctx)
 
 	// producer enqueue.
-	m, err := e.meter(ctx)
+	smp.values["cli_per_s"], err = subprocessEnqueue(ctx, e, f.tag+"-producer", cfg, f.batch+"-cli", file, n,
+		fmt.Sprintf("(%d new, 0 duplicates)", n), "keyfleet: producer enqueue (subprocess)", smp)
 	if err != nil {
 		return nil, err
 	}
-	p, err := e.start(f.tag+"-producer", e.producerBin, []string{"enqueue", "--config", cfg, "--kind", "sleep", "--batch", f.batch + "-cli", file}, nil)
-	if err != nil {
-		return nil, err
-	}
-	if err := p.Wait(ctx, 10*time.Minute); err != nil {
-		return nil, fmt.Errorf("producer enqueue: %w\n%s", err, p.logTail())
-	}
-	d := time.Since(p.Started())
-	if want := fmt.Sprintf("(%d new, 0 duplicates)", n); !strings.Contains(p.logTail(), want) {
-		return nil, fmt.Errorf("producer enqueue: output lacks %q:\n%s", want, p.logTail())
-	}
-	cpu, err := p.cpu()
-	if err != nil {
-		return nil, err
-	}
-	use, err := m.done(ctx, "keyfleet: producer enqueue (subprocess)", n, d, map[string]float64{"producer": cpu})
-	if err != nil {
-		return nil, err
-	}
-	smp.cpu = append(smp.cpu, use)
-	smp.values["cli_per_s"] = float64(n) / d.Seconds()
 
 	// POST /api/batches to a dashboard on the same fleet.
 	if err := postBatch(ctx, e, f, cfg, file, n, smp); err != nil {

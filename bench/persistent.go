@@ -117,10 +117,8 @@ func runPythonFleet(ctx context.Context, e *env, spec fleetSpec, n int, label st
 	if err != nil {
 		return 0, 0, err
 	}
-	for _, id := range []string{"w1", "w2"} {
-		if _, err := f.startWorker(id); err != nil {
-			return 0, 0, err
-		}
+	if err := f.startWorkers("w1", "w2"); err != nil {
+		return 0, 0, err
 	}
 	if _, err := f.waitResults(ctx, n, 10*time.Minute, 20*time.Millisecond); err != nil {
 		return 0, 0, err
@@ -129,17 +127,11 @@ func runPythonFleet(ctx context.Context, e *env, spec fleetSpec, n int, label st
 	if err != nil {
 		return 0, 0, err
 	}
-	if err := checkSucceeded(rs, n); err != nil {
+	if err := spanWall(&use, rs, n); err != nil {
 		return 0, 0, err
 	}
-	first, last := span(rs)
-	use.Wall = last.Sub(first).Seconds()
 	smp.cpu = append(smp.cpu, use)
-	total := 0.0
-	for _, v := range use.Proc {
-		total += v
-	}
-	return float64(n) / use.Wall, total / float64(n) * 1e6, nil
+	return float64(n) / use.Wall, use.total() / float64(n) * 1e6, nil
 }
 
 // realPython is the interpreter python3 runs (sys.executable): a pyenv

@@ -67,10 +67,8 @@ func runRate(ctx context.Context, e *env, r runInfo) (*sample, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, id := range []string{"w1", "w2"} {
-		if _, err := f.startWorker(id); err != nil {
-			return nil, err
-		}
+	if err := f.startWorkers("w1", "w2"); err != nil {
+		return nil, err
 	}
 	if _, err := f.waitResults(ctx, n, time.Duration(periods+30)*time.Second, 20*time.Millisecond); err != nil {
 		return nil, err

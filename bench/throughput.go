@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/kftype"
@@ -116,15 +114,11 @@ func throughputKeyfleet(ctx context.Context, e *env, r runInfo, smp *sample, n i
 		return err
 	}
 	start := time.Now()
-	for _, id := range []string{"w1", "w2"} {
-		if _, err := f.startWorker(id); err != nil {
-			return err
-		}
+	if err := f.startWorkers("w1", "w2"); err != nil {
+		return err
 	}
-	for _, w := range f.workers {
-		if _, err := w.ready(ctx, 30*time.Second); err != nil {
-			return err
-		}
+	if err := f.waitReady(ctx); err != nil {
+		return err
 	}
 	var allocs0 []float64
 	if v.headline {
@@ -132,28 +126,7 @@ func throughputKeyfleet(ctx context.Context, e *env, r runInfo, smp *sample, n i
 			return err
 		}
 	}
-	var profiles sync.WaitGroup
-	var profErr error
-	if e.opts.ProfileDir != "" && r.last() && v.headline {
-		// Long enough for the run; idle time adds nothing to a CPU profile.
-		secs := int(math.Ceil(float64(n)/4000)) + 1
-		targets := map[string]string{"nats-server": e.natsProfile}
-		for _, w := range f.workers {
-			targets["worker-"+w.id] = w.addr
-		}
-		var mu sync.Mutex
-		for name, addr := range targets {
-			profiles.Add(1)
-			go func() {
-				defer profiles.Done()
-				if err := fetchProfile(ctx, addr, secs, filepath.Join(e.opts.ProfileDir, "throughput-"+name+".pprof")); err != nil {
-					mu.Lock()
-					profErr = err
-					mu.Unlock()
-				}
-			}()
-		}
-	}
+	profiled := f.profile(ctx, r.last() && v.headline, n, "throughput-")
 	end, err := f.waitResults(ctx, n, 5*time.Minute, 10*time.Millisecond)
 	if err != nil {
 		return err
@@ -164,21 +137,18 @@ func throughputKeyfleet(ctx context.Context, e *env, r runInfo, smp *sample, n i
 			return err
 		}
 	}
-	profiles.Wait()
-	if profErr != nil {
-		return profErr
+	if err := profiled(); err != nil {
+		return err
 	}
 	use, rs, err := f.finish(ctx, m, v.cpuLabel, n)
 	if err != nil {
 		return err
 	}
-	if err := checkSucceeded(rs, n); err != nil {
+	if err := spanWall(&use, rs, n); err != nil {
 		return err
 	}
-	first, last := span(rs)
-	use.Wall = last.Sub(first).Seconds()
 	smp.cpu = append(smp.cpu, use)
-	smp.values[v.itemsFigure] = float64(n) / last.Sub(first).Seconds()
+	smp.values[v.itemsFigure] = float64(n) / use.Wall
 	if v.headline {
 		smp.values["items_per_s_wall"] = float64(n) / end.Sub(start).Seconds()
 		smp.values["items_per_s_cpu_bound"] = cpuBound(use, n, "nats-server", "redis-server", "workers")
