@@ -207,37 +207,27 @@ func messageBatchNotFound(id string) *apiError {
 }
 
 func (c *call) getMessageBatch(id string) {
-	c.st.store.mu.Lock()
-	defer c.st.store.mu.Unlock()
-	b := c.owned(id)
-	if b == nil {
-		c.fail(messageBatchNotFound(id))
-		return
-	}
-	c.k.batch.polls.Add(1)
-	c.reply(c.messageBatchObject(b))
+	c.withBatch(id, messageBatchNotFound, func(b *providerBatch) {
+		c.k.batch.polls.Add(1)
+		c.reply(c.messageBatchObject(b))
+	})
 }
 
 // cancelMessageBatch answers POST .../cancel: an in-progress batch starts
 // canceling (and ends at the next look); a canceling one is answered as
 // it is; an ended one is refused.
 func (c *call) cancelMessageBatch(id string) {
-	c.st.store.mu.Lock()
-	defer c.st.store.mu.Unlock()
-	b := c.owned(id)
-	if b == nil {
-		c.fail(messageBatchNotFound(id))
-		return
-	}
-	if !b.ended.IsZero() {
-		c.fail(invalid(fmt.Sprintf("Message batch %s has already ended and cannot be canceled.", id), "", ""))
-		return
-	}
-	if b.cancelInitiated.IsZero() {
-		b.cancelInitiated = time.Now()
-	}
-	c.k.batch.cancelled.Add(1)
-	c.reply(c.messageBatchObject(b))
+	c.withBatch(id, messageBatchNotFound, func(b *providerBatch) {
+		if !b.ended.IsZero() {
+			c.fail(invalid(fmt.Sprintf("Message batch %s has already ended and cannot be canceled.", id), "", ""))
+			return
+		}
+		if b.cancelInitiated.IsZero() {
+			b.cancelInitiated = time.Now()
+		}
+		c.k.batch.cancelled.Add(1)
+		c.reply(c.messageBatchObject(b))
+	})
 }
 
 // deleteMessageBatch answers DELETE /v1/messages/batches/{id} for an
@@ -245,22 +235,17 @@ func (c *call) cancelMessageBatch(id string) {
 // can only be deleted once they've finished processing" (anthropic-sdk-go
 // MessageBatchService.Delete).
 func (c *call) deleteMessageBatch(id string) {
-	c.st.store.mu.Lock()
-	defer c.st.store.mu.Unlock()
-	b := c.owned(id)
-	if b == nil {
-		c.fail(messageBatchNotFound(id))
-		return
-	}
-	if b.ended.IsZero() {
-		c.fail(invalid(fmt.Sprintf("Message batch %s is still in progress; cancel it and wait for it to end before deleting it.", id), "", ""))
-		return
-	}
-	delete(c.st.store.batches, id)
-	c.reply(struct {
-		ID   string `json:"id"`
-		Type string `json:"type"`
-	}{id, "message_batch_deleted"})
+	c.withBatch(id, messageBatchNotFound, func(b *providerBatch) {
+		if b.ended.IsZero() {
+			c.fail(invalid(fmt.Sprintf("Message batch %s is still in progress; cancel it and wait for it to end before deleting it.", id), "", ""))
+			return
+		}
+		delete(c.st.store.batches, id)
+		c.reply(struct {
+			ID   string `json:"id"`
+			Type string `json:"type"`
+		}{id, "message_batch_deleted"})
+	})
 }
 
 // messageBatchResults answers GET .../results once the batch has ended: a

@@ -160,12 +160,21 @@ func (c *call) file(id string) *storedFile {
 	return f
 }
 
-func (c *call) getFile(id string) {
+// fileOr404 is the key's file id, or nil after answering that there is
+// no such file.
+func (c *call) fileOr404(id string) *storedFile {
 	c.st.store.mu.Lock()
 	f := c.file(id)
 	c.st.store.mu.Unlock()
 	if f == nil {
 		c.fail(noSuchFile(id, "id"))
+	}
+	return f
+}
+
+func (c *call) getFile(id string) {
+	f := c.fileOr404(id)
+	if f == nil {
 		return
 	}
 	c.k.batch.fileReads.Add(1)
@@ -174,11 +183,8 @@ func (c *call) getFile(id string) {
 
 // fileContent answers GET /v1/files/{id}/content with the file's bytes.
 func (c *call) fileContent(id string) {
-	c.st.store.mu.Lock()
-	f := c.file(id)
-	c.st.store.mu.Unlock()
+	f := c.fileOr404(id)
 	if f == nil {
-		c.fail(noSuchFile(id, "id"))
 		return
 	}
 	c.k.batch.fileReads.Add(1)
@@ -641,15 +647,10 @@ func batchNotFound(id string) *apiError {
 }
 
 func (c *call) getBatch(id string) {
-	c.st.store.mu.Lock()
-	defer c.st.store.mu.Unlock()
-	b := c.owned(id)
-	if b == nil {
-		c.fail(batchNotFound(id))
-		return
-	}
-	c.k.batch.polls.Add(1)
-	c.reply(c.st.batchObject(b))
+	c.withBatch(id, batchNotFound, func(b *providerBatch) {
+		c.k.batch.polls.Add(1)
+		c.reply(c.st.batchObject(b))
+	})
 }
 
 // cancelBatch answers POST /v1/batches/{id}/cancel: a batch validating,
@@ -657,23 +658,18 @@ func (c *call) getBatch(id string) {
 // look); one cancelling or cancelled is answered as it is; one completed,
 // failed or expired is refused.
 func (c *call) cancelBatch(id string) {
-	c.st.store.mu.Lock()
-	defer c.st.store.mu.Unlock()
-	b := c.owned(id)
-	if b == nil {
-		c.fail(batchNotFound(id))
-		return
-	}
-	switch b.status {
-	case "validating", "in_progress", "finalizing":
-		b.status, b.times["cancelling_at"] = "cancelling", time.Now()
-	case "cancelling", "cancelled":
-	default:
-		c.fail(invalid(fmt.Sprintf("Cannot cancel a batch with status '%s'.", b.status), "", ""))
-		return
-	}
-	c.k.batch.cancelled.Add(1)
-	c.reply(c.st.batchObject(b))
+	c.withBatch(id, batchNotFound, func(b *providerBatch) {
+		switch b.status {
+		case "validating", "in_progress", "finalizing":
+			b.status, b.times["cancelling_at"] = "cancelling", time.Now()
+		case "cancelling", "cancelled":
+		default:
+			c.fail(invalid(fmt.Sprintf("Cannot cancel a batch with status '%s'.", b.status), "", ""))
+			return
+		}
+		c.k.batch.cancelled.Add(1)
+		c.reply(c.st.batchObject(b))
+	})
 }
 
 // listBatches answers GET /v1/batches (limit 1..100, default 20; after):

@@ -233,6 +233,20 @@ func (c *call) owned(id string) *providerBatch {
 	return b
 }
 
+// withBatch calls fn with the key's batch id (as owned finds it) under
+// the store's lock, or answers notFound(id), the provider's 404 for a
+// batch.
+func (c *call) withBatch(id string, notFound func(id string) *apiError, fn func(*providerBatch)) {
+	c.st.store.mu.Lock()
+	defer c.st.store.mu.Unlock()
+	b := c.owned(id)
+	if b == nil {
+		c.fail(notFound(id))
+		return
+	}
+	fn(b)
+}
+
 // ownedBatches are the key's batches, newest first, advanced to now. The
 // caller holds the store's lock.
 func (c *call) ownedBatches() []*providerBatch {

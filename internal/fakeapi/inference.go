@@ -368,13 +368,7 @@ func (st *strictState) parseChat(q *query, fields map[string]json.RawMessage) *a
 		return invalid("Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.", "messages", "empty_array")
 	}
 	last := -1
-	for i, raw := range msgs {
-		path := fmt.Sprintf("messages[%d]", i)
-		if kindOf(raw) != kindObject {
-			return st.wrongType(path, []jsonKind{kindObject}, kindOf(raw))
-		}
-		var m map[string]json.RawMessage
-		_ = json.Unmarshal(raw, &m)
+	e := st.eachMessage(msgs, "messages[%d]", func(i int, path string, m map[string]json.RawMessage) *apiError {
 		roleRaw, ok := m["role"]
 		if !ok {
 			return st.missing(path + ".role")
@@ -400,23 +394,18 @@ func (st *strictState) parseChat(q *query, fields map[string]json.RawMessage) *a
 		if role == "user" {
 			last = i
 		}
+		return nil
+	})
+	if e != nil {
+		return e
 	}
 	for _, extra := range []string{"tools", "functions", "response_format"} {
 		if raw, ok := fields[extra]; ok {
 			q.texts = append(q.texts, string(raw))
 		}
 	}
-	if last >= 0 {
-		var m map[string]json.RawMessage
-		_ = json.Unmarshal(msgs[last], &m)
-		texts, _ := st.contentTexts("", m["content"])
-		mk, e := st.parseMarks(texts)
-		if e != nil {
-			return e
-		}
-		q.marks = mk
-	} else {
-		q.marks = noMarks()
+	if e := st.userMarks(q, msgs, last); e != nil {
+		return e
 	}
 	if n, ok := intField(fields, "max_completion_tokens"); ok {
 		q.max = n
@@ -433,6 +422,42 @@ func (st *strictState) parseChat(q *query, fields map[string]json.RawMessage) *a
 		}
 		q.n = int(n)
 	}
+	return nil
+}
+
+// eachMessage calls fn with each message of a request, decoded, and its
+// path (pathFormat with its index); a message that is not an object is
+// refused first, as the APIs do.
+func (st *strictState) eachMessage(msgs []json.RawMessage, pathFormat string, fn func(i int, path string, m map[string]json.RawMessage) *apiError) *apiError {
+	for i, raw := range msgs {
+		path := fmt.Sprintf(pathFormat, i)
+		if kindOf(raw) != kindObject {
+			return st.wrongType(path, []jsonKind{kindObject}, kindOf(raw))
+		}
+		var m map[string]json.RawMessage
+		_ = json.Unmarshal(raw, &m)
+		if e := fn(i, path, m); e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// userMarks sets q.marks from the markers of the last user message,
+// msgs[last] (none when last < 0).
+func (st *strictState) userMarks(q *query, msgs []json.RawMessage, last int) *apiError {
+	q.marks = noMarks()
+	if last < 0 {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(msgs[last], &m)
+	texts, _ := st.contentTexts("", m["content"])
+	mk, e := st.parseMarks(texts)
+	if e != nil {
+		return e
+	}
+	q.marks = mk
 	return nil
 }
 
@@ -558,13 +583,7 @@ func (st *strictState) parseMessages(q *query, fields map[string]json.RawMessage
 		return invalid("messages: at least one message is required", "", "")
 	}
 	last := -1
-	for i, raw := range msgs {
-		path := fmt.Sprintf("messages.%d", i)
-		if kindOf(raw) != kindObject {
-			return st.wrongType(path, []jsonKind{kindObject}, kindOf(raw))
-		}
-		var m map[string]json.RawMessage
-		_ = json.Unmarshal(raw, &m)
+	e := st.eachMessage(msgs, "messages.%d", func(i int, path string, m map[string]json.RawMessage) *apiError {
 		for name := range m {
 			if name != "role" && name != "content" {
 				return invalid(path+"."+name+": Extra inputs are not permitted", "", "")
@@ -594,6 +613,10 @@ func (st *strictState) parseMessages(q *query, fields map[string]json.RawMessage
 		if role == "user" {
 			last = i
 		}
+		return nil
+	})
+	if e != nil {
+		return e
 	}
 	if raw, ok := fields["system"]; ok {
 		texts, e := st.contentTexts("system", raw)
@@ -605,16 +628,8 @@ func (st *strictState) parseMessages(q *query, fields map[string]json.RawMessage
 	if raw, ok := fields["tools"]; ok {
 		q.texts = append(q.texts, string(raw))
 	}
-	q.marks = noMarks()
-	if last >= 0 {
-		var m map[string]json.RawMessage
-		_ = json.Unmarshal(msgs[last], &m)
-		texts, _ := st.contentTexts("", m["content"])
-		mk, e := st.parseMarks(texts)
-		if e != nil {
-			return e
-		}
-		q.marks = mk
+	if e := st.userMarks(q, msgs, last); e != nil {
+		return e
 	}
 	q.max, _ = intField(fields, "max_tokens")
 	if q.max < 0 {
