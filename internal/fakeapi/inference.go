@@ -367,8 +367,7 @@ func (st *strictState) parseChat(q *query, fields map[string]json.RawMessage) *a
 	if len(msgs) == 0 {
 		return invalid("Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.", "messages", "empty_array")
 	}
-	last := -1
-	e := st.eachMessage(msgs, "messages[%d]", func(i int, path string, m map[string]json.RawMessage) *apiError {
+	last, e := st.readMessages(q, msgs, "messages[%d]", func(path string, m map[string]json.RawMessage) *apiError {
 		roleRaw, ok := m["role"]
 		if !ok {
 			return st.missing(path + ".role")
@@ -382,17 +381,8 @@ func (st *strictState) parseChat(q *query, fields map[string]json.RawMessage) *a
 		default:
 			return invalid(fmt.Sprintf("Invalid value: '%s'. Supported values are: 'system', 'assistant', 'user', 'function', 'tool', and 'developer'.", role), path+".role", "invalid_value")
 		}
-		content, has := m["content"]
-		if !has && role != "assistant" {
+		if _, has := m["content"]; !has && role != "assistant" {
 			return st.missing(path + ".content")
-		}
-		texts, e := st.contentTexts(path+".content", content)
-		if e != nil {
-			return e
-		}
-		q.texts = append(q.texts, texts...)
-		if role == "user" {
-			last = i
 		}
 		return nil
 	})
@@ -425,22 +415,36 @@ func (st *strictState) parseChat(q *query, fields map[string]json.RawMessage) *a
 	return nil
 }
 
-// eachMessage calls fn with each message of a request, decoded, and its
-// path (pathFormat with its index); a message that is not an object is
-// refused first, as the APIs do.
-func (st *strictState) eachMessage(msgs []json.RawMessage, pathFormat string, fn func(i int, path string, m map[string]json.RawMessage) *apiError) *apiError {
+// readMessages reads the messages of a request: check refuses a message
+// (an object, decoded; path is pathFormat with its index) or passes its
+// role (a string) and content, whose texts go into q.texts. A message
+// that is not an object is refused first, as the APIs do. last is the
+// index of the last user message (-1: none).
+func (st *strictState) readMessages(q *query, msgs []json.RawMessage, pathFormat string,
+	check func(path string, m map[string]json.RawMessage) *apiError) (last int, e *apiError) {
+	last = -1
 	for i, raw := range msgs {
 		path := fmt.Sprintf(pathFormat, i)
 		if kindOf(raw) != kindObject {
-			return st.wrongType(path, []jsonKind{kindObject}, kindOf(raw))
+			return last, st.wrongType(path, []jsonKind{kindObject}, kindOf(raw))
 		}
 		var m map[string]json.RawMessage
 		_ = json.Unmarshal(raw, &m)
-		if e := fn(i, path, m); e != nil {
-			return e
+		if e := check(path, m); e != nil {
+			return last, e
+		}
+		var role string
+		_ = json.Unmarshal(m["role"], &role)
+		texts, e := st.contentTexts(path+".content", m["content"])
+		if e != nil {
+			return last, e
+		}
+		q.texts = append(q.texts, texts...)
+		if role == "user" {
+			last = i
 		}
 	}
-	return nil
+	return last, nil
 }
 
 // userMarks sets q.marks from the markers of the last user message,
@@ -582,8 +586,7 @@ func (st *strictState) parseMessages(q *query, fields map[string]json.RawMessage
 	if len(msgs) == 0 {
 		return invalid("messages: at least one message is required", "", "")
 	}
-	last := -1
-	e := st.eachMessage(msgs, "messages.%d", func(i int, path string, m map[string]json.RawMessage) *apiError {
+	last, e := st.readMessages(q, msgs, "messages.%d", func(path string, m map[string]json.RawMessage) *apiError {
 		for name := range m {
 			if name != "role" && name != "content" {
 				return invalid(path+"."+name+": Extra inputs are not permitted", "", "")
@@ -604,14 +607,6 @@ func (st *strictState) parseMessages(q *query, fields map[string]json.RawMessage
 		}
 		if k := kindOf(content); k != kindString && k != kindArray {
 			return st.wrongType(path+".content", []jsonKind{kindString, kindArray}, k)
-		}
-		texts, e := st.contentTexts(path+".content", content)
-		if e != nil {
-			return e
-		}
-		q.texts = append(q.texts, texts...)
-		if role == "user" {
-			last = i
 		}
 		return nil
 	})
