@@ -204,13 +204,20 @@ func closeNATS(nc *nats.Conn) {
 	nc.Close()
 }
 
-// openPool connects to Redis and returns a handle on the configured pool;
-// close with the returned func. Errors have exit code 3.
-func openPool(ctx context.Context, cfg *config.Config) (*creds.Pool, func(), error) {
+// connectRedis connects to the configuration's Redis; no answer within
+// connectTimeout has exit code 3.
+func connectRedis(ctx context.Context, cfg *config.Config) (redis.UniversalClient, error) {
 	rdb, err := connect.Redis(ctx, cfg.Redis, 2, connectTimeout)
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = exitcode.With(exitcode.Unreachable, fmt.Errorf("%w (no answer within %s)", err, connectTimeout))
 	}
+	return rdb, err
+}
+
+// openPool connects to Redis and returns a handle on the configured pool;
+// close with the returned func. Errors have exit code 3.
+func openPool(ctx context.Context, cfg *config.Config) (*creds.Pool, func(), error) {
+	rdb, err := connectRedis(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -225,10 +232,7 @@ func openPool(ctx context.Context, cfg *config.Config) (*creds.Pool, func(), err
 // openLedger opens the spend ledger of the configuration's pool (its
 // Redis).
 func openLedger(ctx context.Context, cfg *config.Config) (*spend.Ledger, func(), error) {
-	rdb, err := connect.Redis(ctx, cfg.Redis, 2, connectTimeout)
-	if errors.Is(err, context.DeadlineExceeded) {
-		err = exitcode.With(exitcode.Unreachable, fmt.Errorf("%w (no answer within %s)", err, connectTimeout))
-	}
+	rdb, err := connectRedis(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
