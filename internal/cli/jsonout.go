@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/keyfleet/keyfleet/internal/termsafe"
 )
@@ -19,6 +20,16 @@ import (
 // text a job or an API wrote reaches a terminal with its C1 and bidi
 // controls as \u escapes (encoding/json escapes the C0 controls itself).
 // Errors stay on standard error.
+
+// show prints a view of v: as the command's one JSON value with --json,
+// else as print writes it for people, as of now.
+func show[T any](w io.Writer, asJSON bool, v T, print func(io.Writer, T, time.Time)) error {
+	if asJSON {
+		return writeJSON(w, v)
+	}
+	print(w, v, time.Now())
+	return nil
+}
 
 // marshal encodes v as writeJSON prints it, without the final newline;
 // prefix starts every line after the first.

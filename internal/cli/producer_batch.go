@@ -163,11 +163,7 @@ but no record (an enqueue that could not write it warned so).
 				if err != nil {
 					return unreachable("reading the batches", err)
 				}
-				if asJSON {
-					return writeJSON(p.stdout, bs)
-				}
-				printBatches(p.stdout, bs, time.Now())
-				return nil
+				return show(p.stdout, asJSON, bs, printBatches)
 			})
 		},
 	}
@@ -202,11 +198,7 @@ Times are RFC 3339 or null.
 				if err != nil {
 					return err
 				}
-				if asJSON {
-					return writeJSON(p.stdout, b)
-				}
-				printBatch(p.stdout, b, time.Now())
-				return nil
+				return show(p.stdout, asJSON, b, printBatch)
 			})
 		},
 	}

@@ -85,11 +85,7 @@ batch of millions it takes seconds.
 				case err != nil:
 					return unreachable("reading the item", err)
 				}
-				if asJSON {
-					return writeJSON(p.stdout, it)
-				}
-				printItem(p.stdout, it, time.Now())
-				return nil
+				return show(p.stdout, asJSON, it, printItem)
 			})
 		},
 	}
