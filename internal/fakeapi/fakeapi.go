@@ -232,23 +232,16 @@ type keyState struct {
 	index  int
 	label  string
 	secret []byte
-	rate   ratelimit.Limit
 	conc   int
 	every  time.Duration
-	tokens ratelimit.Limit
 	bare   bool
 	hdrs   string // rate headers: "", openai, anthropic
 	models map[string]*modelState
 
 	mu       sync.Mutex
-	window   []time.Time // admission times within the rate window, oldest first
-	inflight int         // admitted requests not yet finished
-	last     time.Time   // the last admission (for Every)
-	spent    []spend     // tokens taken within the token window, oldest first
-	// history is a ring of the last rate.N admission times, kept apart from
-	// window for the self-check.
-	history []time.Time
-	next    int
+	windows            // the key's own rate and tokens
+	inflight int       // admitted requests not yet finished
+	last     time.Time // the last admission (for Every)
 
 	active      atomic.Int64 // requests in progress, counted outside mu
 	maxActive   atomic.Int64
@@ -329,16 +322,15 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 		s.keys = append(s.keys, &keyState{
-			index:  i,
-			label:  "key-" + strconv.Itoa(i),
-			secret: []byte(k.Secret),
-			rate:   k.Rate,
-			conc:   k.Concurrency,
-			every:  k.Every,
-			tokens: k.Tokens,
-			bare:   k.BareRateLimit || cfg.BareRateLimit,
-			hdrs:   cmp.Or(k.RateHeaders, cfg.RateHeaders),
-			models: models,
+			index:   i,
+			label:   "key-" + strconv.Itoa(i),
+			secret:  []byte(k.Secret),
+			windows: windows{rate: k.Rate, tokens: k.Tokens},
+			conc:    k.Concurrency,
+			every:   k.Every,
+			bare:    k.BareRateLimit || cfg.BareRateLimit,
+			hdrs:    cmp.Or(k.RateHeaders, cfg.RateHeaders),
+			models:  models,
 		})
 	}
 	if s.strict != nil {
@@ -464,12 +456,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	used := tokens
 	if ctl.ActualTokens != nil && *ctl.ActualTokens >= 0 {
 		used = *ctl.ActualTokens
+		k.mu.Lock()
 		k.reconcile(now, tokens, used)
 		if m != nil {
-			k.mu.Lock()
 			m.reconcile(now, tokens, used)
-			k.mu.Unlock()
 		}
+		k.mu.Unlock()
 	}
 	k.tokensUsed.Add(used)
 	k.ok.Add(1)
@@ -525,10 +517,8 @@ func (k *keyState) admit(now time.Time, concWait time.Duration, tokens int64, m 
 		return false, k.last.Add(k.every).Sub(now), "every"
 	}
 	if k.rate.N > 0 {
-		k.dropOld(now)
-		if len(k.window) >= k.rate.N {
-			// The request fits once the oldest len-N+1 admissions have left.
-			return false, k.window[len(k.window)-k.rate.N].Add(k.rate.Period).Sub(now), "rate"
+		if wait, ok := k.rateRoom(now); !ok {
+			return false, wait, "rate"
 		}
 	}
 	if m != nil {
@@ -540,11 +530,9 @@ func (k *keyState) admit(now time.Time, concWait time.Duration, tokens int64, m 
 		if wait, ok := k.tokenRoom(now, tokens); !ok {
 			return false, wait, "tokens"
 		}
-		k.spent = append(k.spent, spend{at: now, tokens: tokens})
 	}
-	if k.rate.N > 0 {
-		k.window = append(k.window, now)
-		k.checkRate(now)
+	if k.take(now, tokens) {
+		k.overLimit.Add(1)
 	}
 	if k.every > 0 {
 		if !k.last.IsZero() && now.Sub(k.last) < k.every {
@@ -552,19 +540,11 @@ func (k *keyState) admit(now time.Time, concWait time.Duration, tokens int64, m 
 		}
 		k.last = now
 	}
-	if m != nil {
-		m.take(now, tokens)
+	if m != nil && m.take(now, tokens) {
+		m.overLimit.Add(1)
 	}
 	k.inflight++
 	return true, 0, ""
-}
-
-func (k *keyState) dropOld(now time.Time) {
-	drop := 0
-	for drop < len(k.window) && now.Sub(k.window[drop]) >= k.rate.Period {
-		drop++
-	}
-	k.window = append(k.window[:0], k.window[drop:]...)
 }
 
 // start counts an admitted request as in progress, apart from admit's own
@@ -580,20 +560,6 @@ func (k *keyState) start() {
 			return
 		}
 	}
-}
-
-// checkRate is the self-check of the rate: the admission at now is over the
-// limit if the N-th admission before it lies less than Period ago.
-func (k *keyState) checkRate(now time.Time) {
-	if len(k.history) < k.rate.N {
-		k.history = append(k.history, now)
-		return
-	}
-	if now.Sub(k.history[k.next]) < k.rate.Period {
-		k.overLimit.Add(1)
-	}
-	k.history[k.next] = now
-	k.next = (k.next + 1) % k.rate.N
 }
 
 // finish ends an admitted request.

@@ -30,15 +30,8 @@ type ModelLimits struct {
 // modelState is one model's windows on one key, guarded by the key's mu
 // (except the figures, which are atomic).
 type modelState struct {
-	name   string
-	rate   ratelimit.Limit
-	tokens ratelimit.Limit
-
-	window []time.Time // admissions within the rate window, oldest first
-	spent  []spend     // tokens within the token window, oldest first
-	// history is a ring of the last rate.N admissions, for the self-check.
-	history []time.Time
-	next    int
+	name string
+	windows
 
 	requests    atomic.Int64
 	ok          atomic.Int64
@@ -65,7 +58,7 @@ func newModels(i int, models map[string]ModelLimits) (map[string]*modelState, er
 				}
 			}
 		}
-		out[name] = &modelState{name: name, rate: m.Rate, tokens: m.Tokens}
+		out[name] = &modelState{name: name, windows: windows{rate: m.Rate, tokens: m.Tokens}}
 	}
 	return out, nil
 }
@@ -85,87 +78,16 @@ func (k *keyState) model(name string) *modelState {
 // left the windows. The caller holds the key's mu.
 func (m *modelState) room(now time.Time, tokens int64) (time.Duration, string, bool) {
 	if m.rate.N > 0 {
-		m.dropOld(now)
-		if len(m.window) >= m.rate.N {
-			return m.window[len(m.window)-m.rate.N].Add(m.rate.Period).Sub(now), "rate", false
+		if wait, ok := m.rateRoom(now); !ok {
+			return wait, "rate", false
 		}
 	}
 	if m.tokens.N > 0 {
-		m.dropSpent(now)
-		need := m.tokensInWindow() + tokens - int64(m.tokens.N)
-		if need > 0 {
-			if tokens > int64(m.tokens.N) {
-				return m.tokens.Period, "tokens", false
-			}
-			var freed int64
-			for _, s := range m.spent {
-				freed += s.tokens
-				if freed >= need {
-					return s.at.Add(m.tokens.Period).Sub(now), "tokens", false
-				}
-			}
-			return m.tokens.Period, "tokens", false
+		if wait, ok := m.tokenRoom(now, tokens); !ok {
+			return wait, "tokens", false
 		}
 	}
 	return 0, "", true
-}
-
-// take counts an admitted request in the model's windows (after room said
-// it fits). The caller holds the key's mu.
-func (m *modelState) take(now time.Time, tokens int64) {
-	if m.tokens.N > 0 {
-		m.spent = append(m.spent, spend{at: now, tokens: tokens})
-	}
-	if m.rate.N == 0 {
-		return
-	}
-	m.window = append(m.window, now)
-	// The self-check, apart from the window: the N-th admission before
-	// this one must lie a whole period back.
-	if len(m.history) < m.rate.N {
-		m.history = append(m.history, now)
-		return
-	}
-	if now.Sub(m.history[m.next]) < m.rate.Period {
-		m.overLimit.Add(1)
-	}
-	m.history[m.next] = now
-	m.next = (m.next + 1) % m.rate.N
-}
-
-func (m *modelState) dropOld(now time.Time) {
-	drop := 0
-	for drop < len(m.window) && now.Sub(m.window[drop]) >= m.rate.Period {
-		drop++
-	}
-	m.window = append(m.window[:0], m.window[drop:]...)
-}
-
-func (m *modelState) dropSpent(now time.Time) {
-	drop := 0
-	for drop < len(m.spent) && now.Sub(m.spent[drop].at) >= m.tokens.Period {
-		drop++
-	}
-	m.spent = append(m.spent[:0], m.spent[drop:]...)
-}
-
-func (m *modelState) tokensInWindow() int64 {
-	var n int64
-	for _, s := range m.spent {
-		n += s.tokens
-	}
-	return n
-}
-
-// reconcile replaces the tokens a request admitted at `at` took with what
-// it used. The caller holds the key's mu.
-func (m *modelState) reconcile(at time.Time, took, used int64) {
-	for i := range m.spent {
-		if m.spent[i].at.Equal(at) && m.spent[i].tokens == took {
-			m.spent[i].tokens = used
-			return
-		}
-	}
 }
 
 // used is what the model's windows hold at now: requests and tokens. The

@@ -7,58 +7,6 @@ import (
 	"time"
 )
 
-// spend is the tokens one admitted request took at a moment.
-type spend struct {
-	at     time.Time
-	tokens int64
-}
-
-// tokenRoom reports whether `tokens` more fit in the key's token window at
-// now, else how long until they do. The caller holds k.mu.
-func (k *keyState) tokenRoom(now time.Time, tokens int64) (time.Duration, bool) {
-	drop := 0
-	for drop < len(k.spent) && now.Sub(k.spent[drop].at) >= k.tokens.Period {
-		drop++
-	}
-	k.spent = append(k.spent[:0], k.spent[drop:]...)
-	need := k.tokensInWindow() + tokens - int64(k.tokens.N)
-	if need <= 0 {
-		return 0, true
-	}
-	if tokens > int64(k.tokens.N) {
-		return k.tokens.Period, false
-	}
-	var freed int64
-	for _, s := range k.spent {
-		freed += s.tokens
-		if freed >= need {
-			return s.at.Add(k.tokens.Period).Sub(now), false
-		}
-	}
-	return k.tokens.Period, false
-}
-
-func (k *keyState) tokensInWindow() int64 {
-	var n int64
-	for _, s := range k.spent {
-		n += s.tokens
-	}
-	return n
-}
-
-// reconcile replaces the tokens a request admitted at `at` took with what
-// it used.
-func (k *keyState) reconcile(at time.Time, took, used int64) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for i := range k.spent {
-		if k.spent[i].at.Equal(at) && k.spent[i].tokens == took {
-			k.spent[i].tokens = used
-			return
-		}
-	}
-}
-
 // setRateHeaders adds the key's figures to a reply in the configured
 // provider's format.
 func checkRateHeaders(v string) error {
