@@ -121,6 +121,44 @@ func TestReleaseWakesWaiter(t *testing.T) {
 	}
 }
 
+// A grant made to another handle lives its short claim TTL (the waiter
+// TTL) until that handle claims it: the claim (lua/claim.lua, the step of a
+// handle with nothing else to send) makes it a full lease, in Redis too.
+func TestClaimedGrantIsAFullLease(t *testing.T) {
+	const leaseTTL, waiterTTL = 10 * time.Second, 200 * time.Millisecond
+	e := newEnv(t)
+	holder := e.pool(creds.WithLeaseTTL(leaseTTL), creds.WithWaiterTTL(waiterTTL))
+	waiter := e.pool(creds.WithLeaseTTL(leaseTTL), creds.WithWaiterTTL(waiterTTL))
+	e.register(holder, creds.Credential{ID: "only", MaxConcurrent: 1})
+	held := mustAcquire(t, holder, "holder")
+	got := acquireAsync(t, waiter, "waiter", 1, 20*time.Second)
+	e.waitQueued(waiter, 1)
+	if err := holder.Release(context.Background(), held); err != nil {
+		t.Fatal(err)
+	}
+	l := testutil.Receive(t, got, 5*time.Second, "waiter not woken within 5s of the release")
+	if l == nil {
+		t.Fatal("no lease")
+	}
+	if life := l.Expires.Sub(l.Acquired); life < leaseTTL-time.Second {
+		t.Fatalf("the claimed lease lives %s from its grant, want about the lease TTL %s", life, leaseTTL)
+	}
+	member := fmt.Sprintf("%d|%s", l.Token, l.Owner)
+	exp, err := e.rdb.ZScore(context.Background(), "keyfleet:{"+e.name+"}:leases:only", member).Result()
+	if err != nil {
+		t.Fatalf("the lease is not in Redis: %v", err)
+	}
+	if got := time.UnixMicro(int64(exp)); !got.Equal(l.Expires) {
+		t.Fatalf("Redis has the lease until %s, the holder until %s", got, l.Expires)
+	}
+	if n, err := e.rdb.HLen(context.Background(), "keyfleet:{"+e.name+"}:gr:"+waiter.Instance()).Result(); err != nil || n != 0 {
+		t.Fatalf("%d grants (%v) still wait to be claimed", n, err)
+	}
+	if err := waiter.Release(context.Background(), l); err != nil {
+		t.Fatalf("release of the claimed lease: %v", err)
+	}
+}
+
 // A cooldown, an abandoned lease and a full rate window each wake a waiter
 // when they end — after the end, and not a polling interval later.
 func TestTimedEventsWakeWaiterAtTheirEnd(t *testing.T) {
