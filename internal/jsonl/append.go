@@ -1,12 +1,27 @@
 package jsonl
 
 import (
+	"bytes"
+	"encoding/json"
 	"math"
 	"strconv"
 	"unicode/utf8"
 )
 
 const hexDigits = "0123456789abcdef"
+
+// Marshal encodes v as one line of JSON, without its newline and without
+// escaping <, > and & (as the providers write their lines; six bytes each
+// would also make a stored record grow).
+func Marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
 
 // AppendString appends s as a JSON string, escaped exactly as
 // encoding/json escapes it (HTML characters, U+2028 and U+2029 as \u

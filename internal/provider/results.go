@@ -1,12 +1,13 @@
 package provider
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+
+	"github.com/keyfleet/keyfleet/internal/jsonl"
 )
 
 // Outcomes of an item, as a ResultView has them (queue's outcomes).
@@ -91,7 +92,7 @@ func ResultLine(format string, v ResultView) ([]byte, error) {
 		default:
 			line.Error = &lineError{Code: "request_failed", Message: v.Error}
 		}
-		return encodeLine(line)
+		return jsonl.Marshal(line)
 	case FormatAnthropicBatch:
 		type result struct {
 			Type    string          `json:"type"`
@@ -110,7 +111,7 @@ func ResultLine(format string, v ResultView) ([]byte, error) {
 		default:
 			line.Result = result{Type: "errored", Error: v.errorBody()}
 		}
-		return encodeLine(line)
+		return jsonl.Marshal(line)
 	}
 	return nil, fmt.Errorf("unknown result format %q (want %s, %s or %s)", format, FormatJSONL, FormatOpenAIBatch, FormatAnthropicBatch)
 }
@@ -129,16 +130,4 @@ func (v ResultView) errorBody() json.RawMessage {
 	}
 	b, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]string{"type": "api_error", "message": v.Error}})
 	return b
-}
-
-// encodeLine encodes a result line without HTML escaping (as the
-// providers write theirs) and without a newline.
-func encodeLine(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }

@@ -1,11 +1,10 @@
 package queue
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/keyfleet/keyfleet/internal/jsonl"
 	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
@@ -56,7 +55,7 @@ func fitResult(r kftype.Result, limit int) ([]byte, error) {
 // PayloadTruncated, holds what was kept as a JSON string, and cannot be
 // replayed).
 func fitDeadLetter(d kftype.DeadLetter, limit int) ([]byte, error) {
-	encode := func() ([]byte, error) { return encodeRecord(d) }
+	encode := func() ([]byte, error) { return jsonl.Marshal(d) }
 	data, err := encode()
 	if err != nil || len(data) <= limit {
 		return data, err
@@ -69,12 +68,12 @@ func fitDeadLetter(d kftype.DeadLetter, limit int) ([]byte, error) {
 		text := string(d.Payload)
 		d.PayloadTruncated = true
 		encodeText := func() ([]byte, error) {
-			s, err := encodeRecord(text)
+			s, err := jsonl.Marshal(text)
 			if err != nil {
 				return nil, err
 			}
 			d.Payload = s
-			return encodeRecord(d)
+			return jsonl.Marshal(d)
 		}
 		if data, err = shrink(encodeText, &text, "", false, limit); err != nil || len(data) <= limit {
 			return data, err
@@ -122,19 +121,6 @@ func capText(s string, n int) string {
 		return s
 	}
 	return cutText(s, n-len(CutNote), false) + CutNote
-}
-
-// encodeRecord encodes v as JSON without escaping <, > and & (which would
-// take six bytes each: a record then grows past the server's max
-// payload), and without the encoder's newline.
-func encodeRecord(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // cutText keeps at most n bytes of s (none for n <= 0): whole UTF-8
