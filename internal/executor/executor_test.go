@@ -591,13 +591,7 @@ func TestExecute(t *testing.T) {
 			if c.want.Kind == "" {
 				c.want.Kind = "sleep"
 			}
-			if !errors.Is(got.Cause, c.want.Cause) || (got.Cause == nil) != (c.want.Cause == nil) {
-				t.Errorf("cause: got %v, want %v", got.Cause, c.want.Cause)
-			}
-			got.Cause, got.Took, c.want.Cause = nil, 0, nil
-			if got != c.want {
-				t.Errorf("outcome:\n got  %+v\n want %+v", got, c.want)
-			}
+			checkOutcome(t, got, c.want)
 			if tr := h.tr.compact(); !slices.Equal(tr, c.trace) {
 				t.Errorf("trace:\n got  %q\n want %q", tr, c.trace)
 			}

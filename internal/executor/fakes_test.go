@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/jobs"
@@ -433,4 +434,17 @@ func (t *trace) compact() []string {
 		i = j
 	}
 	return out
+}
+
+// checkOutcome compares an outcome with the one wanted: the causes with
+// errors.Is, the rest but Took as they are.
+func checkOutcome(t *testing.T, got, want Outcome) {
+	t.Helper()
+	if !errors.Is(got.Cause, want.Cause) || (got.Cause == nil) != (want.Cause == nil) {
+		t.Errorf("cause: got %v, want %v", got.Cause, want.Cause)
+	}
+	got.Cause, got.Took, want.Cause = nil, 0, nil
+	if got != want {
+		t.Errorf("outcome:\n got  %+v\n want %+v", got, want)
+	}
 }

@@ -188,13 +188,7 @@ func TestExecuteSpend(t *testing.T) {
 			h.start()
 			got := h.e.Execute(context.Background(), runCtx, h.d)
 			c.want.Kind = "sleep"
-			if !errors.Is(got.Cause, c.want.Cause) || (got.Cause == nil) != (c.want.Cause == nil) {
-				t.Errorf("cause: got %v, want %v", got.Cause, c.want.Cause)
-			}
-			got.Cause, got.Took, c.want.Cause = nil, 0, nil
-			if got != c.want {
-				t.Errorf("outcome:\n got  %+v\n want %+v", got, c.want)
-			}
+			checkOutcome(t, got, c.want)
 			b, _, err := ledger.Read(ctx, "b1", "", "")
 			if err != nil {
 				t.Fatal(err)
