@@ -75,6 +75,19 @@ func until(t *testing.T, ctx context.Context, what, expr string, timeout time.Du
 	run(t, ctx, "waiting for "+what, chromedp.Poll(expr, &ok, chromedp.WithPollingTimeout(timeout), chromedp.WithPollingInterval(50*time.Millisecond)))
 }
 
+// noSecretOnPage fails the test if the page's HTML or text holds a
+// secret of the env or the token.
+func noSecretOnPage(t *testing.T, ctx context.Context, e *env, token string) {
+	t.Helper()
+	var html string
+	run(t, ctx, "reading the page", chromedp.Evaluate(`document.documentElement.outerHTML + document.body.innerText`, &html))
+	for _, s := range e.sensitive(token) {
+		if strings.Contains(html, s) {
+			t.Errorf("the page holds a secret (%.12s…)", s)
+		}
+	}
+}
+
 func awaitPromise(p *runtime.EvaluateParams) *runtime.EvaluateParams { return p.WithAwaitPromise(true) }
 
 // The page in a real browser: it shows every key with its state and why,
@@ -207,13 +220,7 @@ func TestDashboardInBrowser(t *testing.T) {
 			`document.querySelector('.cred[data-id="key-c"]').innerText.includes('Retry-After 600 s')`, 10*time.Second)
 
 	// No secret and not the token in what the page holds.
-	var html string
-	run(t, ctx, "reading the page", chromedp.Evaluate(`document.documentElement.outerHTML + document.body.innerText`, &html))
-	for _, s := range e.sensitive(token) {
-		if strings.Contains(html, s) {
-			t.Errorf("the page holds a secret (%.12s…)", s)
-		}
-	}
+	noSecretOnPage(t, ctx, e, token)
 	t.Logf("screenshot of the dashboard mid-run: %s", shot)
 }
 
