@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/keyfleet/keyfleet/internal/batchview"
@@ -278,7 +277,7 @@ func waiting(ctx context.Context, q *queue.Queue, batch, item string) (*Message,
 			return nil, kftype.Item{}, err
 		}
 		seq = m.Sequence + 1
-		found, err := queue.DecodeItem(rawMsg{m: m})
+		found, err := queue.DecodeStoredItem(m)
 		if err != nil || found.ID != item || found.Batch != batch {
 			continue
 		}
@@ -298,18 +297,6 @@ func waiting(ctx context.Context, q *queue.Queue, batch, item string) (*Message,
 		return msg, found, nil
 	}
 }
-
-// rawMsg is a stored message as queue.DecodeItem reads a delivered one:
-// it asks for its headers, subject and data alone (the embedded Msg, nil,
-// is never called).
-type rawMsg struct {
-	jetstream.Msg
-	m *jetstream.RawStreamMsg
-}
-
-func (r rawMsg) Headers() nats.Header { return r.m.Header }
-func (r rawMsg) Subject() string      { return r.m.Subject }
-func (r rawMsg) Data() []byte         { return r.m.Data }
 
 // inProviderBatch finds the active provider batch record of batch whose
 // items hold item (nil when none does), with the item's kind and scope.

@@ -70,6 +70,24 @@ func Fits(it kftype.Item, limit int64) (size int, ok bool) {
 	return size, int64(size) <= limit
 }
 
+// DecodeStoredItem reads an item from a stored work message (one read
+// from the stream rather than delivered), as DecodeItem does.
+func DecodeStoredItem(m *jetstream.RawStreamMsg) (kftype.Item, error) {
+	return DecodeItem(storedMsg{m: m})
+}
+
+// storedMsg is a stored message as DecodeItem reads a delivered one: its
+// headers, subject and data alone (the embedded Msg, nil, is never
+// called).
+type storedMsg struct {
+	jetstream.Msg
+	m *jetstream.RawStreamMsg
+}
+
+func (s storedMsg) Headers() nats.Header { return s.m.Header }
+func (s storedMsg) Subject() string      { return s.m.Subject }
+func (s storedMsg) Data() []byte         { return s.m.Data }
+
 // DecodeItem reads an item from a delivered work message.
 func DecodeItem(msg jetstream.Msg) (kftype.Item, error) {
 	h := msg.Headers()

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/keyfleet/keyfleet/internal/kftype"
@@ -107,7 +106,7 @@ func (q *Queue) NextStaged(ctx context.Context, subject string, seq uint64) (*St
 	if err != nil {
 		return nil, fmt.Errorf("queue: read %s from %d: %w", subject, seq, noAnswer(ctx, q.cfg.RequestTimeout, err))
 	}
-	it, err := DecodeItem(storedMsg{m: m})
+	it, err := DecodeStoredItem(m)
 	if err != nil {
 		return nil, fmt.Errorf("queue: message %d on %s: %w", m.Sequence, subject, err)
 	}
@@ -125,15 +124,3 @@ func (q *Queue) PurgeStaged(ctx context.Context, subject string, through uint64)
 	}
 	return nil
 }
-
-// storedMsg is a stored message as DecodeItem reads a delivered one: its
-// headers, subject and data alone (the embedded Msg, nil, is never
-// called).
-type storedMsg struct {
-	jetstream.Msg
-	m *jetstream.RawStreamMsg
-}
-
-func (s storedMsg) Headers() nats.Header { return s.m.Header }
-func (s storedMsg) Subject() string      { return s.m.Subject }
-func (s storedMsg) Data() []byte         { return s.m.Data }
