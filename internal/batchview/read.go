@@ -14,12 +14,12 @@ import (
 	"github.com/keyfleet/keyfleet/internal/spend"
 )
 
-// Rate of a batch read once: the items finished within rateWindow before
-// the reading, over that window (or over the time since its first result,
-// when shorter, if at least minRateSpan).
+// The rate of a running batch, read once here or sampled by the
+// dashboard: the items finished within RateWindow, over that window (or
+// over a shorter span, if at least MinRateSpan).
 const (
-	rateWindow  = time.Minute
-	minRateSpan = 2 * time.Second
+	RateWindow  = time.Minute
+	MinRateSpan = 2 * time.Second
 )
 
 // ErrNoBatch: the batch has neither a record nor results.
@@ -127,7 +127,7 @@ const (
 	wordFailed    = 2
 	wordCancelled = 3
 	wordOutcome   = 3
-	wordRecent    = 4 // finished within rateWindow before the reading
+	wordRecent    = 4 // finished within RateWindow before the reading
 	wordBits      = 3
 )
 
@@ -151,7 +151,7 @@ func (c *counter) add(r kftype.Result) error {
 		w |= wordFailed
 	}
 	if f := r.FinishedAt; !f.IsZero() {
-		if !f.Before(c.now.Add(-rateWindow)) {
+		if !f.Before(c.now.Add(-RateWindow)) {
 			w |= wordRecent
 		}
 		if b.first.IsZero() || f.Before(b.first) {
@@ -213,26 +213,33 @@ func (c *counter) row(id string, rec kftype.BatchInfo, known bool, now time.Time
 	return row
 }
 
+// WholeRunRate is a complete batch's rate: its items/s over its whole run,
+// from its enqueue (when its record is known) or its first result,
+// whichever came first, to its last result (0 when that is no span).
+func WholeRunRate(row Batch, rec kftype.BatchInfo, known bool, first, last time.Time) float64 {
+	from := first
+	if known && !rec.EnqueuedAt.IsZero() && (from.IsZero() || rec.EnqueuedAt.Before(from)) {
+		from = rec.EnqueuedAt
+	}
+	if span := last.Sub(from).Seconds(); span > 0 {
+		return float64(row.Done) / span
+	}
+	return 0
+}
+
 // rateOnce is a rate read once: items/s over the whole run once the batch
 // is complete (from its enqueue or first result to its last result), else
-// the items finished within rateWindow before now over that window (or
-// since the first result, when that is shorter but at least minRateSpan).
+// the items finished within RateWindow before now over that window (or
+// since the first result, when that is shorter but at least MinRateSpan).
 func rateOnce(row Batch, rec kftype.BatchInfo, known bool, t Tally, recent int64, now time.Time) float64 {
 	if row.Complete {
-		from := t.First
-		if known && !rec.EnqueuedAt.IsZero() && (from.IsZero() || rec.EnqueuedAt.Before(from)) {
-			from = rec.EnqueuedAt
-		}
-		if span := t.Last.Sub(from).Seconds(); span > 0 {
-			return float64(row.Done) / span
-		}
-		return 0
+		return WholeRunRate(row, rec, known, t.First, t.Last)
 	}
 	if t.First.IsZero() || recent == 0 {
 		return 0
 	}
-	span := min(rateWindow, now.Sub(t.First))
-	if span < minRateSpan {
+	span := min(RateWindow, now.Sub(t.First))
+	if span < MinRateSpan {
 		return 0
 	}
 	return float64(recent) / span.Seconds()

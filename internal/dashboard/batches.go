@@ -19,10 +19,9 @@ import (
 // It is internal/batchview's, which the CLI shows too.
 type Batch = batchview.Batch
 
-// Rate and listing bounds.
+// Listing bounds and outcomes (the rate's window and least span are
+// batchview's).
 const (
-	rateWindow       = time.Minute // the rate of a running batch is taken over it
-	minRateSpan      = 2 * time.Second
 	maxBatches       = 50 // batches shown, the most recently active first
 	outcomeOK        = uint8(1)
 	outcomeNotOK     = uint8(2)
@@ -160,7 +159,7 @@ func (t *tally) rows(now time.Time) []Batch {
 		rec, known := t.records[id]
 		if t.ready {
 			b.samples = append(b.samples, doneSample{at: now, done: b.succeeded + b.failed + b.cancelled})
-			for len(b.samples) > 2 && now.Sub(b.samples[1].at) >= rateWindow {
+			for len(b.samples) > 2 && now.Sub(b.samples[1].at) >= batchview.RateWindow {
 				b.samples = b.samples[1:]
 			}
 		}
@@ -171,7 +170,7 @@ func (t *tally) rows(now time.Time) []Batch {
 		}
 		active[id] = last
 		// Running: short of its total; without a record, results lately.
-		running[id] = known && !row.Complete || !known && now.Sub(b.last) < rateWindow
+		running[id] = known && !row.Complete || !known && now.Sub(b.last) < batchview.RateWindow
 		out = append(out, row)
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -264,21 +263,14 @@ func (s *Server) readProviderBatches(ctx context.Context) {
 // runs (0 when nothing was done in it), over the whole run once complete.
 func (b *batchTally) rate(row Batch, rec kftype.BatchInfo, known bool) float64 {
 	if row.Complete {
-		from := b.first
-		if known && !rec.EnqueuedAt.IsZero() && (from.IsZero() || rec.EnqueuedAt.Before(from)) {
-			from = rec.EnqueuedAt
-		}
-		if span := b.last.Sub(from).Seconds(); span > 0 {
-			return float64(row.Done) / span
-		}
-		return 0
+		return batchview.WholeRunRate(row, rec, known, b.first, b.last)
 	}
 	if len(b.samples) < 2 {
 		return 0
 	}
 	first, last := b.samples[0], b.samples[len(b.samples)-1]
 	span := last.at.Sub(first.at)
-	if span < minRateSpan {
+	if span < batchview.MinRateSpan {
 		return 0
 	}
 	return float64(last.done-first.done) / span.Seconds()
