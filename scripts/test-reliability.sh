@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The reliability scenarios at full size (KEYFLEET_RELIABILITY=full): every
-# end-to-end test runs, each fault scenario records a row, and the table is
-# printed at the end. The full log is kept in $LOG.
+# end-to-end test runs (the packages under internal/e2e), each fault
+# scenario records a row, and each package prints the table of its rows at
+# its end; they are gathered here. The full log is kept in $LOG.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOG=${LOG:-$(mktemp -t keyfleet-reliability.XXXXXX.log)}
 profile=${KEYFLEET_RELIABILITY:-full}
 echo "reliability scenarios, $profile profile (log: $LOG)"
-KEYFLEET_RELIABILITY=$profile go test -race -count=1 -timeout 80m -v ./internal/e2e >"$LOG" 2>&1
+KEYFLEET_RELIABILITY=$profile go test -race -count=1 -timeout 80m -v ./internal/e2e/... >"$LOG" 2>&1
 code=$?
 grep -E '^(--- FAIL|FAIL|panic:)' "$LOG" || true
 # What each failing test said, so that a CI log explains a failure without
@@ -30,5 +31,5 @@ awk '
     }
   }' "$LOG" "$LOG"
 sed -n '/^Reliability (/,/^$/p' "$LOG"
-tail -1 "$LOG"
+grep -E '^(ok|FAIL)\s' "$LOG"   # each package's result
 exit $code

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
@@ -32,15 +33,15 @@ func TestBatchFileRunsThroughBatchAPI(t *testing.T) {
 		t.Run(prov, func(t *testing.T) {
 			t.Parallel()
 			f := newFleet(t, prov, time.Second)
-			f.startWorker("w1")
-			f.startWorker("w2")
+			f.StartWorker("w1")
+			f.StartWorker("w2")
 			const n = 300
 			path := f.batchFile(n, twoModels(prov), func(i int) string { return fmt.Sprintf("Summarise item %d.", i) })
-			r := f.producer(nil, "enqueue", "--kind", "llm", "--format", f.format(), "--batch", "nightly", "--deadline", "24h", "--wait", path)
-			if r.code != 0 {
+			r := f.Producer(nil, "enqueue", "--kind", "llm", "--format", f.format(), "--batch", "nightly", "--deadline", "24h", "--wait", path)
+			if r.Code != 0 {
 				t.Fatalf("enqueue --wait:\n%s", r)
 			}
-			res := f.waitResults("nightly", n, time.Minute)
+			res := f.WaitResults("nightly", n, time.Minute)
 			via := 0
 			for id, r := range res {
 				if r.Outcome != queue.OutcomeSucceeded || r.StatusCode != 200 || r.Output == "" {
@@ -53,12 +54,12 @@ func TestBatchFileRunsThroughBatchAPI(t *testing.T) {
 			if via*100 < n*95 {
 				t.Errorf("%d of %d items via the Batch API, want at least 95%%", via, n)
 			}
-			out := f.producer(nil, "results", "--batch", "nightly", "--format", f.format())
-			if out.code != 0 {
+			out := f.Producer(nil, "results", "--batch", "nightly", "--format", f.format())
+			if out.Code != 0 {
 				t.Fatalf("results:\n%s", out)
 			}
 			seen := map[string]int{}
-			for _, l := range jsonLines(t, out.stdout) {
+			for _, l := range e2etest.ParseJSONLines(t, out.Stdout) {
 				id, _ := l["custom_id"].(string)
 				seen[id]++
 				if prov == fakeapi.ProviderAnthropic {
@@ -95,7 +96,7 @@ func TestBatchFileRunsThroughBatchAPI(t *testing.T) {
 				t.Errorf("%d real-time requests, want none", rt)
 			}
 			for _, bad := range []string{"2020-01-01T00:00:00Z", "-1h"} {
-				if r := f.producer(nil, "enqueue", "--kind", "llm", "--format", f.format(), "--batch", "late", "--deadline", bad, path); r.code != 2 {
+				if r := f.Producer(nil, "enqueue", "--kind", "llm", "--format", f.format(), "--batch", "late", "--deadline", bad, path); r.Code != 2 {
 					t.Errorf("--deadline %s: want exit 2\n%s", bad, r)
 				}
 			}
@@ -120,7 +121,7 @@ func TestProviderFailuresFinishInRealTime(t *testing.T) {
 				if how == "failed" {
 					f.api.FailNextBatches(1)
 				}
-				f.startWorker("w1")
+				f.StartWorker("w1")
 				const n = 20
 				f.enqueue("flaky", f.batchFile(n, f.model, func(i int) string { return fmt.Sprintf("q %d", i) }), "24h")
 				if how == "expired" {
@@ -131,7 +132,7 @@ func TestProviderFailuresFinishInRealTime(t *testing.T) {
 					f.api.ExpireBatches()
 				}
 				start := time.Now()
-				res := f.waitResults("flaky", n, time.Minute)
+				res := f.WaitResults("flaky", n, time.Minute)
 				for id, r := range res {
 					if r.Outcome != queue.OutcomeSucceeded || r.Via != "" {
 						t.Errorf("%s: %+v, want succeeded in real time", id, r)
@@ -159,14 +160,14 @@ func TestKillEveryWorkerMidway(t *testing.T) {
 		t.Run(prov, func(t *testing.T) {
 			t.Parallel()
 			f := newFleet(t, prov, 15*time.Second)
-			w := []*proc{f.startWorker("w1"), f.startWorker("w2")}
+			w := []*e2etest.Process{f.StartWorker("w1"), f.StartWorker("w2")}
 			const n = 400
 			f.enqueue("kill", f.batchFile(n, twoModels(prov), func(i int) string { return fmt.Sprintf("q %d", i) }), "24h")
 			f.waitFor("a provider batch record", time.Minute, func() bool { return len(f.records("kill")) > 0 })
 			for _, p := range w {
-				p.kill(t)
+				kill(t, p)
 			}
-			w = []*proc{f.startWorker("w3"), f.startWorker("w4")}
+			w = []*e2etest.Process{f.StartWorker("w3"), f.StartWorker("w4")}
 			f.waitFor("both provider batches created", 2*time.Minute, func() bool {
 				ps := f.records("kill")
 				return len(ps) == 2 && ps[0].ProviderID != "" && ps[1].ProviderID != ""
@@ -175,10 +176,10 @@ func TestKillEveryWorkerMidway(t *testing.T) {
 				t.Fatalf("neither provider batch runs any more: %+v", ps) // the kill below would test nothing
 			}
 			for _, p := range w {
-				p.kill(t)
+				kill(t, p)
 			}
-			w = []*proc{f.startWorker("w5"), f.startWorker("w6")}
-			res := f.waitResults("kill", n, 2*time.Minute)
+			w = []*e2etest.Process{f.StartWorker("w5"), f.StartWorker("w6")}
+			res := f.WaitResults("kill", n, 2*time.Minute)
 			for id, r := range res {
 				if r.Outcome != queue.OutcomeSucceeded || r.Via == "" {
 					t.Errorf("%s: %+v", id, r)
@@ -199,7 +200,7 @@ func TestKillEveryWorkerMidway(t *testing.T) {
 				return true
 			})
 			for _, p := range w {
-				p.stop(t)
+				e2etest.StopWorkers(t, 30*time.Second, p)
 			}
 		})
 	}
@@ -212,17 +213,17 @@ func TestCancelCancelsAtProvider(t *testing.T) {
 		t.Run(prov, func(t *testing.T) {
 			t.Parallel()
 			f := newFleet(t, prov, time.Hour)
-			f.startWorker("w1")
+			f.StartWorker("w1")
 			const n = 10
 			f.enqueue("stop", f.batchFile(n, f.model, func(i int) string { return fmt.Sprintf("q %d", i) }), "24h")
 			f.waitFor("the provider batch running", time.Minute, func() bool {
 				ps := f.records("stop")
 				return len(ps) == 1 && ps[0].State == queue.PBSubmitted
 			})
-			if r := f.producer(nil, "batch", "cancel", "stop", "--yes"); r.code != 0 {
+			if r := f.Producer(nil, "batch", "cancel", "stop", "--yes"); r.Code != 0 {
 				t.Fatalf("batch cancel:\n%s", r)
 			}
-			res := f.waitResults("stop", n, time.Minute)
+			res := f.WaitResults("stop", n, time.Minute)
 			for id, r := range res {
 				if r.Outcome != queue.OutcomeCancelled {
 					t.Errorf("%s: %+v", id, r)

@@ -1,4 +1,4 @@
-package e2e
+package e2etest
 
 import (
 	"encoding/json"
@@ -14,25 +14,25 @@ import (
 	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 )
 
-// cliRun is one run of a binary: in dir ("": the test's), with env (its
+// CLIRun is one run of a binary: in dir ("": the test's), with env (its
 // whole environment), stdin (nil: none; a *os.File is passed as it is,
 // so a pseudo-terminal's tty is the process's terminal).
-type cliRun struct {
-	bin   string // "producer" or "worker"
-	args  []string
-	env   []string
-	dir   string
-	stdin io.Reader
+type CLIRun struct {
+	Bin   string // "producer" or "worker"
+	Args  []string
+	Env   []string
+	Dir   string
+	Stdin io.Reader
 }
 
-// run runs it to its end (a hang is a failure) and returns what it did.
-func (c cliRun) run(t *testing.T) ran {
+// Run runs it to its end (a hang is a failure) and returns what it did.
+func (c CLIRun) Run(t *testing.T) Ran {
 	t.Helper()
 	var out, errb launch.Buffer
-	o := launch.Options{Env: append(c.env[:len(c.env):len(c.env)], "GORACE=atexit_sleep_ms=0"), Dir: c.dir, Stdin: c.stdin,
+	o := launch.Options{Env: append(c.Env[:len(c.Env):len(c.Env)], "GORACE=atexit_sleep_ms=0"), Dir: c.Dir, Stdin: c.Stdin,
 		Stdout: &out, Stderr: &errb}
 	start := time.Now()
-	p, err := launch.Start(c.bin, binary(t, c.bin), c.args, o)
+	p, err := launch.Start(c.Bin, Binary(t, c.Bin), c.Args, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,19 +40,19 @@ func (c cliRun) run(t *testing.T) ran {
 	case <-p.Done():
 	case <-time.After(producerTimeout):
 		p.Kill()
-		t.Fatalf("%s %v did not exit within %s\nstdout:\n%s\nstderr:\n%s", c.bin, c.args, producerTimeout, out.String(), errb.String())
+		t.Fatalf("%s %v did not exit within %s\nstdout:\n%s\nstderr:\n%s", c.Bin, c.Args, producerTimeout, out.String(), errb.String())
 	}
-	r := ran{args: append([]string{c.bin}, c.args...), stdout: out.String(), stderr: errb.String(), code: p.ExitCode(), took: time.Since(start)}
-	if strings.Contains(r.stderr, "panic:") || strings.Contains(r.stderr, "DATA RACE") {
-		t.Fatalf("%s panicked or raced:\n%s", c.bin, r)
+	r := Ran{Args: append([]string{c.Bin}, c.Args...), Stdout: out.String(), Stderr: errb.String(), Code: p.ExitCode(), Took: time.Since(start)}
+	if strings.Contains(r.Stderr, "panic:") || strings.Contains(r.Stderr, "DATA RACE") {
+		t.Fatalf("%s panicked or raced:\n%s", c.Bin, r)
 	}
 	return r
 }
 
-// cleanEnv is the environment without any KEYFLEET_ or XDG_CONFIG_HOME
+// CleanEnv is the environment without any KEYFLEET_ or XDG_CONFIG_HOME
 // variable, with HOME set to home: a run that finds its configuration by
 // itself finds only what the test put there.
-func cleanEnv(home string) []string {
+func CleanEnv(home string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, "KEYFLEET_") || strings.HasPrefix(kv, "XDG_CONFIG_HOME=") || strings.HasPrefix(kv, "HOME=") {
@@ -63,8 +63,8 @@ func cleanEnv(home string) []string {
 	return append(env, "HOME="+home)
 }
 
-// oneJSON decodes s, which must be exactly one JSON value, into v.
-func oneJSON(t *testing.T, what, s string, v any) {
+// OneJSON decodes s, which must be exactly one JSON value, into v.
+func OneJSON(t *testing.T, what, s string, v any) {
 	t.Helper()
 	dec := json.NewDecoder(strings.NewReader(s))
 	if err := dec.Decode(v); err != nil {
@@ -76,19 +76,19 @@ func oneJSON(t *testing.T, what, s string, v any) {
 	}
 }
 
-// parseJSONArray decodes the one JSON array a --json list prints.
-func parseJSONArray(t *testing.T, s string) []map[string]any {
+// ParseJSONArray decodes the one JSON array a --json list prints.
+func ParseJSONArray(t *testing.T, s string) []map[string]any {
 	t.Helper()
 	var out []map[string]any
-	oneJSON(t, "a --json list", s, &out)
+	OneJSON(t, "a --json list", s, &out)
 	return out
 }
 
-// pseudoTerminal is a terminal for a child's standard input: give it tty,
+// PseudoTerminal is a terminal for a child's standard input: give it tty,
 // type at its keyboard with answer.
-type pseudoTerminal struct{ tty, ptmx *os.File }
+type PseudoTerminal struct{ TTY, ptmx *os.File }
 
-func newPseudoTerminal(t *testing.T) *pseudoTerminal {
+func NewPseudoTerminal(t *testing.T) *PseudoTerminal {
 	t.Helper()
 	ptmx, tty, err := pty.Open()
 	if err != nil {
@@ -97,10 +97,10 @@ func newPseudoTerminal(t *testing.T) *pseudoTerminal {
 	done := make(chan struct{})
 	go func() { _, _ = io.Copy(io.Discard, ptmx); close(done) }() // its echo
 	t.Cleanup(func() { _ = tty.Close(); _ = ptmx.Close(); <-done })
-	return &pseudoTerminal{tty: tty, ptmx: ptmx}
+	return &PseudoTerminal{TTY: tty, ptmx: ptmx}
 }
 
-func (p *pseudoTerminal) answer(t *testing.T, line string) {
+func (p *PseudoTerminal) Answer(t *testing.T, line string) {
 	t.Helper()
 	if _, err := p.ptmx.WriteString(line); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,8 @@
-package e2e
+package e2etest
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"os/exec"
@@ -28,13 +29,13 @@ import (
 )
 
 var bins struct {
-	worker, producer string
+	dir string // where the binaries are
 	// buildErr holds the build failure of a binary, reported by the tests
 	// that need it.
 	buildErr map[string]error
 }
 
-// longWaitingScenario marks a long fault scenario that spends its time
+// LongWaitingScenario marks a long fault scenario that spends its time
 // waiting (partitions, pauses, restarts, kills, a producer against
 // unreachable servers) to run in parallel with the others like it.
 //
@@ -44,60 +45,91 @@ var bins struct {
 // of CPUs), which keeps make test under its time budget. Their assertions
 // are about what was lost, duplicated or refused, with margins of
 // seconds, not about milliseconds.
-func longWaitingScenario(t *testing.T) { t.Parallel() }
+func LongWaitingScenario(t *testing.T) { t.Parallel() }
 
-// TestMain builds the binaries once for every test.
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "keyfleet-e2e-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
+// Main is the TestMain of every e2e package: it builds the binaries
+// (buildBinaries), runs the package's tests, prints the reliability table
+// of the rows they recorded, and exits with their status. Each package
+// under internal/e2e has
+//
+//	func TestMain(m *testing.M) { e2etest.Main(m) }
+func Main(m *testing.M) {
+	bins.buildErr = buildBinaries()
+	code := m.Run()
+	printReliabilityTable(os.Stdout)
+	os.Exit(code)
+}
+
+// buildBinaries builds the worker and the producer with -race into a
+// directory under os.TempDir() kept across test runs, one per checkout and
+// user, under a file lock: the e2e packages that go test runs side by side
+// share one build. go build relinks a binary only when it is out of date
+// (its build ID is checked), so the first package of a run links and the
+// others find the binaries up to date in a fraction of a second; a
+// relinked binary is renamed into place, so a process already running
+// keeps its file.
+func buildBinaries() map[string]error {
+	errs := map[string]error{}
+	fail := func(err error) map[string]error {
+		for _, name := range []string{"worker", "producer"} {
+			errs[name] = err
+		}
+		return errs
 	}
 	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	bins.buildErr = map[string]error{}
+	root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
+	sum := sha256.Sum256([]byte(root))
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("keyfleet-e2e-bin-%d-%x", os.Getuid(), sum[:6]))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fail(err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fail(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return fail(err)
+	}
+	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
 	for _, name := range []string{"worker", "producer"} {
 		build := exec.Command("go", "build", "-race", "-o", filepath.Join(dir, name), "./cmd/"+name)
 		build.Dir = root
 		if out, err := build.CombinedOutput(); err != nil {
-			bins.buildErr[name] = fmt.Errorf("building %s: %v\n%s", name, err, out)
+			errs[name] = fmt.Errorf("building %s: %v\n%s", name, err, out)
 		}
 	}
-	bins.worker = filepath.Join(dir, "worker")
-	bins.producer = filepath.Join(dir, "producer")
-	code := m.Run()
-	printReliabilityTable(os.Stdout)
-	os.RemoveAll(dir)
-	os.Exit(code)
+	bins.dir = dir
+	return errs
 }
 
-// binary returns the path of a built binary, failing the test if it did
+// Binary returns the path of a built binary, failing the test if it did
 // not build.
-func binary(t *testing.T, name string) string {
+func Binary(t *testing.T, name string) string {
 	t.Helper()
 	if err := bins.buildErr[name]; err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Join(filepath.Dir(bins.worker), name)
+	return filepath.Join(bins.dir, name)
 }
 
-// fleet is one test's servers, config and processes.
-type fleet struct {
-	t     *testing.T
-	nats  *natstest.Server
-	redis *redistest.Server
-	dir   string
-	cfg   string // config file path
-	env   []string
-	nc    *nats.Conn
-	q     *queue.Queue
+// Fleet is one test's servers, config and processes.
+type Fleet struct {
+	T          *testing.T
+	NATS       *natstest.Server
+	Redis      *redistest.Server
+	Dir        string
+	ConfigPath string // config file path
+	Env        []string
+	Conn       *nats.Conn
+	Queue      *queue.Queue
 
 	mu    sync.Mutex
-	procs []*proc
+	procs []*Process
 }
 
-// fleetOptions shape the config file.
-type fleetOptions struct {
+// FleetOptions shape the config file.
+type FleetOptions struct {
 	Credentials string // YAML list items under pool.credentials
 	Worker      string // extra YAML lines under worker:
 	Queue       string // extra YAML lines under queue:
@@ -106,29 +138,29 @@ type fleetOptions struct {
 	Env         []string
 }
 
-func newFleet(t *testing.T, o fleetOptions) *fleet {
+func NewFleet(t *testing.T, o FleetOptions) *Fleet {
 	t.Helper()
 	ns := natstest.Start(t)
-	f := newFleetConfig(t, ns.URL(), o)
-	f.nats = ns
-	f.nc = natstest.Connect(t, ns.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	f := NewFleetConfig(t, ns.URL(), o)
+	f.NATS = ns
+	f.Conn = natstest.Connect(t, ns.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var err error
-	if f.q, err = queue.Attach(ctx, f.nc, queue.Config{Stream: "KF"}); err != nil {
+	if f.Queue, err = queue.Attach(ctx, f.Conn, queue.Config{Stream: "KF"}); err != nil {
 		t.Fatal(err)
 	}
-	f.attachLanes()
+	f.AttachLanes()
 	return f
 }
 
-// attachLanes gives f.q the lane writer a producer's queue handle has
+// AttachLanes gives f.q the lane writer a producer's queue handle has
 // (batchlanes), for the Redis of the fleet's config as it is now: the
 // batches f.q enqueues register their lanes, which the workers pull.
-func (f *fleet) attachLanes() {
-	f.t.Helper()
-	cfg, err := config.Load(f.cfg, func(k string) string {
-		for _, kv := range slices.Backward(f.env) {
+func (f *Fleet) AttachLanes() {
+	f.T.Helper()
+	cfg, err := config.Load(f.ConfigPath, func(k string) string {
+		for _, kv := range slices.Backward(f.Env) {
 			if v, ok := strings.CutPrefix(kv, k+"="); ok {
 				return v
 			}
@@ -136,27 +168,27 @@ func (f *fleet) attachLanes() {
 		return ""
 	})
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	rdb, err := connect.RedisClient(cfg.Redis, 2, 5*time.Second)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
-	f.t.Cleanup(func() { _ = rdb.Close() })
-	w, err := batchlanes.New(lanes.New(rdb, f.q.Config().Stream), cfg)
+	f.T.Cleanup(func() { _ = rdb.Close() })
+	w, err := batchlanes.New(lanes.New(rdb, f.Queue.Config().Stream), cfg)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
-	f.q.SetLaneWriter(w)
+	f.Queue.SetLaneWriter(w)
 }
 
-// newFleetConfig is a fleet of the NATS server(s) at natsURL, with its own
+// NewFleetConfig is a fleet of the NATS server(s) at natsURL, with its own
 // Redis and a config file, without the test's own connection and queue
 // handle.
-func newFleetConfig(t *testing.T, natsURL string, o fleetOptions) *fleet {
+func NewFleetConfig(t *testing.T, natsURL string, o FleetOptions) *Fleet {
 	t.Helper()
-	f := &fleet{t: t, redis: redistest.Start(t), dir: t.TempDir()}
-	f.env = append(os.Environ(), o.Env...)
+	f := &Fleet{T: t, Redis: redistest.Start(t), Dir: t.TempDir()}
+	f.Env = append(os.Environ(), o.Env...)
 	cfg := fmt.Sprintf(`nats:
   url: %s
 redis:
@@ -172,18 +204,18 @@ queue:
 %s
 jobs:
 %s
-`, natsURL, f.redis.URL(), redistest.UniqueName(t), indent(o.Pool, 2), indent(o.Credentials, 4),
-		indent(o.Worker, 2), "KF", indent(o.Queue, 2), indent(o.Jobs, 2))
-	cfg = strings.ReplaceAll(cfg, "{{dir}}", f.dir)
-	f.cfg = filepath.Join(f.dir, "keyfleet.yaml")
-	if err := os.WriteFile(f.cfg, []byte(cfg), 0o600); err != nil {
+`, natsURL, f.Redis.URL(), redistest.UniqueName(t), Indent(o.Pool, 2), Indent(o.Credentials, 4),
+		Indent(o.Worker, 2), "KF", Indent(o.Queue, 2), Indent(o.Jobs, 2))
+	cfg = strings.ReplaceAll(cfg, "{{dir}}", f.Dir)
+	f.ConfigPath = filepath.Join(f.Dir, "keyfleet.yaml")
+	if err := os.WriteFile(f.ConfigPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.stopAll)
 	return f
 }
 
-func indent(s string, n int) string {
+func Indent(s string, n int) string {
 	if strings.TrimSpace(s) == "" {
 		return ""
 	}
@@ -195,70 +227,67 @@ func indent(s string, n int) string {
 	return b.String()
 }
 
-// proc is a running binary, its output kept in log.
-type proc struct {
+// Process is a running binary, its output kept in log.
+type Process struct {
 	*launch.Proc
-	name string
-	log  *launch.Buffer
+	Log *launch.Buffer
 }
 
-// startWorker starts a worker process with the fleet's config.
-func (f *fleet) startWorker(name string, args ...string) *proc {
-	f.t.Helper()
-	return f.start(name, binary(f.t, "worker"), append([]string{"--config", f.cfg, "--id", name}, args...)...)
+// StartWorker starts a worker process with the fleet's config.
+func (f *Fleet) StartWorker(name string, args ...string) *Process {
+	f.T.Helper()
+	return f.Start(name, Binary(f.T, "worker"), append([]string{"--config", f.ConfigPath, "--id", name}, args...)...)
 }
 
-func (f *fleet) start(name, bin string, args ...string) *proc {
-	f.t.Helper()
+func (f *Fleet) Start(name, bin string, args ...string) *Process {
+	f.T.Helper()
 	log := &launch.Buffer{}
-	lp, err := launch.Start(name, bin, args, launch.Options{Env: f.env, Stdout: log, Stderr: log})
+	lp, err := launch.Start(name, bin, args, launch.Options{Env: f.Env, Stdout: log, Stderr: log})
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
-	p := &proc{Proc: lp, name: name, log: log}
+	p := &Process{Proc: lp, Log: log}
 	f.mu.Lock()
 	f.procs = append(f.procs, p)
 	f.mu.Unlock()
 	return p
 }
 
-func (p *proc) signal(s syscall.Signal) { _ = p.Signal(s) }
-
-// wait waits for the process to exit and returns its exit code.
-func (p *proc) wait(t *testing.T, timeout time.Duration) int {
+// WaitExit waits for the process to exit and returns its exit code.
+func (p *Process) WaitExit(t *testing.T, timeout time.Duration) int {
 	t.Helper()
 	select {
 	case <-p.Done():
 	case <-time.After(timeout):
-		t.Fatalf("%s did not exit within %s; log:\n%s", p.name, timeout, tail(p.log.String(), 40))
+		t.Fatalf("%s did not exit within %s; log:\n%s", p.Name(), timeout, Tail(p.Log.String(), 40))
 	}
 	return p.ExitCode()
 }
 
-func (f *fleet) stopAll() {
+func (f *Fleet) stopAll() {
 	f.mu.Lock()
 	procs := f.procs
 	f.mu.Unlock()
 	for _, p := range procs {
 		p.Kill()
-		if f.t.Failed() {
-			f.t.Logf("--- log of %s (tail) ---\n%s", p.name, tail(p.log.String(), 30))
+		if f.T.Failed() {
+			f.T.Logf("--- log of %s (tail) ---\n%s", p.Name(), Tail(p.Log.String(), 30))
 		}
 	}
 }
 
-// logs returns everything every process of the fleet printed.
-func (f *fleet) logs() string {
+// Logs returns everything every process of the fleet printed.
+func (f *Fleet) Logs() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var b strings.Builder
 	for _, p := range f.procs {
-		b.WriteString(p.log.String())
+		b.WriteString(p.Log.String())
 	}
 	return b.String()
 }
 
-func tail(s string, n int) string {
+func Tail(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
@@ -266,10 +295,10 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// publish enqueues n items of kind with the shared publisher; payload
+// Publish enqueues n items of kind with the shared publisher; payload
 // builds each item's JSON from its ID.
-func (f *fleet) publish(batch, kind string, n int, payload func(id string) string) []string {
-	f.t.Helper()
+func (f *Fleet) Publish(batch, kind string, n int, payload func(id string) string) []string {
+	f.T.Helper()
 	items := make([]queue.Item, n)
 	ids := make([]string, n)
 	for i := range items {
@@ -279,63 +308,63 @@ func (f *fleet) publish(batch, kind string, n int, payload func(id string) strin
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rep, err := f.q.Publish(ctx, items...)
+	rep, err := f.Queue.Publish(ctx, items...)
 	if err != nil || rep.Published != n {
-		f.t.Fatalf("publish: %+v %v", rep, err)
+		f.T.Fatalf("publish: %+v %v", rep, err)
 	}
 	return ids
 }
 
-// waitResults waits until n items of batch have a result and returns them
+// WaitResults waits until n items of batch have a result and returns them
 // by item.
-func (f *fleet) waitResults(batch string, n int, timeout time.Duration) map[string]queue.Result {
-	f.t.Helper()
+func (f *Fleet) WaitResults(batch string, n int, timeout time.Duration) map[string]queue.Result {
+	f.T.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	got := map[string]queue.Result{}
-	err := f.q.WatchResults(ctx, batch, func(r queue.Result) (bool, error) {
+	err := f.Queue.WatchResults(ctx, batch, func(r queue.Result) (bool, error) {
 		got[r.Item] = r
 		return len(got) < n, nil
 	})
 	if err != nil {
-		f.t.Fatalf("waiting for %d results of %s: have %d: %v", n, batch, len(got), err)
+		f.T.Fatalf("waiting for %d results of %s: have %d: %v", n, batch, len(got), err)
 	}
 	return got
 }
 
-// queueStats reads the queue's counters.
-func (f *fleet) queueStats() queue.Stats {
-	f.t.Helper()
+// QueueStats reads the queue's counters.
+func (f *Fleet) QueueStats() queue.Stats {
+	f.T.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := f.q.Stats(ctx)
+	st, err := f.Queue.Stats(ctx)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return st
 }
 
-// writeScript writes an executable shell script into the fleet's dir.
-func (f *fleet) writeScript(name, body string) string {
-	f.t.Helper()
-	p := filepath.Join(f.dir, name)
+// WriteScript writes an executable shell script into the fleet's dir.
+func (f *Fleet) WriteScript(name, body string) string {
+	f.T.Helper()
+	p := filepath.Join(f.Dir, name)
 	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return p
 }
 
-// pool is a handle on the fleet's credential pool, for assertions.
-func (f *fleet) pool() *creds.Pool {
-	f.t.Helper()
-	cfg, err := config.Load(f.cfg, func(string) string { return "" })
+// Pool is a handle on the fleet's credential pool, for assertions.
+func (f *Fleet) Pool() *creds.Pool {
+	f.T.Helper()
+	cfg, err := config.Load(f.ConfigPath, func(string) string { return "" })
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
-	p, err := creds.New(f.redis.Client(f.t), cfg.Pool.Name)
+	p, err := creds.New(f.Redis.Client(f.T), cfg.Pool.Name)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
-	f.t.Cleanup(func() { _ = p.Close() })
+	f.T.Cleanup(func() { _ = p.Close() })
 	return p
 }

@@ -1,4 +1,4 @@
-package e2e
+package e2etest
 
 import (
 	"bytes"
@@ -13,25 +13,25 @@ import (
 	"github.com/keyfleet/keyfleet/internal/testutil/launch"
 )
 
-// ran is one finished run of the producer binary.
-type ran struct {
-	args           []string
-	stdout, stderr string
-	code           int
-	took           time.Duration
+// Ran is one finished run of the producer binary.
+type Ran struct {
+	Args           []string
+	Stdout, Stderr string
+	Code           int
+	Took           time.Duration
 }
 
-func (r ran) String() string {
+func (r Ran) String() string {
 	return fmt.Sprintf("producer %s: exit %d after %s\n--- stdout\n%s--- stderr\n%s",
-		strings.Join(r.args, " "), r.code, r.took.Round(time.Millisecond), tail(r.stdout, 30), tail(r.stderr, 30))
+		strings.Join(r.Args, " "), r.Code, r.Took.Round(time.Millisecond), Tail(r.Stdout, 30), Tail(r.Stderr, 30))
 }
 
 // producerTimeout bounds one run: a hang is a failure, not a wait.
 const producerTimeout = 2 * time.Minute
 
-// runProducer runs the producer binary with env and stdin (nil: none) and
+// RunProducer runs the producer binary with env and stdin (nil: none) and
 // waits for it.
-func runProducer(t *testing.T, env []string, stdin []byte, args ...string) ran {
+func RunProducer(t *testing.T, env []string, stdin []byte, args ...string) Ran {
 	t.Helper()
 	o := launch.Options{
 		// The race runtime sleeps 1 s before a clean exit by default.
@@ -43,7 +43,7 @@ func runProducer(t *testing.T, env []string, stdin []byte, args ...string) ran {
 	var out, errb launch.Buffer
 	o.Stdout, o.Stderr = &out, &errb
 	start := time.Now()
-	p, err := launch.Start("producer", binary(t, "producer"), args, o)
+	p, err := launch.Start("producer", Binary(t, "producer"), args, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,31 +53,31 @@ func runProducer(t *testing.T, env []string, stdin []byte, args ...string) ran {
 		p.Kill()
 		t.Fatalf("producer %v did not exit within %s\nstdout:\n%s\nstderr:\n%s", args, producerTimeout, out.String(), errb.String())
 	}
-	r := ran{args: args, stdout: out.String(), stderr: errb.String(), code: p.ExitCode(), took: time.Since(start)}
-	if strings.Contains(r.stderr, "panic:") || strings.Contains(r.stderr, "DATA RACE") {
+	r := Ran{Args: args, Stdout: out.String(), Stderr: errb.String(), Code: p.ExitCode(), Took: time.Since(start)}
+	if strings.Contains(r.Stderr, "panic:") || strings.Contains(r.Stderr, "DATA RACE") {
 		t.Fatalf("the producer panicked or raced:\n%s", r)
 	}
 	return r
 }
 
-// producer runs the producer with the fleet's config.
-func (f *fleet) producer(stdin []byte, args ...string) ran {
-	f.t.Helper()
-	return runProducer(f.t, f.env, stdin, append(args, "--config", f.cfg)...)
+// Producer runs the producer with the fleet's config.
+func (f *Fleet) Producer(stdin []byte, args ...string) Ran {
+	f.T.Helper()
+	return RunProducer(f.T, f.Env, stdin, append(args, "--config", f.ConfigPath)...)
 }
 
-// writeFile writes a file into the fleet's dir and returns its path.
-func (f *fleet) writeInput(name, content string) string {
-	f.t.Helper()
-	p := filepath.Join(f.dir, name)
+// WriteInput writes a file into the fleet's dir and returns its path.
+func (f *Fleet) WriteInput(name, content string) string {
+	f.T.Helper()
+	p := filepath.Join(f.Dir, name)
 	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return p
 }
 
-// itemLines builds n JSON Lines items from a template taking the ID.
-func jsonlItems(n int, format string) string {
+// JSONLItems builds n JSON Lines items from a template taking the ID.
+func JSONLItems(n int, format string) string {
 	var b strings.Builder
 	for i := range n {
 		id := fmt.Sprintf("item-%04d", i)
@@ -86,8 +86,8 @@ func jsonlItems(n int, format string) string {
 	return b.String()
 }
 
-// summary reads the figures of the --wait summary.
-func waitSummary(t *testing.T, out string) map[string]string {
+// WaitSummary reads the figures of the --wait summary.
+func WaitSummary(t *testing.T, out string) map[string]string {
 	t.Helper()
 	got := map[string]string{}
 	i := strings.Index(out, "complete:\n")
@@ -109,8 +109,8 @@ func waitSummary(t *testing.T, out string) map[string]string {
 	return got
 }
 
-// jsonLines decodes JSON Lines into maps.
-func parseJSONLines(t *testing.T, s string) []map[string]any {
+// ParseJSONLines decodes JSON Lines into maps.
+func ParseJSONLines(t *testing.T, s string) []map[string]any {
 	t.Helper()
 	var out []map[string]any
 	for _, line := range strings.Split(strings.TrimSpace(s), "\n") {
@@ -126,11 +126,11 @@ func parseJSONLines(t *testing.T, s string) []map[string]any {
 	return out
 }
 
-// sleepFleet is a fleet with two credentials and no exec or http job: sleep
+// SleepOnlyFleet is a fleet with two credentials and no exec or http job: sleep
 // items only.
-func sleepOnlyFleet(t *testing.T, workerYAML, queueYAML string) *fleet {
+func SleepOnlyFleet(t *testing.T, workerYAML, queueYAML string) *Fleet {
 	t.Helper()
-	return newFleet(t, fleetOptions{
+	return NewFleet(t, FleetOptions{
 		Credentials: `- {id: key-a, secret_env: KEY_A, max_concurrent: 2}
 - {id: key-b, secret_env: KEY_B, max_concurrent: 2}`,
 		Worker: workerYAML,

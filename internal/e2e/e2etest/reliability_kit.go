@@ -1,4 +1,4 @@
-package e2e
+package e2etest
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 
 // Helpers for the fault scenarios (reliability_*_test.go).
 
-// holdGuardScript is guardScript for scenarios where jobs get killed (a
+// HoldGuardScript is guardScript for scenarios where jobs get killed (a
 // cancelled job, a partitioned or paused worker): the credential's hold is
 // a symlink to the job's PID, so a hold left behind by a job that was
 // killed is seen as stale, not as a second holder. A job finding the hold
@@ -33,7 +33,7 @@ import (
 // "<unix time> start|tick|end <item> <attempt> <credential> <job pid>
 // <worker pid>", and sleeps the seconds in "sleep-<worker pid>" if the test
 // wrote that file, else $SLEEP.
-const holdGuardScript = `D="{{dir}}"
+const HoldGuardScript = `D="{{dir}}"
 ID="$KEYFLEET_ITEM_ID"; A="$KEYFLEET_ATTEMPT"; CID="$KEYFLEET_CREDENTIAL_ID"
 H="$D/held-$CID"
 alive() { [ -r "/proc/$1/stat" ] && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat" 2>/dev/null; }
@@ -69,26 +69,26 @@ echo "$(date +%s.%N) end $ID $A $CID $$ $PPID" >> "$D/events"
 printf 'out:%s:%s' "$ID" "$A"
 `
 
-// holdGuardedFleet is guardedFleetPool with holdGuardScript as the job.
-func holdGuardedFleet(t *testing.T, poolYAML, workerYAML, queueYAML string, extraEnv ...string) *fleet {
+// HoldGuardedFleet is guardedFleetPool with holdGuardScript as the job.
+func HoldGuardedFleet(t *testing.T, poolYAML, workerYAML, queueYAML string, extraEnv ...string) *Fleet {
 	t.Helper()
-	f := guardedFleetPool(t, poolYAML, workerYAML, queueYAML, extraEnv...)
-	f.writeScript("guard.sh", strings.ReplaceAll(holdGuardScript, "{{dir}}", f.dir))
+	f := GuardedFleetPool(t, poolYAML, workerYAML, queueYAML, extraEnv...)
+	f.WriteScript("guard.sh", strings.ReplaceAll(HoldGuardScript, "{{dir}}", f.Dir))
 	return f
 }
 
-// startWorkerEnv starts a worker like startWorker, with extra environment
+// StartWorkerEnv starts a worker like startWorker, with extra environment
 // variables (they reach its jobs too).
-func (f *fleet) startWorkerEnv(name string, env []string, args ...string) *proc {
-	f.t.Helper()
-	saved := f.env
-	f.env = append(append([]string(nil), saved...), env...)
-	defer func() { f.env = saved }()
-	return f.startWorker(name, args...)
+func (f *Fleet) StartWorkerEnv(name string, env []string, args ...string) *Process {
+	f.T.Helper()
+	saved := f.Env
+	f.Env = append(append([]string(nil), saved...), env...)
+	defer func() { f.Env = saved }()
+	return f.StartWorker(name, args...)
 }
 
-// jobEvent is one line of holdGuardScript's events log.
-type jobEvent struct {
+// JobEvent is one line of holdGuardScript's events log.
+type JobEvent struct {
 	At        time.Time
 	Kind      string // start, tick, end
 	Item      string
@@ -98,10 +98,10 @@ type jobEvent struct {
 	WorkerPID int
 }
 
-// jobEvents parses the events log, in time order.
-func (f *fleet) jobEvents() []jobEvent {
-	var evs []jobEvent
-	for _, line := range strings.Split(strings.TrimSpace(f.file("events")), "\n") {
+// JobEvents parses the events log, in time order.
+func (f *Fleet) JobEvents() []JobEvent {
+	var evs []JobEvent
+	for _, line := range strings.Split(strings.TrimSpace(f.File("events")), "\n") {
 		fs := strings.Fields(line)
 		if len(fs) != 7 {
 			continue
@@ -113,17 +113,17 @@ func (f *fleet) jobEvents() []jobEvent {
 		a, _ := strconv.Atoi(fs[3])
 		jp, _ := strconv.Atoi(fs[5])
 		wp, _ := strconv.Atoi(fs[6])
-		evs = append(evs, jobEvent{At: time.Unix(0, int64(sec*1e9)), Kind: fs[1], Item: fs[2], Attempt: a, Cred: fs[4], JobPID: jp, WorkerPID: wp})
+		evs = append(evs, JobEvent{At: time.Unix(0, int64(sec*1e9)), Kind: fs[1], Item: fs[2], Attempt: a, Cred: fs[4], JobPID: jp, WorkerPID: wp})
 	}
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].At.Before(evs[j].At) })
 	return evs
 }
 
-// jobsRunning returns the jobs of a worker that started and have not ended
+// JobsRunning returns the jobs of a worker that started and have not ended
 // (nor been killed: their process is gone), by job PID.
-func (f *fleet) jobsRunning(worker *proc) map[int]jobEvent {
-	running := map[int]jobEvent{}
-	for _, e := range f.jobEvents() {
+func (f *Fleet) JobsRunning(worker *Process) map[int]JobEvent {
+	running := map[int]JobEvent{}
+	for _, e := range f.JobEvents() {
 		if e.WorkerPID != worker.Pid() {
 			continue
 		}
@@ -142,10 +142,10 @@ func (f *fleet) jobsRunning(worker *proc) map[int]jobEvent {
 	return running
 }
 
-// jobsStarted counts the jobs a worker started after t.
-func (f *fleet) jobsStarted(worker *proc, after time.Time) int {
+// JobsStarted counts the jobs a worker started after t.
+func (f *Fleet) JobsStarted(worker *Process, after time.Time) int {
 	n := 0
-	for _, e := range f.jobEvents() {
+	for _, e := range f.JobEvents() {
 		if e.Kind == "start" && e.WorkerPID == worker.Pid() && e.At.After(after) {
 			n++
 		}
@@ -153,9 +153,9 @@ func (f *fleet) jobsStarted(worker *proc, after time.Time) int {
 	return n
 }
 
-// resultsWatch collects a batch's results in the background, watching
+// ResultsWatch collects a batch's results in the background, watching
 // again if the watch fails (a NATS node lost, a connection reset).
-type resultsWatch struct {
+type ResultsWatch struct {
 	mu     sync.Mutex
 	got    map[string]queue.Result
 	full   chan struct{}
@@ -164,14 +164,14 @@ type resultsWatch struct {
 	errs   []string
 }
 
-func (f *fleet) watchResults(batch string, n int) *resultsWatch {
+func (f *Fleet) WatchResults(batch string, n int) *ResultsWatch {
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &resultsWatch{got: map[string]queue.Result{}, full: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
-	f.t.Cleanup(func() { cancel(); <-w.done })
+	w := &ResultsWatch{got: map[string]queue.Result{}, full: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+	f.T.Cleanup(func() { cancel(); <-w.done })
 	go func() {
 		defer close(w.done)
 		for ctx.Err() == nil {
-			err := f.q.WatchResults(ctx, batch, func(r queue.Result) (bool, error) {
+			err := f.Queue.WatchResults(ctx, batch, func(r queue.Result) (bool, error) {
 				w.mu.Lock()
 				defer w.mu.Unlock()
 				w.got[r.Item] = r
@@ -195,18 +195,18 @@ func (f *fleet) watchResults(batch string, n int) *resultsWatch {
 	return w
 }
 
-// count is how many items have a result.
-func (w *resultsWatch) count() int {
+// Count is how many items have a result.
+func (w *ResultsWatch) Count() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.got)
 }
 
-// complete reports whether every item has a result.
-func (w *resultsWatch) complete() bool { return testutil.Closed(w.full) }
+// Complete reports whether every item has a result.
+func (w *ResultsWatch) Complete() bool { return testutil.Closed(w.full) }
 
-// wait waits until every item has a result and returns them by item.
-func (w *resultsWatch) wait(t *testing.T, timeout time.Duration) map[string]queue.Result {
+// Wait waits until every item has a result and returns them by item.
+func (w *ResultsWatch) Wait(t *testing.T, timeout time.Duration) map[string]queue.Result {
 	t.Helper()
 	select {
 	case <-w.full:
@@ -226,10 +226,10 @@ func (w *resultsWatch) wait(t *testing.T, timeout time.Duration) map[string]queu
 	return out
 }
 
-// duplicates counts the items the job ran more than once.
-func (f *fleet) duplicates() int {
+// Duplicates counts the items the job ran more than once.
+func (f *Fleet) Duplicates() int {
 	n := 0
-	for _, c := range f.runsPerItem() {
+	for _, c := range f.RunsPerItem() {
 		if c > 1 {
 			n++
 		}
@@ -237,23 +237,23 @@ func (f *fleet) duplicates() int {
 	return n
 }
 
-// workerProxies are one worker's own links to NATS and Redis.
-type workerProxies struct {
-	nats, redis *faultproxy.Proxy
+// WorkerProxies are one worker's own links to NATS and Redis.
+type WorkerProxies struct {
+	NATS, Redis *faultproxy.Proxy
 }
 
-// proxiedWorker starts a worker whose NATS and Redis connections go
+// ProxiedWorker starts a worker whose NATS and Redis connections go
 // through proxies of its own (--nats-url, --redis-url).
-func (f *fleet) proxiedWorker(name string, env []string, args ...string) (*proc, workerProxies) {
-	f.t.Helper()
-	wp := workerProxies{nats: faultproxy.Start(f.t, hostPort(f.t, f.nats.URL())), redis: faultproxy.Start(f.t, f.redis.Addr())}
-	args = append([]string{"--nats-url", viaProxy(f.t, f.nats.URL(), wp.nats), "--redis-url", viaProxy(f.t, f.redis.URL(), wp.redis)}, args...)
-	return f.startWorkerEnv(name, env, args...), wp
+func (f *Fleet) ProxiedWorker(name string, env []string, args ...string) (*Process, WorkerProxies) {
+	f.T.Helper()
+	wp := WorkerProxies{NATS: faultproxy.Start(f.T, hostPort(f.T, f.NATS.URL())), Redis: faultproxy.Start(f.T, f.Redis.Addr())}
+	args = append([]string{"--nats-url", viaProxy(f.T, f.NATS.URL(), wp.NATS), "--redis-url", viaProxy(f.T, f.Redis.URL(), wp.Redis)}, args...)
+	return f.StartWorkerEnv(name, env, args...), wp
 }
 
-func (wp workerProxies) each(fn func(*faultproxy.Proxy)) {
-	fn(wp.nats)
-	fn(wp.redis)
+func (wp WorkerProxies) Each(fn func(*faultproxy.Proxy)) {
+	fn(wp.NATS)
+	fn(wp.Redis)
 }
 
 func hostPort(t *testing.T, raw string) string {
@@ -276,73 +276,73 @@ func viaProxy(t *testing.T, raw string, p *faultproxy.Proxy) string {
 	return u.String()
 }
 
-// stopFleet sends SIGTERM to every worker still running and checks they
+// StopWorkers sends SIGTERM to every worker still running and checks they
 // exit 0 within timeout.
-func stopFleet(t *testing.T, timeout time.Duration, workers ...*proc) {
+func StopWorkers(t *testing.T, timeout time.Duration, workers ...*Process) {
 	t.Helper()
 	for _, w := range workers {
 		if !w.Exited() {
-			w.signal(syscall.SIGTERM)
+			w.Signal(syscall.SIGTERM)
 		}
 	}
 	for _, w := range workers {
-		if code := w.wait(t, timeout); code != 0 {
-			t.Errorf("%s exited %d after SIGTERM; log:\n%s", w.name, code, tail(w.log.String(), 20))
+		if code := w.WaitExit(t, timeout); code != 0 {
+			t.Errorf("%s exited %d after SIGTERM; log:\n%s", w.Name(), code, Tail(w.Log.String(), 20))
 		}
 	}
 }
 
-// waitQueueEmpty waits until the work queue holds no message, delivered or
+// WaitQueueEmpty waits until the work queue holds no message, delivered or
 // not.
-func (f *fleet) waitQueueEmpty() {
-	f.t.Helper()
-	testutil.WaitFor(f.t, "the work queue to be empty", time.Minute, func() bool {
-		st := f.queueStats()
+func (f *Fleet) WaitQueueEmpty() {
+	f.T.Helper()
+	testutil.WaitFor(f.T, "the work queue to be empty", time.Minute, func() bool {
+		st := f.QueueStats()
 		return st.Stream.Messages == 0 && st.Consumer.AckPending == 0
 	})
 }
 
-// writeFile writes a file into the fleet's directory.
-func (f *fleet) writeFile(name, content string) {
-	f.t.Helper()
-	if err := os.WriteFile(filepath.Join(f.dir, name), []byte(content), 0o644); err != nil {
-		f.t.Fatal(err)
+// WriteFile writes a file into the fleet's directory.
+func (f *Fleet) WriteFile(name, content string) {
+	f.T.Helper()
+	if err := os.WriteFile(filepath.Join(f.Dir, name), []byte(content), 0o644); err != nil {
+		f.T.Fatal(err)
 	}
 }
 
-func (f *fleet) removeFile(name string) { _ = os.Remove(filepath.Join(f.dir, name)) }
+func (f *Fleet) RemoveFile(name string) { _ = os.Remove(filepath.Join(f.Dir, name)) }
 
-// itemJSON is an item's payload: its ID.
-func itemJSON(id string) string { return fmt.Sprintf(`{"id":%q}`, id) }
+// ItemJSON is an item's payload: its ID.
+func ItemJSON(id string) string { return fmt.Sprintf(`{"id":%q}`, id) }
 
-// accountHolds is account for fleets whose jobs record key holds with
+// AccountHolds is account for fleets whose jobs record key holds with
 // their process IDs (holdGuardScript): a hold left by a killed job is
 // stale, not over-use.
-func (f *fleet) accountHolds(scenario string, ids []string, results map[string]queue.Result, took time.Duration,
-	b bounds, note string) reliabilityRow {
-	f.t.Helper()
-	row := reliabilityRow{Scenario: scenario, Items: len(ids), Took: took}
+func (f *Fleet) AccountHolds(scenario string, ids []string, results map[string]queue.Result, took time.Duration,
+	b Bounds, note string) ReliabilityRow {
+	f.T.Helper()
+	row := ReliabilityRow{Scenario: scenario, Items: len(ids), Took: took}
 	for _, id := range ids {
 		if r, ok := results[id]; !ok || r.Outcome != queue.OutcomeSucceeded {
 			row.Lost++
 		}
 	}
-	row.Duplicates = f.duplicates()
-	violations := strings.TrimSpace(f.file("violations"))
+	row.Duplicates = f.Duplicates()
+	violations := strings.TrimSpace(f.File("violations"))
 	for _, line := range strings.Split(violations, "\n") {
 		if strings.HasPrefix(line, "overlap") {
 			row.OverUse++
 		}
 	}
-	row.LeakedSecrets = countSecrets(f.logs())
+	row.LeakedSecrets = CountSecrets(f.Logs())
 	row.Passed = row.Lost == 0 && row.LeakedSecrets == 0 && row.Duplicates <= b.MaxDuplicates && row.OverUse <= b.MaxOverUse
 	row.Note = note
-	recordRow(row)
+	RecordRow(row)
 	if !row.Passed {
-		f.t.Errorf("%s: %+v breaks its bounds %+v (lost and leaked secrets must be 0)", scenario, row, b)
+		f.T.Errorf("%s: %+v breaks its bounds %+v (lost and leaked secrets must be 0)", scenario, row, b)
 	}
 	if strings.Contains(violations, "wrong secret") || strings.Contains(violations, "secret_env") {
-		f.t.Errorf("%s: a job got the wrong secret:\n%s", scenario, violations)
+		f.T.Errorf("%s: a job got the wrong secret:\n%s", scenario, violations)
 	}
 	return row
 }

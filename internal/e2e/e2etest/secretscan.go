@@ -1,4 +1,4 @@
-package e2e
+package e2etest
 
 import (
 	"context"
@@ -25,12 +25,12 @@ import (
 // NATS messages, Redis keys and values, metrics, command output) is read
 // into named text sources and searched for each secret.
 
-// partialLen is the length of a secret's head or tail that counts as a
+// PartialLen is the length of a secret's head or tail that counts as a
 // fragment of it (what a truncation in the middle of a secret leaves).
-const partialLen = 10
+const PartialLen = 10
 
-// leakScan counts secrets in named sources of text.
-type leakScan struct {
+// LeakScan counts secrets in named sources of text.
+type LeakScan struct {
 	secrets map[string]string // credential ID -> secret
 
 	mu      sync.Mutex
@@ -45,13 +45,13 @@ type scanned struct {
 	where   []string
 }
 
-func newLeakScan(secrets map[string]string) *leakScan {
-	return &leakScan{secrets: secrets}
+func NewLeakScan(secrets map[string]string) *LeakScan {
+	return &LeakScan{secrets: secrets}
 }
 
-// count returns the whole-secret and fragment hits in text, with a short
+// Count returns the whole-secret and fragment hits in text, with a short
 // excerpt around each (the secret itself shown by credential ID only).
-func (l *leakScan) count(text string) (hits, partial int, where []string) {
+func (l *LeakScan) Count(text string) (hits, partial int, where []string) {
 	ids := make([]string, 0, len(l.secrets))
 	for id := range l.secrets {
 		ids = append(ids, id)
@@ -61,10 +61,10 @@ func (l *leakScan) count(text string) (hits, partial int, where []string) {
 		s := l.secrets[id]
 		full := strings.Count(text, s)
 		hits += full
-		head := strings.Count(text, s[:partialLen]) - full
-		tailN := strings.Count(text, s[len(s)-partialLen:]) - full
+		head := strings.Count(text, s[:PartialLen]) - full
+		tailN := strings.Count(text, s[len(s)-PartialLen:]) - full
 		partial += head + tailN
-		for _, frag := range []struct{ what, s string }{{"secret", s}, {"head", s[:partialLen]}, {"tail", s[len(s)-partialLen:]}} {
+		for _, frag := range []struct{ what, s string }{{"secret", s}, {"head", s[:PartialLen]}, {"tail", s[len(s)-PartialLen:]}} {
 			if frag.what != "secret" && strings.Count(text, frag.s) <= full {
 				continue
 			}
@@ -78,9 +78,9 @@ func (l *leakScan) count(text string) (hits, partial int, where []string) {
 	return hits, partial, where
 }
 
-// add scans one source and records it.
-func (l *leakScan) add(name, text string) scanned {
-	hits, partial, where := l.count(text)
+// Add scans one source and records it.
+func (l *LeakScan) Add(name, text string) scanned {
+	hits, partial, where := l.Count(text)
 	s := scanned{name: name, bytes: len(text), hits: hits, partial: partial, where: where}
 	l.mu.Lock()
 	l.sources = append(l.sources, s)
@@ -88,7 +88,7 @@ func (l *leakScan) add(name, text string) scanned {
 	return s
 }
 
-func (l *leakScan) totals() (sources, bytes, hits, partial int) {
+func (l *LeakScan) Totals() (sources, bytes, hits, partial int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, s := range l.sources {
@@ -99,9 +99,9 @@ func (l *leakScan) totals() (sources, bytes, hits, partial int) {
 	return len(l.sources), bytes, hits, partial
 }
 
-// report lists every source, with the excerpts of those that hold a
+// Report lists every source, with the excerpts of those that hold a
 // secret or a fragment.
-func (l *leakScan) report() string {
+func (l *LeakScan) Report() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var b strings.Builder
@@ -114,9 +114,9 @@ func (l *leakScan) report() string {
 	return b.String()
 }
 
-// dumpStreams writes every message of every stream on the server, with
+// DumpStreams writes every message of every stream on the server, with
 // its subject and headers, and each stream's configuration.
-func dumpStreams(ctx context.Context, js jetstream.JetStream) (string, int, error) {
+func DumpStreams(ctx context.Context, js jetstream.JetStream) (string, int, error) {
 	var b strings.Builder
 	msgs := 0
 	lister := js.ListStreams(ctx)
@@ -160,9 +160,9 @@ func dumpStreams(ctx context.Context, js jetstream.JetStream) (string, int, erro
 	return b.String(), msgs, nil
 }
 
-// dumpKV writes every key, value and history entry of every key-value
+// DumpKV writes every key, value and history entry of every key-value
 // bucket.
-func dumpKV(ctx context.Context, js jetstream.JetStream) (string, error) {
+func DumpKV(ctx context.Context, js jetstream.JetStream) (string, error) {
 	var b strings.Builder
 	names := js.KeyValueStoreNames(ctx)
 	var buckets []string
@@ -198,8 +198,8 @@ func dumpKV(ctx context.Context, js jetstream.JetStream) (string, error) {
 	return b.String(), nil
 }
 
-// dumpRedis writes every key of the server with its type and whole value.
-func dumpRedis(ctx context.Context, rdb *redis.Client) (string, int, error) {
+// DumpRedis writes every key of the server with its type and whole value.
+func DumpRedis(ctx context.Context, rdb *redis.Client) (string, int, error) {
 	var b strings.Builder
 	n := 0
 	iter := rdb.Scan(ctx, 0, "*", 1000).Iterator()
@@ -244,18 +244,18 @@ func dumpRedis(ctx context.Context, rdb *redis.Client) (string, int, error) {
 	return b.String(), n, nil
 }
 
-// natsTap records every message published on the account (subject,
+// NATSTap records every message published on the account (subject,
 // headers, data) from the moment it starts.
-type natsTap struct {
+type NATSTap struct {
 	sub  *nats.Subscription
 	mu   sync.Mutex
 	b    strings.Builder
 	msgs int
 }
 
-func startNATSTap(t *testing.T, nc *nats.Conn) *natsTap {
+func StartNATSTap(t *testing.T, nc *nats.Conn) *NATSTap {
 	t.Helper()
-	tap := &natsTap{}
+	tap := &NATSTap{}
 	sub, err := nc.Subscribe(">", func(m *nats.Msg) {
 		tap.mu.Lock()
 		defer tap.mu.Unlock()
@@ -279,32 +279,32 @@ func startNATSTap(t *testing.T, nc *nats.Conn) *natsTap {
 	return tap
 }
 
-func (tap *natsTap) text() (string, int) {
+func (tap *NATSTap) Text() (string, int) {
 	tap.mu.Lock()
 	defer tap.mu.Unlock()
 	return tap.b.String(), tap.msgs
 }
 
-func (tap *natsTap) reset() {
+func (tap *NATSTap) Reset() {
 	tap.mu.Lock()
 	defer tap.mu.Unlock()
 	tap.b.Reset()
 	tap.msgs = 0
 }
 
-// redisMonitor records every command the Redis server runs (MONITOR), by
+// RedisMonitor records every command the Redis server runs (MONITOR), by
 // a redis-cli process.
-type redisMonitor struct {
+type RedisMonitor struct {
 	out launch.Buffer
 }
 
-func startRedisMonitor(t *testing.T, srv *redistest.Server) *redisMonitor {
+func StartRedisMonitor(t *testing.T, srv *redistest.Server) *RedisMonitor {
 	t.Helper()
 	cli, err := redistest.CLIBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &redisMonitor{}
+	m := &RedisMonitor{}
 	p, err := launch.Start("redis-cli monitor", cli, []string{"-h", "127.0.0.1", "-p", fmt.Sprint(srv.Port()), "monitor"},
 		launch.Options{Stdout: &m.out})
 	if err != nil {
@@ -315,12 +315,12 @@ func startRedisMonitor(t *testing.T, srv *redistest.Server) *redisMonitor {
 	return m
 }
 
-func (m *redisMonitor) text() string { return m.out.String() }
+func (m *RedisMonitor) Text() string { return m.out.String() }
 
-func (m *redisMonitor) reset() { m.out.Reset() }
+func (m *RedisMonitor) Reset() { m.out.Reset() }
 
-// httpGet returns the body of a GET, or the error as text.
-func httpGet(url string) (string, error) {
+// HTTPGet returns the body of a GET, or the error as text.
+func HTTPGet(url string) (string, error) {
 	c := &http.Client{Timeout: 10 * time.Second}
 	resp, err := c.Get(url)
 	if err != nil {

@@ -1,4 +1,4 @@
-package e2e
+package lifecycle
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
@@ -39,9 +40,9 @@ esac
 
 // lingeringFleet is a fleet of the two test keys whose exec job is
 // lingeringScript.
-func lingeringFleet(t *testing.T) *fleet {
+func lingeringFleet(t *testing.T) *e2etest.Fleet {
 	t.Helper()
-	f := newFleet(t, fleetOptions{
+	f := e2etest.NewFleet(t, e2etest.FleetOptions{
 		Pool: "lease_ttl: 2s",
 		Credentials: `- {id: key-a, secret_env: KEY_A, max_concurrent: 1}
 - {id: key-b, secret_env: KEY_B, max_concurrent: 1}`,
@@ -50,21 +51,21 @@ func lingeringFleet(t *testing.T) *fleet {
 		Jobs: `exec:
   command: ["{{dir}}/job.sh"]
   timeout: 5m`,
-		Env: []string{"KEY_A=" + testSecrets["key-a"], "KEY_B=" + testSecrets["key-b"]},
+		Env: []string{"KEY_A=" + e2etest.Secrets["key-a"], "KEY_B=" + e2etest.Secrets["key-b"]},
 	})
-	f.writeScript("job.sh", strings.ReplaceAll(lingeringScript, "{{dir}}", f.dir))
+	f.WriteScript("job.sh", strings.ReplaceAll(lingeringScript, "{{dir}}", f.Dir))
 	return f
 }
 
 // jobPIDs waits until worker runs n jobs and returns their processes' PIDs
 // (the shell jobs' children included).
-func (f *fleet) jobPIDs(worker *proc, n int) []int {
-	f.t.Helper()
+func jobPIDs(f *e2etest.Fleet, worker *e2etest.Process, n int) []int {
+	f.T.Helper()
 	var pids []int
-	testutil.WaitFor(f.t, fmt.Sprintf("%s to run %d jobs", worker.name, n), time.Minute, func() bool {
+	testutil.WaitFor(f.T, fmt.Sprintf("%s to run %d jobs", worker.Name(), n), time.Minute, func() bool {
 		pids = pids[:0]
 		jobs := 0
-		for _, line := range strings.Split(strings.TrimSpace(f.file("pids")), "\n") {
+		for _, line := range strings.Split(strings.TrimSpace(f.File("pids")), "\n") {
 			fs := strings.Fields(line)
 			if len(fs) < 2 || fs[0] != strconv.Itoa(worker.Pid()) {
 				continue
@@ -73,7 +74,7 @@ func (f *fleet) jobPIDs(worker *proc, n int) []int {
 			for _, s := range fs[1:] {
 				p, err := strconv.Atoi(s)
 				if err != nil {
-					f.t.Fatalf("pids: %q", line)
+					f.T.Fatalf("pids: %q", line)
 				}
 				pids = append(pids, p)
 			}
@@ -82,10 +83,10 @@ func (f *fleet) jobPIDs(worker *proc, n int) []int {
 	})
 	for _, p := range pids {
 		if !processRuns(p) {
-			f.t.Fatalf("job process %d is not running", p)
+			f.T.Fatalf("job process %d is not running", p)
 		}
 	}
-	f.t.Cleanup(func() { killAll(pids) })
+	f.T.Cleanup(func() { killAll(pids) })
 	return pids
 }
 
@@ -129,7 +130,7 @@ func killAll(pids []int) {
 
 // jobGuardOf returns the PID of worker's job guard process (its child
 // named keyfleet-job-guard).
-func jobGuardOf(t *testing.T, worker *proc) int {
+func jobGuardOf(t *testing.T, worker *e2etest.Process) int {
 	t.Helper()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -151,7 +152,7 @@ func jobGuardOf(t *testing.T, worker *proc) int {
 			return pid
 		}
 	}
-	t.Fatalf("%s runs no job guard process", worker.name)
+	t.Fatalf("%s runs no job guard process", worker.Name())
 	return 0
 }
 
@@ -160,30 +161,30 @@ func jobGuardOf(t *testing.T, worker *proc) int {
 // and the items then run elsewhere on the same keys.
 func TestSigkillKillsExecJobsOfTheWorker(t *testing.T) {
 	f := lingeringFleet(t)
-	ids := f.publish("b", "exec", 2, itemJSON)
-	w1 := f.startWorker("w1")
-	pids := f.jobPIDs(w1, 2)
+	ids := f.Publish("b", "exec", 2, e2etest.ItemJSON)
+	w1 := f.StartWorker("w1")
+	pids := jobPIDs(f, w1, 2)
 	guard := jobGuardOf(t, w1)
 	if len(pids) != 3 {
 		t.Fatalf("job processes %v, want 3 (the shell, its child, the exec'd sleep)", pids)
 	}
 	killAt := time.Now()
-	w1.signal(syscall.SIGKILL)
+	w1.Signal(syscall.SIGKILL)
 	took, living := untilGone(pids, killAt, jobsDieBound)
 	if living != nil {
 		killAll(living)
 		t.Fatalf("job processes %v of %v still running %s after the worker's SIGKILL", living, pids, jobsDieBound)
 	}
-	w1.wait(t, 10*time.Second)
+	w1.WaitExit(t, 10*time.Second)
 	if _, left := untilGone([]int{guard}, time.Now(), 10*time.Second); left != nil {
 		t.Fatalf("the job guard %d outlives its worker", guard)
 	}
 
 	// The items come back after the ack wait and run on another worker.
-	f.writeFile("sleep", "0.05")
-	w2 := f.startWorker("w2")
-	results := f.waitResults("b", len(ids), 2*time.Minute)
-	row := reliabilityRow{Scenario: "SIGKILL: exec jobs die with their worker", Items: len(ids), Took: took,
+	f.WriteFile("sleep", "0.05")
+	w2 := f.StartWorker("w2")
+	results := f.WaitResults("b", len(ids), 2*time.Minute)
+	row := e2etest.ReliabilityRow{Scenario: "SIGKILL: exec jobs die with their worker", Items: len(ids), Took: took,
 		Note: fmt.Sprintf("%d job processes (a shell's child sleep among them) gone %s after SIGKILL (bound %s); items redone on w2",
 			len(pids), took.Round(time.Millisecond), jobsDieBound)}
 	for _, id := range ids {
@@ -192,14 +193,14 @@ func TestSigkillKillsExecJobsOfTheWorker(t *testing.T) {
 			t.Errorf("%s: %+v", id, r)
 		}
 	}
-	row.Duplicates = f.duplicates()
-	row.LeakedSecrets = countSecrets(f.logs())
+	row.Duplicates = f.Duplicates()
+	row.LeakedSecrets = e2etest.CountSecrets(f.Logs())
 	row.Passed = row.Lost == 0 && row.LeakedSecrets == 0 && row.Duplicates <= len(ids)
-	recordRow(row)
+	e2etest.RecordRow(row)
 	if !row.Passed {
 		t.Errorf("%+v breaks its bounds (lost and leaked 0, duplicates at most the %d killed)", row, len(ids))
 	}
-	stopFleet(t, 30*time.Second, w2)
+	e2etest.StopWorkers(t, 30*time.Second, w2)
 	t.Logf("SIGKILL: job processes %v gone %s after the worker's", pids, took.Round(time.Millisecond))
 }
 
@@ -207,24 +208,24 @@ func TestSigkillKillsExecJobsOfTheWorker(t *testing.T) {
 // though the shutdown grace has a minute to run.
 func TestSecondSignalKillsExecJobsOfTheWorker(t *testing.T) {
 	f := lingeringFleet(t)
-	f.publish("b", "exec", 2, itemJSON)
-	w1 := f.startWorker("w1")
-	pids := f.jobPIDs(w1, 2)
-	w1.signal(syscall.SIGTERM)
+	f.Publish("b", "exec", 2, e2etest.ItemJSON)
+	w1 := f.StartWorker("w1")
+	pids := jobPIDs(f, w1, 2)
+	w1.Signal(syscall.SIGTERM)
 	testutil.WaitFor(t, "w1 to begin its graceful shutdown", 10*time.Second, func() bool {
-		return strings.Contains(w1.log.String(), "signal received")
+		return strings.Contains(w1.Log.String(), "signal received")
 	})
 	if _, living := untilGone(pids, time.Now(), 0); len(living) != len(pids) {
 		t.Fatalf("jobs %v ended in the grace (running: %v)", pids, living)
 	}
 	secondAt := time.Now()
-	w1.signal(syscall.SIGTERM)
+	w1.Signal(syscall.SIGTERM)
 	took, living := untilGone(pids, secondAt, jobsDieBound)
 	if living != nil {
 		killAll(living)
 		t.Fatalf("job processes %v of %v still running %s after the second signal", living, pids, jobsDieBound)
 	}
-	if code := w1.wait(t, 10*time.Second); code != 4 {
+	if code := w1.WaitExit(t, 10*time.Second); code != 4 {
 		t.Fatalf("w1 exited %d after a second signal, want 4", code)
 	}
 	t.Logf("second signal: job processes %v gone %s after it", pids, took.Round(time.Millisecond))

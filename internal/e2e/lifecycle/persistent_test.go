@@ -1,4 +1,4 @@
-package e2e
+package lifecycle
 
 import (
 	"encoding/json"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
@@ -65,13 +66,13 @@ with open(os.path.join(d, "eof"), "a") as f:
 
 // persistentFleet is a fleet whose exec kind is persistentHandlerPy, with
 // concurrency slots a worker and the two test keys.
-func persistentFleet(t *testing.T, concurrency int, extraJobs string) *fleet {
+func persistentFleet(t *testing.T, concurrency int, extraJobs string) *e2etest.Fleet {
 	t.Helper()
 	python, err := exec.LookPath("python3")
 	if err != nil {
 		t.Fatalf("the persistent handler tests need python3: %v", err)
 	}
-	f := newFleet(t, fleetOptions{
+	f := e2etest.NewFleet(t, e2etest.FleetOptions{
 		Credentials: fmt.Sprintf(`- {id: key-a, secret_env: KEY_A, max_concurrent: %d}
 - {id: key-b, secret_env: KEY_B, max_concurrent: %d}`, concurrency, concurrency),
 		Worker: fmt.Sprintf("concurrency: %d\nshutdown_grace: 1m\nretry_backoff: [100ms]", concurrency),
@@ -81,16 +82,16 @@ exec:
   persistent: true
   env: {PH_DIR: "{{dir}}"}
 %s`, python, extraJobs),
-		Env: []string{"KEY_A=" + testSecrets["key-a"], "KEY_B=" + testSecrets["key-b"]},
+		Env: []string{"KEY_A=" + e2etest.Secrets["key-a"], "KEY_B=" + e2etest.Secrets["key-b"]},
 	})
-	f.writeFile("handler.py", persistentHandlerPy)
+	f.WriteFile("handler.py", persistentHandlerPy)
 	return f
 }
 
 // lines returns the non-empty lines of a file of the fleet's dir.
-func (f *fleet) lines(name string) []string {
+func lines(f *e2etest.Fleet, name string) []string {
 	var out []string
-	for _, l := range strings.Split(f.file(name), "\n") {
+	for _, l := range strings.Split(f.File(name), "\n") {
 		if strings.TrimSpace(l) != "" {
 			out = append(out, l)
 		}
@@ -109,18 +110,18 @@ func TestPersistentHandlerFleet(t *testing.T) {
 	f := persistentFleet(t, 3, "  timeout: 3s")
 	const n = 200
 	fails := map[string]string{"item-0200": "exit", "item-0201": "garbage", "item-0202": "hang", "item-0203": "oversize"}
-	f.publish("py", "exec", n+len(fails), func(id string) string {
+	f.Publish("py", "exec", n+len(fails), func(id string) string {
 		if fail, ok := fails[id]; ok {
 			return fmt.Sprintf(`{"id":%q,"fail":%q}`, id, fail)
 		}
 		if id == "item-0010" {
 			return fmt.Sprintf(`{"id":%q,"say":true}`, id)
 		}
-		return itemJSON(id)
+		return e2etest.ItemJSON(id)
 	})
 	start := time.Now()
-	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
-	results := f.waitResults("py", n+len(fails), 3*time.Minute)
+	w1, w2 := f.StartWorker("w1"), f.StartWorker("w2")
+	results := f.WaitResults("py", n+len(fails), 3*time.Minute)
 	took := time.Since(start)
 
 	pids := map[int]bool{}
@@ -138,13 +139,13 @@ func TestPersistentHandlerFleet(t *testing.T) {
 		}
 		pids[out.PID] = true
 	}
-	starts := f.lines("starts")
+	starts := lines(f, "starts")
 	if most := 2*3 + len(fails); len(starts) > most {
 		t.Errorf("%d handler processes started for 2 workers × 3 slots and %d failures, want at most %d:\n%s", len(starts), len(fails), most, strings.Join(starts, "\n"))
 	}
-	stopFleet(t, 30*time.Second, w1, w2)
+	e2etest.StopWorkers(t, 30*time.Second, w1, w2)
 
-	logs := f.logs()
+	logs := f.Logs()
 	for cause, want := range map[string]string{
 		"exit": `exited (exit status 1); stderr: fatal: crashed on item-0200`, "answer": `debug: looking at item-0201`,
 		"timeout": "did not answer within the timeout (3s)", "oversize": "over jobs.max_output (4096 bytes)",
@@ -156,9 +157,9 @@ func TestPersistentHandlerFleet(t *testing.T) {
 		}
 	}
 	if !regexp.MustCompile(`"handler stderr"[^\n]*"line":"working on item-0010 with key \[REDACTED\]"`).MatchString(logs) {
-		t.Errorf("the stderr line is not in the logs:\n%s", tail(logs, 40))
+		t.Errorf("the stderr line is not in the logs:\n%s", e2etest.Tail(logs, 40))
 	}
-	if c := countSecrets(logs); c != 0 {
+	if c := e2etest.CountSecrets(logs); c != 0 {
 		t.Errorf("the logs hold a secret %d times", c)
 	}
 
@@ -172,7 +173,7 @@ func TestPersistentHandlerFleet(t *testing.T) {
 		killAll(living)
 		t.Errorf("handlers %v outlive their workers' graceful stop", living)
 	}
-	if eof := f.lines("eof"); len(eof) != len(starts)-len(fails) {
+	if eof := lines(f, "eof"); len(eof) != len(starts)-len(fails) {
 		t.Errorf("%d handlers saw their stdin end at the stop, want %d (all but the %d killed for failing)", len(eof), len(starts)-len(fails), len(fails))
 	}
 	t.Logf("%d items (4 breaking the handler once) on 2 workers × 3 slots in %s: %d handler processes started, %d served the results",
@@ -185,17 +186,17 @@ func TestPersistentHandlersDieWithWorker(t *testing.T) {
 	f := persistentFleet(t, 2, "  timeout: 5m")
 	// Both run at once, so two handlers start; the short one's is idle
 	// after it.
-	f.publish("die", "exec", 2, func(id string) string {
+	f.Publish("die", "exec", 2, func(id string) string {
 		if id == "item-0000" {
 			return fmt.Sprintf(`{"id":%q,"spawn":true,"sleep":0.5}`, id)
 		}
 		return fmt.Sprintf(`{"id":%q,"spawn":true,"sleep":300}`, id)
 	})
-	w := f.startWorker("w1")
-	f.waitResults("die", 1, time.Minute)
-	testutil.WaitFor(t, "both handlers to run", 30*time.Second, func() bool { return len(f.lines("pids")) == 2 })
+	w := f.StartWorker("w1")
+	f.WaitResults("die", 1, time.Minute)
+	testutil.WaitFor(t, "both handlers to run", 30*time.Second, func() bool { return len(lines(f, "pids")) == 2 })
 	var pids []int
-	for _, l := range f.lines("pids") {
+	for _, l := range lines(f, "pids") {
 		fs := strings.Fields(l)
 		if fs[0] != strconv.Itoa(w.Pid()) {
 			t.Fatalf("pids: %q is not a handler of worker %d", l, w.Pid())
@@ -215,7 +216,7 @@ func TestPersistentHandlersDieWithWorker(t *testing.T) {
 		}
 	}
 	killAt := time.Now()
-	w.signal(syscall.SIGKILL)
+	w.Signal(syscall.SIGKILL)
 	took, living := untilGone(pids, killAt, jobsDieBound)
 	if living != nil {
 		t.Fatalf("processes %v of %v still running %s after the worker's SIGKILL", living, pids, jobsDieBound)

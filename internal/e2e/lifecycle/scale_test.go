@@ -1,4 +1,4 @@
-package e2e
+package lifecycle
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -16,7 +17,7 @@ import (
 // short one.
 func TestLargeFleetOnOneLane(t *testing.T) {
 	workers, items := 40, 400
-	if fullProfile() {
+	if e2etest.FullProfile() {
 		workers, items = 200, 1600
 	}
 	// Keys for every slot, so that slots free one at a time as items of
@@ -27,11 +28,11 @@ func TestLargeFleetOnOneLane(t *testing.T) {
 		fmt.Fprintf(&credsYAML, "- {id: k%d, secret_env: K%d, max_concurrent: 40}\n", i, i)
 		env = append(env, fmt.Sprintf("K%d=sk-%d", i, i))
 	}
-	f := newFleet(t, fleetOptions{Credentials: credsYAML.String(), Worker: "concurrency: 4", Env: env})
+	f := e2etest.NewFleet(t, e2etest.FleetOptions{Credentials: credsYAML.String(), Worker: "concurrency: 4", Env: env})
 	launched := time.Now()
-	var procs []*proc
+	var procs []*e2etest.Process
 	for i := range workers {
-		procs = append(procs, f.startWorker(fmt.Sprintf("w%03d", i)))
+		procs = append(procs, f.StartWorker(fmt.Sprintf("w%03d", i)))
 	}
 	// Every worker is up and pulling before the items come: each has been
 	// heard from at least once.
@@ -43,7 +44,7 @@ func TestLargeFleetOnOneLane(t *testing.T) {
 			t.Fatalf("after 5m, %d of %d workers announced themselves (last listing error: %v); not heard from: %s",
 				len(heard), workers, listErr, missingWorkers(procs, heard, 8))
 		}
-		ws, err := f.q.Workers(t.Context())
+		ws, err := f.Queue.Workers(t.Context())
 		if listErr = err; err == nil {
 			for _, w := range ws {
 				heard[w.ID] = true
@@ -55,11 +56,11 @@ func TestLargeFleetOnOneLane(t *testing.T) {
 	t.Logf("%d workers announced %s after their launch", announced, time.Since(launched).Round(time.Second))
 	start := time.Now()
 	n := 0
-	ids := f.publish("big", "sleep", items, func(id string) string {
+	ids := f.Publish("big", "sleep", items, func(id string) string {
 		n++
 		return fmt.Sprintf(`{"id":%q,"ms":%d}`, id, 100+(n*397)%2500)
 	})
-	results := f.waitResults("big", items, 3*time.Minute)
+	results := f.WaitResults("big", items, 3*time.Minute)
 	took := time.Since(start)
 	for _, id := range ids {
 		r, ok := results[id]
@@ -67,15 +68,15 @@ func TestLargeFleetOnOneLane(t *testing.T) {
 			t.Fatalf("result of %s: %+v (found %v)", id, r, ok)
 		}
 	}
-	stopFleet(t, time.Minute, procs...)
-	logs := f.logs()
+	e2etest.StopWorkers(t, time.Minute, procs...)
+	logs := f.Logs()
 	if n := strings.Count(logs, "MaxWaiting"); n > 0 {
 		t.Fatalf("%d pulls refused for MaxWaiting", n)
 	}
 	if n := strings.Count(logs, "pulling messages failed"); n > 0 {
 		t.Fatalf("%d failed pulls", n)
 	}
-	if qs := f.queueStats(); qs.Stream.Messages != 0 || qs.Consumer.AckPending != 0 || qs.Consumer.Redelivered != 0 {
+	if qs := f.QueueStats(); qs.Stream.Messages != 0 || qs.Consumer.AckPending != 0 || qs.Consumer.Redelivered != 0 {
 		t.Fatalf("queue after the run: %+v", qs)
 	}
 	t.Logf("%d workers x 4 slots on one batch's lane: %d items done once each in %s, no pull refused",
@@ -84,11 +85,11 @@ func TestLargeFleetOnOneLane(t *testing.T) {
 
 // missingWorkers describes up to n of procs not in heard: whether each is
 // still running or how it exited, and its last log lines.
-func missingWorkers(procs []*proc, heard map[string]bool, n int) string {
+func missingWorkers(procs []*e2etest.Process, heard map[string]bool, n int) string {
 	var b strings.Builder
 	shown := 0
 	for _, p := range procs {
-		if heard[p.name] {
+		if heard[p.Name()] {
 			continue
 		}
 		if shown++; shown > n {
@@ -99,7 +100,7 @@ func missingWorkers(procs []*proc, heard map[string]bool, n int) string {
 		if p.Exited() {
 			state = fmt.Sprintf("exited %d", p.ExitCode())
 		}
-		fmt.Fprintf(&b, "\n%s (%s):\n%s", p.name, state, tail(p.log.String(), 8))
+		fmt.Fprintf(&b, "\n%s (%s):\n%s", p.Name(), state, e2etest.Tail(p.Log.String(), 8))
 	}
 	return b.String()
 }

@@ -1,4 +1,4 @@
-package e2e
+package producer
 
 import (
 	"os"
@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 )
 
 // config check through the binary: every problem a worker would meet
@@ -38,22 +40,22 @@ jobs:
     resize:
       exec: {command: ["no-such-resizer-xyz"]}
 `)
-	env := cleanEnv(dir)
-	check := cliRun{bin: "producer", args: []string{"config", "check", "--config", cfg}, env: env}.run(t)
+	env := e2etest.CleanEnv(dir)
+	check := e2etest.CLIRun{Bin: "producer", Args: []string{"config", "check", "--config", cfg}, Env: env}.Run(t)
 	problems := []string{
 		"config: " + cfg + `: line 4: pool.credentials[0].secret_env: credential "key-a": environment variable CHECK_KEY_A is not set or is empty`,
 		"config: " + cfg + `: line 5: pool.credentials[1].secret_file: credential "key-b": ` + dir + `/key-b cannot be read: no such file or directory`,
 		"config: " + cfg + `: line 8: jobs.exec.command[0]: ` + script + ` is not executable`,
 		"config: " + cfg + `: line 11: jobs.kinds.resize.exec.command[0]: exec: "no-such-resizer-xyz": executable file not found in $PATH`,
 	}
-	lines := strings.Split(strings.TrimSpace(check.stderr), "\n")
-	if check.code != 2 || !slices.Equal(lines[:len(lines)-1], problems) || lines[len(lines)-1] != "producer: "+cfg+": 4 problems: a worker would not start with it" ||
-		check.stdout != "" {
+	lines := strings.Split(strings.TrimSpace(check.Stderr), "\n")
+	if check.Code != 2 || !slices.Equal(lines[:len(lines)-1], problems) || lines[len(lines)-1] != "producer: "+cfg+": 4 problems: a worker would not start with it" ||
+		check.Stdout != "" {
 		t.Fatalf("config check: want exit 2 and the 4 problems, each with its line:\n%s", check)
 	}
-	worker := cliRun{bin: "worker", args: []string{"--config", cfg}, env: env}.run(t)
-	wlines := strings.Split(strings.TrimSpace(worker.stderr), "\n")
-	if worker.code != 2 || len(wlines) != 4 || wlines[0] != "worker: "+problems[0] || !slices.Equal(wlines[1:], problems[1:]) {
+	worker := e2etest.CLIRun{Bin: "worker", Args: []string{"--config", cfg}, Env: env}.Run(t)
+	wlines := strings.Split(strings.TrimSpace(worker.Stderr), "\n")
+	if worker.Code != 2 || len(wlines) != 4 || wlines[0] != "worker: "+problems[0] || !slices.Equal(wlines[1:], problems[1:]) {
 		t.Fatalf("worker: want exit 2 with the same 4 problems before any server is asked:\n%s", worker)
 	}
 
@@ -65,9 +67,9 @@ jobs:
 			Message string `json:"message"`
 		} `json:"problems"`
 	}
-	js := cliRun{bin: "producer", args: []string{"config", "check", "--json", "--config", cfg}, env: env}.run(t)
-	oneJSON(t, "config check --json", js.stdout, &out)
-	if js.code != 2 || out.OK || out.Config != cfg || len(out.Problems) != 4 || out.Problems[2].Line == nil || *out.Problems[2].Line != 8 ||
+	js := e2etest.CLIRun{Bin: "producer", Args: []string{"config", "check", "--json", "--config", cfg}, Env: env}.Run(t)
+	e2etest.OneJSON(t, "config check --json", js.Stdout, &out)
+	if js.Code != 2 || out.OK || out.Config != cfg || len(out.Problems) != 4 || out.Problems[2].Line == nil || *out.Problems[2].Line != 8 ||
 		out.Problems[2].Message != problems[2] {
 		t.Fatalf("config check --json: %+v\n%s", out, js)
 	}
@@ -81,15 +83,15 @@ jobs:
 		t.Fatal(err)
 	}
 	write(strings.Replace(mustRead(t, cfg), "no-such-resizer-xyz", script, 1))
-	ok := cliRun{bin: "producer", args: []string{"config", "check", "--config", cfg}, env: append(env, "CHECK_KEY_A=sk-a")}.run(t)
-	if ok.code != 0 || ok.stdout != cfg+": ok: a worker starts with this configuration (servers aside).\n" || strings.Contains(ok.stdout+ok.stderr, "sk-") {
+	ok := e2etest.CLIRun{Bin: "producer", Args: []string{"config", "check", "--config", cfg}, Env: append(env, "CHECK_KEY_A=sk-a")}.Run(t)
+	if ok.Code != 0 || ok.Stdout != cfg+": ok: a worker starts with this configuration (servers aside).\n" || strings.Contains(ok.Stdout+ok.Stderr, "sk-") {
 		t.Fatalf("config check of the mended file: want exit 0 and ok:\n%s", ok)
 	}
 
 	// A key the loader does not know: its line and a suggestion.
 	write("pool:\n  credentials:\n    - {id: key-a, secret_env: CHECK_KEY_A}\n  cooldwn: 5s\n")
-	bad := cliRun{bin: "producer", args: []string{"config", "check", "--config", cfg}, env: env}.run(t)
-	if bad.code != 2 || !strings.Contains(bad.stderr, `line 4: unknown key "pool.cooldwn" (did you mean "cooldown"?)`) {
+	bad := e2etest.CLIRun{Bin: "producer", Args: []string{"config", "check", "--config", cfg}, Env: env}.Run(t)
+	if bad.Code != 2 || !strings.Contains(bad.Stderr, `line 4: unknown key "pool.cooldwn" (did you mean "cooldown"?)`) {
 		t.Fatalf("config check of an unknown key:\n%s", bad)
 	}
 }
@@ -125,20 +127,20 @@ func TestCLIConfigDiscovery(t *testing.T) {
 		}
 		return path
 	}
-	dryRun := func(env []string, args ...string) ran {
+	dryRun := func(env []string, args ...string) e2etest.Ran {
 		t.Helper()
-		return cliRun{bin: "producer", args: append([]string{"enqueue", "--dry-run", items}, args...), env: env, dir: work}.run(t)
+		return e2etest.CLIRun{Bin: "producer", Args: append([]string{"enqueue", "--dry-run", items}, args...), Env: env, Dir: work}.Run(t)
 	}
-	plans := func(what string, r ran, kind string) {
+	plans := func(what string, r e2etest.Ran, kind string) {
 		t.Helper()
-		if r.code != 0 || !strings.Contains(r.stdout, "would enqueue 1 items of kind "+kind+" ") {
+		if r.Code != 0 || !strings.Contains(r.Stdout, "would enqueue 1 items of kind "+kind+" ") {
 			t.Errorf("%s: want a dry run of kind %s:\n%s", what, kind, r)
 		}
 	}
 
-	env := cleanEnv(home)
+	env := e2etest.CleanEnv(home)
 	r := dryRun(env)
-	if r.code != 2 || !strings.Contains(r.stderr, "--kind is required: the configuration (built-in defaults) defines no job kind") {
+	if r.Code != 2 || !strings.Contains(r.Stderr, "--kind is required: the configuration (built-in defaults) defines no job kind") {
 		t.Errorf("no file anywhere: want exit 2 asking for --kind:\n%s", r)
 	}
 	kindFile(filepath.Join(home, ".config", "keyfleet", "config.yaml"), "fromhome")
@@ -153,9 +155,9 @@ func TestCLIConfigDiscovery(t *testing.T) {
 	plans("--config", dryRun(append(env, "KEYFLEET_CONFIG="+named), "--config", flag), "fromflag")
 
 	// Every subcommand takes --config, and its help says the order.
-	help := cliRun{bin: "producer", args: []string{"item", "show", "--help"}, env: env}.run(t)
-	if help.code != 0 || !strings.Contains(help.stdout, "--config string") ||
-		!strings.Contains(help.stdout, "$KEYFLEET_CONFIG, else ./keyfleet.yaml, else $XDG_CONFIG_HOME/keyfleet/config.yaml (~/.config/keyfleet/config.yaml), else built-in defaults") {
+	help := e2etest.CLIRun{Bin: "producer", Args: []string{"item", "show", "--help"}, Env: env}.Run(t)
+	if help.Code != 0 || !strings.Contains(help.Stdout, "--config string") ||
+		!strings.Contains(help.Stdout, "$KEYFLEET_CONFIG, else ./keyfleet.yaml, else $XDG_CONFIG_HOME/keyfleet/config.yaml (~/.config/keyfleet/config.yaml), else built-in defaults") {
 		t.Errorf("item show --help: want --config and the discovery order:\n%s", help)
 	}
 }

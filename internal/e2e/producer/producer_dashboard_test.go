@@ -1,41 +1,17 @@
-package e2e
+package producer
 
 import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
-
-var dashboardURL = regexp.MustCompile(`on (http://127\.0\.0\.1:\d+)/`)
-
-// startDashboard runs `producer dashboard` on a free loopback port and
-// returns the process and its base URL.
-func (f *fleet) startDashboard(name string, env []string, args ...string) (*proc, string) {
-	f.t.Helper()
-	saved := f.env
-	f.env = append(append([]string(nil), f.env...), env...)
-	p := f.start(name, binary(f.t, "producer"), append([]string{"dashboard", "--config", f.cfg, "--listen", "127.0.0.1:0"}, args...)...)
-	f.env = saved
-	var base string
-	testutil.WaitFor(f.t, name+" to say where it listens", 30*time.Second, func() bool {
-		if m := dashboardURL.FindStringSubmatch(p.log.String()); m != nil {
-			base = m[1]
-			return true
-		}
-		if p.Exited() {
-			f.t.Fatalf("%s exited: %s", name, p.log.String())
-		}
-		return false
-	})
-	return p, base
-}
 
 func httpDo(t *testing.T, method, url, auth string) (int, string) {
 	t.Helper()
@@ -62,18 +38,18 @@ func httpDo(t *testing.T, method, url, auth string) (int, string) {
 // the batches, with a total written at enqueue), is read-only by default,
 // needs a usable token for writes, and exits 0 on SIGTERM and SIGINT.
 func TestProducerDashboard(t *testing.T) {
-	f := newFleet(t, fleetOptions{
+	f := e2etest.NewFleet(t, e2etest.FleetOptions{
 		Credentials: `- {id: key-a, secret_env: KEY_A, max_concurrent: 2}`,
 		Worker:      "heartbeat: 1s",
 		Env:         []string{"KEY_A=sk-dashboard-e2e-secret-0001"},
 	})
-	f.startWorker("w1")
-	in := f.writeInput("items.jsonl", "{\"id\":\"a\",\"ms\":5}\n{\"id\":\"b\",\"ms\":5}\n{\"id\":\"c\",\"ms\":5}\n")
-	if r := f.producer(nil, "enqueue", "--kind", "sleep", "--batch", "e2e-batch", in); r.code != 0 {
+	f.StartWorker("w1")
+	in := f.WriteInput("items.jsonl", "{\"id\":\"a\",\"ms\":5}\n{\"id\":\"b\",\"ms\":5}\n{\"id\":\"c\",\"ms\":5}\n")
+	if r := f.Producer(nil, "enqueue", "--kind", "sleep", "--batch", "e2e-batch", in); r.Code != 0 {
 		t.Fatalf("enqueue:\n%s", r)
 	}
 
-	d, base := f.startDashboard("dashboard", nil)
+	d, base := f.StartDashboard("dashboard", nil)
 	if code, body := httpDo(t, http.MethodGet, base+"/healthz", ""); code != 200 || strings.TrimSpace(body) != "ok" {
 		t.Fatalf("/healthz: %d %q", code, body)
 	}
@@ -96,9 +72,9 @@ func TestProducerDashboard(t *testing.T) {
 	if code, _ := httpDo(t, http.MethodPost, base+"/api/creds/disable", "Bearer anything-at-all-here"); code != http.StatusForbidden {
 		t.Errorf("a write on a read-only dashboard: want 403, got %d", code)
 	}
-	d.signal(syscall.SIGTERM)
-	if code := d.wait(t, 15*time.Second); code != 0 {
-		t.Fatalf("SIGTERM: want exit 0, got %d\n%s", code, d.log.String())
+	d.Signal(syscall.SIGTERM)
+	if code := d.WaitExit(t, 15*time.Second); code != 0 {
+		t.Fatalf("SIGTERM: want exit 0, got %d\n%s", code, d.Log.String())
 	}
 
 	// A token: unset, too short, then a good one.
@@ -106,28 +82,28 @@ func TestProducerDashboard(t *testing.T) {
 		{"", "KF_ADMIN: the variable is unset or empty"},
 		{"KF_ADMIN=short", "want at least 16"},
 	} {
-		env := f.env
+		env := f.Env
 		if c.env != "" {
-			env = append(append([]string(nil), f.env...), c.env)
+			env = append(append([]string(nil), f.Env...), c.env)
 		}
-		r := runProducer(t, env, nil, "dashboard", "--config", f.cfg, "--listen", "127.0.0.1:0", "--admin-token-env", "KF_ADMIN")
-		if r.code != 2 || !strings.Contains(r.stderr, c.want) {
+		r := e2etest.RunProducer(t, env, nil, "dashboard", "--config", f.ConfigPath, "--listen", "127.0.0.1:0", "--admin-token-env", "KF_ADMIN")
+		if r.Code != 2 || !strings.Contains(r.Stderr, c.want) {
 			t.Errorf("token %q: want exit 2 saying %q, got\n%s", c.env, c.want, r)
 		}
 	}
 	const token = "e2e-admin-token-0123456789"
-	d, base = f.startDashboard("dashboard-admin", []string{"KF_ADMIN=" + token}, "--admin-token-env", "KF_ADMIN")
+	d, base = f.StartDashboard("dashboard-admin", []string{"KF_ADMIN=" + token}, "--admin-token-env", "KF_ADMIN")
 	if code, _ := httpDo(t, http.MethodPost, base+"/api/creds/disable", ""); code != http.StatusUnauthorized {
 		t.Errorf("a write without the token: want 401, got %d", code)
 	}
 	if code, body := httpDo(t, http.MethodPost, base+"/api/creds/disable", "Bearer "+token); code != http.StatusOK || strings.Contains(body, token) {
 		t.Errorf("a write with the token: want 200 without the token in the reply, got %d %s", code, body)
 	}
-	d.signal(syscall.SIGINT)
-	if code := d.wait(t, 15*time.Second); code != 0 {
-		t.Fatalf("SIGINT: want exit 0, got %d\n%s", code, d.log.String())
+	d.Signal(syscall.SIGINT)
+	if code := d.WaitExit(t, 15*time.Second); code != 0 {
+		t.Fatalf("SIGINT: want exit 0, got %d\n%s", code, d.Log.String())
 	}
-	if strings.Contains(d.log.String(), token) {
+	if strings.Contains(d.Log.String(), token) {
 		t.Error("the dashboard logged the admin token")
 	}
 }

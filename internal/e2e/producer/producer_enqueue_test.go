@@ -1,17 +1,19 @@
-package e2e
+package producer
 
 import (
 	"fmt"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 )
 
 // Every kind of bad input is reported with its line (and ID), exits 2 and
 // publishes nothing of the input, even the good lines before the bad one.
 func TestProducerRejectsBadInput(t *testing.T) {
-	f := sleepOnlyFleet(t, "", "")
-	good := jsonlItems(5, `{"id":%q,"ms":0}`)
+	f := e2etest.SleepOnlyFleet(t, "", "")
+	good := e2etest.JSONLItems(5, `{"id":%q,"ms":0}`)
 	huge := `{"id":"huge","pad":"` + strings.Repeat("x", 1<<20) + `"}` // over NATS's default 1 MiB max payload
 	tests := []struct {
 		name, input string
@@ -31,51 +33,51 @@ func TestProducerRejectsBadInput(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			path := f.writeInput("bad.jsonl", tc.input)
-			r := f.producer(nil, "enqueue", "--kind", "sleep", path)
-			if r.code != 2 {
+			path := f.WriteInput("bad.jsonl", tc.input)
+			r := f.Producer(nil, "enqueue", "--kind", "sleep", path)
+			if r.Code != 2 {
 				t.Fatalf("want exit 2:\n%s", r)
 			}
 			for _, w := range tc.want {
-				if !strings.Contains(r.stderr, w) {
+				if !strings.Contains(r.Stderr, w) {
 					t.Fatalf("stderr lacks %q:\n%s", w, r)
 				}
 			}
-			if !strings.Contains(r.stderr, "nothing was enqueued") {
+			if !strings.Contains(r.Stderr, "nothing was enqueued") {
 				t.Fatalf("stderr does not say nothing was enqueued:\n%s", r)
 			}
-			if st := f.queueStats(); st.Stream.Messages != 0 {
+			if st := f.QueueStats(); st.Stream.Messages != 0 {
 				t.Fatalf("the stream holds %d messages after a rejected input", st.Stream.Messages)
 			}
 		})
 	}
 	t.Run("from stdin", func(t *testing.T) {
-		r := f.producer([]byte(good+"{\"id\":\"item-0001\"}\n"), "enqueue", "--kind", "sleep", "-")
-		if r.code != 2 || !strings.Contains(r.stderr, `stdin: line 6: item "item-0001": duplicate ID (first on line 2)`) {
+		r := f.Producer([]byte(good+"{\"id\":\"item-0001\"}\n"), "enqueue", "--kind", "sleep", "-")
+		if r.Code != 2 || !strings.Contains(r.Stderr, `stdin: line 6: item "item-0001": duplicate ID (first on line 2)`) {
 			t.Fatalf("want exit 2 naming stdin line 6:\n%s", r)
 		}
-		if st := f.queueStats(); st.Stream.Messages != 0 {
+		if st := f.QueueStats(); st.Stream.Messages != 0 {
 			t.Fatalf("the stream holds %d messages", st.Stream.Messages)
 		}
 	})
 	t.Run("empty input", func(t *testing.T) {
-		r := f.producer(nil, "enqueue", "--kind", "sleep", f.writeInput("empty.jsonl", "\n\n"))
-		if r.code != 0 || !strings.Contains(r.stdout, "0 items") {
+		r := f.Producer(nil, "enqueue", "--kind", "sleep", f.WriteInput("empty.jsonl", "\n\n"))
+		if r.Code != 0 || !strings.Contains(r.Stdout, "0 items") {
 			t.Fatalf("want exit 0 and \"0 items\":\n%s", r)
 		}
 	})
 	t.Run("usage errors", func(t *testing.T) {
 		for _, args := range [][]string{
-			{"enqueue", "--kind", "nope", f.writeInput("ok.jsonl", good)},
-			{"enqueue", "--kind", "sleep", f.dir + "/missing.jsonl"},
+			{"enqueue", "--kind", "nope", f.WriteInput("ok.jsonl", good)},
+			{"enqueue", "--kind", "sleep", f.Dir + "/missing.jsonl"},
 			{"enqueue", "--kind", "sleep"},
 			{"enqueue", "--bogus-flag", "x.jsonl"},
 		} {
-			if r := f.producer(nil, args...); r.code != 2 {
+			if r := f.Producer(nil, args...); r.Code != 2 {
 				t.Fatalf("want exit 2:\n%s", r)
 			}
 		}
-		if st := f.queueStats(); st.Stream.Messages != 0 {
+		if st := f.QueueStats(); st.Stream.Messages != 0 {
 			t.Fatalf("the stream holds %d messages", st.Stream.Messages)
 		}
 	})
@@ -87,62 +89,62 @@ var enqueuedRE = regexp.MustCompile(`Enqueued batch (\S+): (\d+) items of kind (
 // Standard input with the same content gets its own batch (stdin-<hash>)
 // and is deduplicated against itself the same way.
 func TestProducerEnqueueTwiceAddsNothing(t *testing.T) {
-	f := sleepOnlyFleet(t, "", "")
+	f := e2etest.SleepOnlyFleet(t, "", "")
 	const n = 200
-	content := jsonlItems(n, `{"id":%q,"ms":1}`)
-	path := f.writeInput("items.jsonl", content)
+	content := e2etest.JSONLItems(n, `{"id":%q,"ms":1}`)
+	path := f.WriteInput("items.jsonl", content)
 
-	first := f.producer(nil, "enqueue", "--kind", "sleep", path)
-	m := enqueuedRE.FindStringSubmatch(first.stdout)
-	if first.code != 0 || m == nil || m[2] != fmt.Sprint(n) || m[4] != fmt.Sprint(n) || m[5] != "0" {
+	first := f.Producer(nil, "enqueue", "--kind", "sleep", path)
+	m := enqueuedRE.FindStringSubmatch(first.Stdout)
+	if first.Code != 0 || m == nil || m[2] != fmt.Sprint(n) || m[4] != fmt.Sprint(n) || m[5] != "0" {
 		t.Fatalf("first enqueue:\n%s", first)
 	}
 	batch := m[1]
 	if !regexp.MustCompile(`^items-[0-9a-f]{8}$`).MatchString(batch) {
 		t.Fatalf("default batch %q is not items-<8 hex digits>", batch)
 	}
-	second := f.producer(nil, "enqueue", "--kind", "sleep", path)
-	m2 := enqueuedRE.FindStringSubmatch(second.stdout)
-	if second.code != 0 || m2 == nil || m2[1] != batch || m2[4] != "0" || m2[5] != fmt.Sprint(n) {
+	second := f.Producer(nil, "enqueue", "--kind", "sleep", path)
+	m2 := enqueuedRE.FindStringSubmatch(second.Stdout)
+	if second.Code != 0 || m2 == nil || m2[1] != batch || m2[4] != "0" || m2[5] != fmt.Sprint(n) {
 		t.Fatalf("second enqueue: want 0 new, %d duplicates in batch %s:\n%s", n, batch, second)
 	}
-	if st := f.queueStats(); st.Stream.Messages != n || st.Consumer.Pending != n {
+	if st := f.QueueStats(); st.Stream.Messages != n || st.Consumer.Pending != n {
 		t.Fatalf("want %d messages, got %+v", n, st)
 	}
 
 	// The same content on stdin: batch stdin-<same hash>, new messages once.
 	hash := strings.TrimPrefix(batch, "items-")
 	for i, wantNew := range []int{n, 0} {
-		r := f.producer([]byte(content), "enqueue", "--kind", "sleep", "-")
-		m := enqueuedRE.FindStringSubmatch(r.stdout)
-		if r.code != 0 || m == nil || m[1] != "stdin-"+hash || m[4] != fmt.Sprint(wantNew) || m[5] != fmt.Sprint(n-wantNew) {
+		r := f.Producer([]byte(content), "enqueue", "--kind", "sleep", "-")
+		m := enqueuedRE.FindStringSubmatch(r.Stdout)
+		if r.Code != 0 || m == nil || m[1] != "stdin-"+hash || m[4] != fmt.Sprint(wantNew) || m[5] != fmt.Sprint(n-wantNew) {
 			t.Fatalf("stdin run %d: want batch stdin-%s with %d new:\n%s", i+1, hash, wantNew, r)
 		}
 	}
-	if st := f.queueStats(); st.Stream.Messages != 2*n {
+	if st := f.QueueStats(); st.Stream.Messages != 2*n {
 		t.Fatalf("want %d messages, got %d", 2*n, st.Stream.Messages)
 	}
-	t.Logf("first run %s, repeat %s", first.took.Round(1e6), second.took.Round(1e6))
+	t.Logf("first run %s, repeat %s", first.Took.Round(1e6), second.Took.Round(1e6))
 }
 
 // A dry run lists the items and needs no server; it publishes nothing.
 func TestProducerDryRunNeedsNoServer(t *testing.T) {
-	f := sleepOnlyFleet(t, "", "")
-	path := f.writeInput("items.jsonl", jsonlItems(3, `{"id":%q}`))
-	r := runProducer(t, f.env, nil, "enqueue", "--dry-run", "--nats-url", "nats://127.0.0.1:1", "--kind", "sleep", path)
-	if r.code != 0 {
+	f := e2etest.SleepOnlyFleet(t, "", "")
+	path := f.WriteInput("items.jsonl", e2etest.JSONLItems(3, `{"id":%q}`))
+	r := e2etest.RunProducer(t, f.Env, nil, "enqueue", "--dry-run", "--nats-url", "nats://127.0.0.1:1", "--kind", "sleep", path)
+	if r.Code != 0 {
 		t.Fatalf("dry run without a server:\n%s", r)
 	}
 	for _, w := range []string{"would enqueue 3 items", "  - item-0000\n  - item-0001\n  - item-0002\n", "1 MiB"} {
-		if !strings.Contains(r.stdout, w) {
+		if !strings.Contains(r.Stdout, w) {
 			t.Fatalf("dry run output lacks %q:\n%s", w, r)
 		}
 	}
-	bad := f.writeInput("bad.jsonl", "{\"id\":\"a\"}\n{\"id\":\"a\"}\n")
-	if r := f.producer(nil, "enqueue", "--dry-run", "--kind", "sleep", bad); r.code != 2 || !strings.Contains(r.stderr, "line 2") {
+	bad := f.WriteInput("bad.jsonl", "{\"id\":\"a\"}\n{\"id\":\"a\"}\n")
+	if r := f.Producer(nil, "enqueue", "--dry-run", "--kind", "sleep", bad); r.Code != 2 || !strings.Contains(r.Stderr, "line 2") {
 		t.Fatalf("dry run of a bad file:\n%s", r)
 	}
-	if st := f.queueStats(); st.Stream.Messages != 0 {
+	if st := f.QueueStats(); st.Stream.Messages != 0 {
 		t.Fatalf("a dry run published %d messages", st.Stream.Messages)
 	}
 }

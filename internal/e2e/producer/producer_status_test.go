@@ -1,4 +1,4 @@
-package e2e
+package producer
 
 import (
 	"encoding/json"
@@ -7,25 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyfleet/keyfleet/internal/status"
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
-
-// statusJSON runs `producer status --json` and decodes it into the report
-// it prints; the raw text is for hasStatusKeys, which checks that the
-// documented keys are present.
-func (f *fleet) statusJSON() (status.Report, string) {
-	f.t.Helper()
-	r := f.producer(nil, "status", "--json")
-	if r.code != 0 {
-		f.t.Fatalf("status --json:\n%s", r)
-	}
-	var st status.Report
-	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
-		f.t.Fatalf("status --json is not one JSON object: %v\n%s", err, r.stdout)
-	}
-	return st, r.stdout
-}
 
 // hasKeys checks that every documented key of the schema is present.
 func hasStatusKeys(t *testing.T, raw string) {
@@ -66,30 +50,30 @@ func hasStatusKeys(t *testing.T, raw string) {
 // status --json: the queue's and the pool's figures, the workers, every
 // documented key; and the readable table.
 func TestProducerStatus(t *testing.T) {
-	f := newFleet(t, fleetOptions{
+	f := e2etest.NewFleet(t, e2etest.FleetOptions{
 		Credentials: `- {id: key-a, secret_env: KEY_A, max_concurrent: 2, rate: 100/m}
 - {id: key-b, secret_env: KEY_B}`,
 		Worker: "heartbeat: 1s",
 		Env:    []string{"KEY_A=sk-a", "KEY_B=sk-b"},
 	})
-	w1 := f.startWorker("w1")
+	w1 := f.StartWorker("w1")
 	testutil.WaitFor(t, "w1 in the registry and its credentials in the pool", time.Minute, func() bool {
-		st, _ := f.statusJSON()
+		st, _ := f.StatusJSON()
 		return len(st.Workers) == 1 && st.Workers[0].ID == "w1" && st.Pool.Total == 2
 	})
-	if r := f.producer(nil, "creds", "disable", "key-b", "--reason", "billing issue"); r.code != 0 {
+	if r := f.Producer(nil, "creds", "disable", "key-b", "--reason", "billing issue"); r.Code != 0 {
 		t.Fatalf("disable:\n%s", r)
 	}
-	w1.signal(syscall.SIGTERM)
-	if code := w1.wait(t, 30*time.Second); code != 0 {
+	w1.Signal(syscall.SIGTERM)
+	if code := w1.WaitExit(t, 30*time.Second); code != 0 {
 		t.Fatalf("w1 exited %d", code)
 	}
 	const n = 7
-	if r := f.producer(nil, "enqueue", "--kind", "sleep", f.writeInput("items.jsonl", jsonlItems(n, `{"id":%q}`))); r.code != 0 {
+	if r := f.Producer(nil, "enqueue", "--kind", "sleep", f.WriteInput("items.jsonl", e2etest.JSONLItems(n, `{"id":%q}`))); r.Code != 0 {
 		t.Fatalf("enqueue:\n%s", r)
 	}
 
-	st, raw := f.statusJSON()
+	st, raw := f.StatusJSON()
 	hasStatusKeys(t, raw)
 	if st.Stream.Name != "KF" || st.Stream.Messages != n || st.Stream.Bytes == 0 {
 		t.Fatalf("stream: %+v", st.Stream)
@@ -112,15 +96,15 @@ func TestProducerStatus(t *testing.T) {
 		t.Fatalf("key-b: %+v", b)
 	}
 
-	r := f.producer(nil, "status")
-	if r.code != 0 {
+	r := f.Producer(nil, "status")
+	if r.Code != 0 {
 		t.Fatalf("status:\n%s", r)
 	}
 	for _, w := range []string{"Stream KF: 7 messages", "7 pending, 0 ack pending", "2 credentials: 1 available, 0 leased, 0 cooling, 1 disabled",
 		"disabled: billing issue", "100/m"} {
-		if !strings.Contains(r.stdout, w) {
-			t.Fatalf("status table lacks %q:\n%s", w, r.stdout)
+		if !strings.Contains(r.Stdout, w) {
+			t.Fatalf("status table lacks %q:\n%s", w, r.Stdout)
 		}
 	}
-	t.Logf("status table:\n%s", r.stdout)
+	t.Logf("status table:\n%s", r.Stdout)
 }

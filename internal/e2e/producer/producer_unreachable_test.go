@@ -1,4 +1,4 @@
-package e2e
+package producer
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
@@ -15,9 +16,9 @@ import (
 // line naming the server, no hang, no panic. (producerTimeout guards against
 // a hang; the times are logged.)
 func TestProducerUnreachableServers(t *testing.T) {
-	longWaitingScenario(t)
-	f := sleepOnlyFleet(t, "", "")
-	items := f.writeInput("items.jsonl", jsonlItems(3, `{"id":%q}`))
+	e2etest.LongWaitingScenario(t)
+	f := e2etest.SleepOnlyFleet(t, "", "")
+	items := f.WriteInput("items.jsonl", e2etest.JSONLItems(3, `{"id":%q}`))
 	for _, srv := range []struct{ name, addr string }{
 		{"refused", testutil.FreeAddr(t)},
 		{"silent", testutil.SilentServer(t)},
@@ -42,26 +43,26 @@ func TestProducerUnreachableServers(t *testing.T) {
 				continue // each waits for the connect timeout: one NATS and one Redis case suffice
 			}
 			t.Run(srv.name+" "+strings.Join(tc.args[:2], " "), func(t *testing.T) {
-				r := f.producer(nil, tc.args...)
-				if r.code != 3 {
+				r := f.Producer(nil, tc.args...)
+				if r.Code != 3 {
 					t.Fatalf("want exit 3:\n%s", r)
 				}
-				lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+				lines := strings.Split(strings.TrimSpace(r.Stderr), "\n")
 				last := lines[len(lines)-1]
 				if !strings.HasPrefix(last, "producer: ") || !strings.Contains(last, tc.want) {
 					t.Fatalf("want one line naming %q, got:\n%s", tc.want, r)
 				}
-				t.Logf("%s: %s", r.took.Round(time.Millisecond), last)
+				t.Logf("%s: %s", r.Took.Round(time.Millisecond), last)
 			})
 		}
 	}
 	// Environment variables name the servers too, and a flag wins over them.
 	bad := testutil.FreeAddr(t)
-	env := append(f.env[:len(f.env):len(f.env)], "KEYFLEET_NATS_URL=nats://"+bad, "KEYFLEET_REDIS_URL=redis://"+bad)
-	if r := runProducer(t, env, nil, "status", "--config", f.cfg); r.code != 3 || !strings.Contains(r.stderr, "nats://"+bad) {
+	env := append(f.Env[:len(f.Env):len(f.Env)], "KEYFLEET_NATS_URL=nats://"+bad, "KEYFLEET_REDIS_URL=redis://"+bad)
+	if r := e2etest.RunProducer(t, env, nil, "status", "--config", f.ConfigPath); r.Code != 3 || !strings.Contains(r.Stderr, "nats://"+bad) {
 		t.Fatalf("KEYFLEET_NATS_URL must override the file:\n%s", r)
 	}
-	if r := runProducer(t, env, nil, "creds", "list", "--config", f.cfg, "--redis-url", f.redis.URL()); r.code != 0 {
+	if r := e2etest.RunProducer(t, env, nil, "creds", "list", "--config", f.ConfigPath, "--redis-url", f.Redis.URL()); r.Code != 0 {
 		t.Fatalf("--redis-url must override KEYFLEET_REDIS_URL:\n%s", r)
 	}
 }
@@ -73,23 +74,23 @@ var incompleteRE = regexp.MustCompile(`Enqueue incomplete: (\d+) of (\d+) items 
 // exits 3; after a restart the rerun completes the batch without adding
 // anything twice.
 func TestProducerServerGoneMidPublish(t *testing.T) {
-	longWaitingScenario(t)
-	f := sleepOnlyFleet(t, "", "")
+	e2etest.LongWaitingScenario(t)
+	f := e2etest.SleepOnlyFleet(t, "", "")
 	const n = 100_000
-	path := f.writeInput("items.jsonl", jsonlItems(n, `{"id":%q,"ms":0}`))
-	p := f.start("producer", binary(t, "producer"), "enqueue", "--kind", "sleep", "--config", f.cfg, path)
-	testutil.WaitFor(t, "publishing to start", time.Minute, func() bool { return f.queueStats().Stream.Messages > 0 })
-	f.nats.Shutdown()
-	if code := p.wait(t, time.Minute); code != 3 {
+	path := f.WriteInput("items.jsonl", e2etest.JSONLItems(n, `{"id":%q,"ms":0}`))
+	p := f.Start("producer", e2etest.Binary(t, "producer"), "enqueue", "--kind", "sleep", "--config", f.ConfigPath, path)
+	testutil.WaitFor(t, "publishing to start", time.Minute, func() bool { return f.QueueStats().Stream.Messages > 0 })
+	f.NATS.Shutdown()
+	if code := p.WaitExit(t, time.Minute); code != 3 {
 		if code == 0 {
-			t.Skipf("the producer finished before the server went away:\n%s", tail(p.log.String(), 10))
+			t.Skipf("the producer finished before the server went away:\n%s", e2etest.Tail(p.Log.String(), 10))
 		}
-		t.Fatalf("want exit 3, got %d:\n%s", code, tail(p.log.String(), 20))
+		t.Fatalf("want exit 3, got %d:\n%s", code, e2etest.Tail(p.Log.String(), 20))
 	}
-	out := p.log.String()
+	out := p.Log.String()
 	m := incompleteRE.FindStringSubmatch(out)
 	if m == nil || !strings.Contains(out, "Rerunning the same command with the same input is safe") {
-		t.Fatalf("no exact account of the partial enqueue:\n%s", tail(out, 20))
+		t.Fatalf("no exact account of the partial enqueue:\n%s", e2etest.Tail(out, 20))
 	}
 	num := func(i int) int { v, _ := strconv.Atoi(m[i]); return v }
 	confirmed, unconfirmed, notSent := num(1), num(6), num(7)
@@ -97,19 +98,19 @@ func TestProducerServerGoneMidPublish(t *testing.T) {
 		t.Fatalf("inconsistent account: %s", m[0])
 	}
 
-	f.nats.StartAgain()
-	testutil.WaitFor(t, "the test's connection to come back", time.Minute, func() bool { return f.nc.IsConnected() })
-	stored := f.queueStats().Stream.Messages
+	f.NATS.StartAgain()
+	testutil.WaitFor(t, "the test's connection to come back", time.Minute, func() bool { return f.Conn.IsConnected() })
+	stored := f.QueueStats().Stream.Messages
 	// Every confirmed publish is stored; an unconfirmed one may be.
 	if stored < uint64(confirmed) || stored > uint64(confirmed+unconfirmed) {
 		t.Fatalf("stored %d, but %d confirmed and %d unconfirmed", stored, confirmed, unconfirmed)
 	}
-	r := f.producer(nil, "enqueue", "--kind", "sleep", path)
-	if r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("(%d new, %d duplicates", n-int(stored), stored)) {
+	r := f.Producer(nil, "enqueue", "--kind", "sleep", path)
+	if r.Code != 0 || !strings.Contains(r.Stdout, fmt.Sprintf("(%d new, %d duplicates", n-int(stored), stored)) {
 		t.Fatalf("rerun: want %d new and %d duplicates:\n%s", n-int(stored), stored, r)
 	}
-	if st := f.queueStats(); st.Stream.Messages != n {
+	if st := f.QueueStats(); st.Stream.Messages != n {
 		t.Fatalf("after the rerun the stream holds %d messages, want %d", st.Stream.Messages, n)
 	}
-	t.Logf("server gone: %s; rerun: %s", m[0], strings.TrimSpace(r.stdout))
+	t.Logf("server gone: %s; rerun: %s", m[0], strings.TrimSpace(r.Stdout))
 }

@@ -1,4 +1,4 @@
-package e2e
+package producer
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
@@ -17,7 +18,7 @@ import (
 // redelivered): the summary counts each item once, matches the results,
 // and the exit code is 1.
 func TestProducerWaitReportsExactCounts(t *testing.T) {
-	f := newFleet(t, fleetOptions{
+	f := e2etest.NewFleet(t, e2etest.FleetOptions{
 		Credentials: `- {id: key-a, secret_env: KEY_A, max_concurrent: 3}
 - {id: key-b, secret_env: KEY_B, max_concurrent: 3}`,
 		Pool:   "lease_ttl: 2s",
@@ -34,22 +35,22 @@ func TestProducerWaitReportsExactCounts(t *testing.T) {
 			fmt.Fprintf(&b, `{"id":"item-%04d","ms":300}`+"\n", i)
 		}
 	}
-	path := f.writeInput("items.jsonl", b.String())
-	w1 := f.startWorker("w1")
-	f.startWorker("w2")
-	p := f.start("producer", binary(t, "producer"), "enqueue", "--wait", "--kind", "sleep", "--config", f.cfg, path)
+	path := f.WriteInput("items.jsonl", b.String())
+	w1 := f.StartWorker("w1")
+	f.StartWorker("w2")
+	p := f.Start("producer", e2etest.Binary(t, "producer"), "enqueue", "--wait", "--kind", "sleep", "--config", f.ConfigPath, path)
 
 	// Kill w1 while it holds a credential: its items come back after the
 	// ack wait and run again on w2 (or w3).
 	testutil.WaitFor(t, "w1 to hold a lease", time.Minute, func() bool {
-		r := f.producer(nil, "status", "--json")
-		return r.code == 0 && strings.Contains(r.stdout, `"owner": "w1/`)
+		r := f.Producer(nil, "status", "--json")
+		return r.Code == 0 && strings.Contains(r.Stdout, `"owner": "w1/`)
 	})
-	w1.signal(syscall.SIGKILL)
-	f.startWorker("w3")
+	w1.Signal(syscall.SIGKILL)
+	f.StartWorker("w3")
 
-	code := p.wait(t, 3*time.Minute)
-	out := p.log.String()
+	code := p.WaitExit(t, 3*time.Minute)
+	out := p.Log.String()
 	if code != 1 {
 		t.Fatalf("want exit 1 (some items failed), got %d:\n%s", code, out)
 	}
@@ -58,7 +59,7 @@ func TestProducerWaitReportsExactCounts(t *testing.T) {
 		t.Fatalf("no batch in:\n%s", out)
 	}
 	batch := m[1]
-	sum := waitSummary(t, out)
+	sum := e2etest.WaitSummary(t, out)
 	want := map[string]string{"Total": fmt.Sprint(n), "Succeeded": fmt.Sprint(n - bad), "Failed": fmt.Sprint(bad)}
 	for k, v := range want {
 		if sum[k] != v {
@@ -70,7 +71,7 @@ func TestProducerWaitReportsExactCounts(t *testing.T) {
 	}
 
 	// The results agree with the summary; count the redelivered items.
-	results := f.waitResults(batch, n, time.Minute)
+	results := f.WaitResults(batch, n, time.Minute)
 	succeeded, failed, rerun := 0, 0, 0
 	for _, r := range results {
 		switch r.Outcome {
@@ -95,40 +96,40 @@ func TestProducerWaitReportsExactCounts(t *testing.T) {
 // Ctrl-C while waiting stops the waiting, not the batch: exit 130, a hint
 // on how to follow the batch, the items stay queued.
 func TestProducerWaitInterrupted(t *testing.T) {
-	f := sleepOnlyFleet(t, "", "")
+	f := e2etest.SleepOnlyFleet(t, "", "")
 	const n = 5
-	path := f.writeInput("items.jsonl", jsonlItems(n, `{"id":%q,"ms":1}`))
-	p := f.start("producer", binary(t, "producer"), "enqueue", "--wait", "--kind", "sleep", "--config", f.cfg, path)
-	testutil.WaitFor(t, "the items to be enqueued", time.Minute, func() bool { return strings.Contains(p.log.String(), "Enqueued batch") })
-	p.signal(syscall.SIGINT)
-	if code := p.wait(t, 30*time.Second); code != 130 {
-		t.Fatalf("want exit 130, got %d:\n%s", code, p.log.String())
+	path := f.WriteInput("items.jsonl", e2etest.JSONLItems(n, `{"id":%q,"ms":1}`))
+	p := f.Start("producer", e2etest.Binary(t, "producer"), "enqueue", "--wait", "--kind", "sleep", "--config", f.ConfigPath, path)
+	testutil.WaitFor(t, "the items to be enqueued", time.Minute, func() bool { return strings.Contains(p.Log.String(), "Enqueued batch") })
+	p.Signal(syscall.SIGINT)
+	if code := p.WaitExit(t, 30*time.Second); code != 130 {
+		t.Fatalf("want exit 130, got %d:\n%s", code, p.Log.String())
 	}
-	out := p.log.String()
+	out := p.Log.String()
 	for _, w := range []string{"stopped waiting", "the batch goes on", "producer results --batch"} {
 		if !strings.Contains(out, w) {
 			t.Fatalf("output lacks %q:\n%s", w, out)
 		}
 	}
-	if st := f.queueStats(); st.Stream.Messages != n {
+	if st := f.QueueStats(); st.Stream.Messages != n {
 		t.Fatalf("want the %d items still queued, got %d", n, st.Stream.Messages)
 	}
 }
 
 // The plain progress lines (not a terminal) carry done/failed/total.
 func TestProducerWaitPlainProgress(t *testing.T) {
-	f := sleepOnlyFleet(t, "concurrency: 2", "")
+	f := e2etest.SleepOnlyFleet(t, "concurrency: 2", "")
 	const n = 12
-	path := f.writeInput("items.jsonl", jsonlItems(n, `{"id":%q,"ms":500}`))
-	f.startWorker("w1")
-	r := f.producer(nil, "enqueue", "--wait", "--kind", "sleep", path)
-	if r.code != 0 {
+	path := f.WriteInput("items.jsonl", e2etest.JSONLItems(n, `{"id":%q,"ms":500}`))
+	f.StartWorker("w1")
+	r := f.Producer(nil, "enqueue", "--wait", "--kind", "sleep", path)
+	if r.Code != 0 {
 		t.Fatalf("want exit 0:\n%s", r)
 	}
-	if !regexp.MustCompile(`items done \(\d+ succeeded, \d+ failed\), [0-9.]+ items/s, ETA`).MatchString(r.stderr) {
+	if !regexp.MustCompile(`items done \(\d+ succeeded, \d+ failed\), [0-9.]+ items/s, ETA`).MatchString(r.Stderr) {
 		t.Fatalf("no plain progress line on stderr:\n%s", r)
 	}
-	sum := waitSummary(t, r.stdout)
+	sum := e2etest.WaitSummary(t, r.Stdout)
 	if sum["Total"] != fmt.Sprint(n) || sum["Succeeded"] != fmt.Sprint(n) || sum["Failed"] != "0" {
 		t.Fatalf("summary %v", sum)
 	}

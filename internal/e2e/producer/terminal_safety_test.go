@@ -1,4 +1,4 @@
-package e2e
+package producer
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
@@ -64,7 +65,7 @@ func assertEscaped(t *testing.T, what, out string) {
 // with their control characters escaped: enqueue --wait, dlq list,
 // status, creds list. The JSON outputs escape them their own way.
 func TestTerminalSafetyOfJobText(t *testing.T) {
-	f := newFleet(t, fleetOptions{
+	f := e2etest.NewFleet(t, e2etest.FleetOptions{
 		Credentials: `- {id: key-a, secret_env: KEY_A, max_concurrent: 1}`,
 		Worker:      "concurrency: 1",
 		Jobs: `exec:
@@ -72,54 +73,54 @@ func TestTerminalSafetyOfJobText(t *testing.T) {
   timeout: 1m`,
 		Env: []string{"KEY_A=sk-a"},
 	})
-	f.writeScript("hostile.sh", hostileScript)
-	f.startWorker("w1")
+	f.WriteScript("hostile.sh", hostileScript)
+	f.StartWorker("w1")
 
 	// An item ID with an ESC and a bidi override, and one plain.
-	path := f.writeInput("evil.jsonl", `{"id":"evil-\u001b[1m\u202e-1"}`+"\n"+`{"id":"evil-2"}`+"\n")
-	r := f.producer(nil, "enqueue", "--wait", "--batch", "evil", path)
-	if r.code != 1 || waitSummary(t, r.stdout)["Failed"] != "2" {
+	path := f.WriteInput("evil.jsonl", `{"id":"evil-\u001b[1m\u202e-1"}`+"\n"+`{"id":"evil-2"}`+"\n")
+	r := f.Producer(nil, "enqueue", "--wait", "--batch", "evil", path)
+	if r.Code != 1 || e2etest.WaitSummary(t, r.Stdout)["Failed"] != "2" {
 		t.Fatalf("want 2 failed and exit 1:\n%s", r)
 	}
-	assertEscaped(t, "enqueue --wait", r.stdout)
-	assertTerminalSafe(t, "enqueue --wait (stderr)", r.stderr)
-	if !strings.Contains(r.stdout, `- evil-\x1b[1m\u{202e}-1: `) {
-		t.Fatalf("enqueue --wait: the failed item's ID is not shown escaped:\n%s", r.stdout)
+	assertEscaped(t, "enqueue --wait", r.Stdout)
+	assertTerminalSafe(t, "enqueue --wait (stderr)", r.Stderr)
+	if !strings.Contains(r.Stdout, `- evil-\x1b[1m\u{202e}-1: `) {
+		t.Fatalf("enqueue --wait: the failed item's ID is not shown escaped:\n%s", r.Stdout)
 	}
 
-	r = f.producer(nil, "dlq", "list")
-	if r.code != 0 || !strings.Contains(r.stdout, "2 dead letters") {
+	r = f.Producer(nil, "dlq", "list")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "2 dead letters") {
 		t.Fatalf("dlq list:\n%s", r)
 	}
-	assertEscaped(t, "dlq list", r.stdout)
-	if !strings.Contains(r.stdout, `evil-\x1b[1m\u{202e}-1`) || !strings.Contains(r.stdout, "stderr: a "+escapedLine) {
-		t.Fatalf("dlq list: want the ID escaped and the error on one line:\n%s", r.stdout)
+	assertEscaped(t, "dlq list", r.Stdout)
+	if !strings.Contains(r.Stdout, `evil-\x1b[1m\u{202e}-1`) || !strings.Contains(r.Stdout, "stderr: a "+escapedLine) {
+		t.Fatalf("dlq list: want the ID escaped and the error on one line:\n%s", r.Stdout)
 	}
 	// Each record is one line of the table: header, two rows, the count.
-	if n := strings.Count(r.stdout, "\n"); n != 4 {
-		t.Fatalf("dlq list: want 4 lines, got %d:\n%s", n, r.stdout)
+	if n := strings.Count(r.Stdout, "\n"); n != 4 {
+		t.Fatalf("dlq list: want 4 lines, got %d:\n%s", n, r.Stdout)
 	}
 
 	// --json is encoding/json's: ESC and BEL as \u001b and \u0007.
-	r = f.producer(nil, "dlq", "list", "--json")
-	if r.code != 0 || len(parseJSONArray(t, r.stdout)) != 2 {
+	r = f.Producer(nil, "dlq", "list", "--json")
+	if r.Code != 0 || len(e2etest.ParseJSONArray(t, r.Stdout)) != 2 {
 		t.Fatalf("dlq list --json:\n%s", r)
 	}
-	for i := 0; i < len(r.stdout); i++ {
-		if c := r.stdout[i]; c < 0x20 && c != '\n' {
-			t.Fatalf("dlq list --json: raw control byte %#x:\n%q", c, r.stdout)
+	for i := 0; i < len(r.Stdout); i++ {
+		if c := r.Stdout[i]; c < 0x20 && c != '\n' {
+			t.Fatalf("dlq list --json: raw control byte %#x:\n%q", c, r.Stdout)
 		}
 	}
-	if !strings.Contains(r.stdout, `\u001b]0;pwned\u0007\u001b[31m`) {
-		t.Fatalf("dlq list --json: want ESC and BEL escaped:\n%s", r.stdout)
+	if !strings.Contains(r.Stdout, `\u001b]0;pwned\u0007\u001b[31m`) {
+		t.Fatalf("dlq list --json: want ESC and BEL escaped:\n%s", r.Stdout)
 	}
 
 	// Refused items: key-a is disabled, its reason the job's last line.
-	path = f.writeInput("rej.jsonl", jsonlItems(3, `{"id":"rej-%s"}`))
-	if r := f.producer(nil, "enqueue", "--batch", "rej", path); r.code != 0 {
+	path = f.WriteInput("rej.jsonl", e2etest.JSONLItems(3, `{"id":"rej-%s"}`))
+	if r := f.Producer(nil, "enqueue", "--batch", "rej", path); r.Code != 0 {
 		t.Fatalf("enqueue:\n%s", r)
 	}
-	pool := f.pool()
+	pool := f.Pool()
 	testutil.WaitFor(t, "key-a to be disabled", time.Minute, func() bool {
 		st, err := pool.Stats(context.Background())
 		if err != nil {
@@ -128,17 +129,17 @@ func TestTerminalSafetyOfJobText(t *testing.T) {
 		return len(st.Credentials) == 1 && st.Credentials[0].State == creds.StateDisabled
 	})
 
-	r = f.producer(nil, "status")
-	if r.code != 0 {
+	r = f.Producer(nil, "status")
+	if r.Code != 0 {
 		t.Fatalf("status:\n%s", r)
 	}
-	assertEscaped(t, "status", r.stdout)
-	if !strings.Contains(r.stdout, `disabled: `) || !strings.Contains(r.stdout, "key revoked "+escapedLine) {
-		t.Fatalf("status: want key-a disabled with its reason escaped:\n%s", r.stdout)
+	assertEscaped(t, "status", r.Stdout)
+	if !strings.Contains(r.Stdout, `disabled: `) || !strings.Contains(r.Stdout, "key revoked "+escapedLine) {
+		t.Fatalf("status: want key-a disabled with its reason escaped:\n%s", r.Stdout)
 	}
-	r = f.producer(nil, "creds", "list")
-	if r.code != 0 {
+	r = f.Producer(nil, "creds", "list")
+	if r.Code != 0 {
 		t.Fatalf("creds list:\n%s", r)
 	}
-	assertEscaped(t, "creds list", r.stdout)
+	assertEscaped(t, "creds list", r.Stdout)
 }

@@ -1,4 +1,4 @@
-package e2e
+package providers
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
 	"github.com/keyfleet/keyfleet/pkg/ratelimit"
 )
@@ -20,20 +21,20 @@ import (
 
 // strictFleet is a fleet over a strict stand-in of provider, recording
 // what reached it: two keys, a kind `llm` of that provider.
-func strictFleet(t *testing.T, prov string, keyRate ratelimit.Limit) (*fleet, *fakeapi.Server) {
+func strictFleet(t *testing.T, prov string, keyRate ratelimit.Limit) (*e2etest.Fleet, *fakeapi.Server) {
 	t.Helper()
 	api, err := fakeapi.New(fakeapi.Config{Provider: prov, Record: true,
-		Keys: []fakeapi.Key{{Secret: testSecrets["key-a"], Rate: keyRate}, {Secret: testSecrets["key-b"], Rate: keyRate}}})
+		Keys: []fakeapi.Key{{Secret: e2etest.Secrets["key-a"], Rate: keyRate}, {Secret: e2etest.Secrets["key-b"], Rate: keyRate}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
-	f := newFleet(t, fleetOptions{
+	f := e2etest.NewFleet(t, e2etest.FleetOptions{
 		Credentials: "- {id: key-a, secret_env: KEY_A, max_concurrent: 2}\n- {id: key-b, secret_env: KEY_B, max_concurrent: 2}",
 		Worker:      "concurrency: 4\nretry_backoff: [100ms]",
 		Jobs:        fmt.Sprintf("kinds:\n  llm:\n    http: {provider: %s, url: %q}", prov, srv.URL),
-		Env:         []string{"KEY_A=" + testSecrets["key-a"], "KEY_B=" + testSecrets["key-b"]},
+		Env:         []string{"KEY_A=" + e2etest.Secrets["key-a"], "KEY_B=" + e2etest.Secrets["key-b"]},
 	})
 	return f, api
 }
@@ -89,20 +90,20 @@ func TestOpenAIBatchFileThroughTheFleet(t *testing.T) {
 	for i := range 6 {
 		lines = append(lines, fmt.Sprintf(`{"custom_id":"emb-%d","method":"POST","url":"/v1/embeddings","body":{"model":"text-embedding-3-small","input":"text %d"}}`, i, i))
 	}
-	path := f.writeInput("batchinput.jsonl", strings.Join(lines, "\n")+"\n")
-	f.startWorker("w1")
-	if r := f.producer(nil, "enqueue", "--kind", "llm", "--format", "openai-batch", "--batch", "oa", "--wait", path); r.code != 0 {
+	path := f.WriteInput("batchinput.jsonl", strings.Join(lines, "\n")+"\n")
+	f.StartWorker("w1")
+	if r := f.Producer(nil, "enqueue", "--kind", "llm", "--format", "openai-batch", "--batch", "oa", "--wait", path); r.Code != 0 {
 		t.Fatalf("enqueue --wait:\n%s", r)
 	}
 	checkSentExactly(t, api, bodiesByLine(t, lines, "body"))
 
-	r := f.producer(nil, "results", "--batch", "oa", "--format", "openai-batch")
-	if r.code != 0 {
+	r := f.Producer(nil, "results", "--batch", "oa", "--format", "openai-batch")
+	if r.Code != 0 {
 		t.Fatalf("results:\n%s", r)
 	}
-	out := parseJSONLines(t, r.stdout)
+	out := e2etest.ParseJSONLines(t, r.Stdout)
 	if len(out) != len(lines) {
-		t.Fatalf("%d result lines, want %d:\n%s", len(out), len(lines), r.stdout)
+		t.Fatalf("%d result lines, want %d:\n%s", len(out), len(lines), r.Stdout)
 	}
 	for _, l := range out {
 		id, _ := l["custom_id"].(string)
@@ -118,8 +119,8 @@ func TestOpenAIBatchFileThroughTheFleet(t *testing.T) {
 		}
 	}
 	// The default results carry each reply's status.
-	r = f.producer(nil, "results", "--batch", "oa")
-	for _, l := range parseJSONLines(t, r.stdout) {
+	r = f.Producer(nil, "results", "--batch", "oa")
+	for _, l := range e2etest.ParseJSONLines(t, r.Stdout) {
 		if l["status_code"] != float64(200) || l["outcome"] != "succeeded" {
 			t.Errorf("jsonl result: %v", l)
 		}
@@ -134,15 +135,15 @@ func TestAnthropicBatchFileThroughTheFleet(t *testing.T) {
 	}
 	// One request the API refuses for good: its own error comes back.
 	lines = append(lines, `{"custom_id": "bad", "params": {"model": "claude-sonnet-4-6", "max_tokens": 64, "messages": [{"role": "user", "content": "x"}], "temprature": 1}}`)
-	path := f.writeInput("requests.jsonl", strings.Join(lines, "\n")+"\n")
-	f.startWorker("w1")
-	if r := f.producer(nil, "enqueue", "--kind", "llm", "--format", "anthropic-batch", "--batch", "an", "--wait", path); r.code != 1 {
+	path := f.WriteInput("requests.jsonl", strings.Join(lines, "\n")+"\n")
+	f.StartWorker("w1")
+	if r := f.Producer(nil, "enqueue", "--kind", "llm", "--format", "anthropic-batch", "--batch", "an", "--wait", path); r.Code != 1 {
 		t.Fatalf("enqueue --wait with one request the API refuses: want exit 1:\n%s", r)
 	}
-	r := f.producer(nil, "results", "--batch", "an", "--format", "anthropic-batch")
-	out := parseJSONLines(t, r.stdout)
-	if r.code != 1 || len(out) != len(lines) {
-		t.Fatalf("results: exit %d (want 1: an item failed), %d lines, want %d:\n%s", r.code, len(out), len(lines), r)
+	r := f.Producer(nil, "results", "--batch", "an", "--format", "anthropic-batch")
+	out := e2etest.ParseJSONLines(t, r.Stdout)
+	if r.Code != 1 || len(out) != len(lines) {
+		t.Fatalf("results: exit %d (want 1: an item failed), %d lines, want %d:\n%s", r.Code, len(out), len(lines), r)
 	}
 	for _, l := range out {
 		res, _ := l["result"].(map[string]any)
@@ -200,27 +201,27 @@ func TestProviderKindLinesChecked(t *testing.T) {
 	f, api := strictFleet(t, fakeapi.ProviderOpenAI, ratelimit.Limit{})
 	good := `{"id":"a","model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
 	bad := `{"id":"b","messages":[{"role":"user","content":"no model"}]}`
-	path := f.writeInput("chat.jsonl", good+"\n"+bad+"\n")
+	path := f.WriteInput("chat.jsonl", good+"\n"+bad+"\n")
 	for _, dry := range []bool{true, false} {
 		args := []string{"enqueue", "--kind", "llm", "--batch", "lines", path}
 		if dry {
 			args = append(args, "--dry-run")
 		}
-		r := f.producer(nil, args...)
-		if r.code != 2 || !strings.Contains(r.stderr, "line 2") || !strings.Contains(r.stderr, "model") {
+		r := f.Producer(nil, args...)
+		if r.Code != 2 || !strings.Contains(r.Stderr, "line 2") || !strings.Contains(r.Stderr, "model") {
 			t.Fatalf("a line without model (dry run %v): want exit 2 naming line 2 and model:\n%s", dry, r)
 		}
 	}
-	r := f.producer(nil, "enqueue", "--kind", "llm", "--format", "anthropic-batch", "--batch", "other", path)
-	if r.code != 2 || !strings.Contains(r.stderr, "anthropic-batch") {
+	r := f.Producer(nil, "enqueue", "--kind", "llm", "--format", "anthropic-batch", "--batch", "other", path)
+	if r.Code != 2 || !strings.Contains(r.Stderr, "anthropic-batch") {
 		t.Fatalf("anthropic-batch on an openai kind: want exit 2:\n%s", r)
 	}
-	if st := f.queueStats(); st.Stream.Messages != 0 {
+	if st := f.QueueStats(); st.Stream.Messages != 0 {
 		t.Fatalf("%d messages published from refused input", st.Stream.Messages)
 	}
-	path = f.writeInput("good.jsonl", good+"\n")
-	f.startWorker("w1")
-	if r := f.producer(nil, "enqueue", "--kind", "llm", "--batch", "lines", "--wait", path); r.code != 0 {
+	path = f.WriteInput("good.jsonl", good+"\n")
+	f.StartWorker("w1")
+	if r := f.Producer(nil, "enqueue", "--kind", "llm", "--batch", "lines", "--wait", path); r.Code != 0 {
 		t.Fatalf("enqueue --wait:\n%s", r)
 	}
 	got := api.Received()
@@ -236,31 +237,31 @@ func TestProviderKindLinesChecked(t *testing.T) {
 func TestHandlersPassHeaders(t *testing.T) {
 	for _, h := range []struct{ name, command string }{
 		{"node", fmt.Sprintf("[%q, %q]", "node", examplePath(t, "../node/handler.mjs"))},
-		{"python", fmt.Sprintf("[%q, %q]", python3(t), examplePath(t, "handler.py"))},
+		{"python", fmt.Sprintf("[%q, %q]", e2etest.Python3(t), examplePath(t, "handler.py"))},
 	} {
 		t.Run(h.name, func(t *testing.T) {
 			api, err := fakeapi.New(fakeapi.Config{Provider: fakeapi.ProviderOpenAI, Latency: 5 * time.Millisecond,
 				Keys: []fakeapi.Key{
-					{Secret: testSecrets["key-a"], Rate: ratelimit.Limit{N: 10, Period: time.Second}},
-					{Secret: testSecrets["key-b"], Rate: ratelimit.Limit{N: 10, Period: time.Second}},
+					{Secret: e2etest.Secrets["key-a"], Rate: ratelimit.Limit{N: 10, Period: time.Second}},
+					{Secret: e2etest.Secrets["key-b"], Rate: ratelimit.Limit{N: 10, Period: time.Second}},
 				}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			srv := httptest.NewServer(api)
 			t.Cleanup(srv.Close)
-			f := newFleet(t, fleetOptions{
+			f := e2etest.NewFleet(t, e2etest.FleetOptions{
 				Credentials: "- {id: key-a, secret_env: KEY_A, max_concurrent: 2}\n- {id: key-b, secret_env: KEY_B, max_concurrent: 2}",
 				Worker:      "concurrency: 4\nretry_backoff: [100ms]",
 				Jobs:        fmt.Sprintf("exec:\n  command: %s\n  persistent: true\n  timeout: 30s", h.command),
-				Env: []string{"KEY_A=" + testSecrets["key-a"], "KEY_B=" + testSecrets["key-b"],
+				Env: []string{"KEY_A=" + e2etest.Secrets["key-a"], "KEY_B=" + e2etest.Secrets["key-b"],
 					"OPENAI_BASE_URL=" + srv.URL + "/v1", "EXAMPLE_TIMEOUT=10"},
 			})
 			const n = 60
-			f.startWorker("w1")
-			path := f.writeInput("items.jsonl", jsonlItems(n, `{"id":%q,"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello"}],"max_completion_tokens":4}`))
-			if r := f.producer(nil, "enqueue", "--kind", "exec", "--batch", "h", "--wait", path); r.code != 0 {
-				t.Fatalf("enqueue --wait:\n%s\n%s", r, tail(f.logs(), 40))
+			f.StartWorker("w1")
+			path := f.WriteInput("items.jsonl", e2etest.JSONLItems(n, `{"id":%q,"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello"}],"max_completion_tokens":4}`))
+			if r := f.Producer(nil, "enqueue", "--kind", "exec", "--batch", "h", "--wait", path); r.Code != 0 {
+				t.Fatalf("enqueue --wait:\n%s\n%s", r, e2etest.Tail(f.Logs(), 40))
 			}
 			var ok, limited int64
 			for _, k := range api.Stats().Keys {
@@ -276,7 +277,7 @@ func TestHandlersPassHeaders(t *testing.T) {
 			if limited > n/4 {
 				t.Errorf("%d requests were refused with 429 for %d answered: the headers did not pace the keys", limited, ok)
 			}
-			if logs := f.logs(); strings.Contains(logs, testSecrets["key-a"]) || strings.Contains(logs, testSecrets["key-b"]) {
+			if logs := f.Logs(); strings.Contains(logs, e2etest.Secrets["key-a"]) || strings.Contains(logs, e2etest.Secrets["key-b"]) {
 				t.Error("a secret reached the logs")
 			}
 		})

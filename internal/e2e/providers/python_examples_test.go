@@ -1,4 +1,4 @@
-package e2e
+package providers
 
 import (
 	"bufio"
@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/pkg/creds"
@@ -30,18 +31,9 @@ import (
 func examplePath(t *testing.T, name string) string {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	p := filepath.Join(filepath.Dir(file), "..", "..", "examples", "python", name)
+	p := filepath.Join(filepath.Dir(file), "..", "..", "..", "examples", "python", name)
 	if _, err := os.Stat(p); err != nil {
 		t.Fatal(err)
-	}
-	return p
-}
-
-func python3(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("python3")
-	if err != nil {
-		t.Fatalf("the Python examples need python3: %v", err)
 	}
 	return p
 }
@@ -50,7 +42,7 @@ func python3(t *testing.T) string {
 // "key-1", limited to rateB (zero: unlimited).
 func exampleAPI(t *testing.T, cfg fakeapi.Config, rateB ratelimit.Limit) (*fakeapi.Server, string) {
 	t.Helper()
-	cfg.Keys = []fakeapi.Key{{Secret: testSecrets["key-a"]}, {Secret: testSecrets["key-b"], Rate: rateB}}
+	cfg.Keys = []fakeapi.Key{{Secret: e2etest.Secrets["key-a"]}, {Secret: e2etest.Secrets["key-b"], Rate: rateB}}
 	api, err := fakeapi.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +77,7 @@ func TestPythonExampleHandlerAnswers(t *testing.T) {
 		item   string
 		check  func(a map[string]any) bool
 	}
-	keyA, keyB := testSecrets["key-a"], testSecrets["key-b"]
+	keyA, keyB := e2etest.Secrets["key-a"], e2etest.Secrets["key-b"]
 	exchanges := []exchange{
 		{"200: ok, output the reply, cost usage.total_tokens", keyA, `{"id":"a","prompt":"Say hi","params":{"actual_tokens":42}}`,
 			func(a map[string]any) bool {
@@ -137,7 +129,7 @@ func TestPythonExampleHandlerAnswers(t *testing.T) {
 	run := func(t *testing.T, apiURL string, exchanges []exchange) {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, python3(t), examplePath(t, "handler.py"))
+		cmd := exec.CommandContext(ctx, e2etest.Python3(t), examplePath(t, "handler.py"))
 		cmd.Env = append(os.Environ(), "EXAMPLE_API_URL="+apiURL, "EXAMPLE_TIMEOUT=10")
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -200,7 +192,7 @@ func TestPythonExampleHandlerFleet(t *testing.T) {
 	if err := api.Revoke("key-0", true); err != nil {
 		t.Fatal(err)
 	}
-	f := newFleet(t, fleetOptions{
+	f := e2etest.NewFleet(t, e2etest.FleetOptions{
 		Pool: "cost: {field: cost, default: 1}",
 		Credentials: `- {id: key-a, secret_env: KEY_A, max_concurrent: 2}
 - {id: key-b, secret_env: KEY_B, max_concurrent: 2, limits: [{cost: 1000000/h}]}`,
@@ -208,19 +200,19 @@ func TestPythonExampleHandlerFleet(t *testing.T) {
 		Jobs: fmt.Sprintf(`exec:
   command: [%q, %q]
   persistent: true
-  timeout: 30s`, python3(t), examplePath(t, "handler.py")),
+  timeout: 30s`, e2etest.Python3(t), examplePath(t, "handler.py")),
 		// The worker passes OPENAI_BASE_URL on to its handlers, as any
 		// variable but its own KEYFLEET_* ones and the keys' secret_env.
-		Env: []string{"KEY_A=" + testSecrets["key-a"], "KEY_B=" + testSecrets["key-b"],
+		Env: []string{"KEY_A=" + e2etest.Secrets["key-a"], "KEY_B=" + e2etest.Secrets["key-b"],
 			"OPENAI_BASE_URL=" + strings.TrimSuffix(url, "/chat/completions")},
 	})
 	const n = 60
-	f.publish("llm", "exec", n, func(id string) string {
+	f.Publish("llm", "exec", n, func(id string) string {
 		return fmt.Sprintf(`{"id":%q,"prompt":"Summarise %s","params":{"actual_tokens":17}}`, id, id)
 	})
-	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
-	results := f.waitResults("llm", n, 2*time.Minute)
-	stopFleet(t, 30*time.Second, w1, w2)
+	w1, w2 := f.StartWorker("w1"), f.StartWorker("w2")
+	results := f.WaitResults("llm", n, 2*time.Minute)
+	e2etest.StopWorkers(t, 30*time.Second, w1, w2)
 	for id, r := range results {
 		var out struct {
 			KeyLabel string `json:"key_label"`
@@ -238,7 +230,7 @@ func TestPythonExampleHandlerFleet(t *testing.T) {
 			t.Errorf("%s: %s on %s, output %q, error %q", id, r.Outcome, r.CredentialID, r.Output, r.Error)
 		}
 	}
-	st, err := f.pool().Stats(t.Context())
+	st, err := f.Pool().Stats(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +253,7 @@ func TestPythonExampleHandlerFleet(t *testing.T) {
 		t.Logf("key-b: %d 429s from the API; cost limit %+v", limited, c.Limits)
 	}
 	t.Logf("the revoked key got %d requests before it was disabled", api.Stats().Keys[0].Refused)
-	if c := countSecrets(f.logs()); c != 0 {
+	if c := e2etest.CountSecrets(f.Logs()); c != 0 {
 		t.Errorf("the logs hold a secret %d times", c)
 	}
 }
@@ -272,7 +264,7 @@ func TestPythonExampleHandlerFleet(t *testing.T) {
 // token is an API error (exit 2) naming the status (401 or 403).
 func TestPythonExampleProducer(t *testing.T) {
 	_, url := exampleAPI(t, fakeapi.Config{}, ratelimit.Limit{})
-	f := newFleet(t, fleetOptions{
+	f := e2etest.NewFleet(t, e2etest.FleetOptions{
 		Credentials: `- {id: key-a, secret_env: KEY_A, max_concurrent: 2}
 - {id: key-b, secret_env: KEY_B, max_concurrent: 2}`,
 		Worker: "concurrency: 2\nretry_backoff: [100ms]",
@@ -280,13 +272,13 @@ func TestPythonExampleProducer(t *testing.T) {
   command: [%q, %q]
   persistent: true
   timeout: 30s
-  env: {KEYFLEET_EXAMPLE_API_URL: %q}`, python3(t), examplePath(t, "handler.py"), url),
-		Env: []string{"KEY_A=" + testSecrets["key-a"], "KEY_B=" + testSecrets["key-b"]},
+  env: {KEYFLEET_EXAMPLE_API_URL: %q}`, e2etest.Python3(t), examplePath(t, "handler.py"), url),
+		Env: []string{"KEY_A=" + e2etest.Secrets["key-a"], "KEY_B=" + e2etest.Secrets["key-b"]},
 	})
 	const token = "e2e-admin-token-0123456789"
-	_, base := f.startDashboard("dashboard", []string{"KF_ADMIN=" + token}, "--admin-token-env", "KF_ADMIN")
-	w := f.startWorker("w1")
-	defer stopFleet(t, 30*time.Second, w)
+	_, base := f.StartDashboard("dashboard", []string{"KF_ADMIN=" + token}, "--admin-token-env", "KF_ADMIN")
+	w := f.StartWorker("w1")
+	defer e2etest.StopWorkers(t, 30*time.Second, w)
 
 	var good, bad strings.Builder
 	const n = 20
@@ -295,17 +287,17 @@ func TestPythonExampleProducer(t *testing.T) {
 		fmt.Fprintf(&bad, `{"id":"p-%02d","prompt":"Summarise %d"}`+"\n", i, i)
 	}
 	fmt.Fprintf(&bad, `{"id":"broken","prompt":"x","params":{"force_status":400}}`+"\n")
-	f.writeFile("good.jsonl", good.String())
-	f.writeFile("bad.jsonl", bad.String())
+	f.WriteFile("good.jsonl", good.String())
+	f.WriteFile("bad.jsonl", bad.String())
 
 	producer := func(tokenValue, batch, file string) (int, string, []queue.Result) {
 		t.Helper()
-		out := filepath.Join(f.dir, batch+".results.jsonl")
+		out := filepath.Join(f.Dir, batch+".results.jsonl")
 		_ = os.Remove(out)
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, python3(t), examplePath(t, "producer.py"), "--url", base, "--token-env", "KF_TOKEN",
-			"--kind", "exec", "--batch", batch, filepath.Join(f.dir, file), "-o", out)
+		cmd := exec.CommandContext(ctx, e2etest.Python3(t), examplePath(t, "producer.py"), "--url", base, "--token-env", "KF_TOKEN",
+			"--kind", "exec", "--batch", batch, filepath.Join(f.Dir, file), "-o", out)
 		cmd.Env = append(os.Environ(), "KF_TOKEN="+tokenValue)
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
@@ -349,7 +341,7 @@ func TestPythonExampleProducer(t *testing.T) {
 		!(strings.Contains(says, "HTTP 401") || strings.Contains(says, "HTTP 403")) {
 		t.Errorf("a wrong token: exit %d (want 2); stderr:\n%s", code, says)
 	}
-	if c := countSecrets(f.logs()); c != 0 {
+	if c := e2etest.CountSecrets(f.Logs()); c != 0 {
 		t.Errorf("the logs hold a secret %d times", c)
 	}
 }

@@ -1,4 +1,4 @@
-package e2e
+package providers
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/spend"
@@ -33,7 +34,7 @@ const spendPricesYAML = "prices:\n  gpt-4o: {input: 2.5, output: 10}\n  gpt-4o-m
 // spendFleet is a fleet of a kind `llm` of provider openai on keys keys of
 // the strict stand-in (each limited to rate), with prices, tenants (YAML,
 // "" none) and workers × slots.
-func spendFleet(t *testing.T, keys int, rate ratelimit.Limit, tenants string, slots int) (*fleet, *fakeapi.Server) {
+func spendFleet(t *testing.T, keys int, rate ratelimit.Limit, tenants string, slots int) (*e2etest.Fleet, *fakeapi.Server) {
 	t.Helper()
 	var fk []fakeapi.Key
 	var creds, env []string
@@ -49,25 +50,25 @@ func spendFleet(t *testing.T, keys int, rate ratelimit.Limit, tenants string, sl
 	}
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
-	o := fleetOptions{
+	o := e2etest.FleetOptions{
 		Pool:        spendPricesYAML,
 		Credentials: strings.Join(creds, "\n"),
 		Worker:      fmt.Sprintf("concurrency: %d\nretry_backoff: [100ms]", slots),
 		Jobs:        fmt.Sprintf("kinds:\n  llm:\n    http: {provider: openai, url: %q}", srv.URL),
 		Env:         env,
 	}
-	f := newFleet(t, o)
+	f := e2etest.NewFleet(t, o)
 	if tenants != "" {
-		f.appendConfig("tenants:\n" + indent(tenants, 2))
+		appendConfig(f, "tenants:\n"+e2etest.Indent(tenants, 2))
 	}
 	return f, api
 }
 
 // appendConfig adds YAML at the end of the fleet's config file.
-func (f *fleet) appendConfig(yaml string) {
-	f.t.Helper()
-	if err := os.WriteFile(f.cfg, []byte(f.file("keyfleet.yaml")+yaml+"\n"), 0o600); err != nil {
-		f.t.Fatal(err)
+func appendConfig(f *e2etest.Fleet, yaml string) {
+	f.T.Helper()
+	if err := os.WriteFile(f.ConfigPath, []byte(f.File("keyfleet.yaml")+yaml+"\n"), 0o600); err != nil {
+		f.T.Fatal(err)
 	}
 }
 
@@ -92,28 +93,28 @@ func chatLines(n int, model string, prefix string) string {
 }
 
 // batchJSON is `producer batch show ID --json`.
-func (f *fleet) batchJSON(id string) map[string]any {
-	f.t.Helper()
-	r := f.producer(nil, "batch", "show", id, "--json")
+func batchJSON(f *e2etest.Fleet, id string) map[string]any {
+	f.T.Helper()
+	r := f.Producer(nil, "batch", "show", id, "--json")
 	var b map[string]any
-	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &b) != nil {
-		f.t.Fatalf("batch show:\n%s", r)
+	if r.Code != 0 || json.Unmarshal([]byte(r.Stdout), &b) != nil {
+		f.T.Fatalf("batch show:\n%s", r)
 	}
 	return b
 }
 
 func TestBudgetNeverOverspent(t *testing.T) {
 	f, api := spendFleet(t, 8, ratelimit.Limit{}, "", 16)
-	f.startWorker("w1")
-	f.startWorker("w2")
+	f.StartWorker("w1")
+	f.StartWorker("w2")
 	const budget = "0.02"
-	path := f.writeInput("paid.jsonl", chatLines(400, "gpt-4o", "q"))
-	if r := f.producer(nil, "enqueue", "--kind", "llm", "--batch", "paid", "--budget", budget, path); r.code != 0 {
+	path := f.WriteInput("paid.jsonl", chatLines(400, "gpt-4o", "q"))
+	if r := f.Producer(nil, "enqueue", "--kind", "llm", "--batch", "paid", "--budget", budget, path); r.Code != 0 {
 		t.Fatalf("enqueue:\n%s", r)
 	}
 	var b map[string]any
 	testutil.WaitFor(t, "the batch to pause for its budget", time.Minute, func() bool {
-		b = f.batchJSON("paid")
+		b = batchJSON(f, "paid")
 		return b["state"] == "paused" && b["paused_reason"] == "budget"
 	})
 	// Items running when it paused finish: wait for the API to go quiet.
@@ -136,15 +137,15 @@ func TestBudgetNeverOverspent(t *testing.T) {
 		t.Fatalf("done %v of 400 when it paused", done)
 	}
 	// A higher budget resumes it; it pauses again at that one.
-	r := f.producer(nil, "batch", "set", "paid", "--budget", "0.03", "--json")
+	r := f.Producer(nil, "batch", "set", "paid", "--budget", "0.03", "--json")
 	var set struct {
 		Resumed bool `json:"resumed"`
 	}
-	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &set) != nil || !set.Resumed {
+	if r.Code != 0 || json.Unmarshal([]byte(r.Stdout), &set) != nil || !set.Resumed {
 		t.Fatalf("batch set --budget: want resumed:\n%s", r)
 	}
 	testutil.WaitFor(t, "more items done, then a pause at the new budget", time.Minute, func() bool {
-		b = f.batchJSON("paid")
+		b = batchJSON(f, "paid")
 		return b["done"].(float64) > done && b["state"] == "paused"
 	})
 	testutil.WaitFor(t, "the running items to finish", 30*time.Second, func() bool {
@@ -156,7 +157,7 @@ func TestBudgetNeverOverspent(t *testing.T) {
 	if limit, _ = spend.ParseAmount("0.03"); atAPI > limit {
 		t.Fatalf("overspent after the raise: %s of %s", atAPI, limit)
 	}
-	if logs := f.logs(); strings.Contains(logs, "sk-spend-") {
+	if logs := f.Logs(); strings.Contains(logs, "sk-spend-") {
 		t.Error("a secret reached the logs")
 	}
 }
@@ -165,14 +166,14 @@ func TestBudgetNeverOverspent(t *testing.T) {
 // dead-lettered, naming the model; priced items run.
 func TestBudgetRefusesAnUnpricedModel(t *testing.T) {
 	f, _ := spendFleet(t, 2, ratelimit.Limit{}, "", 4)
-	f.startWorker("w1")
+	f.StartWorker("w1")
 	lines := chatLines(3, "gpt-4o-mini", "ok") + `{"id":"odd","model":"gpt-5-unpriced","messages":[{"role":"user","content":"x"}],"max_tokens":5}` + "\n"
-	path := f.writeInput("mixed.jsonl", lines)
-	r := f.producer(nil, "enqueue", "--kind", "llm", "--batch", "mixed", "--budget", "1", "--wait", path)
-	if r.code != 1 {
+	path := f.WriteInput("mixed.jsonl", lines)
+	r := f.Producer(nil, "enqueue", "--kind", "llm", "--batch", "mixed", "--budget", "1", "--wait", path)
+	if r.Code != 1 {
 		t.Fatalf("enqueue --wait: want exit 1 (one item failed):\n%s", r)
 	}
-	res := f.waitResults("mixed", 4, 30*time.Second)
+	res := f.WaitResults("mixed", 4, 30*time.Second)
 	if o := res["odd"]; o.Outcome != "failed" || !strings.Contains(o.Error, "gpt-5-unpriced") || !strings.Contains(o.Error, "price") {
 		t.Errorf("the unpriced item: %s %q, want failed naming its model and the missing price", o.Outcome, o.Error)
 	}
@@ -187,22 +188,22 @@ func TestBudgetRefusesAnUnpricedModel(t *testing.T) {
 // tenant's batch runs on.
 func TestTenantBudgetStopsAllItsBatches(t *testing.T) {
 	f, api := spendFleet(t, 4, ratelimit.Limit{}, "research: {weight: 1, budget: 0.01/d}\nsupport: {weight: 1}", 8)
-	f.startWorker("w1")
+	f.StartWorker("w1")
 	for _, b := range []string{"r1", "r2"} {
-		path := f.writeInput(b+".jsonl", chatLines(200, "gpt-4o", b))
-		if r := f.producer(nil, "enqueue", "--kind", "llm", "--batch", b, "--tenant", "research", path); r.code != 0 {
+		path := f.WriteInput(b+".jsonl", chatLines(200, "gpt-4o", b))
+		if r := f.Producer(nil, "enqueue", "--kind", "llm", "--batch", b, "--tenant", "research", path); r.Code != 0 {
 			t.Fatalf("enqueue %s:\n%s", b, r)
 		}
 	}
-	path := f.writeInput("s1.jsonl", chatLines(20, "gpt-4o-mini", "s1"))
-	if r := f.producer(nil, "enqueue", "--kind", "llm", "--batch", "s1", "--tenant", "support", path); r.code != 0 {
+	path := f.WriteInput("s1.jsonl", chatLines(20, "gpt-4o-mini", "s1"))
+	if r := f.Producer(nil, "enqueue", "--kind", "llm", "--batch", "s1", "--tenant", "support", path); r.Code != 0 {
 		t.Fatalf("enqueue s1:\n%s", r)
 	}
 	testutil.WaitFor(t, "both of research's batches paused for the tenant's budget", time.Minute, func() bool {
-		a, b := f.batchJSON("r1"), f.batchJSON("r2")
+		a, b := batchJSON(f, "r1"), batchJSON(f, "r2")
 		return a["paused_reason"] == "tenant-budget" && b["paused_reason"] == "tenant-budget"
 	})
-	f.waitResults("s1", 20, 30*time.Second)
+	f.WaitResults("s1", 20, 30*time.Second)
 	testutil.WaitFor(t, "the running items to finish", 30*time.Second, func() bool {
 		before := spentAtAPI(api)
 		time.Sleep(200 * time.Millisecond)
@@ -217,14 +218,14 @@ func TestTenantBudgetStopsAllItsBatches(t *testing.T) {
 	if limit, _ := spend.ParseAmount("0.01"); research > limit {
 		t.Fatalf("research overspent its day: %s of %s", research, limit)
 	}
-	r := f.producer(nil, "status", "--json")
+	r := f.Producer(nil, "status", "--json")
 	var st struct {
 		Tenants []struct {
 			Name  string
 			Spent float64
 		}
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || len(st.Tenants) != 2 || st.Tenants[0].Name != "research" || st.Tenants[0].Spent <= 0 {
+	if err := json.Unmarshal([]byte(r.Stdout), &st); err != nil || len(st.Tenants) != 2 || st.Tenants[0].Name != "research" || st.Tenants[0].Spent <= 0 {
 		t.Errorf("status --json tenants: %+v %v", st.Tenants, err)
 	}
 }
@@ -236,14 +237,14 @@ func TestTenantsShareByWeight(t *testing.T) {
 	for i := range 3 {
 		for _, tn := range []string{"heavy", "light"} {
 			b := fmt.Sprintf("%s-%d", tn, i)
-			path := f.writeInput(b+".jsonl", chatLines(300, "gpt-4o-mini", b))
-			if r := f.producer(nil, "enqueue", "--kind", "llm", "--batch", b, "--tenant", tn, path); r.code != 0 {
+			path := f.WriteInput(b+".jsonl", chatLines(300, "gpt-4o-mini", b))
+			if r := f.Producer(nil, "enqueue", "--kind", "llm", "--batch", b, "--tenant", tn, path); r.Code != 0 {
 				t.Fatalf("enqueue %s:\n%s", b, r)
 			}
 		}
 	}
-	f.startWorker("w1")
-	f.startWorker("w2")
+	f.StartWorker("w1")
+	f.StartWorker("w2")
 	// The share is read from the results' finish times, in process: the
 	// items finished between the 100th and the 1,000th result, while both
 	// tenants still hold a backlog (heavy's 900 last until about the
@@ -252,7 +253,7 @@ func TestTenantsShareByWeight(t *testing.T) {
 	var finished []queue.Result
 	testutil.WaitFor(t, "1,000 items done", 2*time.Minute, func() bool {
 		finished = finished[:0]
-		if err := f.q.ReadResults(context.Background(), "", func(r queue.Result) error {
+		if err := f.Queue.ReadResults(context.Background(), "", func(r queue.Result) error {
 			finished = append(finished, r)
 			return nil
 		}); err != nil {

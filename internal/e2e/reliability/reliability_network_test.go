@@ -1,4 +1,4 @@
-package e2e
+package reliability
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/internal/testutil/faultproxy"
 )
@@ -17,11 +18,11 @@ import (
 
 // proxiedFleet starts the workers of a network scenario, each behind its
 // own proxies.
-func proxiedFleet(f *fleet, n int, env []string) ([]*proc, []workerProxies) {
-	var ws []*proc
-	var ps []workerProxies
+func proxiedFleet(f *e2etest.Fleet, n int, env []string) ([]*e2etest.Process, []e2etest.WorkerProxies) {
+	var ws []*e2etest.Process
+	var ps []e2etest.WorkerProxies
 	for i := range n {
-		w, p := f.proxiedWorker(fmt.Sprintf("w%d", i+1), env)
+		w, p := f.ProxiedWorker(fmt.Sprintf("w%d", i+1), env)
 		ws = append(ws, w)
 		ps = append(ps, p)
 	}
@@ -31,20 +32,20 @@ func proxiedFleet(f *fleet, n int, env []string) ([]*proc, []workerProxies) {
 // Latency of 20-50 ms on every round trip (10-25 ms each way, per chunk)
 // to NATS and Redis: slower, nothing else changes.
 func TestReliabilityNetworkLatency(t *testing.T) {
-	longWaitingScenario(t)
-	n := size(120, 600)
-	f := holdGuardedFleet(t, "lease_ttl: 3s", "concurrency: 2\nshutdown_grace: 5s", "ack_wait: 3s", "SLEEP=0.02")
-	ids := f.publish("lat", "exec", n, itemJSON)
-	results := f.watchResults("lat", n)
+	e2etest.LongWaitingScenario(t)
+	n := e2etest.ShortOrFull(120, 600)
+	f := e2etest.HoldGuardedFleet(t, "lease_ttl: 3s", "concurrency: 2\nshutdown_grace: 5s", "ack_wait: 3s", "SLEEP=0.02")
+	ids := f.Publish("lat", "exec", n, e2etest.ItemJSON)
+	results := f.WatchResults("lat", n)
 	start := time.Now()
 	ws, ps := proxiedFleet(f, 3, nil)
 	for _, p := range ps {
-		p.each(func(x *faultproxy.Proxy) { x.SetLatency(10*time.Millisecond, 15*time.Millisecond) })
+		p.Each(func(x *faultproxy.Proxy) { x.SetLatency(10*time.Millisecond, 15*time.Millisecond) })
 	}
-	res := results.wait(t, size(3*time.Minute, 10*time.Minute))
+	res := results.Wait(t, e2etest.ShortOrFull(3*time.Minute, 10*time.Minute))
 	took := time.Since(start)
-	stopFleet(t, 30*time.Second, ws...)
-	f.account("network: +20-50ms round trip to NATS and Redis", ids, res, took, bounds{},
+	e2etest.StopWorkers(t, 30*time.Second, ws...)
+	f.Account("network: +20-50ms round trip to NATS and Redis", ids, res, took, e2etest.Bounds{},
 		fmt.Sprintf("3 workers x 2 slots, each behind its own proxies; %.0f items/s", float64(n)/took.Seconds()))
 }
 
@@ -53,36 +54,36 @@ func TestReliabilityNetworkLatency(t *testing.T) {
 // whose ack or result was cut off run again: at most the slots in flight at
 // each reset.
 func TestReliabilityNetworkResets(t *testing.T) {
-	longWaitingScenario(t)
-	n := size(300, 1500)
-	every := size(1500*time.Millisecond, 2*time.Second)
-	maxResets := size(5, 1<<30)
+	e2etest.LongWaitingScenario(t)
+	n := e2etest.ShortOrFull(300, 1500)
+	every := e2etest.ShortOrFull(1500*time.Millisecond, 2*time.Second)
+	maxResets := e2etest.ShortOrFull(5, 1<<30)
 	const workers, conc = 3, 2
-	f := holdGuardedFleet(t, "lease_ttl: 2s", fmt.Sprintf("concurrency: %d\nshutdown_grace: 5s\nmax_attempts: 20", conc),
+	f := e2etest.HoldGuardedFleet(t, "lease_ttl: 2s", fmt.Sprintf("concurrency: %d\nshutdown_grace: 5s\nmax_attempts: 20", conc),
 		"ack_wait: 2s", "SLEEP=0.02")
-	ids := f.publish("rst", "exec", n, itemJSON)
-	results := f.watchResults("rst", n)
+	ids := f.Publish("rst", "exec", n, e2etest.ItemJSON)
+	results := f.WatchResults("rst", n)
 	start := time.Now()
 	ws, ps := proxiedFleet(f, workers, nil)
 	resets, conns := 0, 0
-	for resets < maxResets && !results.complete() {
+	for resets < maxResets && !results.Complete() {
 		time.Sleep(every) // the fault's rhythm
-		if results.complete() {
+		if results.Complete() {
 			break
 		}
 		for _, p := range ps {
-			p.each(func(x *faultproxy.Proxy) { conns += x.ResetAll() })
+			p.Each(func(x *faultproxy.Proxy) { conns += x.ResetAll() })
 		}
 		resets++
 	}
-	res := results.wait(t, size(3*time.Minute, 10*time.Minute))
+	res := results.Wait(t, e2etest.ShortOrFull(3*time.Minute, 10*time.Minute))
 	took := time.Since(start)
-	stopFleet(t, 30*time.Second, ws...)
+	e2etest.StopWorkers(t, 30*time.Second, ws...)
 	if resets == 0 {
 		t.Errorf("the batch finished before the first reset: the scenario tested nothing")
 	}
-	f.account(fmt.Sprintf("network: every connection reset every %s", every), ids, res, took,
-		bounds{MaxDuplicates: resets * workers * conc},
+	f.Account(fmt.Sprintf("network: every connection reset every %s", every), ids, res, took,
+		e2etest.Bounds{MaxDuplicates: resets * workers * conc},
 		fmt.Sprintf("%d rounds, %d connections reset; duplicates <= rounds x slots = %d", resets, conns, resets*workers*conc))
 }
 
@@ -101,7 +102,7 @@ func TestReliabilityNetworkResets(t *testing.T) {
 // TTL minus a margin, even while a renewal hangs, and renewals bypass the
 // auto-pipeliner so that they end by their deadline.
 func TestReliabilityNetworkPartition(t *testing.T) {
-	longWaitingScenario(t)
+	e2etest.LongWaitingScenario(t)
 	for _, tc := range []struct {
 		name  string
 		redis bool // cut Redis only
@@ -114,29 +115,29 @@ func TestReliabilityNetworkPartition(t *testing.T) {
 }
 
 func testPartition(t *testing.T, what string, redisOnly bool) {
-	n := size(300, 1000)
-	outage := size(5*time.Second, 8*time.Second)
+	n := e2etest.ShortOrFull(300, 1000)
+	outage := e2etest.ShortOrFull(5*time.Second, 8*time.Second)
 	const ttl, ackWait, conc = 2 * time.Second, 2 * time.Second, 2
-	f := holdGuardedFleet(t, fmt.Sprintf("lease_ttl: %s", ttl), fmt.Sprintf("concurrency: %d\nshutdown_grace: 5s\nmax_attempts: 20", conc),
+	f := e2etest.HoldGuardedFleet(t, fmt.Sprintf("lease_ttl: %s", ttl), fmt.Sprintf("concurrency: %d\nshutdown_grace: 5s\nmax_attempts: 20", conc),
 		fmt.Sprintf("ack_wait: %s", ackWait), "SLEEP=0.05")
-	ids := f.publish("part", "exec", n, itemJSON)
-	results := f.watchResults("part", n)
+	ids := f.Publish("part", "exec", n, e2etest.ItemJSON)
+	results := f.WatchResults("part", n)
 	start := time.Now()
 	ws, ps := proxiedFleet(f, 3, nil)
 	w1 := ws[0]
-	cut := []*faultproxy.Proxy{ps[0].nats, ps[0].redis}
+	cut := []*faultproxy.Proxy{ps[0].NATS, ps[0].Redis}
 	if redisOnly {
-		cut = []*faultproxy.Proxy{ps[0].redis}
+		cut = []*faultproxy.Proxy{ps[0].Redis}
 	}
-	testutil.WaitFor(t, "w1 to run a few items", time.Minute, func() bool { return f.jobsStarted(w1, start) >= 3 })
+	testutil.WaitFor(t, "w1 to run a few items", time.Minute, func() bool { return f.JobsStarted(w1, start) >= 3 })
 
 	// From now on w1's jobs run long (30s): the one running at the cut must
 	// be cancelled, it cannot end by itself.
 	longFrom := time.Now()
-	f.writeFile(fmt.Sprintf("sleep-%d", w1.Pid()), "30")
-	var victim jobEvent
+	f.WriteFile(fmt.Sprintf("sleep-%d", w1.Pid()), "30")
+	var victim e2etest.JobEvent
 	testutil.WaitFor(t, "w1 to start a long job", time.Minute, func() bool {
-		for _, e := range f.jobsRunning(w1) {
+		for _, e := range f.JobsRunning(w1) {
 			if e.At.After(longFrom) {
 				victim = e
 				return true
@@ -162,9 +163,9 @@ func testPartition(t *testing.T, what string, redisOnly bool) {
 		p.Heal()
 	}
 	healed := time.Now()
-	f.removeFile(fmt.Sprintf("sleep-%d", w1.Pid()))
+	f.RemoveFile(fmt.Sprintf("sleep-%d", w1.Pid()))
 	var reused, rerun time.Time // the key taken, the item started, by another worker
-	for _, e := range f.jobEvents() {
+	for _, e := range f.JobEvents() {
 		if e.Kind != "start" || e.WorkerPID == w1.Pid() || e.At.Before(cutAt) {
 			continue
 		}
@@ -181,21 +182,21 @@ func testPartition(t *testing.T, what string, redisOnly bool) {
 		// wait.
 		t.Errorf("%s (w1's job at the cut) did not run elsewhere during the partition", victim.Item)
 	}
-	if left := n - results.count(); left < 10 {
+	if left := n - results.Count(); left < 10 {
 		t.Errorf("only %d items left at the heal: too few to see w1 recover; make the batch bigger", left)
 	} else {
-		testutil.WaitFor(t, "w1 to run items again after the heal", time.Minute, func() bool { return f.jobsStarted(w1, healed) >= 1 })
+		testutil.WaitFor(t, "w1 to run items again after the heal", time.Minute, func() bool { return f.JobsStarted(w1, healed) >= 1 })
 	}
 	recovered := time.Since(healed)
-	res := results.wait(t, size(3*time.Minute, 10*time.Minute))
+	res := results.Wait(t, e2etest.ShortOrFull(3*time.Minute, 10*time.Minute))
 	took := time.Since(start)
-	stopFleet(t, 30*time.Second, ws...)
+	e2etest.StopWorkers(t, 30*time.Second, ws...)
 	note := fmt.Sprintf("w1 cut %s mid-job (lease %s, ack wait %s): its job killed %s, %s taken by another worker %s; "+
 		"w1 ran items again %s after the heal", outage, ttl, ackWait, sinceOrNever(jobDied, cutAt, "not during the cut"), victim.Cred,
 		sinceOrNever(reused, cutAt, "never"), recovered.Round(10*time.Millisecond))
 	t.Log(note)
-	f.accountHolds(fmt.Sprintf("network: one worker partitioned from %s", what), ids, res, took,
-		bounds{MaxDuplicates: conc}, note)
+	f.AccountHolds(fmt.Sprintf("network: one worker partitioned from %s", what), ids, res, took,
+		e2etest.Bounds{MaxDuplicates: conc}, note)
 }
 
 func sinceOrNever(t, from time.Time, never string) string {

@@ -1,4 +1,4 @@
-package e2e
+package reliability
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
@@ -53,8 +54,8 @@ end 3
 // secretsAll are the scenario's secrets: the shared test secrets and
 // key-c's.
 var secretsAll = map[string]string{
-	"key-a": testSecrets["key-a"],
-	"key-b": testSecrets["key-b"],
+	"key-a": e2etest.Secrets["key-a"],
+	"key-b": e2etest.Secrets["key-b"],
 	"key-c": "sk-test-CCCC-3333-secret",
 }
 
@@ -69,7 +70,7 @@ var secretsAll = map[string]string{
 // list. First the test proves each scanner finds a secret planted where it
 // looks.
 func TestReliabilitySecretsNeverLeak(t *testing.T) {
-	f := newFleet(t, fleetOptions{
+	f := e2etest.NewFleet(t, e2etest.FleetOptions{
 		Credentials: `- {id: key-a, secret_env: KEY_A}
 - {id: key-b, secret_env: KEY_B}
 - {id: key-c, secret_env: KEY_C}`,
@@ -78,22 +79,22 @@ func TestReliabilitySecretsNeverLeak(t *testing.T) {
 		Jobs:   "max_output: 1KiB\nexec:\n  command: [\"{{dir}}/secrets.sh\"]\n  timeout: 1m",
 		Env:    []string{"KEY_A=" + secretsAll["key-a"], "KEY_B=" + secretsAll["key-b"], "KEY_C=" + secretsAll["key-c"]},
 	})
-	f.writeScript("secrets.sh", strings.ReplaceAll(secretsScript, "{{dir}}", f.dir))
+	f.WriteScript("secrets.sh", strings.ReplaceAll(secretsScript, "{{dir}}", f.Dir))
 	for id, s := range secretsAll {
-		if err := os.WriteFile(filepath.Join(f.dir, "secret-"+id), []byte(s), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(f.Dir, "secret-"+id), []byte(s), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	js, err := jetstream.New(f.nc)
+	js, err := jetstream.New(f.Conn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb := f.redis.Client(t)
-	tap := startNATSTap(t, f.nc)
-	mon := startRedisMonitor(t, f.redis)
-	proveLeakScanners(ctx, t, js, f.nc, rdb, tap, mon)
+	rdb := f.Redis.Client(t)
+	tap := e2etest.StartNATSTap(t, f.Conn)
+	mon := e2etest.StartRedisMonitor(t, f.Redis)
+	proveLeakScanners(ctx, t, js, f.Conn, rdb, tap, mon)
 
 	// The batch.
 	var ids []string
@@ -103,7 +104,7 @@ func TestReliabilitySecretsNeverLeak(t *testing.T) {
 		n       int
 		outcome string
 	}{
-		{"ok", size(12, 300), queue.OutcomeSucceeded},
+		{"ok", e2etest.ShortOrFull(12, 300), queue.OutcomeSucceeded},
 		{"echo", 4, queue.OutcomeSucceeded},
 		{"perm", 2, queue.OutcomeFailed},
 		{"trans", 2, queue.OutcomeFailed},
@@ -124,14 +125,14 @@ func TestReliabilitySecretsNeverLeak(t *testing.T) {
 		items[i] = queue.Item{ID: id, Batch: "secrets", Kind: "exec", Payload: []byte(fmt.Sprintf(`{"id":%q}`, id))}
 	}
 	start := time.Now()
-	if rep, err := f.q.Publish(ctx, items...); err != nil || rep.Published != len(items) {
+	if rep, err := f.Queue.Publish(ctx, items...); err != nil || rep.Published != len(items) {
 		t.Fatalf("publish: %+v %v", rep, err)
 	}
-	workers := []*proc{f.startWorker("w1", "--log-level", "debug"), f.startWorker("w2", "--log-level", "debug")}
-	results := f.waitResults("secrets", len(ids), 2*time.Minute)
+	workers := []*e2etest.Process{f.StartWorker("w1", "--log-level", "debug"), f.StartWorker("w2", "--log-level", "debug")}
+	results := f.WaitResults("secrets", len(ids), 2*time.Minute)
 	took := time.Since(start)
 
-	row := reliabilityRow{Scenario: "Secrets: failures, cooldowns, dead letters, jobs printing secrets", Items: len(ids), Took: took}
+	row := e2etest.ReliabilityRow{Scenario: "Secrets: failures, cooldowns, dead letters, jobs printing secrets", Items: len(ids), Took: took}
 	for _, id := range ids {
 		if r, ok := results[id]; !ok || r.Outcome != want[id] {
 			row.Lost++
@@ -139,7 +140,7 @@ func TestReliabilitySecretsNeverLeak(t *testing.T) {
 		}
 	}
 	done := map[string]int{}
-	for _, id := range strings.Fields(f.file("done")) {
+	for _, id := range strings.Fields(f.File("done")) {
 		done[id]++
 	}
 	for _, c := range done {
@@ -147,7 +148,7 @@ func TestReliabilitySecretsNeverLeak(t *testing.T) {
 			row.Duplicates++
 		}
 	}
-	for _, line := range strings.Split(strings.TrimSpace(f.file("violations")), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(f.File("violations")), "\n") {
 		if strings.HasPrefix(line, "overlap") {
 			row.OverUse++
 		}
@@ -165,81 +166,81 @@ func TestReliabilitySecretsNeverLeak(t *testing.T) {
 		}
 	}
 
-	scan := newLeakScan(secretsAll)
+	scan := e2etest.NewLeakScan(secretsAll)
 	// While the workers run: their HTTP endpoints, the producer's views,
 	// and everything stored.
 	for _, w := range workers {
 		addr := metricsAddr(t, w)
 		for _, path := range []string{"/metrics", "/healthz", "/readyz"} {
-			body, err := httpGet("http://" + addr + path)
+			body, err := e2etest.HTTPGet("http://" + addr + path)
 			if err != nil {
-				t.Fatalf("%s %s: %v", w.name, path, err)
+				t.Fatalf("%s %s: %v", w.Name(), path, err)
 			}
-			scan.add(w.name+" "+path, body)
+			scan.Add(w.Name()+" "+path, body)
 		}
 	}
 	for _, args := range [][]string{
 		{"status", "--json"}, {"status"}, {"creds", "list", "--json"}, {"creds", "list"},
 		{"results", "--batch", "secrets"}, {"dlq", "list", "--json"}, {"dlq", "list"},
 	} {
-		r := f.producer(nil, args...)
-		if r.code != 0 && !(args[0] == "results" && r.code == 1) {
+		r := f.Producer(nil, args...)
+		if r.Code != 0 && !(args[0] == "results" && r.Code == 1) {
 			t.Fatalf("unexpected exit:\n%s", r)
 		}
-		scan.add("producer "+strings.Join(args, " "), r.stdout+r.stderr)
+		scan.Add("producer "+strings.Join(args, " "), r.Stdout+r.Stderr)
 		if args[0] == "results" {
 			redacted := 0
-			for _, r := range resultsJSON(t, r.stdout) {
+			for _, r := range resultsJSON(t, r.Stdout) {
 				if r.Output == "token=[REDACTED]" {
 					redacted++
 				}
 			}
 			if redacted != 4 {
-				t.Errorf("producer results shows %d echo items with token=[REDACTED], want 4:\n%s", redacted, r.stdout)
+				t.Errorf("producer results shows %d echo items with token=[REDACTED], want 4:\n%s", redacted, r.Stdout)
 			}
 		}
 		if args[0] == "dlq" && args[len(args)-1] == "--json" {
-			if n := len(parseJSONArray(t, r.stdout)); n != 5 {
-				t.Errorf("dlq list --json: %d records, want 5 (2 perm, 2 trans, 1 cuterr):\n%s", n, r.stdout)
+			if n := len(e2etest.ParseJSONArray(t, r.Stdout)); n != 5 {
+				t.Errorf("dlq list --json: %d records, want 5 (2 perm, 2 trans, 1 cuterr):\n%s", n, r.Stdout)
 			}
 		}
-		if args[0] == "creds" && args[len(args)-1] == "--json" && !strings.Contains(r.stdout, "key [REDACTED] revoked") {
-			t.Errorf("creds list --json does not show key-c disabled with its scrubbed reason:\n%s", r.stdout)
+		if args[0] == "creds" && args[len(args)-1] == "--json" && !strings.Contains(r.Stdout, "key [REDACTED] revoked") {
+			t.Errorf("creds list --json does not show key-c disabled with its scrubbed reason:\n%s", r.Stdout)
 		}
 	}
 	dumpAll(ctx, t, scan, "while running", js, rdb)
 
-	stopFleet(t, 30*time.Second, workers...)
+	e2etest.StopWorkers(t, 30*time.Second, workers...)
 	// After the shutdown: what is left, and everything that went by.
 	dumpAll(ctx, t, scan, "after shutdown", js, rdb)
 	for _, w := range workers {
-		scan.add("log of "+w.name, w.log.String())
+		scan.Add("log of "+w.Name(), w.Log.String())
 	}
-	tapText, tapMsgs := tap.text()
-	scan.add(fmt.Sprintf("NATS tap (%d messages)", tapMsgs), tapText)
-	monText := mon.text()
-	scan.add("Redis MONITOR", monText)
-	scan.add("redis-server log", strings.Join(f.redis.LogLines(), "\n"))
+	tapText, tapMsgs := tap.Text()
+	scan.Add(fmt.Sprintf("NATS tap (%d messages)", tapMsgs), tapText)
+	monText := mon.Text()
+	scan.Add("Redis MONITOR", monText)
+	scan.Add("redis-server log", strings.Join(f.Redis.LogLines(), "\n"))
 	if !strings.Contains(monText, "[REDACTED]") || !strings.Contains(monText, "rest_reason") {
 		t.Errorf("Redis never saw a scrubbed cooldown or disable reason: the run lacked the cases it is meant to have")
 	}
 
-	sources, bytes, hits, partial := scan.totals()
+	sources, bytes, hits, partial := scan.Totals()
 	row.LeakedSecrets = hits
 	row.Note = fmt.Sprintf("%d sources, %.1f MB scanned", sources, float64(bytes)/1e6)
 	if partial > 0 {
 		row.Note += fmt.Sprintf("; %d secret fragments left by truncation (known bug)", partial)
 	}
 	row.Passed = row.Lost == 0 && row.Duplicates == 0 && row.OverUse == 0 && hits == 0 && (partial == 0 || !fragmentsFail)
-	recordRow(row)
-	t.Logf("scanned:\n%s", scan.report())
+	e2etest.RecordRow(row)
+	t.Logf("scanned:\n%s", scan.Report())
 	if hits != 0 {
-		t.Errorf("%d secrets found:\n%s", hits, scan.report())
+		t.Errorf("%d secrets found:\n%s", hits, scan.Report())
 	}
 	if partial != 0 {
 		msg := fmt.Sprintf("%d fragments (the first or last %d bytes) of secrets found: a bound cut through a secret "+
 			"before the worker scrubbed it (stdout at jobs.max_output, the 2 KiB stderr tail, the 200-byte exit-75/77 reason)",
-			partial, partialLen)
+			partial, e2etest.PartialLen)
 		if fragmentsFail {
 			t.Error(msg)
 		} else {
@@ -257,33 +258,33 @@ func TestReliabilitySecretsNeverLeak(t *testing.T) {
 const fragmentsFail = true
 
 // dumpAll scans every stream, the key-value buckets and every Redis key.
-func dumpAll(ctx context.Context, t *testing.T, scan *leakScan, when string, js jetstream.JetStream, rdb *redis.Client) {
+func dumpAll(ctx context.Context, t *testing.T, scan *e2etest.LeakScan, when string, js jetstream.JetStream, rdb *redis.Client) {
 	t.Helper()
-	streams, msgs, err := dumpStreams(ctx, js)
+	streams, msgs, err := e2etest.DumpStreams(ctx, js)
 	if err != nil {
 		t.Fatal(err)
 	}
-	scan.add(fmt.Sprintf("NATS streams %s (%d messages)", when, msgs), streams)
-	kv, err := dumpKV(ctx, js)
+	scan.Add(fmt.Sprintf("NATS streams %s (%d messages)", when, msgs), streams)
+	kv, err := e2etest.DumpKV(ctx, js)
 	if err != nil {
 		t.Fatal(err)
 	}
-	scan.add("NATS KV "+when, kv)
-	keys, n, err := dumpRedis(ctx, rdb)
+	scan.Add("NATS KV "+when, kv)
+	keys, n, err := e2etest.DumpRedis(ctx, rdb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	scan.add(fmt.Sprintf("Redis keys %s (%d keys)", when, n), keys)
+	scan.Add(fmt.Sprintf("Redis keys %s (%d keys)", when, n), keys)
 }
 
 var listenAddrRE = regexp.MustCompile(`serving /metrics.*"addr":"([^"]+)"`)
 
 // metricsAddr reads the address a worker's listener bound from its log.
-func metricsAddr(t *testing.T, w *proc) string {
+func metricsAddr(t *testing.T, w *e2etest.Process) string {
 	t.Helper()
 	var addr string
-	testutil.WaitFor(t, w.name+" to log its listen address", 30*time.Second, func() bool {
-		m := listenAddrRE.FindStringSubmatch(w.log.String())
+	testutil.WaitFor(t, w.Name()+" to log its listen address", 30*time.Second, func() bool {
+		m := listenAddrRE.FindStringSubmatch(w.Log.String())
 		if m != nil {
 			addr = m[1]
 		}
@@ -296,14 +297,14 @@ func metricsAddr(t *testing.T, w *proc) string {
 // with a secret in a header and in the body in a temporary stream, a KV
 // value, a Redis key of every type and a key named by a secret — checks
 // each scanner counts exactly those, then removes them and clears the taps.
-func proveLeakScanners(ctx context.Context, t *testing.T, js jetstream.JetStream, nc *nats.Conn, rdb *redis.Client, tap *natsTap, mon *redisMonitor) {
+func proveLeakScanners(ctx context.Context, t *testing.T, js jetstream.JetStream, nc *nats.Conn, rdb *redis.Client, tap *e2etest.NATSTap, mon *e2etest.RedisMonitor) {
 	t.Helper()
-	probe := newLeakScan(secretsAll)
+	probe := e2etest.NewLeakScan(secretsAll)
 	a, b := secretsAll["key-a"], secretsAll["key-b"]
 	expect := func(what string, text string, want int) {
 		t.Helper()
-		if got, _, _ := probe.count(text); got != want {
-			t.Fatalf("the scanner of %s found %d planted secrets, want %d:\n%s", what, got, want, tail(text, 20))
+		if got, _, _ := probe.Count(text); got != want {
+			t.Fatalf("the scanner of %s found %d planted secrets, want %d:\n%s", what, got, want, e2etest.Tail(text, 20))
 		}
 	}
 
@@ -323,19 +324,19 @@ func proveLeakScanners(ctx context.Context, t *testing.T, js jetstream.JetStream
 	if _, err := kv.PutString(ctx, "k", "value "+a); err != nil {
 		t.Fatal(err)
 	}
-	streams, _, err := dumpStreams(ctx, js)
+	streams, _, err := e2etest.DumpStreams(ctx, js)
 	if err != nil {
 		t.Fatal(err)
 	}
 	expect("the streams", streams, 3) // header, body, and the KV bucket's stream
-	kvText, err := dumpKV(ctx, js)
+	kvText, err := e2etest.DumpKV(ctx, js)
 	if err != nil {
 		t.Fatal(err)
 	}
 	expect("the KV buckets", kvText, 1)
 	testutil.WaitFor(t, "the NATS tap to see the planted messages", 10*time.Second, func() bool {
-		text, _ := tap.text()
-		n, _, _ := probe.count(text)
+		text, _ := tap.Text()
+		n, _, _ := probe.Count(text)
 		return n >= 3
 	})
 
@@ -357,17 +358,17 @@ func proveLeakScanners(ctx context.Context, t *testing.T, js jetstream.JetStream
 		}
 		keys = append(keys, k)
 	}
-	dump, _, err := dumpRedis(ctx, rdb)
+	dump, _, err := e2etest.DumpRedis(ctx, rdb)
 	if err != nil {
 		t.Fatal(err)
 	}
 	expect("Redis keys", dump, len(planted))
 	testutil.WaitFor(t, "MONITOR to see the planted values", 10*time.Second, func() bool {
-		n, _, _ := probe.count(mon.text())
+		n, _, _ := probe.Count(mon.Text())
 		return n >= len(planted)
 	})
 	// Fragments: what a cut through the middle of a secret leaves.
-	if _, p, _ := probe.count("…" + a[len(a)-12:] + " and " + b[:12] + "…"); p != 2 {
+	if _, p, _ := probe.Count("…" + a[len(a)-12:] + " and " + b[:12] + "…"); p != 2 {
 		t.Fatalf("the fragment count of a cut head and a cut tail is %d, want 2", p)
 	}
 
@@ -381,12 +382,12 @@ func proveLeakScanners(ctx context.Context, t *testing.T, js jetstream.JetStream
 	if err := js.DeleteKeyValue(ctx, "LEAK_CANARY_KV"); err != nil {
 		t.Fatal(err)
 	}
-	streams, _, err = dumpStreams(ctx, js)
+	streams, _, err = e2etest.DumpStreams(ctx, js)
 	if err != nil {
 		t.Fatal(err)
 	}
 	expect("the streams after the clean-up", streams, 0)
-	dump, _, err = dumpRedis(ctx, rdb)
+	dump, _, err = e2etest.DumpRedis(ctx, rdb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,13 +400,13 @@ func proveLeakScanners(ctx context.Context, t *testing.T, js jetstream.JetStream
 	if err := rdb.Set(ctx, marker, "1", time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitFor(t, "MONITOR to catch up", 10*time.Second, func() bool { return strings.Contains(mon.text(), marker) })
+	testutil.WaitFor(t, "MONITOR to catch up", 10*time.Second, func() bool { return strings.Contains(mon.Text(), marker) })
 	if err := nc.Publish("leakcanary.done", []byte(marker)); err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitFor(t, "the tap to catch up", 10*time.Second, func() bool { text, _ := tap.text(); return strings.Contains(text, marker) })
-	tap.reset()
-	mon.reset()
+	testutil.WaitFor(t, "the tap to catch up", 10*time.Second, func() bool { text, _ := tap.Text(); return strings.Contains(text, marker) })
+	tap.Reset()
+	mon.Reset()
 	t.Logf("scanners proven: streams, KV, NATS tap, Redis dump (every type and key names), MONITOR, fragments")
 }
 

@@ -1,4 +1,4 @@
-package e2e
+package reliability
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
@@ -16,23 +17,23 @@ import (
 // renews the lease and keeps the message alive, so every item runs once, on
 // its first attempt, and no key is shared.
 func TestReliabilitySlowJobs(t *testing.T) {
-	longWaitingScenario(t)
-	n := size(6, 16)
-	sleep := size("2.5", "4")
-	f := holdGuardedFleet(t, "lease_ttl: 1s", "concurrency: 1\nshutdown_grace: 5s", "ack_wait: 1s", "SLEEP="+sleep)
-	ids := f.publish("slow", "exec", n, itemJSON)
-	results := f.watchResults("slow", n)
+	e2etest.LongWaitingScenario(t)
+	n := e2etest.ShortOrFull(6, 16)
+	sleep := e2etest.ShortOrFull("2.5", "4")
+	f := e2etest.HoldGuardedFleet(t, "lease_ttl: 1s", "concurrency: 1\nshutdown_grace: 5s", "ack_wait: 1s", "SLEEP="+sleep)
+	ids := f.Publish("slow", "exec", n, e2etest.ItemJSON)
+	results := f.WatchResults("slow", n)
 	start := time.Now()
-	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
-	res := results.wait(t, size(2*time.Minute, 5*time.Minute))
+	w1, w2 := f.StartWorker("w1"), f.StartWorker("w2")
+	res := results.Wait(t, e2etest.ShortOrFull(2*time.Minute, 5*time.Minute))
 	took := time.Since(start)
 	for id, r := range res {
 		if r.Outcome != queue.OutcomeSucceeded || r.Attempts != 1 {
 			t.Errorf("%s: %+v, want success on attempt 1", id, r)
 		}
 	}
-	stopFleet(t, 30*time.Second, w1, w2)
-	f.account("slow jobs (each "+sleep+"s > lease TTL 1s and ack wait 1s)", ids, res, took, bounds{},
+	e2etest.StopWorkers(t, 30*time.Second, w1, w2)
+	f.Account("slow jobs (each "+sleep+"s > lease TTL 1s and ack wait 1s)", ids, res, took, e2etest.Bounds{},
 		"renewed and kept alive: every item once, on attempt 1")
 }
 
@@ -60,7 +61,7 @@ func TestReliabilitySlowJobs(t *testing.T) {
 //     detection time. This is the limit of a lease without fencing on the
 //     API's side; the row records it.
 func TestReliabilityPausedWorker(t *testing.T) {
-	longWaitingScenario(t)
+	e2etest.LongWaitingScenario(t)
 	for _, tc := range []struct {
 		name      string
 		withJob   bool
@@ -78,53 +79,53 @@ func TestReliabilityPausedWorker(t *testing.T) {
 
 func testPausedWorker(t *testing.T, withJob bool, scenario string, maxWindow func(ttl, pause time.Duration) time.Duration) {
 	const ttl, ackWait, tick = 2 * time.Second, 2 * time.Second, 50 * time.Millisecond
-	pause := size(4*time.Second, 8*time.Second)
+	pause := e2etest.ShortOrFull(4*time.Second, 8*time.Second)
 	// Jobs use their key every 50ms and log each use. w1's job would run
 	// for a minute (it must not end by itself); w2's lasts past the resume.
-	f := holdGuardedFleet(t, fmt.Sprintf("lease_ttl: %s", ttl), "concurrency: 1\nshutdown_grace: 1s\nmax_attempts: 20",
+	f := e2etest.HoldGuardedFleet(t, fmt.Sprintf("lease_ttl: %s", ttl), "concurrency: 1\nshutdown_grace: 1s\nmax_attempts: 20",
 		fmt.Sprintf("ack_wait: %s", ackWait), fmt.Sprintf("TICK=%g", tick.Seconds()))
-	w1 := f.startWorkerEnv("w1", []string{fmt.Sprintf("TICKS=%d", time.Minute/tick)})
-	testutil.WaitFor(t, "w1 to start", time.Minute, func() bool { return strings.Contains(w1.log.String(), "worker started") })
+	w1 := f.StartWorkerEnv("w1", []string{fmt.Sprintf("TICKS=%d", time.Minute/tick)})
+	testutil.WaitFor(t, "w1 to start", time.Minute, func() bool { return strings.Contains(w1.Log.String(), "worker started") })
 	// One key in play, so that the other worker must take the same one.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := f.pool().Disable(ctx, "key-b", "the test plays with key-a only"); err != nil {
+	if err := f.Pool().Disable(ctx, "key-b", "the test plays with key-a only"); err != nil {
 		t.Fatal(err)
 	}
-	ids := f.publish("pause", "exec", 1, itemJSON)
-	results := f.watchResults("pause", 1)
+	ids := f.Publish("pause", "exec", 1, e2etest.ItemJSON)
+	results := f.WatchResults("pause", 1)
 	start := time.Now()
-	var old jobEvent
+	var old e2etest.JobEvent
 	testutil.WaitFor(t, "w1 to start the job", time.Minute, func() bool {
-		for _, e := range f.jobsRunning(w1) {
+		for _, e := range f.JobsRunning(w1) {
 			old = e
 			return true
 		}
 		return false
 	})
-	w2 := f.startWorkerEnv("w2", []string{fmt.Sprintf("TICKS=%d", (pause+2*time.Second)/tick)})
-	testutil.WaitFor(t, "w2 to start", time.Minute, func() bool { return strings.Contains(w2.log.String(), "worker started") })
+	w2 := f.StartWorkerEnv("w2", []string{fmt.Sprintf("TICKS=%d", (pause+2*time.Second)/tick)})
+	testutil.WaitFor(t, "w2 to start", time.Minute, func() bool { return strings.Contains(w2.Log.String(), "worker started") })
 	testutil.WaitFor(t, "the job to use its key for a second", time.Minute, func() bool {
-		return f.ticks(old.JobPID) >= int(time.Second/tick)
+		return ticks(f, old.JobPID) >= int(time.Second/tick)
 	})
 
 	pausedAt := time.Now()
-	w1.signal(syscall.SIGSTOP)
+	w1.Signal(syscall.SIGSTOP)
 	if withJob {
 		_ = syscall.Kill(-old.JobPID, syscall.SIGSTOP) // the job's process group
 	}
 	// The pause is the scenario; it lasts at least `pause` and until w2
 	// has taken the item and the key.
-	var taken jobEvent
+	var taken e2etest.JobEvent
 	testutil.WaitFor(t, "w2 to take the item while w1 is paused", time.Minute, func() bool {
-		for _, e := range f.jobsRunning(w2) {
+		for _, e := range f.JobsRunning(w2) {
 			taken = e
 			return time.Since(pausedAt) >= pause
 		}
 		return false
 	})
 	resumedAt := time.Now()
-	w1.signal(syscall.SIGCONT)
+	w1.Signal(syscall.SIGCONT)
 	if withJob {
 		_ = syscall.Kill(-old.JobPID, syscall.SIGCONT)
 	}
@@ -132,10 +133,10 @@ func testPausedWorker(t *testing.T, withJob bool, scenario string, maxWindow fun
 		return syscall.Kill(old.JobPID, 0) != nil
 	})
 	cancelledAfter := time.Since(resumedAt)
-	res := results.wait(t, 2*time.Minute)
+	res := results.Wait(t, 2*time.Minute)
 	took := time.Since(start)
 
-	window := f.overUseWindow(old.JobPID, taken.JobPID, tick)
+	window := overUseWindow(f, old.JobPID, taken.JobPID, tick)
 	bound := maxWindow(ttl, pause)
 	t.Logf("paused %s; w2 took the key %s after the pause began; w1's job killed %s after the resume; the two jobs used %s at once for %s (bound %s)",
 		resumedAt.Sub(pausedAt).Round(time.Millisecond), taken.At.Sub(pausedAt).Round(time.Millisecond),
@@ -143,8 +144,8 @@ func testPausedWorker(t *testing.T, withJob bool, scenario string, maxWindow fun
 	if taken.Cred != old.Cred {
 		t.Fatalf("w2 ran on %s, w1 on %s: the scenario needs the same key", taken.Cred, old.Cred)
 	}
-	if !strings.Contains(w1.log.String(), "credential lease lost") {
-		t.Errorf("w1 did not report its lease lost after the resume:\n%s", tail(w1.log.String(), 15))
+	if !strings.Contains(w1.Log.String(), "credential lease lost") {
+		t.Errorf("w1 did not report its lease lost after the resume:\n%s", e2etest.Tail(w1.Log.String(), 15))
 	}
 	if window > bound {
 		t.Errorf("the two jobs used %s at once for %s, more than the bound %s", old.Cred, window, bound)
@@ -153,24 +154,24 @@ func testPausedWorker(t *testing.T, withJob bool, scenario string, maxWindow fun
 		t.Errorf("result %+v, want success on w2", r)
 	}
 	if w1.Exited() {
-		t.Fatalf("w1 exited after the resume:\n%s", tail(w1.log.String(), 15))
+		t.Fatalf("w1 exited after the resume:\n%s", e2etest.Tail(w1.Log.String(), 15))
 	}
 	// The resumed worker hands its (stale) delivery back with a NAK, and
 	// JetStream honours a NAK from a superseded delivery: the item is
 	// delivered again while w2 runs it, and runs a third time once w2
 	// frees the key (reported as a bug). Allowed: still one item.
-	runs := f.runsPerItem()[ids[0]]
-	stopFleet(t, 30*time.Second, w1, w2)
-	f.account(scenario, ids, res, took, bounds{MaxDuplicates: 1, MaxOverUse: 1},
+	runs := f.RunsPerItem()[ids[0]]
+	e2etest.StopWorkers(t, 30*time.Second, w1, w2)
+	f.Account(scenario, ids, res, took, e2etest.Bounds{MaxDuplicates: 1, MaxOverUse: 1},
 		fmt.Sprintf("paused %s (lease %s, ack wait %s); job cancelled %s after the resume; key used by both jobs at once for %s (bound %s); item ran %d times",
 			resumedAt.Sub(pausedAt).Round(100*time.Millisecond), ttl, ackWait, cancelledAfter.Round(10*time.Millisecond),
 			window.Round(10*time.Millisecond), bound.Round(10*time.Millisecond), runs))
 }
 
 // ticks counts the uses of its key a job logged.
-func (f *fleet) ticks(jobPID int) int {
+func ticks(f *e2etest.Fleet, jobPID int) int {
 	n := 0
-	for _, e := range f.jobEvents() {
+	for _, e := range f.JobEvents() {
 		if e.Kind == "tick" && e.JobPID == jobPID {
 			n++
 		}
@@ -182,9 +183,9 @@ func (f *fleet) ticks(jobPID int) int {
 // their key at once: the uses the first job logged while the second was
 // using the key (between its first use and a tick after its last), each
 // standing for a tick.
-func (f *fleet) overUseWindow(first, second int, tick time.Duration) time.Duration {
+func overUseWindow(f *e2etest.Fleet, first, second int, tick time.Duration) time.Duration {
 	var from, to time.Time
-	for _, e := range f.jobEvents() {
+	for _, e := range f.JobEvents() {
 		if e.Kind == "tick" && e.JobPID == second {
 			if from.IsZero() {
 				from = e.At
@@ -193,7 +194,7 @@ func (f *fleet) overUseWindow(first, second int, tick time.Duration) time.Durati
 		}
 	}
 	n := 0
-	for _, e := range f.jobEvents() {
+	for _, e := range f.JobEvents() {
 		if e.Kind == "tick" && e.JobPID == first && !e.At.Before(from) && !e.At.After(to) {
 			n++
 		}

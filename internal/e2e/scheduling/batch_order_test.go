@@ -1,4 +1,4 @@
-package e2e
+package scheduling
 
 import (
 	"context"
@@ -9,43 +9,44 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
 // orderFleet is a small fleet whose keys are the bottleneck: 2 keys of
 // max_concurrent 1, one worker of 2 slots, sleep items.
-func orderFleet(t *testing.T) *fleet {
+func orderFleet(t *testing.T) *e2etest.Fleet {
 	t.Helper()
-	return newFleet(t, fleetOptions{
+	return e2etest.NewFleet(t, e2etest.FleetOptions{
 		Credentials: "- {id: key-a, secret_env: KEY_A}\n- {id: key-b, secret_env: KEY_B}",
 		Worker:      "concurrency: 2\nshutdown_grace: 5s",
 		// A killed worker's unacknowledged items come back soon.
 		Queue: "ack_wait: 2s",
-		Env:   []string{"KEY_A=" + testSecrets["key-a"], "KEY_B=" + testSecrets["key-b"]},
+		Env:   []string{"KEY_A=" + e2etest.Secrets["key-a"], "KEY_B=" + e2etest.Secrets["key-b"]},
 	})
 }
 
 // enqueueBatch enqueues n sleep items of ms milliseconds as batch through
 // the producer binary, with its extra flags (--priority, --weight).
-func (f *fleet) enqueueBatch(batch string, n, ms int, flags ...string) {
-	f.t.Helper()
-	path := f.writeInput(batch+".jsonl", jsonlItems(n, `{"id":%q,"ms":`+fmt.Sprint(ms)+`}`))
+func enqueueBatch(f *e2etest.Fleet, batch string, n, ms int, flags ...string) {
+	f.T.Helper()
+	path := f.WriteInput(batch+".jsonl", e2etest.JSONLItems(n, `{"id":%q,"ms":`+fmt.Sprint(ms)+`}`))
 	args := append([]string{"enqueue", "--kind", "sleep", "--batch", batch}, flags...)
-	if r := f.producer(nil, append(args, path)...); r.code != 0 {
-		f.t.Fatalf("enqueue %s:\n%s", batch, r)
+	if r := f.Producer(nil, append(args, path)...); r.Code != 0 {
+		f.T.Fatalf("enqueue %s:\n%s", batch, r)
 	}
 }
 
 // finished lists the results of every batch in the order they finished.
-func (f *fleet) finished() []queue.Result {
-	f.t.Helper()
+func finished(f *e2etest.Fleet) []queue.Result {
+	f.T.Helper()
 	var out []queue.Result
-	if err := f.q.ReadResults(context.Background(), "", func(r queue.Result) error {
+	if err := f.Queue.ReadResults(context.Background(), "", func(r queue.Result) error {
 		out = append(out, r)
 		return nil
 	}); err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	slices.SortFunc(out, func(a, b queue.Result) int { return a.FinishedAt.Compare(b.FinishedAt) })
 	return out
@@ -56,15 +57,15 @@ func (f *fleet) finished() []queue.Result {
 // pulled when it came (at most the fleet's slots).
 func TestUrgentBatchOvertakesBacklog(t *testing.T) {
 	f := orderFleet(t)
-	f.enqueueBatch("bulk", 400, 10)
-	w := f.startWorker("w1")
-	testutil.WaitFor(t, "30 bulk items done", time.Minute, func() bool { return len(f.finished()) >= 30 })
-	f.enqueueBatch("urgent", 20, 10, "--priority", "1")
-	f.waitResults("urgent", 20, time.Minute)
+	enqueueBatch(f, "bulk", 400, 10)
+	w := f.StartWorker("w1")
+	testutil.WaitFor(t, "30 bulk items done", time.Minute, func() bool { return len(finished(f)) >= 30 })
+	enqueueBatch(f, "urgent", 20, 10, "--priority", "1")
+	f.WaitResults("urgent", 20, time.Minute)
 	var bulkDuring int
 	urgentLeft := 20
 	started := false
-	for _, r := range f.finished() {
+	for _, r := range finished(f) {
 		switch {
 		case r.Batch == "urgent":
 			started = true
@@ -80,7 +81,7 @@ func TestUrgentBatchOvertakesBacklog(t *testing.T) {
 		t.Fatalf("%d bulk items finished while the urgent batch ran (want at most 4: strict priority)", bulkDuring)
 	}
 	bulk := 0
-	for _, r := range f.finished() {
+	for _, r := range finished(f) {
 		if r.Batch == "bulk" {
 			bulk++
 		}
@@ -88,8 +89,8 @@ func TestUrgentBatchOvertakesBacklog(t *testing.T) {
 	if bulk >= 400 {
 		t.Fatal("the bulk batch finished first: the test did not exercise the backlog")
 	}
-	w.signal(syscall.SIGTERM)
-	w.wait(t, 20*time.Second)
+	w.Signal(syscall.SIGTERM)
+	w.WaitExit(t, 20*time.Second)
 	t.Logf("bulk items finished while the urgent batch ran: %d; bulk done meanwhile: %d of 400", bulkDuring, bulk)
 }
 
@@ -106,28 +107,28 @@ func TestBatchesShareByWeight(t *testing.T) {
 		creds = append(creds, fmt.Sprintf("- {id: key-%s, secret_env: KEY_%s}", k, strings.ToUpper(k)))
 		env = append(env, fmt.Sprintf("KEY_%s=sk-test-weights-%s", strings.ToUpper(k), k))
 	}
-	f := newFleet(t, fleetOptions{
+	f := e2etest.NewFleet(t, e2etest.FleetOptions{
 		Credentials: strings.Join(creds, "\n"),
 		Worker:      "concurrency: 4\nshutdown_grace: 5s",
 		Env:         env,
 	})
-	f.enqueueBatch("light", 1000, 10, "--weight", "1")
-	f.enqueueBatch("heavy", 1000, 10, "--weight", "3")
-	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
-	testutil.WaitFor(t, "840 items done", time.Minute, func() bool { return len(f.finished()) >= 840 })
+	enqueueBatch(f, "light", 1000, 10, "--weight", "1")
+	enqueueBatch(f, "heavy", 1000, 10, "--weight", "3")
+	w1, w2 := f.StartWorker("w1"), f.StartWorker("w2")
+	testutil.WaitFor(t, "840 items done", time.Minute, func() bool { return len(finished(f)) >= 840 })
 	count := map[string]int{}
 	// Both backlogged, past the first fetches; 800 items span many of the
 	// schedule's turns (lanes.TurnDefault: 50 ms, some 20 items here).
-	for _, r := range f.finished()[40:840] {
+	for _, r := range finished(f)[40:840] {
 		count[r.Batch]++
 	}
 	ratio := float64(count["heavy"]) / float64(max(count["light"], 1))
 	if ratio < 2.6 || ratio > 3.5 {
 		t.Fatalf("heavy:light = %d:%d (%.2f), want about 3", count["heavy"], count["light"], ratio)
 	}
-	for _, w := range []*proc{w1, w2} {
-		w.signal(syscall.SIGTERM)
-		w.wait(t, 20*time.Second)
+	for _, w := range []*e2etest.Process{w1, w2} {
+		w.Signal(syscall.SIGTERM)
+		w.WaitExit(t, 20*time.Second)
 	}
 	t.Logf("weights 3:1 gave %d:%d (%.2f)", count["heavy"], count["light"], ratio)
 }
@@ -139,49 +140,49 @@ func TestBatchesShareByWeight(t *testing.T) {
 // batch runs every item once resumed; the cancelled one's items are all
 // recorded cancelled.
 func TestBatchStateSurvivesRestarts(t *testing.T) {
-	longWaitingScenario(t)
+	e2etest.LongWaitingScenario(t)
 	f := orderFleet(t)
 	start := time.Now()
-	f.enqueueBatch("held", 30, 1)
-	f.enqueueBatch("dropped", 30, 1)
+	enqueueBatch(f, "held", 30, 1)
+	enqueueBatch(f, "dropped", 30, 1)
 	ctx := context.Background()
-	if _, err := f.q.SetBatchState(ctx, "held", queue.ActionPause, "test"); err != nil {
+	if _, err := f.Queue.SetBatchState(ctx, "held", queue.ActionPause, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.q.SetBatchState(ctx, "dropped", queue.ActionCancel, "test"); err != nil {
+	if _, err := f.Queue.SetBatchState(ctx, "dropped", queue.ActionCancel, "test"); err != nil {
 		t.Fatal(err)
 	}
-	f.enqueueBatch("free", 20, 1)
-	w1 := f.startWorker("w1")
-	f.waitResults("free", 20, time.Minute)
-	w1.signal(syscall.SIGKILL)
-	w1.wait(t, 10*time.Second)
-	f.nats.Restart()
-	f.redis.Restart()
-	w2 := f.startWorker("w2")
-	f.enqueueBatch("after", 10, 1)
-	f.waitResults("after", 10, time.Minute)
+	enqueueBatch(f, "free", 20, 1)
+	w1 := f.StartWorker("w1")
+	f.WaitResults("free", 20, time.Minute)
+	w1.Signal(syscall.SIGKILL)
+	w1.WaitExit(t, 10*time.Second)
+	f.NATS.Restart()
+	f.Redis.Restart()
+	w2 := f.StartWorker("w2")
+	enqueueBatch(f, "after", 10, 1)
+	f.WaitResults("after", 10, time.Minute)
 	// The cancelled batch's items are all recorded cancelled (the workers'
 	// sweeper drains it), none ran; the paused batch ran nothing.
-	dropped := f.waitResults("dropped", 30, time.Minute)
+	dropped := f.WaitResults("dropped", 30, time.Minute)
 	for id, r := range dropped {
 		if r.Outcome != queue.OutcomeCancelled {
 			t.Errorf("dropped/%s: %+v, want cancelled", id, r)
 		}
 	}
-	for _, r := range f.finished() {
+	for _, r := range finished(f) {
 		if r.Batch == "held" {
 			t.Fatalf("an item of the paused batch ran: %+v", r)
 		}
 	}
-	b, err := f.q.Batch(ctx, "held")
+	b, err := f.Queue.Batch(ctx, "held")
 	if err != nil || b.Status() != queue.BatchPaused {
 		t.Fatalf("held after the restarts: %+v %v", b, err)
 	}
-	if _, err := f.q.SetBatchState(ctx, "held", queue.ActionResume, "test"); err != nil {
+	if _, err := f.Queue.SetBatchState(ctx, "held", queue.ActionResume, "test"); err != nil {
 		t.Fatal(err)
 	}
-	held := f.waitResults("held", 30, time.Minute)
+	held := f.WaitResults("held", 30, time.Minute)
 	lost := 0
 	for _, r := range held {
 		if r.Outcome != queue.OutcomeSucceeded || r.Attempts != 1 {
@@ -191,17 +192,17 @@ func TestBatchStateSurvivesRestarts(t *testing.T) {
 	// The killed worker's last item may have its result stored but not
 	// its ack: it comes back after the ack wait and runs again (a
 	// duplicate, not a loss).
-	testutil.WaitFor(t, "the stream to be empty", 20*time.Second, func() bool { return f.queueStats().Stream.Messages == 0 })
-	w2.signal(syscall.SIGTERM)
-	w2.wait(t, 20*time.Second)
-	row := reliabilityRow{Scenario: "Batch paused and batch cancelled across SIGKILL, NATS and Redis restarts", Items: 90,
+	testutil.WaitFor(t, "the stream to be empty", 20*time.Second, func() bool { return f.QueueStats().Stream.Messages == 0 })
+	w2.Signal(syscall.SIGTERM)
+	w2.WaitExit(t, 20*time.Second)
+	row := e2etest.ReliabilityRow{Scenario: "Batch paused and batch cancelled across SIGKILL, NATS and Redis restarts", Items: 90,
 		Lost: lost, Took: time.Since(start), Passed: lost == 0 && !t.Failed(),
 		Note: "state in the NATS batch record; Redis schedule rebuilt; paused ran 0 until resumed, then 30 once; cancelled 30 recorded cancelled"}
-	recordRow(row)
+	e2etest.RecordRow(row)
 	if lost > 0 {
 		t.Fatalf("%d items of the resumed batch did not succeed once", lost)
 	}
-	if logs := f.logs(); strings.Contains(logs, testSecrets["key-a"]) {
+	if logs := f.Logs(); strings.Contains(logs, e2etest.Secrets["key-a"]) {
 		t.Fatal("a secret reached the logs")
 	}
 }

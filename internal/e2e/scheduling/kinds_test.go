@@ -1,4 +1,4 @@
-package e2e
+package scheduling
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
@@ -42,7 +43,7 @@ func TestKindsScopesNoHeadOfLineBlocking(t *testing.T) {
 	}
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
-	f := newFleet(t, fleetOptions{
+	f := e2etest.NewFleet(t, e2etest.FleetOptions{
 		Credentials: credYAML.String(),
 		Pool:        "scope: {field: model}",
 		Worker:      "concurrency: 4\nshutdown_grace: 5s",
@@ -52,7 +53,7 @@ func TestKindsScopesNoHeadOfLineBlocking(t *testing.T) {
 	})
 
 	// An unknown kind is refused at enqueue, naming it.
-	if r := f.producer([]byte(`{"id":"x"}`+"\n"), "enqueue", "--batch", "nope", "--kind", "chatt", "-"); r.code != 2 || !strings.Contains(r.stderr, "chatt") {
+	if r := f.Producer([]byte(`{"id":"x"}`+"\n"), "enqueue", "--batch", "nope", "--kind", "chatt", "-"); r.Code != 2 || !strings.Contains(r.Stderr, "chatt") {
 		t.Fatalf("enqueue of an unknown kind: want exit 2 naming it\n%s", r)
 	}
 
@@ -64,16 +65,16 @@ func TestKindsScopesNoHeadOfLineBlocking(t *testing.T) {
 	for i := range nFast {
 		fmt.Fprintf(&chat, `{"id":"fast-%03d","model":"fast"}`+"\n", i)
 	}
-	if r := f.producer(nil, "enqueue", "--batch", "chat", "--kind", "chat", f.writeInput("chat.jsonl", chat.String())); r.code != 0 {
+	if r := f.Producer(nil, "enqueue", "--batch", "chat", "--kind", "chat", f.WriteInput("chat.jsonl", chat.String())); r.Code != 0 {
 		t.Fatalf("enqueue chat:\n%s", r)
 	}
-	if r := f.producer(nil, "enqueue", "--batch", "emb", "--kind", "embed", f.writeInput("emb.jsonl", jsonlItems(nEmbed, `{"id":%q}`))); r.code != 0 {
+	if r := f.Producer(nil, "enqueue", "--batch", "emb", "--kind", "embed", f.WriteInput("emb.jsonl", e2etest.JSONLItems(nEmbed, `{"id":%q}`))); r.Code != 0 {
 		t.Fatalf("enqueue embed:\n%s", r)
 	}
-	f.startWorker("w1")
-	f.startWorker("w2")
-	emb := f.waitResults("emb", nEmbed, 2*time.Minute)
-	all := f.waitResults("chat", nSlow+nFast, 3*time.Minute)
+	f.StartWorker("w1")
+	f.StartWorker("w2")
+	emb := f.WaitResults("emb", nEmbed, 2*time.Minute)
+	all := f.WaitResults("chat", nSlow+nFast, 3*time.Minute)
 
 	fastLast, embLast := time.Time{}, time.Time{}
 	for _, r := range emb {
@@ -131,8 +132,8 @@ func TestKindsScopesNoHeadOfLineBlocking(t *testing.T) {
 	}
 
 	// status --json shows groups and scoped limits.
-	r := f.producer(nil, "status", "--json")
-	if r.code != 0 {
+	r := f.Producer(nil, "status", "--json")
+	if r.Code != 0 {
 		t.Fatalf("status:\n%s", r)
 	}
 	var st struct {
@@ -147,8 +148,8 @@ func TestKindsScopesNoHeadOfLineBlocking(t *testing.T) {
 			} `json:"credentials"`
 		} `json:"pool"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
-		t.Fatalf("status --json: %v\n%s", err, r.stdout)
+	if err := json.Unmarshal([]byte(r.Stdout), &st); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, r.Stdout)
 	}
 	seen := 0
 	for _, c := range st.Pool.Credentials {
@@ -165,24 +166,24 @@ func TestKindsScopesNoHeadOfLineBlocking(t *testing.T) {
 		}
 	}
 	if seen != 1 {
-		t.Errorf("status --json: no llm-0 in %s", r.stdout)
+		t.Errorf("status --json: no llm-0 in %s", r.Stdout)
 	}
 	// batch show lists the batch's scopes (its lanes).
-	if r := f.producer(nil, "batch", "show", "chat", "--json"); r.code != 0 {
+	if r := f.Producer(nil, "batch", "show", "chat", "--json"); r.Code != 0 {
 		t.Errorf("batch show:\n%s", r)
 	} else {
 		var b struct {
 			Scopes []string `json:"scopes"`
 		}
-		if err := json.Unmarshal([]byte(r.stdout), &b); err != nil || !slices.Equal(b.Scopes, []string{"fast", "slow"}) {
-			t.Errorf("batch show --json: scopes %v (%v), want [fast slow]\n%s", b.Scopes, err, r.stdout)
+		if err := json.Unmarshal([]byte(r.Stdout), &b); err != nil || !slices.Equal(b.Scopes, []string{"fast", "slow"}) {
+			t.Errorf("batch show --json: scopes %v (%v), want [fast slow]\n%s", b.Scopes, err, r.Stdout)
 		}
 	}
 	// creds set --limit takes a scope.
-	if r := f.producer(nil, "creds", "set", "llm-1", "--limit", "rate=200/s", "--limit", "rate=1/s,scope=slow"); r.code != 0 {
+	if r := f.Producer(nil, "creds", "set", "llm-1", "--limit", "rate=200/s", "--limit", "rate=1/s,scope=slow"); r.Code != 0 {
 		t.Fatalf("creds set with a scope:\n%s", r)
 	}
-	if r := f.producer(nil, "creds", "list"); r.code != 0 || !strings.Contains(r.stdout, "rate=1/s,scope=slow") || !strings.Contains(r.stdout, "llm") {
+	if r := f.Producer(nil, "creds", "list"); r.Code != 0 || !strings.Contains(r.Stdout, "rate=1/s,scope=slow") || !strings.Contains(r.Stdout, "llm") {
 		t.Errorf("creds list: want the scoped limit and the group\n%s", r)
 	}
 }

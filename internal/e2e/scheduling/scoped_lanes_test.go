@@ -1,4 +1,4 @@
-package e2e
+package scheduling
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
@@ -31,31 +32,31 @@ func scopedItems(prefix string, n int, models ...string) string {
 // lane of a batch: each item not started is recorded cancelled.
 func TestBatchScopedLanes(t *testing.T) {
 	// The worker and the producer both read pool.scope.
-	f := newFleet(t, fleetOptions{
+	f := e2etest.NewFleet(t, e2etest.FleetOptions{
 		Pool:        "lease_ttl: 2s\nscope: {field: model}",
 		Credentials: "- {id: key-a, secret_env: KEY_A, max_concurrent: 2}",
 		Worker:      "concurrency: 2\nshutdown_grace: 5s",
 		Jobs:        "exec:\n  command: [\"{{dir}}/step.sh\"]\n  timeout: 1m",
-		Env:         []string{"KEY_A=" + testSecrets["key-a"], "STEP=0.01"},
+		Env:         []string{"KEY_A=" + e2etest.Secrets["key-a"], "STEP=0.01"},
 	})
-	f.writeScript("step.sh", strings.ReplaceAll(stepScript, "{{dir}}", f.dir))
+	f.WriteScript("step.sh", strings.ReplaceAll(stepScript, "{{dir}}", f.Dir))
 	const n = 30
-	path := f.writeInput("mixed.jsonl", scopedItems("m", n, "gpt-4o", "", "models/gemini-1.5-pro"))
-	if r := f.producer(nil, "enqueue", "--kind", "exec", "--batch", "mixed", path); r.code != 0 {
+	path := f.WriteInput("mixed.jsonl", scopedItems("m", n, "gpt-4o", "", "models/gemini-1.5-pro"))
+	if r := f.Producer(nil, "enqueue", "--kind", "exec", "--batch", "mixed", path); r.Code != 0 {
 		t.Fatalf("enqueue:\n%s", r)
 	}
-	rec, err := f.q.Batch(t.Context(), "mixed")
+	rec, err := f.Queue.Batch(t.Context(), "mixed")
 	if err != nil || strings.Join(rec.Scopes, ",") != "gpt-4o,models/gemini-1.5-pro" {
 		t.Fatalf("record %+v %v: want the scopes gpt-4o and models/gemini-1.5-pro", rec, err)
 	}
-	w := f.startWorker("w1")
-	for id, res := range f.waitResults("mixed", n, time.Minute) {
+	w := f.StartWorker("w1")
+	for id, res := range f.WaitResults("mixed", n, time.Minute) {
 		if res.Outcome != queue.OutcomeSucceeded {
 			t.Errorf("mixed/%s: %+v", id, res)
 		}
 	}
 	runs := map[string]int{}
-	for _, s := range f.starts() {
+	for _, s := range starts(f) {
 		runs[s.Item]++
 	}
 	for i := range n {
@@ -64,24 +65,24 @@ func TestBatchScopedLanes(t *testing.T) {
 		}
 	}
 	testutil.WaitFor(t, "every lane's consumer to be deleted as drained", 20*time.Second, func() bool {
-		return f.queueStats().Consumer.Lanes == 0
+		return f.QueueStats().Consumer.Lanes == 0
 	})
-	w.signal(syscall.SIGTERM)
-	w.wait(t, 20*time.Second)
+	w.Signal(syscall.SIGTERM)
+	w.WaitExit(t, 20*time.Second)
 
 	// No worker: every item of the cancelled batch is waiting, in its
 	// lane; the command takes them all.
-	path = f.writeInput("doomed.jsonl", scopedItems("d", 12, "o3", "gpt-4o", ""))
-	if r := f.producer(nil, "enqueue", "--kind", "exec", "--batch", "doomed", path); r.code != 0 {
+	path = f.WriteInput("doomed.jsonl", scopedItems("d", 12, "o3", "gpt-4o", ""))
+	if r := f.Producer(nil, "enqueue", "--kind", "exec", "--batch", "doomed", path); r.Code != 0 {
 		t.Fatalf("enqueue doomed:\n%s", r)
 	}
-	if r, _ := f.steer("cancel", "doomed"); !strings.Contains(r.stdout, "Cancelled batch doomed: 12 items not started were recorded cancelled") {
+	if r, _ := steer(f, "cancel", "doomed"); !strings.Contains(r.Stdout, "Cancelled batch doomed: 12 items not started were recorded cancelled") {
 		t.Fatalf("cancel said:\n%s", r)
 	}
-	if st := f.queueStats(); st.Stream.Messages != 0 {
+	if st := f.QueueStats(); st.Stream.Messages != 0 {
 		t.Fatalf("the stream holds %d messages after the cancel", st.Stream.Messages)
 	}
-	if res := f.waitResults("doomed", 12, 10*time.Second); len(res) != 12 {
+	if res := f.WaitResults("doomed", 12, 10*time.Second); len(res) != 12 {
 		t.Fatalf("results of the cancelled batch: %d", len(res))
 	}
 }

@@ -1,4 +1,4 @@
-package e2e
+package servers
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/keyfleet/keyfleet/internal/connect"
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
 	"github.com/keyfleet/keyfleet/internal/testutil/redistest"
@@ -181,58 +182,58 @@ func authCases(pki *tlstest.PKI) []authCase {
 
 func runAuthCase(t *testing.T, c authCase) {
 	s := c.start(t)
-	f := guardedFleet(t, "concurrency: 2", "")
+	f := e2etest.GuardedFleet(t, "concurrency: 2", "")
 	if s.section == "nats" {
-		f.switchNATS(s.right, s.natsURL, s.natsOpts...)
+		switchNATS(f, s.right, s.natsURL, s.natsOpts...)
 	} else {
-		f.writeConfig(replaceSection(t, f.readConfig(), "redis", s.right))
+		writeConfig(f, replaceSection(t, readConfig(f), "redis", s.right))
 	}
 
 	// The right credentials: a batch runs.
-	n := size(20, 200)
+	n := e2etest.ShortOrFull(20, 200)
 	start := time.Now()
-	ids := f.publish("auth", "exec", n, itemJSON)
-	w := f.startWorker("w1")
-	results := f.waitResults("auth", n, time.Minute)
+	ids := f.Publish("auth", "exec", n, e2etest.ItemJSON)
+	w := f.StartWorker("w1")
+	results := f.WaitResults("auth", n, time.Minute)
 	took := time.Since(start)
-	stopFleet(t, 30*time.Second, w)
-	if strings.Contains(w.log.String(), "NOPERM") {
-		t.Errorf("the worker was refused a command:\n%s", tail(w.log.String(), 20))
+	e2etest.StopWorkers(t, 30*time.Second, w)
+	if strings.Contains(w.Log.String(), "NOPERM") {
+		t.Errorf("the worker was refused a command:\n%s", e2etest.Tail(w.Log.String(), 20))
 	}
 	// The operator's commands work with the same settings.
-	if r := f.producer(nil, "status", "--json"); r.code != 0 {
+	if r := f.Producer(nil, "status", "--json"); r.Code != 0 {
 		t.Errorf("producer status with the right settings:\n%s", r)
-	} else if !json.Valid([]byte(r.stdout)) {
-		t.Errorf("producer status --json is not JSON:\n%s", r.stdout)
+	} else if !json.Valid([]byte(r.Stdout)) {
+		t.Errorf("producer status --json is not JSON:\n%s", r.Stdout)
 	}
 
 	// Each wrong one: a quick exit 3, one line naming the server.
 	var notes []string
 	for i, wr := range s.wrong {
-		cfg := filepath.Join(f.dir, fmt.Sprintf("wrong-%d.yaml", i))
-		if err := os.WriteFile(cfg, []byte(replaceSection(t, f.readConfig(), s.section, wr.yaml)), 0o600); err != nil {
+		cfg := filepath.Join(f.Dir, fmt.Sprintf("wrong-%d.yaml", i))
+		if err := os.WriteFile(cfg, []byte(replaceSection(t, readConfig(f), s.section, wr.yaml)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		server := map[string]string{"nats": "NATS", "redis": "Redis"}[s.section]
 		want := server + " at " + connect.Redact(wr.url)
 		wStart := time.Now()
-		p := f.start(fmt.Sprintf("worker (%s)", wr.label), binary(t, "worker"), "--config", cfg, "--id", fmt.Sprintf("bad-%d", i))
-		code := p.wait(t, 30*time.Second)
+		p := f.Start(fmt.Sprintf("worker (%s)", wr.label), e2etest.Binary(t, "worker"), "--config", cfg, "--id", fmt.Sprintf("bad-%d", i))
+		code := p.WaitExit(t, 30*time.Second)
 		wTook := time.Since(wStart)
-		checkRefusal(t, "worker", wr.label, code, p.log.String(), want, s.secrets)
-		r := runProducer(t, f.env, nil, "status", "--config", cfg)
-		checkRefusal(t, "producer", wr.label, r.code, r.stdout+r.stderr, want, s.secrets)
-		notes = append(notes, fmt.Sprintf("%s: exit 3 in %s/%s", wr.label, wTook.Round(100*time.Millisecond), r.took.Round(100*time.Millisecond)))
-		t.Logf("%s: worker %s, producer %s: %s", wr.label, wTook.Round(time.Millisecond), r.took.Round(time.Millisecond),
-			lastLine(r.stderr))
+		checkRefusal(t, "worker", wr.label, code, p.Log.String(), want, s.secrets)
+		r := e2etest.RunProducer(t, f.Env, nil, "status", "--config", cfg)
+		checkRefusal(t, "producer", wr.label, r.Code, r.Stdout+r.Stderr, want, s.secrets)
+		notes = append(notes, fmt.Sprintf("%s: exit 3 in %s/%s", wr.label, wTook.Round(100*time.Millisecond), r.Took.Round(100*time.Millisecond)))
+		t.Logf("%s: worker %s, producer %s: %s", wr.label, wTook.Round(time.Millisecond), r.Took.Round(time.Millisecond),
+			lastLine(r.Stderr))
 	}
 	// The right credentials appear in no output either.
 	for _, sec := range s.secrets {
-		if strings.Contains(f.logs(), sec) {
+		if strings.Contains(f.Logs(), sec) {
 			t.Errorf("a password or token appears in a worker's output")
 		}
 	}
-	f.account("Auth/TLS: "+c.name, ids, results, took, bounds{}, "wrong → "+strings.Join(notes, "; "))
+	f.Account("Auth/TLS: "+c.name, ids, results, took, e2etest.Bounds{}, "wrong → "+strings.Join(notes, "; "))
 }
 
 // checkRefusal checks one refused start: exit 3, a last line naming the
@@ -241,14 +242,14 @@ func checkRefusal(t *testing.T, who, label string, code int, out, want string, s
 	t.Helper()
 	last := lastLine(out)
 	if code != 3 {
-		t.Errorf("%s with %s: exit %d, want 3; output:\n%s", who, label, code, tail(out, 15))
+		t.Errorf("%s with %s: exit %d, want 3; output:\n%s", who, label, code, e2etest.Tail(out, 15))
 	}
 	if !strings.HasPrefix(last, who+": ") || !strings.Contains(last, want) {
 		t.Errorf("%s with %s: the last line does not name %q:\n%s", who, label, want, last)
 	}
 	for _, s := range secrets {
 		if strings.Contains(out, s) {
-			t.Errorf("%s with %s printed a password or token (%s…):\n%s", who, label, s[:6], tail(out, 15))
+			t.Errorf("%s with %s printed a password or token (%s…):\n%s", who, label, s[:6], e2etest.Tail(out, 15))
 		}
 	}
 	if strings.Contains(out, "panic:") || strings.Contains(out, "DATA RACE") {
@@ -261,19 +262,19 @@ func lastLine(s string) string {
 	return lines[len(lines)-1]
 }
 
-func (f *fleet) readConfig() string {
-	f.t.Helper()
-	b, err := os.ReadFile(f.cfg)
+func readConfig(f *e2etest.Fleet) string {
+	f.T.Helper()
+	b, err := os.ReadFile(f.ConfigPath)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return string(b)
 }
 
-func (f *fleet) writeConfig(cfg string) {
-	f.t.Helper()
-	if err := os.WriteFile(f.cfg, []byte(cfg), 0o600); err != nil {
-		f.t.Fatal(err)
+func writeConfig(f *e2etest.Fleet, cfg string) {
+	f.T.Helper()
+	if err := os.WriteFile(f.ConfigPath, []byte(cfg), 0o600); err != nil {
+		f.T.Fatal(err)
 	}
 }
 
@@ -285,22 +286,22 @@ func replaceSection(t *testing.T, cfg, section, yaml string) string {
 	if !re.MatchString(cfg) {
 		t.Fatalf("no %s: section in the config:\n%s", section, cfg)
 	}
-	repl := section + ":\n" + indent(yaml, 2)
+	repl := section + ":\n" + e2etest.Indent(yaml, 2)
 	return re.ReplaceAllLiteralString(cfg, repl)
 }
 
 // switchNATS points the fleet (its config and the test's own connection
 // and queue) at another NATS server.
-func (f *fleet) switchNATS(yaml, url string, opts ...nats.Option) {
-	f.t.Helper()
-	f.writeConfig(replaceSection(f.t, f.readConfig(), "nats", yaml))
-	nc := natstest.Connect(f.t, url, append(opts, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))...)
+func switchNATS(f *e2etest.Fleet, yaml, url string, opts ...nats.Option) {
+	f.T.Helper()
+	writeConfig(f, replaceSection(f.T, readConfig(f), "nats", yaml))
+	nc := natstest.Connect(f.T, url, append(opts, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	q, err := queue.Open(ctx, nc, queue.Config{Stream: "KF"})
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
-	f.nc, f.q = nc, q
-	f.attachLanes()
+	f.Conn, f.Queue = nc, q
+	f.AttachLanes()
 }

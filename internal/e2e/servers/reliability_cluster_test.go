@@ -1,4 +1,4 @@
-package e2e
+package servers
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
@@ -22,45 +23,45 @@ import (
 // the loss run again (their acks found no leader and they came back after
 // the election): at most one per worker slot, and in practice exactly that.
 func TestReliabilityNATSClusterLosesLeader(t *testing.T) {
-	longWaitingScenario(t)
-	n := size(300, 1500)
+	e2etest.LongWaitingScenario(t)
+	n := e2etest.ShortOrFull(300, 1500)
 	const workers, conc = 3, 2
 	c := natstest.StartCluster(t, 3)
 	f := newClusterFleet(t, c, "lease_ttl: 3s", fmt.Sprintf("concurrency: %d\nshutdown_grace: 5s\nmax_attempts: 20", conc),
 		3*time.Second, "SLEEP=0.02")
-	ids := f.publish("cl", "exec", n, itemJSON)
+	ids := f.Publish("cl", "exec", n, e2etest.ItemJSON)
 
 	// One node leads everything the workers use (the stream, and the
 	// batch's lane consumer, made here before they pull); that is the one
 	// to lose.
-	lane := f.q.LaneConsumerName("cl")
+	lane := f.Queue.LaneConsumerName("cl")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := f.q.LaneConsumer(ctx, "cl"); err != nil {
+	if _, err := f.Queue.LaneConsumer(ctx, "cl"); err != nil {
 		t.Fatal(err)
 	}
 	victim := c.GatherLeaders("KF", lane, 30*time.Second)
-	results := f.watchResults("cl", n)
+	results := f.WatchResults("cl", n)
 	start := time.Now()
-	var ws []*proc
+	var ws []*e2etest.Process
 	for i := range workers {
-		ws = append(ws, f.startWorker(fmt.Sprintf("w%d", i+1)))
+		ws = append(ws, f.StartWorker(fmt.Sprintf("w%d", i+1)))
 	}
-	testutil.WaitFor(t, "a third of the items to finish", 2*time.Minute, func() bool { return results.count() >= n/3 })
+	testutil.WaitFor(t, "a third of the items to finish", 2*time.Minute, func() bool { return results.Count() >= n/3 })
 	led := fmt.Sprintf("meta %v, stream %v, consumer %v", c.MetaLeader() == victim, c.StreamLeader("KF") == victim,
 		c.ConsumerLeader("KF", lane) == victim)
-	at := results.count()
+	at := results.Count()
 	killed := time.Now()
 	c.Kill(victim)
 	newLeader := c.WaitStreamLeader("KF", time.Minute)
 	elected := time.Since(killed)
-	res := results.wait(t, size(3*time.Minute, 10*time.Minute))
+	res := results.Wait(t, e2etest.ShortOrFull(3*time.Minute, 10*time.Minute))
 	took := time.Since(start)
-	stopFleet(t, 30*time.Second, ws...)
-	f.waitQueueEmpty()
+	e2etest.StopWorkers(t, 30*time.Second, ws...)
+	f.WaitQueueEmpty()
 	t.Logf("killed n%d (leader of: %s) at %d/%d results; n%d leads the stream after %s", victim, led, at, n, newLeader,
 		elected.Round(time.Millisecond))
-	f.account("NATS 3-node cluster, R3 streams: leader node killed", ids, res, took, bounds{MaxDuplicates: workers * conc},
+	f.Account("NATS 3-node cluster, R3 streams: leader node killed", ids, res, took, e2etest.Bounds{MaxDuplicates: workers * conc},
 		fmt.Sprintf("killed the meta+stream+consumer leader at %d/%d; new stream leader in %s; done %s after the kill",
 			at, n, elected.Round(100*time.Millisecond), time.Since(killed).Round(100*time.Millisecond)))
 }
@@ -68,34 +69,34 @@ func TestReliabilityNATSClusterLosesLeader(t *testing.T) {
 // newClusterFleet is newFleet on a NATS cluster: nats.url lists every
 // node, the streams have 3 replicas, and the job is holdGuardScript over
 // the two test keys.
-func newClusterFleet(t *testing.T, c *natstest.Cluster, poolYAML, workerYAML string, ackWait time.Duration, env ...string) *fleet {
+func newClusterFleet(t *testing.T, c *natstest.Cluster, poolYAML, workerYAML string, ackWait time.Duration, env ...string) *e2etest.Fleet {
 	t.Helper()
 	f := newClusterFleetConfig(t, c, poolYAML, workerYAML, ackWait, env...)
-	f.openClusterQueue(c, ackWait)
+	openClusterQueue(f, c, ackWait)
 	return f
 }
 
 // newClusterFleetConfig is newClusterFleet without the test's own
 // connection and queue handle (openClusterQueue), for a cluster that cannot
 // take the queue's streams yet.
-func newClusterFleetConfig(t *testing.T, c *natstest.Cluster, poolYAML, workerYAML string, ackWait time.Duration, env ...string) *fleet {
+func newClusterFleetConfig(t *testing.T, c *natstest.Cluster, poolYAML, workerYAML string, ackWait time.Duration, env ...string) *e2etest.Fleet {
 	t.Helper()
-	f := newFleetConfig(t, c.URLs(), guardedOptions(poolYAML, workerYAML, fmt.Sprintf("replicas: 3\nack_wait: %s", ackWait), env...))
-	f.writeGuard(holdGuardScript)
+	f := e2etest.NewFleetConfig(t, c.URLs(), e2etest.GuardedOptions(poolYAML, workerYAML, fmt.Sprintf("replicas: 3\nack_wait: %s", ackWait), env...))
+	f.WriteGuard(e2etest.HoldGuardScript)
 	return f
 }
 
 // openClusterQueue connects the test to the cluster and opens the queue
 // (R3 streams) as the workers do.
-func (f *fleet) openClusterQueue(c *natstest.Cluster, ackWait time.Duration) {
-	t := f.t
+func openClusterQueue(f *e2etest.Fleet, c *natstest.Cluster, ackWait time.Duration) {
+	t := f.T
 	t.Helper()
-	f.nc = natstest.Connect(t, c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	f.Conn = natstest.Connect(t, c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var err error
-	if f.q, err = queue.Open(ctx, f.nc, queue.Config{Stream: "KF", Replicas: 3, AckWait: ackWait}); err != nil {
+	if f.Queue, err = queue.Open(ctx, f.Conn, queue.Config{Stream: "KF", Replicas: 3, AckWait: ackWait}); err != nil {
 		t.Fatal(err)
 	}
-	f.attachLanes()
+	f.AttachLanes()
 }

@@ -1,4 +1,4 @@
-package e2e
+package servers
 
 import (
 	"net/http"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
@@ -24,67 +25,67 @@ func TestWorkerWaitsForAFormingNATSCluster(t *testing.T) {
 	addr := testutil.FreeAddr(t)
 	f := newClusterFleetConfig(t, c, "lease_ttl: 3s", "concurrency: 2\nshutdown_grace: 5s\nlisten: "+addr,
 		3*time.Second, "SLEEP=0.01")
-	w := f.startWorker("w1")
+	w := f.StartWorker("w1")
 
 	// The same fleet with a short bound gives up.
-	short := filepath.Join(f.dir, "short.yaml")
-	bounded := strings.Replace(f.readConfig(), "nats:\n", "nats:\n  startup_timeout: 2s\n", 1)
+	short := filepath.Join(f.Dir, "short.yaml")
+	bounded := strings.Replace(readConfig(f), "nats:\n", "nats:\n  startup_timeout: 2s\n", 1)
 	bounded = strings.Replace(bounded, "listen: "+addr, `listen: ""`, 1)
 	if err := os.WriteFile(short, []byte(bounded), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	quitter := f.start("quitter", binary(t, "worker"), "--config", short, "--id", "quitter")
+	quitter := f.Start("quitter", e2etest.Binary(t, "worker"), "--config", short, "--id", "quitter")
 
 	var why string
 	testutil.WaitFor(t, "/readyz to say the worker waits for JetStream", time.Minute, func() bool {
-		code, body, err := get("http://" + addr + "/readyz")
+		code, body, err := e2etest.GetURL("http://" + addr + "/readyz")
 		why = strings.TrimSpace(body)
 		return err == nil && code == http.StatusServiceUnavailable && strings.HasPrefix(why, "waiting for JetStream: ")
 	})
-	if code, body, err := get("http://" + addr + "/healthz"); err != nil || code != http.StatusOK {
+	if code, body, err := e2etest.GetURL("http://" + addr + "/healthz"); err != nil || code != http.StatusOK {
 		t.Fatalf("/healthz while waiting: %d %q %v", code, body, err)
 	}
-	if code := quitter.wait(t, time.Minute); code != 3 {
-		t.Fatalf("worker with startup_timeout 2s: want exit 3, got %d:\n%s", code, tail(quitter.log.String(), 10))
+	if code := quitter.WaitExit(t, time.Minute); code != 3 {
+		t.Fatalf("worker with startup_timeout 2s: want exit 3, got %d:\n%s", code, e2etest.Tail(quitter.Log.String(), 10))
 	}
-	last := lastLine(quitter.log.String())
+	last := lastLine(quitter.Log.String())
 	if !strings.HasPrefix(last, "worker: JetStream not ready after ") {
-		t.Fatalf("want one line \"worker: JetStream not ready after ...\", got:\n%s", tail(quitter.log.String(), 10))
+		t.Fatalf("want one line \"worker: JetStream not ready after ...\", got:\n%s", e2etest.Tail(quitter.Log.String(), 10))
 	}
 	if w.Exited() {
-		t.Fatalf("the worker with the default bound exited while waiting:\n%s", tail(w.log.String(), 20))
+		t.Fatalf("the worker with the default bound exited while waiting:\n%s", e2etest.Tail(w.Log.String(), 20))
 	}
 
 	started := time.Now()
 	c.StartNode(2)
 	testutil.WaitFor(t, "/readyz to answer 200 after the third node started", time.Minute, func() bool {
-		code, _, err := get("http://" + addr + "/readyz")
+		code, _, err := e2etest.GetURL("http://" + addr + "/readyz")
 		return err == nil && code == http.StatusOK
 	})
 	ready := time.Since(started)
-	log := w.log.String()
+	log := w.Log.String()
 	retries := strings.Count(log, "JetStream not ready yet")
 	if retries == 0 || !strings.Contains(log, "next_in") {
-		t.Fatalf("no retry logged with its wait:\n%s", tail(log, 20))
+		t.Fatalf("no retry logged with its wait:\n%s", e2etest.Tail(log, 20))
 	}
 
-	f.openClusterQueue(c, 3*time.Second)
+	openClusterQueue(f, c, 3*time.Second)
 	const n = 20
-	f.publish("forming", "exec", n, itemJSON)
-	res := f.waitResults("forming", n, time.Minute)
+	f.Publish("forming", "exec", n, e2etest.ItemJSON)
+	res := f.WaitResults("forming", n, time.Minute)
 	for id, r := range res {
 		if r.Outcome != queue.OutcomeSucceeded {
 			t.Errorf("%s: %s (%s)", id, r.Outcome, r.Error)
 		}
 	}
-	info, err := f.q.JetStream().Stream(t.Context(), "KF")
+	info, err := f.Queue.JetStream().Stream(t.Context(), "KF")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := len(info.CachedInfo().Cluster.Replicas) + 1; got != 3 {
 		t.Errorf("the worker made the work stream on %d nodes, want 3", got)
 	}
-	stopFleet(t, 30*time.Second, w)
+	e2etest.StopWorkers(t, 30*time.Second, w)
 	t.Logf("waited with %d retries (last: %s); ready %s after the third node; quitter: %s",
 		retries, why, ready.Round(time.Millisecond), last)
 }

@@ -1,4 +1,4 @@
-package e2e
+package worker
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil"
@@ -44,18 +45,18 @@ func TestKeySafety(t *testing.T) {
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
 	const maxRest = 2 * time.Second
-	f := newFleet(t, fleetOptions{
+	f := e2etest.NewFleet(t, e2etest.FleetOptions{
 		Credentials: credYAML.String(),
 		Pool:        fmt.Sprintf("max_rest: %s", maxRest),
 		Worker:      "concurrency: 3\nmax_attempts: 2\nmax_rate_limited: 3\nretry_backoff: [100ms]\nshutdown_grace: 5s",
 		Jobs:        fmt.Sprintf("http:\n  url: %s/v1/do\n  timeout: 10s", srv.URL),
 		Env:         env,
 	})
-	good := size(80, 300)
-	f.publish("good", "http", good, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
+	good := e2etest.ShortOrFull(80, 300)
+	f.Publish("good", "http", good, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if _, err := f.q.Publish(ctx,
+	if _, err := f.Queue.Publish(ctx,
 		queue.Item{ID: "poison", Batch: "bad", Kind: "http", Payload: []byte(`{"refuse":true}`)},
 		queue.Item{ID: "huge", Batch: "bad", Kind: "http", Payload: []byte(`{"too_large":true}`)},
 		queue.Item{ID: "absurd", Batch: "bad", Kind: "http", Payload: []byte(`{"retry_after":"99999999"}`)},
@@ -63,10 +64,10 @@ func TestKeySafety(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
-	res := f.waitResults("good", good, 3*time.Minute)
+	w1, w2 := f.StartWorker("w1"), f.StartWorker("w2")
+	res := f.WaitResults("good", good, 3*time.Minute)
 	took := time.Since(start)
-	bad := f.waitResults("bad", 3, time.Minute)
+	bad := f.WaitResults("bad", 3, time.Minute)
 	lost := 0
 	for id, r := range res {
 		if r.Outcome != queue.OutcomeSucceeded {
@@ -76,11 +77,11 @@ func TestKeySafety(t *testing.T) {
 	}
 
 	dead := map[string]queue.DeadLetter{}
-	if err := f.q.ListDeadLetters(ctx, "bad", func(d queue.DeadLetter) error { dead[d.Item] = d; return nil }); err != nil {
+	if err := f.Queue.ListDeadLetters(ctx, "bad", func(d queue.DeadLetter) error { dead[d.Item] = d; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	st := api.Stats()
-	pool := f.pool()
+	pool := f.Pool()
 	pst, err := pool.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +109,7 @@ func TestKeySafety(t *testing.T) {
 		t.Errorf("poison item: want dead-lettered (%q) after <= 3 refusals naming them, no healthy key disabled; "+
 			"got dead letter %+v, %d refusals by healthy keys, %d healthy keys disabled", queue.ReasonRefused, poison, healthyRefused, disabledHealthy)
 	}
-	recordRow(reliabilityRow{Scenario: "Key safety: an item refused (403) on every key", Items: good + 1, Lost: lost, Took: took,
+	e2etest.RecordRow(e2etest.ReliabilityRow{Scenario: "Key safety: an item refused (403) on every key", Items: good + 1, Lost: lost, Took: took,
 		Passed: poisonOK && lost == 0,
 		Note:   fmt.Sprintf("dead-lettered after %d requests (bound 3); healthy keys disabled: %d (bound 0)", healthyRefused, disabledHealthy)})
 
@@ -120,7 +121,7 @@ func TestKeySafety(t *testing.T) {
 	if !revokedOK {
 		t.Errorf("revoked key: want disabled by the API after <= 3 requests, with the streak as reason; got %d requests, %+v", revokedReqs, revoked)
 	}
-	recordRow(reliabilityRow{Scenario: "Key safety: a revoked key (401 on every request)", Items: good, Lost: lost, Took: took,
+	e2etest.RecordRow(e2etest.ReliabilityRow{Scenario: "Key safety: a revoked key (401 on every request)", Items: good, Lost: lost, Took: took,
 		Passed: revokedOK && lost == 0, Note: fmt.Sprintf("disabled after %d requests (bound 3)", revokedReqs)})
 
 	// The too-large item: its own permanent failure, at its first run on
@@ -132,7 +133,7 @@ func TestKeySafety(t *testing.T) {
 	if !hugeOK {
 		t.Errorf("too-large item: want a permanent failure at its first run a key took, got %+v", huge)
 	}
-	recordRow(reliabilityRow{Scenario: "Key safety: an item too large for the key (429 Request too large)", Items: 1, Took: took,
+	e2etest.RecordRow(e2etest.ReliabilityRow{Scenario: "Key safety: an item too large for the key (429 Request too large)", Items: 1, Took: took,
 		Passed: hugeOK, Note: fmt.Sprintf("dead-lettered as %q after %d run that reached the API's limit (bound 1; %d runs in all, a refusal by the revoked key counted)",
 			huge.Reason, huge.Failures, huge.Attempts)})
 
@@ -146,7 +147,7 @@ func TestKeySafety(t *testing.T) {
 		}
 	}
 	absurdOK := absurd.Reason == queue.ReasonRateLimited && longest <= maxRest &&
-		strings.Contains(f.logs(), "longer than pool.max_rest")
+		strings.Contains(f.Logs(), "longer than pool.max_rest")
 	if !absurdOK {
 		t.Errorf("absurd Retry-After: want the item dead-lettered (%q), every rest <= %s, a warning in the log; got %+v, longest rest %s",
 			queue.ReasonRateLimited, maxRest, absurd, longest)
@@ -165,7 +166,7 @@ func TestKeySafety(t *testing.T) {
 		}
 		return true
 	})
-	recordRow(reliabilityRow{Scenario: "Key safety: a 429 with Retry-After 99,999,999 s", Items: 1, Took: took,
+	e2etest.RecordRow(e2etest.ReliabilityRow{Scenario: "Key safety: a 429 with Retry-After 99,999,999 s", Items: 1, Took: took,
 		Passed: absurdOK, Note: fmt.Sprintf("rests cut to max_rest %s (longest left %s); every key usable %s later; item dead-lettered after max_rate_limited 429s",
 			maxRest, longest.Round(time.Millisecond), time.Since(back).Round(100*time.Millisecond))})
 
@@ -173,13 +174,13 @@ func TestKeySafety(t *testing.T) {
 		t.Errorf("the API admitted requests over a key's limits: %+v", st)
 	}
 	for _, k := range keys {
-		if strings.Contains(f.logs(), k.Secret) {
+		if strings.Contains(f.Logs(), k.Secret) {
 			t.Errorf("a secret reached the logs")
 		}
 	}
-	for _, w := range []*proc{w1, w2} {
-		w.signal(syscall.SIGTERM)
-		w.wait(t, 20*time.Second)
+	for _, w := range []*e2etest.Process{w1, w2} {
+		w.Signal(syscall.SIGTERM)
+		w.WaitExit(t, 20*time.Second)
 	}
 	t.Logf("%d good items in %s; poison refused %d times; revoked key asked %d times; dead letters %v", good, took, healthyRefused, revokedReqs, dead)
 }

@@ -1,8 +1,7 @@
-package e2e
+package worker
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -10,20 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
-
-func get(url string) (int, string, error) {
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), err
-}
 
 // wantedMetrics are the series every metric the operator guide lists
 // shows after TestWorkerServesMetricsAndHealth's run.
@@ -57,7 +46,7 @@ var wantedMetrics = []string{
 // /readyz turns 503 while the worker drains.
 func TestWorkerServesMetricsAndHealth(t *testing.T) {
 	addr := testutil.FreeAddr(t)
-	f := newFleet(t, fleetOptions{
+	f := e2etest.NewFleet(t, e2etest.FleetOptions{
 		// key-c is refused by the job whatever the item (least recently used
 		// selection tries it within the first three runs).
 		Credentials: `- {id: key-a, secret_env: KEY_A}
@@ -65,33 +54,33 @@ func TestWorkerServesMetricsAndHealth(t *testing.T) {
 - {id: key-c, secret_env: KEY_C}`,
 		Worker: fmt.Sprintf("concurrency: 2\nmax_attempts: 2\nretry_backoff: [100ms]\nshutdown_grace: 3s\nlisten: %s", addr),
 		Jobs:   "exec:\n  command: [\"{{dir}}/outcome.sh\"]",
-		Env:    []string{"KEY_A=" + testSecrets["key-a"], "KEY_B=" + testSecrets["key-b"], "KEY_C=sk-test-CCCC-3333-revoked"},
+		Env:    []string{"KEY_A=" + e2etest.Secrets["key-a"], "KEY_B=" + e2etest.Secrets["key-b"], "KEY_C=sk-test-CCCC-3333-revoked"},
 	})
 	revoked := "[ \"$KEYFLEET_CREDENTIAL_ID\" = key-c ] && { echo \"revoked key\" >&2; exit 77; }\n"
-	f.writeScript("outcome.sh", revoked+strings.ReplaceAll(outcomeScript, "{{dir}}", f.dir))
+	f.WriteScript("outcome.sh", revoked+strings.ReplaceAll(outcomeScript, "{{dir}}", f.Dir))
 	ids := []string{"rej-0", "ok-1", "perm-2", "trans-3", "rl-4", "ok-5"}
 	items := make([]queue.Item, len(ids))
 	for i, id := range ids {
 		items[i] = queue.Item{ID: id, Batch: "obs", Kind: "exec", Payload: []byte(`{"id":"` + id + `"}`)}
 	}
-	if _, err := f.q.Publish(t.Context(), items...); err != nil {
+	if _, err := f.Queue.Publish(t.Context(), items...); err != nil {
 		t.Fatal(err)
 	}
-	w := f.startWorker("obs-worker", "--log-level", "debug")
+	w := f.StartWorker("obs-worker", "--log-level", "debug")
 	testutil.WaitFor(t, "/readyz to answer 200", time.Minute, func() bool {
-		code, _, err := get("http://" + addr + "/readyz")
+		code, _, err := e2etest.GetURL("http://" + addr + "/readyz")
 		return err == nil && code == http.StatusOK
 	})
-	if code, body, err := get("http://" + addr + "/healthz"); err != nil || code != 200 || strings.TrimSpace(body) != "ok" {
+	if code, body, err := e2etest.GetURL("http://" + addr + "/healthz"); err != nil || code != 200 || strings.TrimSpace(body) != "ok" {
 		t.Fatalf("/healthz: %d %q %v", code, body, err)
 	}
 	// Profiles only when worker.pprof asks for them (it does not here).
 	for _, path := range []string{"/debug/pprof/", "/debug/pprof/profile?seconds=1", "/debug/pprof/trace?seconds=1"} {
-		if code, _, err := get("http://" + addr + path); err != nil || code != http.StatusNotFound {
+		if code, _, err := e2etest.GetURL("http://" + addr + path); err != nil || code != http.StatusNotFound {
 			t.Errorf("%s without worker.pprof: want 404, got %d %v", path, code, err)
 		}
 	}
-	f.waitResults("obs", len(ids), 2*time.Minute)
+	f.WaitResults("obs", len(ids), 2*time.Minute)
 
 	// The worker counts an item after its result is stored: the last
 	// item's counts may reach /metrics a moment after its result.
@@ -99,7 +88,7 @@ func TestWorkerServesMetricsAndHealth(t *testing.T) {
 	var missing []string
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		code, body, err := get("http://" + addr + "/metrics")
+		code, body, err := e2etest.GetURL("http://" + addr + "/metrics")
 		if err != nil || code != 200 {
 			t.Fatalf("/metrics: %d %v", code, err)
 		}
@@ -122,23 +111,23 @@ func TestWorkerServesMetricsAndHealth(t *testing.T) {
 			t.Errorf("an item ID (%s) appears as a label value", id)
 		}
 	}
-	if n := countSecrets(metrics); n != 0 {
+	if n := e2etest.CountSecrets(metrics); n != 0 {
 		t.Fatalf("%d secrets in /metrics", n)
 	}
 
 	// Draining: /readyz answers 503 until the worker is gone.
-	w.signal(syscall.SIGTERM)
+	w.Signal(syscall.SIGTERM)
 	testutil.WaitFor(t, "/readyz to turn 503 or the worker to exit", 30*time.Second, func() bool {
-		code, body, err := get("http://" + addr + "/readyz")
+		code, body, err := e2etest.GetURL("http://" + addr + "/readyz")
 		return w.Exited() || (err == nil && code == http.StatusServiceUnavailable && strings.Contains(body, "shutting down"))
 	})
-	if code := w.wait(t, 30*time.Second); code != 0 {
+	if code := w.WaitExit(t, 30*time.Second); code != 0 {
 		t.Fatalf("worker exited %d", code)
 	}
-	if !strings.Contains(w.log.String(), `"level":"debug"`) {
+	if !strings.Contains(w.Log.String(), `"level":"debug"`) {
 		t.Error("--log-level debug was not honoured")
 	}
-	if n := countSecrets(f.logs()); n != 0 {
+	if n := e2etest.CountSecrets(f.Logs()); n != 0 {
 		t.Fatalf("%d secrets in the debug logs", n)
 	}
 }
@@ -146,11 +135,11 @@ func TestWorkerServesMetricsAndHealth(t *testing.T) {
 // --version prints the build version; --help carries examples.
 func TestVersionAndHelp(t *testing.T) {
 	for _, name := range []string{"worker", "producer"} {
-		out, err := exec.Command(binary(t, name), "--version").CombinedOutput()
+		out, err := exec.Command(e2etest.Binary(t, name), "--version").CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "version") {
 			t.Errorf("%s --version: %q %v", name, out, err)
 		}
-		out, err = exec.Command(binary(t, name), "--help").CombinedOutput()
+		out, err = exec.Command(e2etest.Binary(t, name), "--help").CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "Examples:") {
 			t.Errorf("%s --help has no examples: %v\n%s", name, err, out)
 		}

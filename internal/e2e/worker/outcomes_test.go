@@ -1,4 +1,4 @@
-package e2e
+package worker
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil"
@@ -42,14 +43,14 @@ exit 3
 // is dead-lettered; a transient one runs max_attempts times, then is
 // dead-lettered; rate limits and a refused key use up no attempt.
 func TestExecOutcomesSettle(t *testing.T) {
-	f := newFleet(t, fleetOptions{
+	f := e2etest.NewFleet(t, e2etest.FleetOptions{
 		Credentials: `- {id: key-a, secret_env: KEY_A}
 - {id: key-b, secret_env: KEY_B}`,
 		Worker: "concurrency: 1\nmax_attempts: 2\nretry_backoff: [100ms]\nshutdown_grace: 5s",
 		Jobs:   "exec:\n  command: [\"{{dir}}/outcome.sh\"]",
 		Env:    []string{"KEY_A=secret-a-123", "KEY_B=secret-b-456"},
 	})
-	f.writeScript("outcome.sh", strings.ReplaceAll(outcomeScript, "{{dir}}", f.dir))
+	f.WriteScript("outcome.sh", strings.ReplaceAll(outcomeScript, "{{dir}}", f.Dir))
 	ids := []string{"rej-0", "ok-1", "perm-2", "trans-3", "rl-4", "ok-5"}
 	items := make([]queue.Item, len(ids))
 	for i, id := range ids {
@@ -57,11 +58,11 @@ func TestExecOutcomesSettle(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := f.q.Publish(ctx, items...); err != nil {
+	if _, err := f.Queue.Publish(ctx, items...); err != nil {
 		t.Fatal(err)
 	}
-	w := f.startWorker("w1")
-	res := f.waitResults("b", len(ids), 2*time.Minute)
+	w := f.StartWorker("w1")
+	res := f.WaitResults("b", len(ids), 2*time.Minute)
 
 	want := map[string]struct {
 		outcome  string
@@ -85,7 +86,7 @@ func TestExecOutcomesSettle(t *testing.T) {
 		}
 	}
 	runs := map[string][]string{}
-	for _, line := range strings.Split(strings.TrimSpace(f.file("runs")), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(f.File("runs")), "\n") {
 		parts := strings.Fields(line)
 		runs[parts[0]] = append(runs[parts[0]], parts[1])
 	}
@@ -97,7 +98,7 @@ func TestExecOutcomesSettle(t *testing.T) {
 	}
 
 	dead := map[string]queue.DeadLetter{}
-	if err := f.q.ListDeadLetters(ctx, "b", func(d queue.DeadLetter) error { dead[d.Item] = d; return nil }); err != nil {
+	if err := f.Queue.ListDeadLetters(ctx, "b", func(d queue.DeadLetter) error { dead[d.Item] = d; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if len(dead) != 2 || dead["perm-2"].Reason != queue.ReasonPermanent || dead["trans-3"].Reason != queue.ReasonOutOfAttempts {
@@ -107,7 +108,7 @@ func TestExecOutcomesSettle(t *testing.T) {
 		t.Fatalf("dead letter of perm-2: %+v", dead["perm-2"])
 	}
 
-	pool := f.pool()
+	pool := f.Pool()
 	st, err := pool.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -122,14 +123,14 @@ func TestExecOutcomesSettle(t *testing.T) {
 	// A result is written before its message is acked: the last acks may
 	// still be on their way.
 	testutil.WaitFor(t, "the stream to be empty with 2 dead letters", 10*time.Second, func() bool {
-		qs := f.queueStats()
+		qs := f.QueueStats()
 		return qs.Stream.Messages == 0 && qs.DeadLetters == 2
 	})
-	w.signal(syscall.SIGTERM)
-	if code := w.wait(t, 20*time.Second); code != 0 {
+	w.Signal(syscall.SIGTERM)
+	if code := w.WaitExit(t, 20*time.Second); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	if logs := f.logs(); strings.Contains(logs, "secret-a-123") || strings.Contains(logs, "secret-b-456") {
+	if logs := f.Logs(); strings.Contains(logs, "secret-a-123") || strings.Contains(logs, "secret-b-456") {
 		t.Fatal("a secret reached the logs")
 	}
 }
@@ -151,7 +152,7 @@ func TestHTTPOutcomesAgainstRateLimitedAPI(t *testing.T) {
 	}
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
-	f := newFleet(t, fleetOptions{
+	f := e2etest.NewFleet(t, e2etest.FleetOptions{
 		// Pool limits looser than the API's: the API answers 429.
 		Credentials: `- {id: key-a, secret_env: KEY_A, max_concurrent: 2}
 - {id: key-b, secret_env: KEY_B, max_concurrent: 2}
@@ -162,23 +163,23 @@ func TestHTTPOutcomesAgainstRateLimitedAPI(t *testing.T) {
 		Env:    []string{"KEY_A=sk-live-aaaa", "KEY_B=sk-live-bbbb", "KEY_WRONG=sk-live-nope"},
 	})
 	const n = 30
-	f.publish("ok", "http", n, func(id string) string { return fmt.Sprintf(`{"id":%q,"q":"hello"}`, id) })
+	f.Publish("ok", "http", n, func(id string) string { return fmt.Sprintf(`{"id":%q,"q":"hello"}`, id) })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if _, err := f.q.Publish(ctx,
+	if _, err := f.Queue.Publish(ctx,
 		queue.Item{ID: "nf", Batch: "bad", Kind: "http", Payload: []byte(`{"force_status":404}`)},
 		queue.Item{ID: "boom", Batch: "bad", Kind: "http", Payload: []byte(`{"force_status":500}`)},
 	); err != nil {
 		t.Fatal(err)
 	}
-	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
-	res := f.waitResults("ok", n, 3*time.Minute)
+	w1, w2 := f.StartWorker("w1"), f.StartWorker("w2")
+	res := f.WaitResults("ok", n, 3*time.Minute)
 	for id, r := range res {
 		if r.Outcome != queue.OutcomeSucceeded || r.CredentialID == "key-wrong" || !strings.Contains(r.Output, `"ok":true`) {
 			t.Fatalf("%s: %+v", id, r)
 		}
 	}
-	bad := f.waitResults("bad", 2, time.Minute)
+	bad := f.WaitResults("bad", 2, time.Minute)
 	if r := bad["nf"]; r.Outcome != queue.OutcomeFailed || !strings.HasPrefix(r.Error, queue.ReasonPermanent) || r.Attempts < 1 {
 		t.Fatalf("404: %+v", r)
 	}
@@ -197,7 +198,7 @@ func TestHTTPOutcomesAgainstRateLimitedAPI(t *testing.T) {
 	if limited == 0 || st.Unauthorized == 0 {
 		t.Fatalf("want some 429s and a 401 (the test must exercise them): %+v", st)
 	}
-	pst, err := f.pool().Stats(ctx)
+	pst, err := f.Pool().Stats(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,9 +207,9 @@ func TestHTTPOutcomesAgainstRateLimitedAPI(t *testing.T) {
 			t.Fatalf("key-wrong: %+v", c)
 		}
 	}
-	for _, w := range []*proc{w1, w2} {
-		w.signal(syscall.SIGTERM)
-		w.wait(t, 20*time.Second)
+	for _, w := range []*e2etest.Process{w1, w2} {
+		w.Signal(syscall.SIGTERM)
+		w.WaitExit(t, 20*time.Second)
 	}
 	t.Logf("%d http items: all succeeded with max_attempts 1 through %d 429s; 401 disabled the wrong key", n, limited)
 }
@@ -216,18 +217,18 @@ func TestHTTPOutcomesAgainstRateLimitedAPI(t *testing.T) {
 // A job longer than the lease TTL and the ack wait completes once: its
 // lease is renewed and its message kept alive.
 func TestLongJobOutlivesLeaseAndAckWait(t *testing.T) {
-	f := guardedFleetPool(t, "lease_ttl: 1s", "concurrency: 1\nshutdown_grace: 5s", "ack_wait: 1s", "SLEEP=3.5")
-	f.publish("b", "exec", 2, itemJSON)
-	w1, w2 := f.startWorker("w1"), f.startWorker("w2")
-	res := f.waitResults("b", 2, 2*time.Minute)
+	f := e2etest.GuardedFleetPool(t, "lease_ttl: 1s", "concurrency: 1\nshutdown_grace: 5s", "ack_wait: 1s", "SLEEP=3.5")
+	f.Publish("b", "exec", 2, e2etest.ItemJSON)
+	w1, w2 := f.StartWorker("w1"), f.StartWorker("w2")
+	res := f.WaitResults("b", 2, 2*time.Minute)
 	for id, r := range res {
 		if r.Outcome != queue.OutcomeSucceeded || r.Attempts != 1 || r.Duration < 3.5 {
 			t.Fatalf("%s: %+v", id, r)
 		}
 	}
-	f.assertRanOnceSafely()
-	for _, w := range []*proc{w1, w2} {
-		w.signal(syscall.SIGTERM)
-		w.wait(t, 20*time.Second)
+	f.AssertRanOnceSafely()
+	for _, w := range []*e2etest.Process{w1, w2} {
+		w.Signal(syscall.SIGTERM)
+		w.WaitExit(t, 20*time.Second)
 	}
 }

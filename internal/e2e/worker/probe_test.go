@@ -1,4 +1,4 @@
-package e2e
+package worker
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/pkg/creds"
@@ -59,16 +60,16 @@ func TestProbeEnablesKeyTheAPIDisabled(t *testing.T) {
 	probes := &probeCounter{byAuth: map[string]int{}}
 	srv := httptest.NewServer(probes.wrap(api))
 	t.Cleanup(srv.Close)
-	f := newFleet(t, fleetOptions{
+	f := e2etest.NewFleet(t, e2etest.FleetOptions{
 		Credentials: `- {id: key-a, secret_env: KEY_A}
 - {id: key-b, secret_env: KEY_B}`,
 		Pool: "probe_interval: " + interval.String(),
 		Jobs: fmt.Sprintf("http:\n  url: %s/v1/do\n  probe_url: %s/v1/models", srv.URL, srv.URL),
 		Env:  []string{"KEY_A=" + secretA, "KEY_B=" + secretB},
 	})
-	f.startWorker("w1")
-	f.startWorker("w2")
-	pool := f.pool()
+	f.StartWorker("w1")
+	f.StartWorker("w2")
+	pool := f.Pool()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cred := func(id string) creds.CredentialStats {
@@ -135,7 +136,7 @@ func TestProbeEnablesKeyTheAPIDisabled(t *testing.T) {
 	if back > interval+time.Second {
 		t.Errorf("key-a came back %s after the API took it again; want at most %s", back.Round(time.Millisecond), interval+time.Second)
 	}
-	recordRow(reliabilityRow{Scenario: "Key safety: a key the API disabled recovers (probe)", Items: 0, Took: back,
+	e2etest.RecordRow(e2etest.ReliabilityRow{Scenario: "Key safety: a key the API disabled recovers (probe)", Items: 0, Took: back,
 		Passed: back <= interval+time.Second && probes.of(secretB) == 0,
 		Note: fmt.Sprintf("back %s after the API took it again (bound probe_interval %s + 1s); operator-disabled key probed %d times (bound 0)",
 			back.Round(10*time.Millisecond), interval, probes.of(secretB))})
@@ -145,7 +146,7 @@ func TestProbeEnablesKeyTheAPIDisabled(t *testing.T) {
 		t.Fatalf("key-a after the probe: want available, enabled by probe with %q; got %+v", wantCause, c)
 	}
 	testutil.WaitFor(t, "the enable in the logs", 10*time.Second, func() bool {
-		return strings.Contains(f.logs(), "credential enabled again by a probe")
+		return strings.Contains(f.Logs(), "credential enabled again by a probe")
 	})
 
 	// The operator's key was never probed, and stays disabled.
@@ -157,16 +158,16 @@ func TestProbeEnablesKeyTheAPIDisabled(t *testing.T) {
 	}
 
 	// Shown by producer status, as text and JSON.
-	r := f.producer(nil, "status")
-	if r.code != 0 {
+	r := f.Producer(nil, "status")
+	if r.Code != 0 {
 		t.Fatalf("status:\n%s", r)
 	}
 	for _, want := range []string{"enabled by probe: " + wantCause, "disabled: billing (by an operator"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("status lacks %q:\n%s", want, r.stdout)
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("status lacks %q:\n%s", want, r.Stdout)
 		}
 	}
-	st, _ := f.statusJSON()
+	st, _ := f.StatusJSON()
 	for _, c := range st.Pool.Credentials {
 		switch {
 		case c.ID == "key-a" && (c.EnabledBy != "probe" || c.EnabledReason != wantCause || c.EnabledAt == nil || c.DisabledBy != ""):
@@ -176,9 +177,9 @@ func TestProbeEnablesKeyTheAPIDisabled(t *testing.T) {
 		}
 	}
 	for _, s := range []string{secretA, secretB} {
-		if strings.Contains(f.logs()+r.stdout, s) {
+		if strings.Contains(f.Logs()+r.Stdout, s) {
 			t.Errorf("a secret (%.10s…) reached the logs or the status", s)
 		}
 	}
-	t.Logf("key-a probed %d times in all, key-b %d; status:\n%s", probes.of(secretA), probes.of(secretB), r.stdout)
+	t.Logf("key-a probed %d times in all, key-b %d; status:\n%s", probes.of(secretA), probes.of(secretB), r.Stdout)
 }
