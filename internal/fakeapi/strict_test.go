@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,13 +34,7 @@ func strictServer(t *testing.T, cfg fakeapi.Config) (*fakeapi.Server, string) {
 		}
 		cfg.Keys = []fakeapi.Key{{Secret: k1}, {Secret: k2}}
 	}
-	api, err := fakeapi.New(cfg)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	srv := httptest.NewServer(api)
-	t.Cleanup(srv.Close)
-	return api, srv.URL
+	return start(t, cfg)
 }
 
 type answer struct {
