@@ -80,9 +80,7 @@ func TestDeadlineTooCloseRunsRealTime(t *testing.T) {
 	if n := e.created(); n != 0 {
 		t.Errorf("%d provider batches created, want none", n)
 	}
-	if lane := e.laneItems("d2", e.model()); len(lane) != 3 {
-		t.Errorf("%d items on the lane, want 3", len(lane))
-	}
+	e.wantOnLane("d2", 3)
 }
 
 // batch cancel: a running provider batch is cancelled at the provider,
@@ -129,9 +127,7 @@ func TestCancelCancelsAtProvider(t *testing.T) {
 			if cancels != 1 {
 				t.Errorf("%d cancels at the provider, want 1", cancels)
 			}
-			if lane := e.laneItems("c1", e.model()); len(lane) != 0 {
-				t.Errorf("%d items on the lane, want none", len(lane))
-			}
+			e.wantOnLane("c1", 0)
 		})
 	}
 	t.Run("staged", func(t *testing.T) {

@@ -246,6 +246,14 @@ func (e *env) created() (n int64) {
 	return n
 }
 
+// wantOnLane checks that n items wait on batch's lane of the model.
+func (e *env) wantOnLane(batch string, n int) {
+	e.t.Helper()
+	if lane := e.laneItems(batch, e.model()); len(lane) != n {
+		e.t.Errorf("%d items on the lane of %s, want %d", len(lane), batch, n)
+	}
+}
+
 // laneItems reads (without acknowledging) the messages waiting on
 // batch's lane of scope.
 func (e *env) laneItems(batch, scope string) map[string]queue.Item {

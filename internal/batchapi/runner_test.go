@@ -188,9 +188,7 @@ func TestExpiredAndFailedBatchesGoRealTime(t *testing.T) {
 			if rec.Succeeded != 3 || rec.RealTime != 3 {
 				t.Errorf("record: %+v", rec)
 			}
-			if lane := e.laneItems("b3", e.model()); len(lane) != 3 {
-				t.Errorf("%d items on the lane, want the 3 expired", len(lane))
-			}
+			e.wantOnLane("b3", 3)
 		})
 		t.Run(prov+"/failed", func(t *testing.T) {
 			e := newEnv(t, prov)
@@ -202,9 +200,7 @@ func TestExpiredAndFailedBatchesGoRealTime(t *testing.T) {
 			if rec.RealTime != 4 || len(e.results("b4")) != 0 {
 				t.Errorf("record: %+v", rec)
 			}
-			if lane := e.laneItems("b4", e.model()); len(lane) != 4 {
-				t.Errorf("%d items on the lane, want 4", len(lane))
-			}
+			e.wantOnLane("b4", 4)
 		})
 	}
 }

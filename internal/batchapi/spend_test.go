@@ -297,9 +297,7 @@ func TestBudgetTooSmallCreatesNothing(t *testing.T) {
 			if got := e.created(); got != 0 {
 				t.Errorf("%d provider batches created, want none", got)
 			}
-			if lane := e.laneItems("u1", e.model()); len(lane) != 3 {
-				t.Errorf("%d items on the lane, want 3", len(lane))
-			}
+			e.wantOnLane("u1", 3)
 			if a := spent(t, l, "u1"); a.Spent != 0 || a.Reserved != 0 {
 				t.Errorf("the ledger: %+v, want nothing", a)
 			}
