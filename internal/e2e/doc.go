@@ -5,9 +5,10 @@
 //
 //   - e2etest: the harness they share (servers, binaries, fleets, the CLI
 //     helpers, the reliability kit and table); imported only by tests
+//   - audit: the holes issue 31's audit found
 //   - producer: the producer's commands
 //   - worker: what workers do with items (keys, outcomes, limits, probes,
-//     metrics, the audit's holes)
+//     metrics)
 //   - lifecycle: workers and servers stopping, restarting and dying
 //   - scheduling: kinds, batch weights, priorities, pause and cancel, lanes
 //   - providers: the provider kinds, the examples, budgets and tenants

@@ -37,14 +37,15 @@ var bins struct {
 
 // LongWaitingScenario marks a long fault scenario that spends its time
 // waiting (partitions, pauses, restarts, kills, a producer against
-// unreachable servers) to run in parallel with the others like it.
+// unreachable servers) to run in parallel with the others like it in its
+// package.
 //
-// Most tests run one at a time, because several measure pace, latency or
-// a handoff that a busy CPU would blur. The long waiting scenarios run
-// after those, two at a time (go test's -parallel defaults to the number
-// of CPUs), which keeps make test under its time budget. Their assertions
-// are about what was lost, duplicated or refused, with margins of
-// seconds, not about milliseconds.
+// Most tests of a package run one at a time, because several measure
+// pace, latency or a handoff that a busy CPU would blur (the packages
+// themselves run side by side, go test's -p). The long waiting scenarios
+// run after those, two at a time (go test's -parallel defaults to the
+// number of CPUs). Their assertions are about what was lost, duplicated or
+// refused, with margins of seconds, not about milliseconds.
 func LongWaitingScenario(t *testing.T) { t.Parallel() }
 
 // Main is the TestMain of every e2e package: it builds the binaries
