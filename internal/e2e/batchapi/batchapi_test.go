@@ -168,6 +168,10 @@ func TestKillEveryWorkerMidway(t *testing.T) {
 				kill(t, p)
 			}
 			w = []*e2etest.Process{f.StartWorker("w3"), f.StartWorker("w4")}
+			// A worker killed after it marked a record creating but before
+			// the create reached the provider leaves the record creating
+			// for 5 minutes (docs/batch-api.md, "A crash at each point"):
+			// the failure message says the records' states.
 			f.waitFor("both provider batches created", 2*time.Minute, func() bool {
 				ps := f.records("kill")
 				return len(ps) == 2 && ps[0].ProviderID != "" && ps[1].ProviderID != ""

@@ -174,10 +174,32 @@ func (f *fleet) waitFor(what string, timeout time.Duration, cond func() bool) {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			f.T.Fatalf("timed out waiting for %s\n%s", what, e2etest.Tail(f.Logs(), 60))
+			f.T.Fatalf("timed out waiting for %s; provider batch records: %s\n%s", what, f.allRecords(), e2etest.Tail(f.Logs(), 60))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// allRecords describes every provider batch record of the fleet's
+// batches, for a failure's message.
+func (f *fleet) allRecords() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := f.Queue.JetStream().KeyValue(ctx, "KF_PBATCHES")
+	if err != nil {
+		return err.Error()
+	}
+	keys, err := kv.Keys(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, k := range keys {
+		if e, err := kv.Get(ctx, k); err == nil {
+			fmt.Fprintf(&b, "\n  %s: %s", k, e.Value())
+		}
+	}
+	return b.String()
 }
 
 // records reads batch's provider batch records.
