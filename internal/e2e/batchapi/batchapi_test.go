@@ -164,14 +164,8 @@ func TestKillEveryWorkerMidway(t *testing.T) {
 			const n = 400
 			f.enqueue("kill", f.batchFile(n, twoModels(prov), func(i int) string { return fmt.Sprintf("q %d", i) }), "24h")
 			f.waitFor("a provider batch record", time.Minute, func() bool { return len(f.records("kill")) > 0 })
-			for _, p := range w {
-				kill(t, p)
-			}
+			f.killOutsideCreating("kill", w)
 			w = []*e2etest.Process{f.StartWorker("w3"), f.StartWorker("w4")}
-			// A worker killed after it marked a record creating but before
-			// the create reached the provider leaves the record creating
-			// for 5 minutes (docs/batch-api.md, "A crash at each point"):
-			// the failure message says the records' states.
 			f.waitFor("both provider batches created", 2*time.Minute, func() bool {
 				ps := f.records("kill")
 				return len(ps) == 2 && ps[0].ProviderID != "" && ps[1].ProviderID != ""
