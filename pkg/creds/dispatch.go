@@ -209,7 +209,7 @@ func (d *dispatcher) release(l *Lease, real int64, mode string, dur time.Duratio
 	if d.closed {
 		// No loop runs any more: send it now.
 		d.mu.Unlock()
-		d.step(false)
+		d.step()
 		return res
 	}
 	d.startLocked()
@@ -291,7 +291,7 @@ func (d *dispatcher) loop() {
 			// Ops to send, grants to claim, or the timer duty: a step. It
 			// keeps the handle's waiters alive too.
 			lastAlive = time.Now()
-			d.step(due)
+			d.step()
 		case keep:
 			lastAlive = time.Now()
 			d.keepAlive()
@@ -328,7 +328,7 @@ func (d *dispatcher) keepAlive() {
 	if lost || v[1] > 0 || v[2] == 1 {
 		// A step re-queues lost waiters, claims the grants, and runs the
 		// pool's timed step when its owner missed it.
-		d.step(v[2] == 1)
+		d.step()
 	}
 }
 
@@ -338,16 +338,12 @@ func (d *dispatcher) flush() {
 	n := len(d.ops)
 	d.mu.Unlock()
 	if n > 0 {
-		d.step(false)
+		d.step()
 	}
 }
 
 // step sends the pending ops in one script call and hands out the results.
-// timed: the step runs the pool's timed duty (the handle's timer came, or
-// its owner missed it). A step with nothing but grants to claim runs the
-// small claim script (lua/claim.lua): it frees no capacity, so the pool's
-// bookkeeping (serving waiters, the timer) is left to the steps that do.
-func (d *dispatcher) step(timed bool) {
+func (d *dispatcher) step() {
 	p := d.p
 	d.mu.Lock()
 	ops := d.ops
@@ -420,12 +416,8 @@ func (d *dispatcher) step(timed bool) {
 	for _, o := range ops {
 		args = append(args, o.args...)
 	}
-	run := stepScript
-	if !timed && len(ops) == 0 && !join && len(joins) == 0 {
-		run = claimScript
-	}
 	sent := time.Now()
-	reply, err := run.Run(ctx, p.scripts, []string{p.keys.creds}, args...).Result()
+	reply, err := stepScript.Run(ctx, p.scripts, []string{p.keys.creds}, args...).Result()
 	if err != nil {
 		d.fail(ops, fmt.Errorf("creds: pool %q: %w", p.name, err))
 		return

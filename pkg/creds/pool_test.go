@@ -122,8 +122,8 @@ func TestReleaseWakesWaiter(t *testing.T) {
 }
 
 // A grant made to another handle lives its short claim TTL (the waiter
-// TTL) until that handle claims it: the claim (lua/claim.lua, the step of a
-// handle with nothing else to send) makes it a full lease, in Redis too.
+// TTL) until that handle claims it: the claim (that handle's next step)
+// makes it a full lease, in Redis too.
 func TestClaimedGrantIsAFullLease(t *testing.T) {
 	const leaseTTL, waiterTTL = 10 * time.Second, 200 * time.Millisecond
 	e := newEnv(t)

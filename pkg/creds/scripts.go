@@ -9,8 +9,6 @@ import (
 )
 
 var (
-	//go:embed lua/claim_lib.lua
-	claimLibLua string
 	//go:embed lua/lib.lua
 	libLua string
 	//go:embed lua/step.lua
@@ -27,15 +25,13 @@ var (
 	statsLua string
 	//go:embed lua/alive.lua
 	aliveLua string
-	//go:embed lua/claim.lua
-	claimLua string
 )
 
 // script prepends the shared libraries: pkg/ratelimit's limiters (so the
 // pool's limits use the same algorithms as the standalone limiters) and
-// the pool library (with the claim library it uses).
+// the pool library.
 func script(body string) *redis.Script {
-	return redis.NewScript(ratelimit.SlidingWindowLua() + ratelimit.GCRALua() + ratelimit.CostWindowLua() + claimLibLua + libLua + body)
+	return redis.NewScript(ratelimit.SlidingWindowLua() + ratelimit.GCRALua() + ratelimit.CostWindowLua() + libLua + body)
 }
 
 var (
@@ -47,7 +43,4 @@ var (
 	statsScript    = script(statsLua)
 	// aliveScript stands alone: the keep-alive of a waiting handle.
 	aliveScript = redis.NewScript(aliveLua)
-	// claimScript is the step of a handle that only claims its grants
-	// (lua/claim.lua): the claim library alone, for the same reason.
-	claimScript = redis.NewScript(claimLibLua + claimLua)
 )

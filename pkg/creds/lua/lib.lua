@@ -1140,7 +1140,18 @@ local function pick(now, cost, group, scope, reserved)
   return nil, hol, allowed or #cands == 0, shared
 end
 
--- grant_reply and lost_reply: see claim_lib.lua.
+-- grant_reply encodes a grant for the step's reply in one string, which
+-- the client reads with one allocation instead of seven:
+-- wid|id|token|expiry_us|cost|granted_us|owner (the owner last: it may
+-- hold '|'; IDs and wids never do). A lost grant is 'wid|' (lost_reply:
+-- no ID).
+local function grant_reply(wid, id, token, exp, cost, at, owner)
+  return wid .. '|' .. id .. '|' .. token .. '|' .. exp .. '|' .. cost .. '|' .. at .. '|' .. owner
+end
+
+local function lost_reply(wid)
+  return wid .. '|'
+end
 
 -- never_fits_reply: the reply for waiter wid whose cost no credential it
 -- may use can ever take (cost_verdict's max, by and dis):
@@ -1179,8 +1190,7 @@ end
 -- moment; that the ones between were examined a step or two before is
 -- the price of a step whose cost does not grow with the number of
 -- classes.
--- queue_empty: true when the caller knows nobody waits, false when it
--- knows somebody does, nil when it does not know. Returns the grants of the
+-- queue_empty: the caller knows nobody waits. Returns the grants of the
 -- caller, hol (see pick; or when the rotation goes on) and whether
 -- anybody was waiting.
 local function serve(now, caller, lease_ttl, claim_ttl, max_grants, queue_empty)
@@ -1188,7 +1198,7 @@ local function serve(now, caller, lease_ttl, claim_ttl, max_grants, queue_empty)
   local notify = {}
   local served, scanned, idx = 0, 0, 0
   local hol = -1
-  if queue_empty or (queue_empty == nil and redis.call('ZCARD', K_WAITQ) == 0) then
+  if queue_empty or redis.call('ZCARD', K_WAITQ) == 0 then
     return mine, hol, false
   end
   if redis.call('ZCARD', K_READY) == 0 then
@@ -1272,15 +1282,8 @@ local function serve(now, caller, lease_ttl, claim_ttl, max_grants, queue_empty)
     end
     scanned = scanned + 1
     last = w[2]
-    local before = served
     if visit(w[1]) then
       idx = idx + 1
-    end
-    if served > before and redis.call('ZCARD', K_READY) == 0 then
-      -- That grant took the last ready credential: nobody else can be
-      -- served now (as when the walk began with none).
-      ended = true
-      break
     end
   end
   if not ended and served < max_grants then

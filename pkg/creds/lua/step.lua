@@ -247,10 +247,34 @@ while i <= #ARGV do
   end
 end
 
--- Claim the grants other handles made to this one (claim_lib.lua).
+-- Claim the grants other handles made to this one: each becomes a full
+-- lease, unless its claim TTL ran out. A waiter whose cost serve found
+-- never fits gets that answer ('!': never_fits_reply).
 local grants = fast
+local pending = {}
 if string.find(flags, 'c', 1, true) then
-  claim_grants(PFX, inst, now, lease_ttl, grants)
+  pending = redis.call('HGETALL', k_gr(inst))
+end
+if #pending > 0 then
+  redis.call('DEL', k_gr(inst))
+  for j = 1, #pending, 2 do
+    local wid, g = pending[j], pending[j + 1]
+    if string.sub(g, 1, 1) == '!' then
+      grants[#grants + 1] = wid .. '|' .. g
+    else
+      local id, token, at, cost, owner = string.match(g, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+      local member = (token or '') .. '|' .. (owner or '')
+      local lk = k_leases(id or '')
+      local exp = tonumber(redis.call('ZSCORE', lk, member) or '0') or 0
+      if id and exp > now then
+        local new_exp = now + lease_ttl
+        redis.call('ZADD', lk, 'XX', n2s(new_exp), member)
+        grants[#grants + 1] = grant_reply(wid, id, token, n2s(new_exp), cost, at, owner)
+      else
+        grants[#grants + 1] = lost_reply(wid)
+      end
+    end
+  end
 end
 
 if maxcost_stale then
