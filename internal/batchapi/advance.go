@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
@@ -124,20 +125,20 @@ func (r *Runner) update(ctx context.Context, store *queue.ProviderBatchStore, p 
 // real time (the deadline has come) or recorded cancelled (a cancelled
 // batch). A paused batch submits nothing, nor one whose budget cannot
 // take the record's most spend now (spend.go).
-func (r *Runner) stepStaged(ctx context.Context, store *queue.ProviderBatchStore, p *queue.ProviderBatch, b queue.BatchInfo) error {
+func (r *Runner) stepStaged(ctx context.Context, store *queue.ProviderBatchStore, p *queue.ProviderBatch, b kftype.BatchInfo) error {
 	if !p.Purged {
 		if err := r.purge(ctx, store, p); err != nil {
 			return err
 		}
 	}
 	switch {
-	case b.Status() == queue.BatchCancelled, r.deadlinePassed(*p, b):
+	case b.State == kftype.BatchCancelled, r.deadlinePassed(*p, b):
 		p.State = queue.PBFallback
 		if err := r.update(ctx, store, p); err != nil {
 			return err
 		}
 		return r.finish(ctx, store, p, nil)
-	case b.Status() == queue.BatchPaused:
+	case b.State == kftype.BatchPaused:
 		return nil
 	}
 	if ok, err := r.budget(ctx, store, p, b); err != nil || !ok {
@@ -387,7 +388,7 @@ func (r *Runner) resolve(ctx context.Context, store *queue.ProviderBatchStore, p
 // recorded; else it is cancelled when its batch was cancelled or its
 // deadline (less the margin) has come, and given up on when a cancel for
 // the deadline has not ended it within CancelWait.
-func (r *Runner) stepPoll(ctx context.Context, store *queue.ProviderBatchStore, p *queue.ProviderBatch, b queue.BatchInfo) error {
+func (r *Runner) stepPoll(ctx context.Context, store *queue.ProviderBatchStore, p *queue.ProviderBatch, b kftype.BatchInfo) error {
 	a, err := r.api(p.Kind, p.Credential)
 	if err != nil {
 		return err
@@ -428,7 +429,7 @@ func (r *Runner) stepPoll(ctx context.Context, store *queue.ProviderBatchStore, 
 			}
 			return r.finish(ctx, store, p, &rem)
 		}
-	case b.Status() == queue.BatchCancelled:
+	case b.State == kftype.BatchCancelled:
 		why = queue.CancelBatch
 	case r.deadlinePassed(*p, b):
 		why = queue.CancelDeadline

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/keyfleet/keyfleet/internal/batchapi"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // A worker dies at each step of a record's life (right after the step's
@@ -68,7 +68,7 @@ func TestCrashAtEachStep(t *testing.T) {
 					t.Errorf("%d results and %d items on the lane, want %d and 1", len(res), len(lane), n-1)
 				}
 				for id, r := range res {
-					if r.Outcome != queue.OutcomeSucceeded || r.Via == "" {
+					if r.Outcome != kftype.OutcomeSucceeded || r.Via == "" {
 						t.Errorf("%s: %+v", id, r)
 					}
 				}
@@ -83,7 +83,7 @@ func TestCrashAtEachStep(t *testing.T) {
 					t.Errorf("staged messages left: %v %v", subs, err)
 				}
 				// The lane's message is the item's only one: its ID is its own.
-				if c, err := e.q.LaneConsumer(ctx(t), queue.Lane("k1", e.model())); err == nil {
+				if c, err := e.q.LaneConsumer(ctx(t), kftype.Lane("k1", e.model())); err == nil {
 					if info, err := c.Info(ctx(t)); err == nil && info.NumPending+uint64(info.NumAckPending) != 1 {
 						t.Errorf("the lane holds %d messages, want 1", info.NumPending+uint64(info.NumAckPending))
 					}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/enqueue"
 	"github.com/keyfleet/keyfleet/internal/itemview"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -102,7 +103,7 @@ func TestCancelCancelsAtProvider(t *testing.T) {
 				ps := e.records("c1")
 				return len(ps) == 1 && ps[0].State == queue.PBSubmitted
 			})
-			if _, err := e.q.SetBatchState(ctx(t), "c1", queue.ActionCancel, "test"); err != nil {
+			if _, err := e.q.SetBatchState(ctx(t), "c1", kftype.ActionCancel, "test"); err != nil {
 				t.Fatal(err)
 			}
 			e.until(r, "the provider batch done", func() bool { return e.allDone("c1") })
@@ -112,9 +113,9 @@ func TestCancelCancelsAtProvider(t *testing.T) {
 			}
 			res := e.results("c1")
 			for i := range 4 {
-				want := queue.OutcomeSucceeded
+				want := kftype.OutcomeSucceeded
 				if i >= 2 {
-					want = queue.OutcomeCancelled
+					want = kftype.OutcomeCancelled
 				}
 				if r := res[fmt.Sprintf("item-%04d", i)]; r.Outcome != want {
 					t.Errorf("item %d: %+v, want %s", i, r, want)
@@ -133,13 +134,13 @@ func TestCancelCancelsAtProvider(t *testing.T) {
 	t.Run("staged", func(t *testing.T) {
 		e := newEnv(t, providers[0])
 		e.enqueue("c2", e.items(3, func(i int) string { return fmt.Sprintf("q%d", i) }))
-		if _, err := e.q.SetBatchState(ctx(t), "c2", queue.ActionCancel, "test"); err != nil {
+		if _, err := e.q.SetBatchState(ctx(t), "c2", kftype.ActionCancel, "test"); err != nil {
 			t.Fatal(err)
 		}
 		r := e.runner(nil)
 		e.until(r, "every item cancelled", func() bool { return len(e.results("c2")) == 3 })
 		for id, res := range e.results("c2") {
-			if res.Outcome != queue.OutcomeCancelled {
+			if res.Outcome != kftype.OutcomeCancelled {
 				t.Errorf("%s: %+v", id, res)
 			}
 		}
@@ -157,7 +158,7 @@ func TestCancelCancelsAtProvider(t *testing.T) {
 func TestPausedBatchCreatesNothing(t *testing.T) {
 	e := newEnv(t, providers[1])
 	e.enqueue("p1", e.items(3, func(i int) string { return fmt.Sprintf("q%d", i) }))
-	if _, err := e.q.SetBatchState(ctx(t), "p1", queue.ActionPause, "test"); err != nil {
+	if _, err := e.q.SetBatchState(ctx(t), "p1", kftype.ActionPause, "test"); err != nil {
 		t.Fatal(err)
 	}
 	r := e.runner(nil)
@@ -169,7 +170,7 @@ func TestPausedBatchCreatesNothing(t *testing.T) {
 	if n := e.created(); n != 0 {
 		t.Fatalf("%d provider batches created while paused", n)
 	}
-	if _, err := e.q.SetBatchState(ctx(t), "p1", queue.ActionResume, "test"); err != nil {
+	if _, err := e.q.SetBatchState(ctx(t), "p1", kftype.ActionResume, "test"); err != nil {
 		t.Fatal(err)
 	}
 	e.until(r, "the provider batch done", func() bool { return e.allDone("p1") })

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/metrics"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/spend"
@@ -57,7 +58,7 @@ func permanent(status int) bool {
 // record is touched so that the workers pull the lane.
 func (r *Runner) finish(ctx context.Context, store *queue.ProviderBatchStore, p *queue.ProviderBatch, rem *remote) error {
 	b, _ := r.batch(p.Batch)
-	cancelled := b.Status() == queue.BatchCancelled || p.Cancel == queue.CancelBatch
+	cancelled := b.State == kftype.BatchCancelled || p.Cancel == queue.CancelBatch
 	items := make([]queue.ProviderBatchItem, 0, p.Items)
 	if err := store.ReadManifest(ctx, *p, func(_ int, it queue.ProviderBatchItem) error {
 		items = append(items, it)
@@ -115,33 +116,33 @@ func (r *Runner) finish(ctx context.Context, store *queue.ProviderBatchStore, p 
 	}
 	now := r.now().UTC()
 	via := p.ProviderID
-	var results []queue.Result
-	var back []queue.Item
+	var results []kftype.Result
+	var back []kftype.Item
 	counts := map[int]int{}
 	for i, it := range items {
 		counts[fates[i]]++
 		switch fates[i] {
 		case endSucceeded:
-			res := r.result(*p, it, queue.OutcomeSucceeded, lines[i], "", via, now)
+			res := r.result(*p, it, kftype.OutcomeSucceeded, lines[i], "", via, now)
 			res.Spend = costs[i]
 			results = append(results, res)
 		case endFailed:
 			l := lines[i]
 			errText := fmt.Sprintf("http: %d %s%s (in provider batch %s)", l.Status, http.StatusText(l.Status), snippetOf(l), via)
-			dl := queue.DeadLetter{DeadLetterSummary: queue.DeadLetterSummary{
-				Item: it.ID, Batch: p.Batch, Kind: p.Kind, Scope: p.Scope, Endpoint: r.itemEndpoint(*p), Reason: queue.ReasonPermanent,
+			dl := kftype.DeadLetter{DeadLetterSummary: kftype.DeadLetterSummary{
+				Item: it.ID, Batch: p.Batch, Kind: p.Kind, Scope: p.Scope, Endpoint: r.itemEndpoint(*p), Reason: kftype.ReasonPermanent,
 				Attempts: 1, Failures: 1, Error: r.scrub.String(errText), Worker: r.o.Owner, FailedAt: now,
 			}, Payload: requests[i]}
 			if err := r.q.PutDeadLetter(ctx, dl); err != nil {
 				return err
 			}
-			res := r.result(*p, it, queue.OutcomeFailed, l, queue.ReasonPermanent+": "+errText, via, now)
+			res := r.result(*p, it, kftype.OutcomeFailed, l, kftype.ReasonPermanent+": "+errText, via, now)
 			res.Spend = costs[i]
 			results = append(results, res)
 		case endCancelled:
 			results = append(results, cancelledResult(it.ID, p.Batch, p.Kind, r.o.Owner, now))
 		case endRealTime:
-			back = append(back, queue.Item{ID: it.ID, Batch: p.Batch, Kind: p.Kind, Payload: requests[i], Cost: it.Cost,
+			back = append(back, kftype.Item{ID: it.ID, Batch: p.Batch, Kind: p.Kind, Payload: requests[i], Cost: it.Cost,
 				Scope: p.Scope, Endpoint: r.itemEndpoint(*p), Fallback: p.ID})
 		}
 	}
@@ -228,7 +229,7 @@ func (r *Runner) requests(ctx context.Context, store *queue.ProviderBatchStore, 
 
 // realTime publishes items on their batch's lane (those without a result
 // yet) and touches the batch's record so that the workers pull the lane.
-func (r *Runner) realTime(ctx context.Context, p *queue.ProviderBatch, items []queue.Item) error {
+func (r *Runner) realTime(ctx context.Context, p *queue.ProviderBatch, items []kftype.Item) error {
 	if len(items) == 0 {
 		return nil
 	}
@@ -265,8 +266,8 @@ func (r *Runner) realTime(ctx context.Context, p *queue.ProviderBatch, items []q
 // real-time run of it would have recorded it: the reply as its output
 // (scrubbed, bounded by jobs.max_output), its status and request ID, the
 // key, and via: the provider batch.
-func (r *Runner) result(p queue.ProviderBatch, it queue.ProviderBatchItem, outcome string, l *line, errText, via string, at time.Time) queue.Result {
-	res := queue.Result{Item: it.ID, Batch: p.Batch, Kind: p.Kind, Outcome: outcome, Attempts: 1, CredentialID: p.Credential,
+func (r *Runner) result(p queue.ProviderBatch, it queue.ProviderBatchItem, outcome string, l *line, errText, via string, at time.Time) kftype.Result {
+	res := kftype.Result{Item: it.ID, Batch: p.Batch, Kind: p.Kind, Outcome: outcome, Attempts: 1, CredentialID: p.Credential,
 		Error: r.scrub.String(errText), StatusCode: l.Status, RequestID: r.scrub.String(l.RequestID), Via: via,
 		Worker: r.o.Owner, FinishedAt: at}
 	body := r.scrub.Bytes(l.Body)

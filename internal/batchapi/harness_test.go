@@ -16,6 +16,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/enqueue"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/secret"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
@@ -205,10 +206,10 @@ func (e *env) until(r *batchapi.Runner, what string, cond func() bool) {
 }
 
 // results reads batch's results by item.
-func (e *env) results(batch string) map[string]queue.Result {
+func (e *env) results(batch string) map[string]kftype.Result {
 	e.t.Helper()
-	out := map[string]queue.Result{}
-	if err := e.q.ReadResults(ctx(e.t), batch, func(r queue.Result) error { out[r.Item] = r; return nil }); err != nil {
+	out := map[string]kftype.Result{}
+	if err := e.q.ReadResults(ctx(e.t), batch, func(r kftype.Result) error { out[r.Item] = r; return nil }); err != nil {
 		e.t.Fatal(err)
 	}
 	return out
@@ -256,10 +257,10 @@ func (e *env) wantOnLane(batch string, n int) {
 
 // laneItems reads (without acknowledging) the messages waiting on
 // batch's lane of scope.
-func (e *env) laneItems(batch, scope string) map[string]queue.Item {
+func (e *env) laneItems(batch, scope string) map[string]kftype.Item {
 	e.t.Helper()
-	out := map[string]queue.Item{}
-	c, err := e.q.LaneConsumer(ctx(e.t), queue.Lane(batch, scope))
+	out := map[string]kftype.Item{}
+	c, err := e.q.LaneConsumer(ctx(e.t), kftype.Lane(batch, scope))
 	if err != nil {
 		e.t.Fatal(err)
 	}

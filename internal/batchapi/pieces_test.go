@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
@@ -52,7 +53,7 @@ func TestChunkBounds(t *testing.T) {
 			if !c.fits(len(l)) {
 				t.Fatalf("%s: line %d does not fit", prov, i)
 			}
-			if err := c.add(&queue.StagedMsg{Seq: uint64(10 + i), Item: queue.Item{ID: "item " + string(rune('a'+i))}}, l); err != nil {
+			if err := c.add(&queue.StagedMsg{Seq: uint64(10 + i), Item: kftype.Item{ID: "item " + string(rune('a'+i))}}, l); err != nil {
 				t.Fatal(err)
 			}
 		}

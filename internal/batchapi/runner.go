@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keyfleet/keyfleet/internal/config"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/metrics"
 	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
@@ -108,7 +109,7 @@ type Runner struct {
 	store   *queue.ProviderBatchStore
 
 	mu      sync.Mutex
-	batches map[string]queue.BatchInfo
+	batches map[string]kftype.BatchInfo
 	records map[string]queue.ProviderBatch
 	notTill map[string]time.Time // a piece of work not to try before then (backoff, settling)
 	// empty: the batches this worker found nothing staged in, at the
@@ -148,7 +149,7 @@ func New(o Options) (*Runner, error) {
 	r := &Runner{
 		o: o, q: o.Queue, cfg: o.Config, log: o.Logger, now: o.Now,
 		poll: cmp.Or(bc.Poll, config.BatchAPIPollDefault), margin: cmp.Or(bc.Margin, config.BatchAPIMarginDefault),
-		batches: map[string]queue.BatchInfo{}, records: map[string]queue.ProviderBatch{},
+		batches: map[string]kftype.BatchInfo{}, records: map[string]queue.ProviderBatch{},
 		notTill: map[string]time.Time{}, empty: map[string]emptyAt{}, apis: map[string]api{}, noted: map[string]bool{}, wake: make(chan struct{}, 1),
 		scrub: o.Scrubber, ledger: spend.NewLedger(o.Redis, o.Config.Pool.Name), ceilings: map[string]ceilingOf{},
 	}
@@ -257,7 +258,7 @@ func (r *Runner) follow(ctx context.Context, what string, watch func(context.Con
 }
 
 func (r *Runner) watchBatches(ctx context.Context) error {
-	return r.q.WatchBatches(ctx, func(b queue.BatchInfo) {
+	return r.q.WatchBatches(ctx, func(b kftype.BatchInfo) {
 		r.mu.Lock()
 		if old, ok := r.batches[b.ID]; ok && old.Rev > b.Rev {
 			r.mu.Unlock()
@@ -322,7 +323,7 @@ func (r *Runner) Refresh(ctx context.Context) error {
 		return err
 	}
 	r.mu.Lock()
-	r.batches = map[string]queue.BatchInfo{}
+	r.batches = map[string]kftype.BatchInfo{}
 	for _, b := range bs {
 		if !b.Deadline.IsZero() {
 			r.batches[b.ID] = b
@@ -342,7 +343,7 @@ func (r *Runner) Step(ctx context.Context) error {
 		return err
 	}
 	r.mu.Lock()
-	batches := make([]queue.BatchInfo, 0, len(r.batches))
+	batches := make([]kftype.BatchInfo, 0, len(r.batches))
 	for _, b := range r.batches {
 		batches = append(batches, b)
 	}
@@ -376,7 +377,7 @@ func (r *Runner) Step(ctx context.Context) error {
 }
 
 // batch is the view's record of a batch (ok false: none, or no deadline).
-func (r *Runner) batch(id string) (queue.BatchInfo, bool) {
+func (r *Runner) batch(id string) (kftype.BatchInfo, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	b, ok := r.batches[id]
@@ -483,7 +484,7 @@ func errStatus(prov string, err error) int {
 // deadlinePassed reports whether p's items are due back in real time:
 // the deadline (the record's, or the batch's when earlier) less the
 // margin has come.
-func (r *Runner) deadlinePassed(p queue.ProviderBatch, b queue.BatchInfo) bool {
+func (r *Runner) deadlinePassed(p queue.ProviderBatch, b kftype.BatchInfo) bool {
 	d := p.Deadline
 	if !b.Deadline.IsZero() && (d.IsZero() || b.Deadline.Before(d)) {
 		d = b.Deadline

@@ -9,6 +9,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/batchapi"
 	"github.com/keyfleet/keyfleet/internal/batchview"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
@@ -50,7 +51,7 @@ func TestBatchRunsThroughBatchAPI(t *testing.T) {
 				t.Fatalf("%d results, want 25", len(res))
 			}
 			for id, r := range res {
-				if r.Outcome != queue.OutcomeSucceeded || r.StatusCode != 200 || !vias[r.Via] || r.CredentialID == "" || !json.Valid([]byte(r.Output)) {
+				if r.Outcome != kftype.OutcomeSucceeded || r.StatusCode != 200 || !vias[r.Via] || r.CredentialID == "" || !json.Valid([]byte(r.Output)) {
 					t.Errorf("%s: %+v", id, r)
 				}
 			}
@@ -127,8 +128,8 @@ func TestLineFailures(t *testing.T) {
 			if rec.Succeeded != 3 || rec.FailedN != 3 || rec.RealTime != 3 {
 				t.Errorf("record counts: %+v", rec)
 			}
-			dls := map[string]queue.DeadLetter{}
-			if err := e.q.ListDeadLetters(ctx(t), "b2", func(d queue.DeadLetter) error { dls[d.Item] = d; return nil }); err != nil {
+			dls := map[string]kftype.DeadLetter{}
+			if err := e.q.ListDeadLetters(ctx(t), "b2", func(d kftype.DeadLetter) error { dls[d.Item] = d; return nil }); err != nil {
 				t.Fatal(err)
 			}
 			for i := range 9 {
@@ -136,7 +137,7 @@ func TestLineFailures(t *testing.T) {
 				r, has := res[id]
 				switch i % 3 {
 				case 0:
-					if !has || r.Outcome != queue.OutcomeSucceeded || r.Via != rec.ProviderID {
+					if !has || r.Outcome != kftype.OutcomeSucceeded || r.Via != rec.ProviderID {
 						t.Errorf("%s: %+v", id, r)
 					}
 				case 1:
@@ -145,12 +146,12 @@ func TestLineFailures(t *testing.T) {
 						t.Errorf("%s: result %v %+v, on the lane %v %+v", id, has, r, queued, it)
 					}
 				case 2:
-					if !has || r.Outcome != queue.OutcomeFailed || r.StatusCode != 400 || !strings.Contains(r.Output, "error") ||
-						!strings.HasPrefix(r.Error, queue.ReasonPermanent) || r.Via != rec.ProviderID {
+					if !has || r.Outcome != kftype.OutcomeFailed || r.StatusCode != 400 || !strings.Contains(r.Output, "error") ||
+						!strings.HasPrefix(r.Error, kftype.ReasonPermanent) || r.Via != rec.ProviderID {
 						t.Errorf("%s: %+v", id, r)
 					}
 					d, ok := dls[id]
-					if !ok || d.Reason != queue.ReasonPermanent || !strings.Contains(string(d.Payload), "[fake:status=400]") {
+					if !ok || d.Reason != kftype.ReasonPermanent || !strings.Contains(string(d.Payload), "[fake:status=400]") {
 						t.Errorf("%s: dead letter %v %+v", id, ok, d)
 					}
 				}

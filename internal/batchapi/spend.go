@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keyfleet/keyfleet/internal/config"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/spend"
@@ -64,7 +65,7 @@ type binding struct {
 	bound bool
 }
 
-func (r *Runner) bindingOf(b queue.BatchInfo) binding {
+func (r *Runner) bindingOf(b kftype.BatchInfo) binding {
 	bd := binding{tenant: b.Tenant, tenantLimit: spend.NoLimit, bound: b.Budget != nil}
 	if tb, ok := r.cfg.TenantBudget(b.Tenant); ok && b.Tenant != "" {
 		bd.period, bd.tenantLimit, bd.bound = spend.PeriodOf(tb.Period, r.now()), tb.Amount, true
@@ -145,7 +146,7 @@ func (r *Runner) metaUntil(p queue.ProviderBatch) time.Time {
 // be reserved for: it goes to real time, where each item is judged on its
 // own (and such items are dead-lettered, naming what is missing). A
 // reservation an earlier attempt made holds until the record settles.
-func (r *Runner) budget(ctx context.Context, store *queue.ProviderBatchStore, p *queue.ProviderBatch, b queue.BatchInfo) (bool, error) {
+func (r *Runner) budget(ctx context.Context, store *queue.ProviderBatchStore, p *queue.ProviderBatch, b kftype.BatchInfo) (bool, error) {
 	bd := r.bindingOf(b)
 	if !bd.bound {
 		return true, nil
@@ -281,7 +282,7 @@ type ceilingOf struct {
 // pauseFor pauses batch b for reason; for its tenant's budget, every
 // running batch of the tenant. It reports whether it paused any
 // (another worker may have first).
-func (r *Runner) pauseFor(ctx context.Context, b queue.BatchInfo, reason string) (bool, error) {
+func (r *Runner) pauseFor(ctx context.Context, b kftype.BatchInfo, reason string) (bool, error) {
 	todo := []string{b.ID}
 	if reason == spend.ReasonTenantBudget && b.Tenant != "" {
 		all, err := r.q.Batches(ctx)
@@ -289,7 +290,7 @@ func (r *Runner) pauseFor(ctx context.Context, b queue.BatchInfo, reason string)
 			return false, err
 		}
 		for _, o := range all {
-			if o.ID != b.ID && o.Tenant == b.Tenant && o.Status() == queue.BatchRunning {
+			if o.ID != b.ID && o.Tenant == b.Tenant && o.State == kftype.BatchRunning {
 				todo = append(todo, o.ID)
 			}
 		}
@@ -308,7 +309,7 @@ func (r *Runner) pauseFor(ctx context.Context, b queue.BatchInfo, reason string)
 // the record's reservation, if it made one, gives way to it. It reports
 // whether this call settled it (false: there was nothing to settle, or
 // an earlier collection did).
-func (r *Runner) settle(ctx context.Context, p queue.ProviderBatch, b queue.BatchInfo, actual spend.Amount) (bool, error) {
+func (r *Runner) settle(ctx context.Context, p queue.ProviderBatch, b kftype.BatchInfo, actual spend.Amount) (bool, error) {
 	m, err := r.readMeta(ctx, p.ID)
 	if err != nil || m.settled {
 		return false, err

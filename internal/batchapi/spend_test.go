@@ -14,6 +14,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/enqueue"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/metrics"
 	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
@@ -81,7 +82,7 @@ func (e *env) checkSpend(l *spend.Ledger, batch string) spend.Amount {
 			want = price.Of(u.Input, u.Output, 0.5)
 			counted++
 		}
-		if r.Spend != want || (r.Outcome == queue.OutcomeSucceeded && want == 0) {
+		if r.Spend != want || (r.Outcome == kftype.OutcomeSucceeded && want == 0) {
 			e.t.Errorf("%s: spend %v, want %v (usage %+v at %+v, half off)", id, r.Spend, want, u, price)
 		}
 		sum += r.Spend
@@ -247,7 +248,7 @@ func TestBudgetTooSmallCreatesNothing(t *testing.T) {
 			}
 			r := e.runner(nil)
 			e.until(r, "the batch paused (or a provider batch created)", func() bool {
-				return e.batchState("c1").Status() == queue.BatchPaused || e.created() > 0
+				return e.batchState("c1").State == kftype.BatchPaused || e.created() > 0
 			})
 			for range 5 {
 				e.step(r)
@@ -276,7 +277,7 @@ func TestBudgetTooSmallCreatesNothing(t *testing.T) {
 			e.enqueueWith("t2", e.boundedItems(3, func(i int) string { return fmt.Sprintf("other %d", i) }), e.clock.now().Add(48*time.Hour), tenant)
 			r := e.runner(nil)
 			e.until(r, "both batches paused (or a provider batch created)", func() bool {
-				return e.batchState("t1").Status() == queue.BatchPaused && e.batchState("t2").Status() == queue.BatchPaused || e.created() > 0
+				return e.batchState("t1").State == kftype.BatchPaused && e.batchState("t2").State == kftype.BatchPaused || e.created() > 0
 			})
 			for _, id := range []string{"t1", "t2"} {
 				if b := e.batchState(id); b.PausedReason != spend.ReasonTenantBudget {
@@ -322,13 +323,13 @@ func TestBudgetCoversBatch(t *testing.T) {
 			}
 			r := e.runner(nil)
 			e.until(r, "the provider batch done (or the batch paused)", func() bool {
-				return e.allDone("d1") || e.batchState("d1").Status() == queue.BatchPaused
+				return e.allDone("d1") || e.batchState("d1").State == kftype.BatchPaused
 			})
 			if got := e.created(); got != 1 {
 				t.Errorf("%d provider batches created, want 1", got)
 			}
-			if b := e.batchState("d1"); b.Status() != queue.BatchRunning {
-				t.Errorf("the batch is %s (%s), want running", b.Status(), b.PausedReason)
+			if b := e.batchState("d1"); b.State != kftype.BatchRunning {
+				t.Errorf("the batch is %s (%s), want running", b.State, b.PausedReason)
 			}
 			if n := len(e.results("d1")); n != 5 {
 				t.Fatalf("%d results, want 5", n)
@@ -342,7 +343,7 @@ func TestBudgetCoversBatch(t *testing.T) {
 }
 
 // batchState reads batch's record.
-func (e *env) batchState(batch string) queue.BatchInfo {
+func (e *env) batchState(batch string) kftype.BatchInfo {
 	e.t.Helper()
 	b, err := e.q.Batch(ctx(e.t), batch)
 	if err != nil {

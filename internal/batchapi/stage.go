@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
@@ -31,7 +32,7 @@ const (
 // stream order, fill provider batches within the provider's bounds; each
 // record is written with its input before its messages are purged. Items
 // staged in a cancelled batch are recorded cancelled instead.
-func (r *Runner) stage(ctx context.Context, b queue.BatchInfo) (err error) {
+func (r *Runner) stage(ctx context.Context, b kftype.BatchInfo) (err error) {
 	key := r.cl.stageKey(b.ID)
 	if !r.due(key) {
 		return nil
@@ -78,12 +79,12 @@ func (r *Runner) stage(ctx context.Context, b queue.BatchInfo) (err error) {
 }
 
 // stageSubject makes the records of one staging subject's messages.
-func (r *Runner) stageSubject(ctx context.Context, b queue.BatchInfo, subject string, count uint64, settled bool) error {
+func (r *Runner) stageSubject(ctx context.Context, b kftype.BatchInfo, subject string, count uint64, settled bool) error {
 	kind, scope, endpoint, err := r.q.StagingParts(b.ID, subject)
 	if err != nil {
 		return err
 	}
-	if b.Status() == queue.BatchCancelled {
+	if b.State == kftype.BatchCancelled {
 		return r.cancelStaged(ctx, b, subject)
 	}
 	prov := r.kindProvider(kind)
@@ -227,9 +228,9 @@ func (r *Runner) pickKey(keys []string) string {
 
 // cancelStaged records the staged items of a cancelled batch as
 // cancelled and purges them.
-func (r *Runner) cancelStaged(ctx context.Context, b queue.BatchInfo, subject string) error {
+func (r *Runner) cancelStaged(ctx context.Context, b kftype.BatchInfo, subject string) error {
 	for seq := uint64(1); ; {
-		var batch []queue.Result
+		var batch []kftype.Result
 		last := uint64(0)
 		for len(batch) < 256 {
 			m, err := r.q.NextStaged(ctx, subject, seq)
@@ -256,7 +257,7 @@ func (r *Runner) cancelStaged(ctx context.Context, b queue.BatchInfo, subject st
 
 // cancelledResult is the result of an item of a cancelled batch that
 // never ran.
-func cancelledResult(item, batch, kind, by string, at time.Time) queue.Result {
-	return queue.Result{Item: item, Batch: batch, Kind: kind, Outcome: queue.OutcomeCancelled,
+func cancelledResult(item, batch, kind, by string, at time.Time) kftype.Result {
+	return kftype.Result{Item: item, Batch: batch, Kind: kind, Outcome: kftype.OutcomeCancelled,
 		Error: "the batch was cancelled before the item ran", Worker: by, FinishedAt: at.UTC()}
 }

@@ -61,11 +61,6 @@ type BatchInfo struct {
 	Deleted bool `json:"-"`
 }
 
-// Status is the batch's state.
-//
-// Deprecated: read State.
-func (b BatchInfo) Status() BatchState { return b.State }
-
 // LastChange is the latest moment the record changed: an enqueue that
 // added items, or a change of state.
 func (b BatchInfo) LastChange() time.Time {

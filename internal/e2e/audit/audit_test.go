@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
@@ -78,9 +78,9 @@ for line in sys.stdin:
 	idsB := f.Publish("B", "exec", 12, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
 	resB := f.WaitResults("B", len(idsB), time.Minute)
 	lost := 0
-	for _, res := range []map[string]queue.Result{resA, resB} {
+	for _, res := range []map[string]kftype.Result{resA, resB} {
 		for id, r := range res {
-			if r.Outcome != queue.OutcomeSucceeded || r.Output != `"answer-for-`+id+`"` {
+			if r.Outcome != kftype.OutcomeSucceeded || r.Output != `"answer-for-`+id+`"` {
 				t.Errorf("item %s of %s: %s %q: not its own answer", id, r.Batch, r.Outcome, r.Output)
 				lost++
 			}
@@ -119,7 +119,7 @@ case "$KEYFLEET_ITEM_ID" in fail) exit 65 ;; esac
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, id := range []string{"ok", "fail"} {
-		if _, err := f.Queue.Publish(ctx, queue.Item{ID: id, Batch: "big", Kind: "exec", Payload: []byte(`{"id":"` + id + `","text":"` + lt + `"}`)}); err != nil {
+		if _, err := f.Queue.Publish(ctx, kftype.Item{ID: id, Batch: "big", Kind: "exec", Payload: []byte(`{"id":"` + id + `","text":"` + lt + `"}`)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -134,7 +134,7 @@ case "$KEYFLEET_ITEM_ID" in fail) exit 65 ;; esac
 		}
 	}
 	lost := 0
-	if r := res["ok"]; r.Outcome != queue.OutcomeSucceeded || !r.OutputTruncated || !strings.HasPrefix(r.Output, "<<<<") {
+	if r := res["ok"]; r.Outcome != kftype.OutcomeSucceeded || !r.OutputTruncated || !strings.HasPrefix(r.Output, "<<<<") {
 		t.Errorf("ok: %s, truncated %v, %d bytes of output", r.Outcome, r.OutputTruncated, len(r.Output))
 		lost++
 	}
@@ -175,11 +175,11 @@ func TestAuditCostThatFitsOnlyADisabledKey(t *testing.T) {
 	heavy := f.WaitResults("heavy", 1, 30*time.Second)
 	lost := 0
 	for _, id := range ids {
-		if light[id].Outcome != queue.OutcomeSucceeded {
+		if light[id].Outcome != kftype.OutcomeSucceeded {
 			lost++
 		}
 	}
-	if h := heavy["item-0000"]; h.Outcome != queue.OutcomeFailed || !strings.Contains(h.Error, "disabled") {
+	if h := heavy["item-0000"]; h.Outcome != kftype.OutcomeFailed || !strings.Contains(h.Error, "disabled") {
 		t.Errorf("the cost-5000 item: %s %q, want failed naming the disabled key", h.Outcome, h.Error)
 		lost++
 	}
@@ -201,7 +201,7 @@ func TestAuditRefusedByEveryKeyOfItsKind(t *testing.T) {
 	f.Publish("refused", "one", 1, func(id string) string { return fmt.Sprintf(`{"id":%q}`, id) })
 	res := f.WaitResults("refused", 1, 30*time.Second)
 	lost, dups := 0, 0
-	if r := res["item-0000"]; r.Outcome != queue.OutcomeFailed || !strings.Contains(r.Error, "refused by 1 keys") {
+	if r := res["item-0000"]; r.Outcome != kftype.OutcomeFailed || !strings.Contains(r.Error, "refused by 1 keys") {
 		t.Errorf("result %s %q: want failed, refused by its kind's one key", r.Outcome, r.Error)
 		lost++
 	}
@@ -320,7 +320,7 @@ func TestAuditResultsWithoutTerminalControls(t *testing.T) {
 		t.Errorf("results hold raw controls, or not their escapes:\n%q", r.Stdout)
 		lost++
 	}
-	var res queue.Result
+	var res kftype.Result
 	if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &res); err != nil || res.Output != "a\u009b31mred\u202etxet b" {
 		t.Errorf("the output decodes to %q (%v), want the job's", res.Output, err)
 		lost++

@@ -8,6 +8,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -44,7 +45,7 @@ func TestBatchFileRunsThroughBatchAPI(t *testing.T) {
 			res := f.WaitResults("nightly", n, time.Minute)
 			via := 0
 			for id, r := range res {
-				if r.Outcome != queue.OutcomeSucceeded || r.StatusCode != 200 || r.Output == "" {
+				if r.Outcome != kftype.OutcomeSucceeded || r.StatusCode != 200 || r.Output == "" {
 					t.Errorf("%s: %+v", id, r)
 				}
 				if r.Via != "" {
@@ -134,7 +135,7 @@ func TestProviderFailuresFinishInRealTime(t *testing.T) {
 				start := time.Now()
 				res := f.WaitResults("flaky", n, time.Minute)
 				for id, r := range res {
-					if r.Outcome != queue.OutcomeSucceeded || r.Via != "" {
+					if r.Outcome != kftype.OutcomeSucceeded || r.Via != "" {
 						t.Errorf("%s: %+v, want succeeded in real time", id, r)
 					}
 				}
@@ -179,7 +180,7 @@ func TestKillEveryWorkerMidway(t *testing.T) {
 			w = []*e2etest.Process{f.StartWorker("w5"), f.StartWorker("w6")}
 			res := f.WaitResults("kill", n, 2*time.Minute)
 			for id, r := range res {
-				if r.Outcome != queue.OutcomeSucceeded || r.Via == "" {
+				if r.Outcome != kftype.OutcomeSucceeded || r.Via == "" {
 					t.Errorf("%s: %+v", id, r)
 				}
 			}
@@ -223,7 +224,7 @@ func TestCancelCancelsAtProvider(t *testing.T) {
 			}
 			res := f.WaitResults("stop", n, time.Minute)
 			for id, r := range res {
-				if r.Outcome != queue.OutcomeCancelled {
+				if r.Outcome != kftype.OutcomeCancelled {
 					t.Errorf("%s: %+v", id, r)
 				}
 			}

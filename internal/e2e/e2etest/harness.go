@@ -20,6 +20,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/batchlanes"
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/connect"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/lanes"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil/launch"
@@ -300,12 +301,12 @@ func Tail(s string, n int) string {
 // builds each item's JSON from its ID.
 func (f *Fleet) Publish(batch, kind string, n int, payload func(id string) string) []string {
 	f.T.Helper()
-	items := make([]queue.Item, n)
+	items := make([]kftype.Item, n)
 	ids := make([]string, n)
 	for i := range items {
 		id := fmt.Sprintf("item-%04d", i)
 		ids[i] = id
-		items[i] = queue.Item{ID: id, Batch: batch, Kind: kind, Payload: []byte(payload(id))}
+		items[i] = kftype.Item{ID: id, Batch: batch, Kind: kind, Payload: []byte(payload(id))}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -318,12 +319,12 @@ func (f *Fleet) Publish(batch, kind string, n int, payload func(id string) strin
 
 // WaitResults waits until n items of batch have a result and returns them
 // by item.
-func (f *Fleet) WaitResults(batch string, n int, timeout time.Duration) map[string]queue.Result {
+func (f *Fleet) WaitResults(batch string, n int, timeout time.Duration) map[string]kftype.Result {
 	f.T.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	got := map[string]queue.Result{}
-	err := f.Queue.WatchResults(ctx, batch, func(r queue.Result) (bool, error) {
+	got := map[string]kftype.Result{}
+	err := f.Queue.WatchResults(ctx, batch, func(r kftype.Result) (bool, error) {
 		got[r.Item] = r
 		return len(got) < n, nil
 	})

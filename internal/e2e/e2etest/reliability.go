@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // The reliability suite (issue: proof of reliability and security) runs
@@ -69,11 +69,11 @@ type Bounds struct {
 // and leaked secrets (any test secret in any process's output); records
 // the row; and fails the test if a bound is broken. Lost and leaked must be
 // 0 always.
-func (f *Fleet) Account(scenario string, ids []string, results map[string]queue.Result, took time.Duration, b Bounds, note string) ReliabilityRow {
+func (f *Fleet) Account(scenario string, ids []string, results map[string]kftype.Result, took time.Duration, b Bounds, note string) ReliabilityRow {
 	f.T.Helper()
 	row := ReliabilityRow{Scenario: scenario, Items: len(ids), Took: took, Note: note}
 	for _, id := range ids {
-		if r, ok := results[id]; !ok || r.Outcome != queue.OutcomeSucceeded {
+		if r, ok := results[id]; !ok || r.Outcome != kftype.OutcomeSucceeded {
 			row.Lost++
 		}
 	}

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/internal/testutil/faultproxy"
 )
@@ -157,7 +157,7 @@ func (f *Fleet) JobsStarted(worker *Process, after time.Time) int {
 // again if the watch fails (a NATS node lost, a connection reset).
 type ResultsWatch struct {
 	mu     sync.Mutex
-	got    map[string]queue.Result
+	got    map[string]kftype.Result
 	full   chan struct{}
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -166,12 +166,12 @@ type ResultsWatch struct {
 
 func (f *Fleet) WatchResults(batch string, n int) *ResultsWatch {
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &ResultsWatch{got: map[string]queue.Result{}, full: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+	w := &ResultsWatch{got: map[string]kftype.Result{}, full: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
 	f.T.Cleanup(func() { cancel(); <-w.done })
 	go func() {
 		defer close(w.done)
 		for ctx.Err() == nil {
-			err := f.Queue.WatchResults(ctx, batch, func(r queue.Result) (bool, error) {
+			err := f.Queue.WatchResults(ctx, batch, func(r kftype.Result) (bool, error) {
 				w.mu.Lock()
 				defer w.mu.Unlock()
 				w.got[r.Item] = r
@@ -206,7 +206,7 @@ func (w *ResultsWatch) Count() int {
 func (w *ResultsWatch) Complete() bool { return testutil.Closed(w.full) }
 
 // Wait waits until every item has a result and returns them by item.
-func (w *ResultsWatch) Wait(t *testing.T, timeout time.Duration) map[string]queue.Result {
+func (w *ResultsWatch) Wait(t *testing.T, timeout time.Duration) map[string]kftype.Result {
 	t.Helper()
 	select {
 	case <-w.full:
@@ -219,7 +219,7 @@ func (w *ResultsWatch) Wait(t *testing.T, timeout time.Duration) map[string]queu
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make(map[string]queue.Result, len(w.got))
+	out := make(map[string]kftype.Result, len(w.got))
 	for k, v := range w.got {
 		out[k] = v
 	}
@@ -318,12 +318,12 @@ func ItemJSON(id string) string { return fmt.Sprintf(`{"id":%q}`, id) }
 // AccountHolds is account for fleets whose jobs record key holds with
 // their process IDs (holdGuardScript): a hold left by a killed job is
 // stale, not over-use.
-func (f *Fleet) AccountHolds(scenario string, ids []string, results map[string]queue.Result, took time.Duration,
+func (f *Fleet) AccountHolds(scenario string, ids []string, results map[string]kftype.Result, took time.Duration,
 	b Bounds, note string) ReliabilityRow {
 	f.T.Helper()
 	row := ReliabilityRow{Scenario: scenario, Items: len(ids), Took: took}
 	for _, id := range ids {
-		if r, ok := results[id]; !ok || r.Outcome != queue.OutcomeSucceeded {
+		if r, ok := results[id]; !ok || r.Outcome != kftype.OutcomeSucceeded {
 			row.Lost++
 		}
 	}

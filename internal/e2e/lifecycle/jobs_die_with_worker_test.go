@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
@@ -188,7 +188,7 @@ func TestSigkillKillsExecJobsOfTheWorker(t *testing.T) {
 		Note: fmt.Sprintf("%d job processes (a shell's child sleep among them) gone %s after SIGKILL (bound %s); items redone on w2",
 			len(pids), took.Round(time.Millisecond), jobsDieBound)}
 	for _, id := range ids {
-		if r, ok := results[id]; !ok || r.Outcome != queue.OutcomeSucceeded || r.Worker != "w2" {
+		if r, ok := results[id]; !ok || r.Outcome != kftype.OutcomeSucceeded || r.Worker != "w2" {
 			row.Lost++
 			t.Errorf("%s: %+v", id, r)
 		}

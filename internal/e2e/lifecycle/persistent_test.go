@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
@@ -134,7 +134,7 @@ func TestPersistentHandlerFleet(t *testing.T) {
 			ID  string `json:"id"`
 			PID int    `json:"pid"`
 		}
-		if r.Outcome != queue.OutcomeSucceeded || r.Attempts != wantAttempts || json.Unmarshal([]byte(r.Output), &out) != nil || out.ID != id {
+		if r.Outcome != kftype.OutcomeSucceeded || r.Attempts != wantAttempts || json.Unmarshal([]byte(r.Output), &out) != nil || out.ID != id {
 			t.Errorf("%s: %s after %d attempts (want succeeded after %d), output %q, error %q", id, r.Outcome, r.Attempts, wantAttempts, r.Output, r.Error)
 		}
 		pids[out.PID] = true

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
@@ -18,7 +18,7 @@ import (
 // (if any) and stops the workers (exit 0). It returns what the scenario's
 // row needs.
 func restartMidRun(t *testing.T, poolYAML, queueYAML, sleep string, restart, check func(f *e2etest.Fleet)) (
-	f *e2etest.Fleet, ids []string, res map[string]queue.Result, start, restarted time.Time) {
+	f *e2etest.Fleet, ids []string, res map[string]kftype.Result, start, restarted time.Time) {
 	t.Helper()
 	f = e2etest.GuardedFleetPool(t, poolYAML, "concurrency: 2\nshutdown_grace: 5s", queueYAML, "SLEEP="+sleep)
 	const n = 150
@@ -30,7 +30,7 @@ func restartMidRun(t *testing.T, poolYAML, queueYAML, sleep string, restart, che
 	restarted = time.Now()
 	res = f.WaitResults("b", n, 3*time.Minute)
 	for id, r := range res {
-		if r.Outcome != queue.OutcomeSucceeded {
+		if r.Outcome != kftype.OutcomeSucceeded {
 			t.Fatalf("%s: %+v", id, r)
 		}
 	}
@@ -100,7 +100,7 @@ func TestRedisDownFailsClosed(t *testing.T) {
 	f.Redis.StartAgain()
 	res := f.WaitResults("b", n, 3*time.Minute)
 	for id, r := range res {
-		if r.Outcome != queue.OutcomeSucceeded {
+		if r.Outcome != kftype.OutcomeSucceeded {
 			t.Fatalf("%s: %+v", id, r)
 		}
 	}

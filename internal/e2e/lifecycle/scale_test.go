@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // A large fleet on one batch's lane: every worker pulls from the one
@@ -64,7 +64,7 @@ func TestLargeFleetOnOneLane(t *testing.T) {
 	took := time.Since(start)
 	for _, id := range ids {
 		r, ok := results[id]
-		if !ok || r.Outcome != queue.OutcomeSucceeded || r.Attempts != 1 {
+		if !ok || r.Outcome != kftype.OutcomeSucceeded || r.Attempts != 1 {
 			t.Fatalf("result of %s: %+v (found %v)", id, r, ok)
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
@@ -30,7 +30,7 @@ func TestSigtermFinishesInFlightWithinGrace(t *testing.T) {
 	exitTook := time.Since(stopAt)
 	results := f.WaitResults("b", n, 2*time.Minute)
 	for id, r := range results {
-		if r.Outcome != queue.OutcomeSucceeded {
+		if r.Outcome != kftype.OutcomeSucceeded {
 			t.Fatalf("%s: %+v", id, r)
 		}
 	}
@@ -61,7 +61,7 @@ func TestSigtermHandsLongItemToAnotherWorkerAtOnce(t *testing.T) {
 		t.Fatalf("the item started again %s after SIGTERM: it waited for the ack wait instead of a nak", handover)
 	}
 	r := f.WaitResults("b", 1, time.Minute)["item-0000"]
-	if r.Outcome != queue.OutcomeSucceeded || r.Worker != "w2" || r.Attempts != 2 {
+	if r.Outcome != kftype.OutcomeSucceeded || r.Worker != "w2" || r.Attempts != 2 {
 		t.Fatalf("result %+v", r)
 	}
 	if !strings.Contains(w1.Log.String(), "handed back for immediate redelivery") {
@@ -91,7 +91,7 @@ func TestSigkillLosesNothing(t *testing.T) {
 	took := time.Since(killAt)
 	reran := 0
 	for id, r := range results {
-		if r.Outcome != queue.OutcomeSucceeded {
+		if r.Outcome != kftype.OutcomeSucceeded {
 			t.Fatalf("%s: %+v", id, r)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/itemview"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
@@ -71,7 +72,7 @@ func TestCLIFleetCommands(t *testing.T) {
 	var it itemview.Item
 	r = f.Producer(nil, "item", "show", "docs", "bad-1", "--json")
 	e2etest.OneJSON(t, "item show --json", r.Stdout, &it)
-	if r.Code != 0 || it.State != itemview.StateDeadLettered || it.Reason != queue.ReasonPermanent || it.Attempts != 1 ||
+	if r.Code != 0 || it.State != itemview.StateDeadLettered || it.Reason != kftype.ReasonPermanent || it.Attempts != 1 ||
 		it.CredentialID != "key-a" || !strings.Contains(it.Error, "bad item bad-1") || it.Kind != "resize" {
 		t.Fatalf("item show of a dead-lettered item:\n%s", r)
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
@@ -40,7 +40,7 @@ func TestIDsKeptExactly(t *testing.T) {
 	for _, l := range lines {
 		id, _ := l["item"].(string)
 		got = append(got, id)
-		if l["batch"] != "b2 " || l["outcome"] != queue.OutcomeSucceeded || l["output"] != "fixed:"+id+":1" {
+		if l["batch"] != "b2 " || l["outcome"] != kftype.OutcomeSucceeded || l["output"] != "fixed:"+id+":1" {
 			t.Errorf("result line: %q", l)
 		}
 	}
@@ -75,13 +75,13 @@ func TestIDsKeptExactly(t *testing.T) {
 		t.Fatalf("replay of %q:\n%s", "bad ", r)
 	}
 	testutil.WaitFor(t, "the replayed item to succeed", time.Minute, func() bool {
-		return f.WaitResults("b3 ", 2, time.Minute)["bad "].Outcome == queue.OutcomeSucceeded
+		return f.WaitResults("b3 ", 2, time.Minute)["bad "].Outcome == kftype.OutcomeSucceeded
 	})
 	res := f.WaitResults("b3 ", 2, time.Minute)
 	if r := res["bad "]; r.Attempts != 1 || r.Output != "fixed:bad :1" {
 		t.Fatalf("%q after replay: %+v", "bad ", r)
 	}
-	if r := res["bad"]; r.Outcome != queue.OutcomeSucceeded || r.Output != "fixed:bad:1" {
+	if r := res["bad"]; r.Outcome != kftype.OutcomeSucceeded || r.Output != "fixed:bad:1" {
 		t.Fatalf("%q: %+v", "bad", r)
 	}
 	if st := f.QueueStats(); st.DeadLetters != 0 {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
@@ -73,7 +73,7 @@ func TestProducerDLQListAndReplay(t *testing.T) {
 				t.Fatalf("record lacks %s: %v", k, rec)
 			}
 		}
-		if rec["batch"] != "b1" || rec["reason"] != queue.ReasonPermanent || rec["attempts"] != float64(1) {
+		if rec["batch"] != "b1" || rec["reason"] != kftype.ReasonPermanent || rec["attempts"] != float64(1) {
 			t.Fatalf("record: %v", rec)
 		}
 	}
@@ -102,7 +102,7 @@ func TestProducerDLQListAndReplay(t *testing.T) {
 	testutil.WaitFor(t, "the replayed items to succeed", time.Minute, func() bool {
 		res := f.WaitResults("b1", n, time.Minute)
 		for _, id := range broken {
-			if res[id].Outcome != queue.OutcomeSucceeded {
+			if res[id].Outcome != kftype.OutcomeSucceeded {
 				return false
 			}
 		}

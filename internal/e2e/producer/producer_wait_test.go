@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
@@ -75,9 +75,9 @@ func TestProducerWaitReportsExactCounts(t *testing.T) {
 	succeeded, failed, rerun := 0, 0, 0
 	for _, r := range results {
 		switch r.Outcome {
-		case queue.OutcomeSucceeded:
+		case kftype.OutcomeSucceeded:
 			succeeded++
-		case queue.OutcomeFailed:
+		case kftype.OutcomeFailed:
 			failed++
 		}
 		if r.Attempts > 1 {

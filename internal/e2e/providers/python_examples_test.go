@@ -18,7 +18,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 	"github.com/keyfleet/keyfleet/pkg/ratelimit"
 )
@@ -225,7 +225,7 @@ func TestPythonExampleHandlerFleet(t *testing.T) {
 				} `json:"messages"`
 			} `json:"echo"`
 		}
-		if r.Outcome != queue.OutcomeSucceeded || r.CredentialID != "key-b" || json.Unmarshal([]byte(r.Output), &out) != nil ||
+		if r.Outcome != kftype.OutcomeSucceeded || r.CredentialID != "key-b" || json.Unmarshal([]byte(r.Output), &out) != nil ||
 			out.KeyLabel != "key-1" || out.Usage.TotalTokens != 17 || len(out.Echo.Messages) != 1 || out.Echo.Messages[0].Content != "Summarise "+id {
 			t.Errorf("%s: %s on %s, output %q, error %q", id, r.Outcome, r.CredentialID, r.Output, r.Error)
 		}
@@ -290,7 +290,7 @@ func TestPythonExampleProducer(t *testing.T) {
 	f.WriteFile("good.jsonl", good.String())
 	f.WriteFile("bad.jsonl", bad.String())
 
-	producer := func(tokenValue, batch, file string) (int, string, []queue.Result) {
+	producer := func(tokenValue, batch, file string) (int, string, []kftype.Result) {
 		t.Helper()
 		out := filepath.Join(f.Dir, batch+".results.jsonl")
 		_ = os.Remove(out)
@@ -308,10 +308,10 @@ func TestPythonExampleProducer(t *testing.T) {
 		} else if err != nil {
 			t.Fatalf("producer.py: %v", err)
 		}
-		var rs []queue.Result
+		var rs []kftype.Result
 		if b, err := os.ReadFile(out); err == nil {
 			for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-				var r queue.Result
+				var r kftype.Result
 				if json.Unmarshal([]byte(l), &r) == nil && r.Item != "" {
 					rs = append(rs, r)
 				}
@@ -326,7 +326,7 @@ func TestPythonExampleProducer(t *testing.T) {
 		t.Fatalf("good batch: exit %d, %d results; stderr:\n%s", code, len(rs), says)
 	}
 	for _, r := range rs {
-		if r.Outcome != queue.OutcomeSucceeded || !strings.Contains(r.Output, `"usage"`) {
+		if r.Outcome != kftype.OutcomeSucceeded || !strings.Contains(r.Output, `"usage"`) {
 			t.Errorf("%s: %s %q %q", r.Item, r.Outcome, r.Output, r.Error)
 		}
 	}

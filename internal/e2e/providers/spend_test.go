@@ -13,7 +13,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/spend"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/pkg/ratelimit"
@@ -250,10 +250,10 @@ func TestTenantsShareByWeight(t *testing.T) {
 	// tenants still hold a backlog (heavy's 900 last until about the
 	// 1,350th). Counting through the CLI took seconds under load, long
 	// enough for the counts to be of different moments.
-	var finished []queue.Result
+	var finished []kftype.Result
 	testutil.WaitFor(t, "1,000 items done", 2*time.Minute, func() bool {
 		finished = finished[:0]
-		if err := f.Queue.ReadResults(context.Background(), "", func(r queue.Result) error {
+		if err := f.Queue.ReadResults(context.Background(), "", func(r kftype.Result) error {
 			finished = append(finished, r)
 			return nil
 		}); err != nil {
@@ -261,7 +261,7 @@ func TestTenantsShareByWeight(t *testing.T) {
 		}
 		return len(finished) >= 1000
 	})
-	slices.SortFunc(finished, func(a, b queue.Result) int { return a.FinishedAt.Compare(b.FinishedAt) })
+	slices.SortFunc(finished, func(a, b kftype.Result) int { return a.FinishedAt.Compare(b.FinishedAt) })
 	from, to := finished[99].FinishedAt, finished[999].FinishedAt
 	var heavy, light float64
 	for _, r := range finished {

@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
@@ -104,15 +104,15 @@ func TestReliabilitySecretsNeverLeak(t *testing.T) {
 		n       int
 		outcome string
 	}{
-		{"ok", e2etest.ShortOrFull(12, 300), queue.OutcomeSucceeded},
-		{"echo", 4, queue.OutcomeSucceeded},
-		{"perm", 2, queue.OutcomeFailed},
-		{"trans", 2, queue.OutcomeFailed},
-		{"flaky", 2, queue.OutcomeSucceeded},
-		{"rl", 2, queue.OutcomeSucceeded},
-		{"cutout", 1, queue.OutcomeSucceeded},
-		{"cuterr", 1, queue.OutcomeFailed},
-		{"cutline", 1, queue.OutcomeSucceeded},
+		{"ok", e2etest.ShortOrFull(12, 300), kftype.OutcomeSucceeded},
+		{"echo", 4, kftype.OutcomeSucceeded},
+		{"perm", 2, kftype.OutcomeFailed},
+		{"trans", 2, kftype.OutcomeFailed},
+		{"flaky", 2, kftype.OutcomeSucceeded},
+		{"rl", 2, kftype.OutcomeSucceeded},
+		{"cutout", 1, kftype.OutcomeSucceeded},
+		{"cuterr", 1, kftype.OutcomeFailed},
+		{"cutline", 1, kftype.OutcomeSucceeded},
 	} {
 		for i := range g.n {
 			id := fmt.Sprintf("%s-%03d", g.prefix, i)
@@ -120,9 +120,9 @@ func TestReliabilitySecretsNeverLeak(t *testing.T) {
 			want[id] = g.outcome
 		}
 	}
-	items := make([]queue.Item, len(ids))
+	items := make([]kftype.Item, len(ids))
 	for i, id := range ids {
-		items[i] = queue.Item{ID: id, Batch: "secrets", Kind: "exec", Payload: []byte(fmt.Sprintf(`{"id":%q}`, id))}
+		items[i] = kftype.Item{ID: id, Batch: "secrets", Kind: "exec", Payload: []byte(fmt.Sprintf(`{"id":%q}`, id))}
 	}
 	start := time.Now()
 	if rep, err := f.Queue.Publish(ctx, items...); err != nil || rep.Published != len(items) {
@@ -411,11 +411,11 @@ func proveLeakScanners(ctx context.Context, t *testing.T, js jetstream.JetStream
 }
 
 // resultsJSON decodes `producer results` output.
-func resultsJSON(t *testing.T, out string) []queue.Result {
+func resultsJSON(t *testing.T, out string) []kftype.Result {
 	t.Helper()
-	var rs []queue.Result
+	var rs []kftype.Result
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		var r queue.Result
+		var r kftype.Result
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatalf("results line %q: %v", line, err)
 		}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
@@ -28,7 +28,7 @@ func TestReliabilitySlowJobs(t *testing.T) {
 	res := results.Wait(t, e2etest.ShortOrFull(2*time.Minute, 5*time.Minute))
 	took := time.Since(start)
 	for id, r := range res {
-		if r.Outcome != queue.OutcomeSucceeded || r.Attempts != 1 {
+		if r.Outcome != kftype.OutcomeSucceeded || r.Attempts != 1 {
 			t.Errorf("%s: %+v, want success on attempt 1", id, r)
 		}
 	}
@@ -150,7 +150,7 @@ func testPausedWorker(t *testing.T, withJob bool, scenario string, maxWindow fun
 	if window > bound {
 		t.Errorf("the two jobs used %s at once for %s, more than the bound %s", old.Cred, window, bound)
 	}
-	if r := res[ids[0]]; r.Outcome != queue.OutcomeSucceeded || r.Worker != "w2" {
+	if r := res[ids[0]]; r.Outcome != kftype.OutcomeSucceeded || r.Worker != "w2" {
 		t.Errorf("result %+v, want success on w2", r)
 	}
 	if w1.Exited() {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
@@ -39,16 +39,16 @@ func enqueueBatch(f *e2etest.Fleet, batch string, n, ms int, flags ...string) {
 }
 
 // finished lists the results of every batch in the order they finished.
-func finished(f *e2etest.Fleet) []queue.Result {
+func finished(f *e2etest.Fleet) []kftype.Result {
 	f.T.Helper()
-	var out []queue.Result
-	if err := f.Queue.ReadResults(context.Background(), "", func(r queue.Result) error {
+	var out []kftype.Result
+	if err := f.Queue.ReadResults(context.Background(), "", func(r kftype.Result) error {
 		out = append(out, r)
 		return nil
 	}); err != nil {
 		f.T.Fatal(err)
 	}
-	slices.SortFunc(out, func(a, b queue.Result) int { return a.FinishedAt.Compare(b.FinishedAt) })
+	slices.SortFunc(out, func(a, b kftype.Result) int { return a.FinishedAt.Compare(b.FinishedAt) })
 	return out
 }
 
@@ -146,10 +146,10 @@ func TestBatchStateSurvivesRestarts(t *testing.T) {
 	enqueueBatch(f, "held", 30, 1)
 	enqueueBatch(f, "dropped", 30, 1)
 	ctx := context.Background()
-	if _, err := f.Queue.SetBatchState(ctx, "held", queue.ActionPause, "test"); err != nil {
+	if _, err := f.Queue.SetBatchState(ctx, "held", kftype.ActionPause, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.Queue.SetBatchState(ctx, "dropped", queue.ActionCancel, "test"); err != nil {
+	if _, err := f.Queue.SetBatchState(ctx, "dropped", kftype.ActionCancel, "test"); err != nil {
 		t.Fatal(err)
 	}
 	enqueueBatch(f, "free", 20, 1)
@@ -166,7 +166,7 @@ func TestBatchStateSurvivesRestarts(t *testing.T) {
 	// sweeper drains it), none ran; the paused batch ran nothing.
 	dropped := f.WaitResults("dropped", 30, time.Minute)
 	for id, r := range dropped {
-		if r.Outcome != queue.OutcomeCancelled {
+		if r.Outcome != kftype.OutcomeCancelled {
 			t.Errorf("dropped/%s: %+v, want cancelled", id, r)
 		}
 	}
@@ -176,16 +176,16 @@ func TestBatchStateSurvivesRestarts(t *testing.T) {
 		}
 	}
 	b, err := f.Queue.Batch(ctx, "held")
-	if err != nil || b.Status() != queue.BatchPaused {
+	if err != nil || b.State != kftype.BatchPaused {
 		t.Fatalf("held after the restarts: %+v %v", b, err)
 	}
-	if _, err := f.Queue.SetBatchState(ctx, "held", queue.ActionResume, "test"); err != nil {
+	if _, err := f.Queue.SetBatchState(ctx, "held", kftype.ActionResume, "test"); err != nil {
 		t.Fatal(err)
 	}
 	held := f.WaitResults("held", 30, time.Minute)
 	lost := 0
 	for _, r := range held {
-		if r.Outcome != queue.OutcomeSucceeded || r.Attempts != 1 {
+		if r.Outcome != kftype.OutcomeSucceeded || r.Attempts != 1 {
 			lost++
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
@@ -150,7 +150,7 @@ func TestBatchPauseResume(t *testing.T) {
 		t.Fatalf("resume said:\n%s", r)
 	}
 	for id, res := range f.WaitResults("held", n, time.Minute) {
-		if res.Outcome != queue.OutcomeSucceeded {
+		if res.Outcome != kftype.OutcomeSucceeded {
 			t.Errorf("held/%s: %+v", id, res)
 		}
 	}
@@ -249,11 +249,11 @@ func TestBatchCancel(t *testing.T) {
 		}
 		seen[id] = true
 		switch l["outcome"] {
-		case queue.OutcomeCancelled:
+		case kftype.OutcomeCancelled:
 			if started[id] {
 				t.Fatalf("item %s was cancelled, yet it ran", id)
 			}
-		case queue.OutcomeSucceeded:
+		case kftype.OutcomeSucceeded:
 			if !started[id] {
 				t.Fatalf("item %s succeeded without a start", id)
 			}
@@ -321,7 +321,7 @@ func TestBatchPauseSurvivesWorkerKill(t *testing.T) {
 	}
 	steer(f, "resume", "held")
 	for id, r := range f.WaitResults("held", n, time.Minute) {
-		if r.Outcome != queue.OutcomeSucceeded {
+		if r.Outcome != kftype.OutcomeSucceeded {
 			t.Errorf("held/%s: %+v", id, r)
 		}
 	}

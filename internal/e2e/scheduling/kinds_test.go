@@ -11,7 +11,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // Kinds, key groups and scoped limits through the binaries (issue 25).
@@ -78,14 +78,14 @@ func TestKindsScopesNoHeadOfLineBlocking(t *testing.T) {
 
 	fastLast, embLast := time.Time{}, time.Time{}
 	for _, r := range emb {
-		if r.Outcome != queue.OutcomeSucceeded || r.CredentialID != "emb-0" {
+		if r.Outcome != kftype.OutcomeSucceeded || r.CredentialID != "emb-0" {
 			t.Errorf("embed item %s: %s on %s, want succeeded on emb-0 (its kind's group)", r.Item, r.Outcome, r.CredentialID)
 		}
 		embLast = later(embLast, r.FinishedAt)
 	}
-	var slowStarts []queue.Result
+	var slowStarts []kftype.Result
 	for _, r := range all {
-		if r.Outcome != queue.OutcomeSucceeded || !strings.HasPrefix(r.CredentialID, "llm-") {
+		if r.Outcome != kftype.OutcomeSucceeded || !strings.HasPrefix(r.CredentialID, "llm-") {
 			t.Errorf("chat item %s: %s on %s, want succeeded on an llm key", r.Item, r.Outcome, r.CredentialID)
 		}
 		if strings.HasPrefix(r.Item, "fast-") {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
@@ -51,7 +51,7 @@ func TestBatchScopedLanes(t *testing.T) {
 	}
 	w := f.StartWorker("w1")
 	for id, res := range f.WaitResults("mixed", n, time.Minute) {
-		if res.Outcome != queue.OutcomeSucceeded {
+		if res.Outcome != kftype.OutcomeSucceeded {
 			t.Errorf("mixed/%s: %+v", id, res)
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
 )
@@ -74,7 +74,7 @@ func TestWorkerWaitsForAFormingNATSCluster(t *testing.T) {
 	f.Publish("forming", "exec", n, e2etest.ItemJSON)
 	res := f.WaitResults("forming", n, time.Minute)
 	for id, r := range res {
-		if r.Outcome != queue.OutcomeSucceeded {
+		if r.Outcome != kftype.OutcomeSucceeded {
 			t.Errorf("%s: %s (%s)", id, r.Outcome, r.Error)
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // Three worker processes over two credentials of concurrency 1: every item
@@ -26,7 +26,7 @@ func TestThreeWorkersShareTwoKeys(t *testing.T) {
 		if !ok {
 			t.Fatalf("no result for %s", id)
 		}
-		if r.Outcome != queue.OutcomeSucceeded || r.Output != fmt.Sprintf("out:%s:1", id) || r.Attempts != 1 {
+		if r.Outcome != kftype.OutcomeSucceeded || r.Output != fmt.Sprintf("out:%s:1", id) || r.Attempts != 1 {
 			t.Fatalf("result of %s: %+v", id, r)
 		}
 		if r.CredentialID != "key-a" && r.CredentialID != "key-b" {

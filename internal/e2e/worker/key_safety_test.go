@@ -11,7 +11,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
@@ -57,9 +57,9 @@ func TestKeySafety(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	if _, err := f.Queue.Publish(ctx,
-		queue.Item{ID: "poison", Batch: "bad", Kind: "http", Payload: []byte(`{"refuse":true}`)},
-		queue.Item{ID: "huge", Batch: "bad", Kind: "http", Payload: []byte(`{"too_large":true}`)},
-		queue.Item{ID: "absurd", Batch: "bad", Kind: "http", Payload: []byte(`{"retry_after":"99999999"}`)},
+		kftype.Item{ID: "poison", Batch: "bad", Kind: "http", Payload: []byte(`{"refuse":true}`)},
+		kftype.Item{ID: "huge", Batch: "bad", Kind: "http", Payload: []byte(`{"too_large":true}`)},
+		kftype.Item{ID: "absurd", Batch: "bad", Kind: "http", Payload: []byte(`{"retry_after":"99999999"}`)},
 	); err != nil {
 		t.Fatal(err)
 	}
@@ -70,14 +70,14 @@ func TestKeySafety(t *testing.T) {
 	bad := f.WaitResults("bad", 3, time.Minute)
 	lost := 0
 	for id, r := range res {
-		if r.Outcome != queue.OutcomeSucceeded {
+		if r.Outcome != kftype.OutcomeSucceeded {
 			lost++
 			t.Errorf("good item %s: %+v", id, r)
 		}
 	}
 
-	dead := map[string]queue.DeadLetter{}
-	if err := f.Queue.ListDeadLetters(ctx, "bad", func(d queue.DeadLetter) error { dead[d.Item] = d; return nil }); err != nil {
+	dead := map[string]kftype.DeadLetter{}
+	if err := f.Queue.ListDeadLetters(ctx, "bad", func(d kftype.DeadLetter) error { dead[d.Item] = d; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	st := api.Stats()
@@ -103,11 +103,11 @@ func TestKeySafety(t *testing.T) {
 			disabledHealthy++
 		}
 	}
-	poisonOK := poison.Reason == queue.ReasonRefused && bad["poison"].Outcome == queue.OutcomeFailed &&
+	poisonOK := poison.Reason == kftype.ReasonRefused && bad["poison"].Outcome == kftype.OutcomeFailed &&
 		healthyRefused <= 3 && disabledHealthy == 0
 	if !poisonOK || !strings.Contains(poison.Error, "403") {
 		t.Errorf("poison item: want dead-lettered (%q) after <= 3 refusals naming them, no healthy key disabled; "+
-			"got dead letter %+v, %d refusals by healthy keys, %d healthy keys disabled", queue.ReasonRefused, poison, healthyRefused, disabledHealthy)
+			"got dead letter %+v, %d refusals by healthy keys, %d healthy keys disabled", kftype.ReasonRefused, poison, healthyRefused, disabledHealthy)
 	}
 	e2etest.RecordRow(e2etest.ReliabilityRow{Scenario: "Key safety: an item refused (403) on every key", Items: good + 1, Lost: lost, Took: took,
 		Passed: poisonOK && lost == 0,
@@ -128,7 +128,7 @@ func TestKeySafety(t *testing.T) {
 	// a key that took the request (a run on the revoked key, refused,
 	// may come before it).
 	huge := dead["huge"]
-	hugeOK := huge.Reason == queue.ReasonPermanent && huge.Failures == 1 && huge.Attempts <= 2 &&
+	hugeOK := huge.Reason == kftype.ReasonPermanent && huge.Failures == 1 && huge.Attempts <= 2 &&
 		strings.Contains(huge.Error, "larger than the key's limit")
 	if !hugeOK {
 		t.Errorf("too-large item: want a permanent failure at its first run a key took, got %+v", huge)
@@ -146,11 +146,11 @@ func TestKeySafety(t *testing.T) {
 			longest = max(longest, time.Until(c.CoolingUntil))
 		}
 	}
-	absurdOK := absurd.Reason == queue.ReasonRateLimited && longest <= maxRest &&
+	absurdOK := absurd.Reason == kftype.ReasonRateLimited && longest <= maxRest &&
 		strings.Contains(f.Logs(), "longer than pool.max_rest")
 	if !absurdOK {
 		t.Errorf("absurd Retry-After: want the item dead-lettered (%q), every rest <= %s, a warning in the log; got %+v, longest rest %s",
-			queue.ReasonRateLimited, maxRest, absurd, longest)
+			kftype.ReasonRateLimited, maxRest, absurd, longest)
 	}
 	// Every key it rested comes back within max_rest.
 	back := time.Now()

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
@@ -59,9 +59,9 @@ func TestWorkerServesMetricsAndHealth(t *testing.T) {
 	revoked := "[ \"$KEYFLEET_CREDENTIAL_ID\" = key-c ] && { echo \"revoked key\" >&2; exit 77; }\n"
 	f.WriteScript("outcome.sh", revoked+strings.ReplaceAll(outcomeScript, "{{dir}}", f.Dir))
 	ids := []string{"rej-0", "ok-1", "perm-2", "trans-3", "rl-4", "ok-5"}
-	items := make([]queue.Item, len(ids))
+	items := make([]kftype.Item, len(ids))
 	for i, id := range ids {
-		items[i] = queue.Item{ID: id, Batch: "obs", Kind: "exec", Payload: []byte(`{"id":"` + id + `"}`)}
+		items[i] = kftype.Item{ID: id, Batch: "obs", Kind: "exec", Payload: []byte(`{"id":"` + id + `"}`)}
 	}
 	if _, err := f.Queue.Publish(t.Context(), items...); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
-	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 	"github.com/keyfleet/keyfleet/pkg/ratelimit"
@@ -52,9 +52,9 @@ func TestExecOutcomesSettle(t *testing.T) {
 	})
 	f.WriteScript("outcome.sh", strings.ReplaceAll(outcomeScript, "{{dir}}", f.Dir))
 	ids := []string{"rej-0", "ok-1", "perm-2", "trans-3", "rl-4", "ok-5"}
-	items := make([]queue.Item, len(ids))
+	items := make([]kftype.Item, len(ids))
 	for i, id := range ids {
-		items[i] = queue.Item{ID: id, Batch: "b", Kind: "exec", Payload: []byte(`{"id":"` + id + `"}`)}
+		items[i] = kftype.Item{ID: id, Batch: "b", Kind: "exec", Payload: []byte(`{"id":"` + id + `"}`)}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -69,19 +69,19 @@ func TestExecOutcomesSettle(t *testing.T) {
 		attempts int
 		cred     string
 	}{
-		"rej-0":   {queue.OutcomeSucceeded, 2, "key-b"},
-		"ok-1":    {queue.OutcomeSucceeded, 1, ""},
-		"perm-2":  {queue.OutcomeFailed, 1, ""},
-		"trans-3": {queue.OutcomeFailed, 2, ""},
-		"rl-4":    {queue.OutcomeSucceeded, 4, ""},
-		"ok-5":    {queue.OutcomeSucceeded, 1, ""},
+		"rej-0":   {kftype.OutcomeSucceeded, 2, "key-b"},
+		"ok-1":    {kftype.OutcomeSucceeded, 1, ""},
+		"perm-2":  {kftype.OutcomeFailed, 1, ""},
+		"trans-3": {kftype.OutcomeFailed, 2, ""},
+		"rl-4":    {kftype.OutcomeSucceeded, 4, ""},
+		"ok-5":    {kftype.OutcomeSucceeded, 1, ""},
 	}
 	for id, wnt := range want {
 		r := res[id]
 		if r.Outcome != wnt.outcome || r.Attempts != wnt.attempts || (wnt.cred != "" && r.CredentialID != wnt.cred) {
 			t.Errorf("%s: want %s after %d runs (credential %q), got %+v", id, wnt.outcome, wnt.attempts, wnt.cred, r)
 		}
-		if r.Outcome == queue.OutcomeSucceeded && r.Output != "ok "+id {
+		if r.Outcome == kftype.OutcomeSucceeded && r.Output != "ok "+id {
 			t.Errorf("%s output %q", id, r.Output)
 		}
 	}
@@ -97,11 +97,11 @@ func TestExecOutcomesSettle(t *testing.T) {
 		t.Errorf("runs: perm-2 %v (want 1), trans-3 %v (want 2)", runs["perm-2"], runs["trans-3"])
 	}
 
-	dead := map[string]queue.DeadLetter{}
-	if err := f.Queue.ListDeadLetters(ctx, "b", func(d queue.DeadLetter) error { dead[d.Item] = d; return nil }); err != nil {
+	dead := map[string]kftype.DeadLetter{}
+	if err := f.Queue.ListDeadLetters(ctx, "b", func(d kftype.DeadLetter) error { dead[d.Item] = d; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if len(dead) != 2 || dead["perm-2"].Reason != queue.ReasonPermanent || dead["trans-3"].Reason != queue.ReasonOutOfAttempts {
+	if len(dead) != 2 || dead["perm-2"].Reason != kftype.ReasonPermanent || dead["trans-3"].Reason != kftype.ReasonOutOfAttempts {
 		t.Fatalf("dead letters: %+v", dead)
 	}
 	if !strings.Contains(dead["perm-2"].Error, "bad input in perm-2") || string(dead["perm-2"].Payload) != `{"id":"perm-2"}` {
@@ -167,24 +167,24 @@ func TestHTTPOutcomesAgainstRateLimitedAPI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	if _, err := f.Queue.Publish(ctx,
-		queue.Item{ID: "nf", Batch: "bad", Kind: "http", Payload: []byte(`{"force_status":404}`)},
-		queue.Item{ID: "boom", Batch: "bad", Kind: "http", Payload: []byte(`{"force_status":500}`)},
+		kftype.Item{ID: "nf", Batch: "bad", Kind: "http", Payload: []byte(`{"force_status":404}`)},
+		kftype.Item{ID: "boom", Batch: "bad", Kind: "http", Payload: []byte(`{"force_status":500}`)},
 	); err != nil {
 		t.Fatal(err)
 	}
 	w1, w2 := f.StartWorker("w1"), f.StartWorker("w2")
 	res := f.WaitResults("ok", n, 3*time.Minute)
 	for id, r := range res {
-		if r.Outcome != queue.OutcomeSucceeded || r.CredentialID == "key-wrong" || !strings.Contains(r.Output, `"ok":true`) {
+		if r.Outcome != kftype.OutcomeSucceeded || r.CredentialID == "key-wrong" || !strings.Contains(r.Output, `"ok":true`) {
 			t.Fatalf("%s: %+v", id, r)
 		}
 	}
 	bad := f.WaitResults("bad", 2, time.Minute)
-	if r := bad["nf"]; r.Outcome != queue.OutcomeFailed || !strings.HasPrefix(r.Error, queue.ReasonPermanent) || r.Attempts < 1 {
+	if r := bad["nf"]; r.Outcome != kftype.OutcomeFailed || !strings.HasPrefix(r.Error, kftype.ReasonPermanent) || r.Attempts < 1 {
 		t.Fatalf("404: %+v", r)
 	}
 	// One failed run (rate-limited runs before it, if any, use no attempt).
-	if r := bad["boom"]; r.Outcome != queue.OutcomeFailed || !strings.HasPrefix(r.Error, queue.ReasonOutOfAttempts) || r.Attempts < 1 {
+	if r := bad["boom"]; r.Outcome != kftype.OutcomeFailed || !strings.HasPrefix(r.Error, kftype.ReasonOutOfAttempts) || r.Attempts < 1 {
 		t.Fatalf("500: %+v", r)
 	}
 	st := api.Stats()
@@ -222,7 +222,7 @@ func TestLongJobOutlivesLeaseAndAckWait(t *testing.T) {
 	w1, w2 := f.StartWorker("w1"), f.StartWorker("w2")
 	res := f.WaitResults("b", 2, 2*time.Minute)
 	for id, r := range res {
-		if r.Outcome != queue.OutcomeSucceeded || r.Attempts != 1 || r.Duration < 3.5 {
+		if r.Outcome != kftype.OutcomeSucceeded || r.Attempts != 1 || r.Duration < 3.5 {
 			t.Fatalf("%s: %+v", id, r)
 		}
 	}
