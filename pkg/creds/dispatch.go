@@ -14,7 +14,8 @@ import (
 // dispatcher sends a handle's operations to Redis in steps (lua/step.lua),
 // one step at a time: operations asked for while a step is on its way go
 // together in the next one. It also runs the steps nobody asks for: one
-// when a grant message or the handle's timer duty comes, and one every
+// when a grant message cannot give its lease to its waiter by itself (see
+// deliver) or the handle's timer duty comes, and one every
 // quarter of the waiter TTL while the handle has waiters queued (which
 // keeps them alive in the fleet's queue).
 type dispatcher struct {
@@ -31,8 +32,13 @@ type dispatcher struct {
 	joins      []*KeySet
 	joinedSets map[string]bool
 	claim      bool // grants may wait for this handle in Redis
-	closed     bool
-	started    bool
+	// clock pairs this process's clock with Redis's (see localTime);
+	// delivered holds the grants taken from their messages whose records
+	// in Redis a step has not collected yet (see deliver).
+	clock     clockPair
+	delivered map[string]time.Time
+	closed    bool
+	started   bool
 
 	kickCh   chan struct{}
 	done     chan struct{}
@@ -74,6 +80,7 @@ type waitResult struct {
 func (d *dispatcher) init(p *Pool) {
 	d.p = p
 	d.waiters = make(map[string]*waiter)
+	d.delivered = make(map[string]time.Time)
 	d.join = p.group != ""
 	d.joinedSets = map[string]bool{}
 	d.kickCh = make(chan struct{}, 1)
@@ -105,7 +112,9 @@ func (d *dispatcher) isClosed() bool {
 }
 
 // message handles what another handle's script sent on this handle's
-// channel: "g" (grants wait to be claimed) or "t<us>" (run a step then).
+// channel: "g<grant>" (a lease for one of its waiters: deliver), "g"
+// (grants or answers wait in Redis: a step collects them) or "t<us>" (run
+// a step then).
 func (d *dispatcher) message(payload string) {
 	if us, ok := cutPrefix(payload, "t"); ok {
 		n, err := strconv.ParseInt(us, 10, 64)
@@ -118,6 +127,9 @@ func (d *dispatcher) message(payload string) {
 			d.mu.Unlock()
 		}
 		d.kick() // the loop sets its timer; it steps only when the time comes
+		return
+	}
+	if g, ok := cutPrefix(payload, "g"); ok && g != "" && d.deliver(g) {
 		return
 	}
 	d.recheck()
@@ -305,15 +317,17 @@ func (d *dispatcher) keepAlive() {
 	p := d.p
 	ctx, cancel := p.opCtx(context.Background())
 	defer cancel()
+	sent := time.Now()
 	reply, err := aliveScript.Run(ctx, p.scripts, []string{p.keys.creds}, p.instance, p.waiterTTL.Microseconds()).Result()
 	if err != nil {
 		return // the next keep-alive or step tries again
 	}
-	v, err := ratelimit.Int64s(reply, 3)
+	v, err := ratelimit.Int64s(reply, 4)
 	if err != nil {
 		return
 	}
 	d.mu.Lock()
+	d.clock = clockPair{sent: sent, redisUS: v[3]}
 	queued := 0
 	for _, w := range d.waiters {
 		if w.queued {
@@ -332,12 +346,14 @@ func (d *dispatcher) keepAlive() {
 	}
 }
 
-// flush sends the ops left at close in one last step.
+// flush sends the ops left at close in one last step, which also
+// collects the records of the grants its messages delivered.
 func (d *dispatcher) flush() {
 	d.mu.Lock()
 	n := len(d.ops)
+	collect := d.claim // grants delivered by their messages leave records
 	d.mu.Unlock()
-	if n > 0 {
+	if n > 0 || collect {
 		d.step()
 	}
 }
@@ -453,6 +469,7 @@ func (d *dispatcher) apply(ops []*op, r stepReply, sent time.Time) {
 	p := d.p
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.clock = clockPair{sent: sent, redisUS: r.now.UnixMicro()}
 	var newlyQueued []*waiter
 	for i, o := range ops {
 		res := r.results[i]
@@ -507,6 +524,12 @@ func (d *dispatcher) apply(ops []*op, r stepReply, sent time.Time) {
 		}
 	}
 	for _, g := range r.grants {
+		if _, ok := d.delivered[g.wid]; ok {
+			// Its message gave it to its waiter already: this was the
+			// record that step collected.
+			delete(d.delivered, g.wid)
+			continue
+		}
 		w := d.waiters[g.wid]
 		if g.lost {
 			if w != nil {

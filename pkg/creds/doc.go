@@ -22,7 +22,8 @@
 // (a release, a rest or window ending, an admin change) grants it to the
 // first waiter that can use it, looking at the first waiter of each
 // class only, so that a class that waits costs one look however many
-// waiters it holds, and sends one message to that waiter's process. A
+// waiters it holds, and sends the lease in one message to that waiter's
+// process, which starts on it without another call. A
 // cost that only disabled credentials could take fails at once with
 // ErrNeverFits instead of waiting. Waiting is event-driven: a rest, lease
 // expiry or rate window is acted on at the exact moment it ends by one

@@ -114,13 +114,15 @@ func startWaitingProcess(t *testing.T, e *env, n int, ttl time.Duration) *exec.C
 const childQueueTimeout = 30 * time.Second
 
 // A process killed (SIGKILL) while its waiters are queued ahead of
-// everybody must not hold the keys: live processes keep them busy, and no
-// key stays idle longer than about two waiter TTLs (its waiters are dropped
-// after one; a grant made to it before that lives one more, unclaimed).
-func TestKilledProcessWithQueuedWaitersDoesNotHoldKeys(t *testing.T) {
-	const ttl = 300 * time.Millisecond
+// everybody holds the keys no longer than a key it held itself: live
+// processes keep them busy, and no key stays idle longer than about a
+// waiter TTL and a lease TTL (its waiters are dropped a waiter TTL after
+// its last keep-alive; a grant made to it before that is a lease, which
+// lapses unrenewed after the lease TTL of the handle that granted it).
+func TestKilledProcessWithQueuedWaitersHoldsKeysOneLeaseTTL(t *testing.T) {
+	const ttl, leaseTTL = 300 * time.Millisecond, time.Second
 	e := newEnv(t)
-	live := e.pool(creds.WithWaiterTTL(ttl))
+	live := e.pool(creds.WithWaiterTTL(ttl), creds.WithLeaseTTL(leaseTTL))
 	e.register(live, creds.Credential{ID: "a", MaxConcurrent: 1}, creds.Credential{ID: "b", MaxConcurrent: 1})
 	held := []*creds.Lease{mustAcquire(t, live, "h1"), mustAcquire(t, live, "h2")}
 
@@ -202,10 +204,11 @@ func TestKilledProcessWithQueuedWaitersDoesNotHoldKeys(t *testing.T) {
 			prev = u.end
 		}
 	}
-	t.Logf("longest a key stood idle after the kill: %s (waiter TTL %s)", worst, ttl)
-	// Two waiter TTLs, plus room for a loaded machine; the lease TTL (30s)
-	// is what a dead process's grants would cost without the waiter TTL.
-	if bound := 2*ttl + 1500*time.Millisecond; worst > bound {
+	t.Logf("longest a key stood idle after the kill: %s (waiter TTL %s, lease TTL %s)", worst, ttl, leaseTTL)
+	// A waiter TTL and a lease TTL, plus room for a loaded machine; without
+	// the waiter TTL, the dead process's waiters would be granted key
+	// after key.
+	if bound := ttl + leaseTTL + 1500*time.Millisecond; worst > bound {
 		t.Fatalf("a key stood idle %s after the waiting process died, want at most %s", worst, bound)
 	}
 }

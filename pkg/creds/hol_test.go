@@ -127,7 +127,9 @@ func TestManyBlockedClassesDoNotStarveAnother(t *testing.T) {
 // process's are dropped.
 func TestWaitersOfAnOlderVersion(t *testing.T) {
 	e := newEnv(t)
-	p := e.pool(creds.WithWaiterTTL(200 * time.Millisecond))
+	// A grant is a lease of the granting handle's TTL: short, so that the
+	// old waiter's, never claimed, lapses soon.
+	p := e.pool(creds.WithWaiterTTL(200*time.Millisecond), creds.WithLeaseTTL(time.Second))
 	e.register(p, creds.Credential{ID: "k", MaxConcurrent: 1})
 	ctx := context.Background()
 	pfx := p.KeyPrefix()

@@ -26,10 +26,13 @@ type Lease struct {
 	Scope string
 	// Acquired and Expires are on Redis's clock.
 	Acquired, Expires time.Time
-	// RequestedAt is when the call that made the lease this handle's was
-	// sent, on this process's clock: the lease lives at least until
-	// RequestedAt plus the lease TTL (a holder that must not outlive its
-	// lease counts from here, whatever the clocks of other machines say).
+	// RequestedAt is, on this process's clock, a moment no later than the
+	// lease was granted: when the call that made the lease this handle's
+	// was sent, or, for a lease another handle's call granted (its message
+	// delivered it), the grant mapped from Redis's clock by this handle's
+	// last call. The lease lives at least until RequestedAt plus the lease
+	// TTL (a holder that must not outlive its lease counts from here,
+	// whatever the clocks of other machines say).
 	RequestedAt time.Time
 
 	member string
@@ -256,10 +259,11 @@ func (p *Pool) settleOp(l *Lease, o Outcome) (chan error, error) {
 }
 
 // sentOnRedis maps a moment of this process's clock after the lease was
-// acquired onto Redis's clock, in µs (0: unknown). The step that made the
-// lease this handle's ran on Redis at Expires − TTL, after this process
-// sent it at RequestedAt: that moment plus the time from RequestedAt to
-// sent is no earlier than sent on Redis's clock.
+// acquired onto Redis's clock, in µs (0: unknown). The lease was granted
+// or made this handle's on Redis at Expires − TTL or earlier (a grant by
+// a handle with a longer TTL), and this process's clock read RequestedAt
+// or later at that moment: Expires − TTL plus the time from RequestedAt
+// to sent is no earlier than sent on Redis's clock.
 func (p *Pool) sentOnRedis(l *Lease, sent time.Time) int64 {
 	if sent.IsZero() || l.RequestedAt.IsZero() || l.Expires.IsZero() || sent.Before(l.RequestedAt) {
 		return 0

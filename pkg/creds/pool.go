@@ -26,9 +26,9 @@ const (
 	LeaseTTLDefault = 30 * time.Second
 	// WaiterTTLDefault bounds how long a crashed process's waiters can be
 	// served: they are dropped from the fleet's queue once their process
-	// has not refreshed them for this long, and a grant made to one lives
-	// this long unclaimed. A key granted to a process that died stays idle
-	// at most about twice this.
+	// has not refreshed them for this long. A key granted to a process
+	// within that time after it died is a lease like the ones it held,
+	// and stays idle until the lease TTL runs out.
 	WaiterTTLDefault = 2 * time.Second
 	// OpTimeoutDefault bounds each Redis call the pool makes on its own
 	// behalf.
@@ -47,10 +47,10 @@ func WithLeaseTTL(d time.Duration) Option {
 }
 
 // WithWaiterTTL sets how long this handle's queued waiters stay in the
-// fleet's queue without a refresh, and how long a grant to one of them
-// lives unclaimed (default WaiterTTLDefault, at least 50ms; never more
-// than the lease TTL). The handle refreshes them four times per TTL while
-// it waits.
+// fleet's queue without a refresh, and how long a grant an operator's
+// action makes to one of them lives until the handle collects it (default
+// WaiterTTLDefault, at least 50ms; never more than the lease TTL). The
+// handle refreshes them four times per TTL while it waits.
 func WithWaiterTTL(d time.Duration) Option {
 	return durationAtLeast("waiter TTL", d, 50*time.Millisecond, func(p *Pool) { p.waiterTTL = d })
 }
@@ -131,7 +131,8 @@ func WithOpTimeout(d time.Duration) Option {
 // asked for while the previous one was on its way. Waiters queue in Redis,
 // fleet-wide, in the order they began to wait; the script that frees
 // capacity grants it to the longest-waiting waiter that can use it
-// directly and sends one message to that waiter's handle.
+// directly and sends the lease in one message to that waiter's handle,
+// which starts on it without another call.
 type Pool struct {
 	rdb       Client
 	scripts   redis.Scripter // runs the scripts: rdb unless WithScripter
@@ -194,8 +195,8 @@ func (p *Pool) Name() string { return p.name }
 // LeaseTTL is the lifetime of a lease between renewals.
 func (p *Pool) LeaseTTL() time.Duration { return p.ttl }
 
-// WaiterTTL is how long this handle's waiters and unclaimed grants live
-// without a refresh (see WithWaiterTTL).
+// WaiterTTL is how long this handle's waiters live without a refresh (see
+// WithWaiterTTL).
 func (p *Pool) WaiterTTL() time.Duration { return p.waiterTTL }
 
 // KeyPrefix is the prefix of every Redis key of the pool (for operators and

@@ -121,41 +121,65 @@ func TestReleaseWakesWaiter(t *testing.T) {
 	}
 }
 
-// A grant made to another handle lives its short claim TTL (the waiter
-// TTL) until that handle claims it: the claim (that handle's next step)
-// makes it a full lease, in Redis too.
-func TestClaimedGrantIsAFullLease(t *testing.T) {
+// A grant made to another handle is a full lease (the lease TTL) from the
+// moment it is made, handed to the waiter by its message alone: no step
+// of the waiter's handle runs before the lease is the waiter's. The
+// handle's next step collects the grant's record in Redis and leaves the
+// lease alone (it was delivered); the lease lives, on this process's
+// clock, at least until RequestedAt plus the TTL, and RequestedAt is no
+// later than the grant.
+func TestGrantToAnotherHandleIsAFullLease(t *testing.T) {
 	const leaseTTL, waiterTTL = 10 * time.Second, 200 * time.Millisecond
 	e := newEnv(t)
+	ctx := context.Background()
 	holder := e.pool(creds.WithLeaseTTL(leaseTTL), creds.WithWaiterTTL(waiterTTL))
 	waiter := e.pool(creds.WithLeaseTTL(leaseTTL), creds.WithWaiterTTL(waiterTTL))
 	e.register(holder, creds.Credential{ID: "only", MaxConcurrent: 1})
 	held := mustAcquire(t, holder, "holder")
 	got := acquireAsync(t, waiter, "waiter", 1, 20*time.Second)
 	e.waitQueued(waiter, 1)
-	if err := holder.Release(context.Background(), held); err != nil {
+	released := time.Now()
+	if err := holder.Release(ctx, held); err != nil {
 		t.Fatal(err)
 	}
 	l := testutil.Receive(t, got, 5*time.Second, "waiter not woken within 5s of the release")
+	received := time.Now()
 	if l == nil {
 		t.Fatal("no lease")
 	}
-	if life := l.Expires.Sub(l.Acquired); life < leaseTTL-time.Second {
-		t.Fatalf("the claimed lease lives %s from its grant, want about the lease TTL %s", life, leaseTTL)
+	if life := l.Expires.Sub(l.Acquired); life < leaseTTL {
+		t.Fatalf("the granted lease lives %s from its grant, want the lease TTL %s", life, leaseTTL)
+	}
+	if l.RequestedAt.After(received) || l.RequestedAt.Before(released.Add(-time.Second)) {
+		t.Fatalf("RequestedAt %s: want between the release (%s) and the lease's arrival (%s)",
+			l.RequestedAt.Format(time.StampMicro), released.Format(time.StampMicro), received.Format(time.StampMicro))
 	}
 	member := fmt.Sprintf("%d|%s", l.Token, l.Owner)
-	exp, err := e.rdb.ZScore(context.Background(), "keyfleet:{"+e.name+"}:leases:only", member).Result()
+	leases := "keyfleet:{" + e.name + "}:leases:only"
+	grants := "keyfleet:{" + e.name + "}:gr:" + waiter.Instance()
+	exp, err := e.rdb.ZScore(ctx, leases, member).Result()
 	if err != nil {
 		t.Fatalf("the lease is not in Redis: %v", err)
 	}
 	if got := time.UnixMicro(int64(exp)); !got.Equal(l.Expires) {
 		t.Fatalf("Redis has the lease until %s, the holder until %s", got, l.Expires)
 	}
-	if n, err := e.rdb.HLen(context.Background(), "keyfleet:{"+e.name+"}:gr:"+waiter.Instance()).Result(); err != nil || n != 0 {
-		t.Fatalf("%d grants (%v) still wait to be claimed", n, err)
+	if n, err := e.rdb.HLen(ctx, grants).Result(); err != nil || n != 1 {
+		t.Fatalf("%d grant records (%v) before the waiter's handle stepped, want 1: the lease came by its message", n, err)
 	}
-	if err := waiter.Release(context.Background(), l); err != nil {
-		t.Fatalf("release of the claimed lease: %v", err)
+	// The handle's next step (a try on the key it holds) collects the
+	// record and keeps the lease.
+	if _, err := waiter.TryAcquire(ctx, "again"); !errors.Is(err, creds.ErrNoneAvailable) {
+		t.Fatalf("a try while the only key is held: %v, want ErrNoneAvailable", err)
+	}
+	if n, err := e.rdb.HLen(ctx, grants).Result(); err != nil || n != 0 {
+		t.Fatalf("%d grant records (%v) after the handle's step, want 0", n, err)
+	}
+	if _, err := e.rdb.ZScore(ctx, leases, member).Result(); err != nil {
+		t.Fatalf("the lease left Redis when its grant's record was collected: %v", err)
+	}
+	if err := waiter.Release(ctx, l); err != nil {
+		t.Fatalf("release of the granted lease: %v", err)
 	}
 }
 

@@ -75,6 +75,6 @@ else
   return redis.error_reply('creds: unknown op ' .. op)
 end
 reindex(id, now)
-local _, hol, waited = serve(now, '', claim_ttl, claim_ttl, 64)
+local _, hol, waited = serve(now, '', claim_ttl, 64)
 arm_timer(now, '', hol, waited)
 return n2s(ret)

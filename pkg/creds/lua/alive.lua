@@ -5,8 +5,8 @@
 -- ARGV[1]  instance
 -- ARGV[2]  alive TTL (us)
 -- Returns {waiters of the instance in the queue, grants waiting for it,
--- 1 when the pool's timed step is overdue (its owner died) else 0}: then
--- this handle runs it.
+-- 1 when the pool's timed step is overdue (its owner died) else 0 (then
+-- this handle runs it), Redis's time in us}.
 local pfx = string.sub(KEYS[1], 1, -6)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -16,4 +16,4 @@ local overdue = 0
 if at > 0 and at < now - tonumber(ARGV[2]) / 4 then
   overdue = 1
 end
-return {redis.call('SCARD', pfx .. 'pw:' .. ARGV[1]), redis.call('HLEN', pfx .. 'gr:' .. ARGV[1]), overdue}
+return {redis.call('SCARD', pfx .. 'pw:' .. ARGV[1]), redis.call('HLEN', pfx .. 'gr:' .. ARGV[1]), overdue, now}

@@ -48,7 +48,9 @@
 --                           with waiters refresh it
 --   pw:<inst>        set    the waiters of one instance
 --   gr:<inst>        hash   wid -> "<id>|<token>|<at>|<cost>|<owner>": grants
---                           made to one instance, not yet claimed
+--                           made to one instance that its steps have not
+--                           collected yet (its messages may have delivered
+--                           them already)
 --   grp:<group>      set    credential ids a handle may use (WithOnly)
 --   groups           set    every group
 --   maxcost          hash   group ('' for all; "<group>=<scope>" per scope)
@@ -893,8 +895,9 @@ local function alive(inst, now)
   return u >= now
 end
 
--- reap forgets a dead instance: its waiters leave the queue; grants it
--- never claimed run out by their short claim TTL.
+-- reap forgets a dead instance: its waiters leave the queue; the leases
+-- granted to it lapse unrenewed (they may be running: a grant's message
+-- alone gives it to its waiter).
 local function reap(inst)
   local ws = redis.call('SMEMBERS', k_pw(inst))
   for _, m in ipairs(ws) do
@@ -1166,9 +1169,12 @@ end
 -- scope; first come, first served within a class), so that a class whose
 -- first waiter cannot be served costs one look however many waiters it
 -- holds; the next waiter of a class served takes its place in the walk.
--- A waiter of the calling instance gets a full lease (returned in the
--- reply); one of another instance gets a lease with the short claim TTL,
--- recorded in gr:<inst>, and one message on that instance's channel. A
+-- A waiter gets a lease of lease_ttl (the calling handle's lease TTL; an
+-- operator's action passes the short claim TTL). One of the calling
+-- instance is returned in the reply; one of another instance is recorded
+-- in gr:<inst> and sent whole in a message on that instance's channel
+-- ('g' and grant_reply), which is enough for that instance to start on
+-- it (a waiter whose cost never fits: 'g' alone, the answer in gr). A
 -- waiter that cannot be served holds back only what it shares with the
 -- waiters behind it (no head-of-line blocking across classes): its class
 -- and the credentials it waits for in their unscoped limits (so that a
@@ -1193,7 +1199,7 @@ end
 -- queue_empty: the caller knows nobody waits. Returns the grants of the
 -- caller, hol (see pick; or when the rotation goes on) and whether
 -- anybody was waiting.
-local function serve(now, caller, lease_ttl, claim_ttl, max_grants, queue_empty)
+local function serve(now, caller, lease_ttl, max_grants, queue_empty)
   local mine = {}
   local notify = {}
   local served, scanned, idx = 0, 0, 0
@@ -1223,19 +1229,18 @@ local function serve(now, caller, lease_ttl, claim_ttl, max_grants, queue_empty)
     end
     local id, c, allowed, shared = pick(now, cost, group, scope, reserved)
     if id then
-      local ttl = claim_ttl
-      if inst == caller then
-        ttl = lease_ttl
-      end
-      local token, exp = grant(id, c, now, owner, cost, ttl, scope)
+      local token, exp = grant(id, c, now, owner, cost, lease_ttl, scope)
       unqueue(m)
       redis.call('SREM', k_pw(inst), m)
       served = served + 1
+      local reply = grant_reply(wid, id, token, n2s(exp), n2s(cost), n2s(now), owner)
       if inst == caller then
-        mine[#mine + 1] = grant_reply(wid, id, token, n2s(exp), n2s(cost), n2s(now), owner)
+        mine[#mine + 1] = reply
       else
         redis.call('HSET', k_gr(inst), wid, id .. '|' .. token .. '|' .. n2s(now) .. '|' .. n2s(cost) .. '|' .. owner)
-        notify[inst] = true
+        local msgs = notify[inst] or {}
+        msgs[#msgs + 1] = 'g' .. reply
+        notify[inst] = msgs
       end
       return false
     end
@@ -1257,7 +1262,9 @@ local function serve(now, caller, lease_ttl, claim_ttl, max_grants, queue_empty)
           mine[#mine + 1] = never_fits_reply(wid, max, by, dis)
         else
           redis.call('HSET', k_gr(inst), wid, '!' .. max .. '|' .. dis .. '|' .. by)
-          notify[inst] = true
+          local msgs = notify[inst] or {}
+          msgs[#msgs + 1] = 'g'
+          notify[inst] = msgs
         end
         return false
       end
@@ -1314,8 +1321,10 @@ local function serve(now, caller, lease_ttl, claim_ttl, max_grants, queue_empty)
       end
     end
   end
-  for inst in pairs(notify) do
-    redis.call('PUBLISH', ch_of(inst), 'g')
+  for inst, msgs in pairs(notify) do
+    for _, msg in ipairs(msgs) do
+      redis.call('PUBLISH', ch_of(inst), msg)
+    end
   end
   return mine, hol, true
 end

@@ -36,6 +36,6 @@ for i = 2, #ARGV, 4 do
   reindex(id, now)
 end
 recompute_maxcost()
-local _, hol, waited = serve(now, '', claim_ttl, claim_ttl, 64)
+local _, hol, waited = serve(now, '', claim_ttl, 64)
 arm_timer(now, '', hol, waited)
 return written

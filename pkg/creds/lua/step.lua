@@ -5,14 +5,15 @@
 -- KEYS[1]  <prefix>creds
 -- ARGV[1]  instance (the handle)
 -- ARGV[2]  lease TTL (us)
--- ARGV[3]  claim TTL (us): how long a grant to another instance lives
---          unclaimed
+-- ARGV[3]  waiter TTL (us): how long a waiter queued by this step stays
+--          queued without another
 -- ARGV[4]  alive TTL (us): how long the handle's waiters stay queued
 --          without another step; 0 when it has none queued (a waiter
---          queued by this step keeps it alive for the claim TTL)
+--          queued by this step keeps it alive for the waiter TTL)
 -- ARGV[5]  group ('' for any credential)
--- ARGV[6]  flags: 'c' claim the grants waiting for this handle (a grant
---          message came, or its waiters wait); 'q' count its queued
+-- ARGV[6]  flags: 'c' collect the grants recorded for this handle (a
+--          grant message came and was not enough, a message delivered a
+--          grant whose record is left, or its waiters wait); 'q' count its queued
 --          waiters (it has some)
 -- ARGV[7..] operations, each an opcode and its arguments:
 --   E wid cost owner try prio scope group
@@ -49,8 +50,10 @@
 --   X: {0} left the queue | {1} its grant was handed back | {2} unknown
 --   R: {1} done | {0} the lease was not live
 --   grant: 'wid|id|token|expiry_us|cost|granted_us|owner' (grant_reply),
---          a lease now held by this handle (claimed grants and its own
---          waiters served), 'wid|' for a grant whose claim TTL ran out, or
+--          a lease now held by this handle (collected grants, now a full
+--          lease of this handle's TTL, and its own waiters served), 'wid|'
+--          for a collected grant whose lease is gone (it lapsed, or was
+--          released after its message delivered it), or
 --          'wid|!max|dis|by' for a queued waiter whose cost no usable
 --          credential takes any more (never_fits_reply; as E's -2)
 --   timer_us: run a step again in this many us (-1: not this handle's job)
@@ -58,7 +61,7 @@
 --          (-1: not counted, flag 'q' not given)
 local now = now_us()
 cred_cache = {}
-local inst, lease_ttl, claim_ttl, alive_ttl, group, flags =
+local inst, lease_ttl, waiter_ttl, alive_ttl, group, flags =
   ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local results = {}
 local tries = {}
@@ -111,7 +114,7 @@ while i <= #ARGV do
         enqueue(m, class, n2s(prio * PRIO_SPAN + redis.call('INCR', K_WSEQ)))
         redis.call('SADD', k_pw(inst), m)
         if alive_ttl <= 0 then
-          alive_ttl = claim_ttl
+          alive_ttl = waiter_ttl
           redis.call('ZADD', K_PROCS, n2s(now + alive_ttl), inst)
         end
         if try == '1' then
@@ -247,9 +250,11 @@ while i <= #ARGV do
   end
 end
 
--- Claim the grants other handles made to this one: each becomes a full
--- lease, unless its claim TTL ran out. A waiter whose cost serve found
--- never fits gets that answer ('!': never_fits_reply).
+-- Collect the grants recorded for this handle: each is a lease, renewed
+-- now for this handle's lease TTL (a grant made by an operator's action
+-- lives the short claim TTL until then), unless it is gone. The grants
+-- their messages delivered are passed over by the handle. A waiter whose
+-- cost serve found never fits gets that answer ('!': never_fits_reply).
 local grants = fast
 local pending = {}
 if string.find(flags, 'c', 1, true) then
@@ -283,7 +288,7 @@ if maxcost_stale then
   recompute_maxcost()
 end
 promote(now)
-local mine, hol, waited = serve(now, inst, lease_ttl, claim_ttl, #ARGV - 6 + 8, queue_empty)
+local mine, hol, waited = serve(now, inst, lease_ttl, #ARGV - 6 + 8, queue_empty)
 for _, g in ipairs(mine) do
   grants[#grants + 1] = g
 end
