@@ -155,7 +155,10 @@ func rawPublish(ctx context.Context, e *env, smp *sample, n int) error {
 	}
 	start := time.Now()
 	for _, msg := range msgs {
-		if _, err := js.PublishMsgAsync(msg); err != nil {
+		// A full window waits for confirmations, as the producer's does
+		// (the library's own stall wait, 200 ms, fails a publish on a
+		// machine where a confirmation takes longer).
+		if _, err := js.PublishMsgAsync(msg, jetstream.WithStallWait(time.Minute)); err != nil {
 			return fmt.Errorf("bench: publish: %w", err)
 		}
 	}
