@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/keyfleet/keyfleet/internal/cli"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 )
 
@@ -137,17 +138,13 @@ func rawPublish(ctx context.Context, e *env, smp *sample, n int) error {
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
-	subject := f.prefix + ".sleep"
 	msgs := make([]*nats.Msg, n)
 	for i := range msgs {
+		// As the producer publishes an item: its batch's subject and
+		// headers, with the duplicate-window ID.
 		id := fmt.Sprintf("item-%06d", i)
-		m := nats.NewMsg(subject)
-		m.Data = fmt.Appendf(nil, "{\"id\":%q,\"ms\":0,\"text\":\"hello\"}", id)
-		m.Header.Set(queue.HeaderItem, id)
-		m.Header.Set(queue.HeaderBatch, f.batch)
-		m.Header.Set(queue.HeaderKind, "sleep")
-		m.Header.Set(jetstream.MsgIDHeader, queue.MsgID(f.batch, id))
-		msgs[i] = m
+		msgs[i] = f.q.Message(kftype.Item{ID: id, Batch: f.batch, Kind: "sleep",
+			Payload: fmt.Appendf(nil, "{\"id\":%q,\"ms\":0,\"text\":\"hello\"}", id)})
 	}
 	m, err := e.meter(ctx)
 	if err != nil {

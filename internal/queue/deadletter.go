@@ -87,7 +87,7 @@ func (q *Queue) Replay(ctx context.Context, d kftype.DeadLetter) error {
 	if b, err := q.Batch(ctx, d.Batch); err == nil && b.State == kftype.BatchCancelled {
 		return fmt.Errorf("queue: replay %q: batch %q: %w", d.Item, d.Batch, ErrBatchCancelled)
 	}
-	if _, err := q.js.PublishMsg(ctx, q.message(it)); err != nil {
+	if _, err := q.js.PublishMsg(ctx, q.Message(it)); err != nil {
 		return fmt.Errorf("queue: replay %q of batch %q: %w", d.Item, d.Batch, err)
 	}
 	// The batch's record changes (no new item: the replayed one was

@@ -11,8 +11,9 @@ import (
 	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
-// message builds the JetStream message for an item.
-func (q *Queue) message(it kftype.Item) *nats.Msg {
+// Message builds the JetStream message an item is published as: its
+// batch's subject (or its staging subject), payload and headers.
+func (q *Queue) Message(it kftype.Item) *nats.Msg {
 	subject := q.batchSubject(it.Batch, it.Kind, it.Scope)
 	if it.Staged {
 		subject = q.StagingSubject(it.Batch, it.Kind, it.Scope, it.Endpoint)

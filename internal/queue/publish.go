@@ -77,7 +77,7 @@ func (p *Publisher) Add(ctx context.Context, it kftype.Item) error {
 			return err
 		}
 	}
-	paf, err := p.js.PublishMsgAsync(p.q.message(it))
+	paf, err := p.js.PublishMsgAsync(p.q.Message(it))
 	if err != nil {
 		p.err = fmt.Errorf("queue: publish item %q: %w", it.ID, err)
 		return p.err
