@@ -1,10 +1,15 @@
 package creds
 
-import "time"
+import (
+	"strconv"
+	"strings"
+	"time"
+)
 
-// A grant another handle's script made to one of this handle's waiters
-// comes in a message on this handle's channel ("g" and the grant, as
-// grant_reply in lua/lib.lua writes it) and is recorded in Redis
+// The grants another handle's script made to this handle's waiters come
+// in one message on this handle's channel ("g", then each grant as its
+// length in bytes, ":" and the grant as grant_reply in lua/lib.lua writes
+// it) and are recorded in Redis
 // (gr:<inst>) in case the message is lost. deliver gives the lease to its
 // waiter from the message, without a step: the key's idle time between
 // the release that granted it and the start of the next run is one
@@ -29,6 +34,25 @@ func (c clockPair) localTime(redisUS int64) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return c.sent.Add(time.Duration(redisUS-c.redisUS) * time.Microsecond), true
+}
+
+// deliverAll delivers each grant of a message (after its "g") and reports
+// whether every one was delivered; false also for a message it cannot
+// read, whose grants are then left to a step, as every one not delivered.
+func (d *dispatcher) deliverAll(msg string) bool {
+	all := true
+	for msg != "" {
+		n, rest, ok := strings.Cut(msg, ":")
+		size, err := strconv.Atoi(n)
+		if !ok || err != nil || size < 1 || size > len(rest) {
+			return false
+		}
+		if !d.deliver(rest[:size]) {
+			all = false
+		}
+		msg = rest[size:]
+	}
+	return all
 }
 
 // deliver hands the granted lease of message g to its waiter and reports

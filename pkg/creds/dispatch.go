@@ -112,7 +112,7 @@ func (d *dispatcher) isClosed() bool {
 }
 
 // message handles what another handle's script sent on this handle's
-// channel: "g<grant>" (a lease for one of its waiters: deliver), "g"
+// channel: "g<grants>" (leases for its waiters: deliverAll), "g"
 // (grants or answers wait in Redis: a step collects them) or "t<us>" (run
 // a step then).
 func (d *dispatcher) message(payload string) {
@@ -129,7 +129,7 @@ func (d *dispatcher) message(payload string) {
 		d.kick() // the loop sets its timer; it steps only when the time comes
 		return
 	}
-	if g, ok := cutPrefix(payload, "g"); ok && g != "" && d.deliver(g) {
+	if gs, ok := cutPrefix(payload, "g"); ok && gs != "" && d.deliverAll(gs) {
 		return
 	}
 	d.recheck()

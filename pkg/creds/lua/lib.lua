@@ -1172,9 +1172,10 @@ end
 -- A waiter gets a lease of lease_ttl (the calling handle's lease TTL; an
 -- operator's action passes the short claim TTL). One of the calling
 -- instance is returned in the reply; one of another instance is recorded
--- in gr:<inst> and sent whole in a message on that instance's channel
--- ('g' and grant_reply), which is enough for that instance to start on
--- it (a waiter whose cost never fits: 'g' alone, the answer in gr). A
+-- in gr:<inst> and sent whole in one message per instance on its channel
+-- ('g', then each grant as its length in bytes, ':' and grant_reply),
+-- which is enough for that instance to start on it (a waiter whose cost
+-- never fits: 'g' alone, the answer in gr). A
 -- waiter that cannot be served holds back only what it shares with the
 -- waiters behind it (no head-of-line blocking across classes): its class
 -- and the credentials it waits for in their unscoped limits (so that a
@@ -1201,7 +1202,7 @@ end
 -- anybody was waiting.
 local function serve(now, caller, lease_ttl, max_grants, queue_empty)
   local mine = {}
-  local notify = {}
+  local notify, answered = {}, {} -- by instance: its grants; whether it has an answer
   local served, scanned, idx = 0, 0, 0
   local hol = -1
   if queue_empty or redis.call('ZCARD', K_WAITQ) == 0 then
@@ -1238,9 +1239,7 @@ local function serve(now, caller, lease_ttl, max_grants, queue_empty)
         mine[#mine + 1] = reply
       else
         redis.call('HSET', k_gr(inst), wid, id .. '|' .. token .. '|' .. n2s(now) .. '|' .. n2s(cost) .. '|' .. owner)
-        local msgs = notify[inst] or {}
-        msgs[#msgs + 1] = 'g' .. reply
-        notify[inst] = msgs
+        notify[inst] = (notify[inst] or '') .. #reply .. ':' .. reply
       end
       return false
     end
@@ -1262,9 +1261,7 @@ local function serve(now, caller, lease_ttl, max_grants, queue_empty)
           mine[#mine + 1] = never_fits_reply(wid, max, by, dis)
         else
           redis.call('HSET', k_gr(inst), wid, '!' .. max .. '|' .. dis .. '|' .. by)
-          local msgs = notify[inst] or {}
-          msgs[#msgs + 1] = 'g'
-          notify[inst] = msgs
+          answered[inst] = true
         end
         return false
       end
@@ -1321,10 +1318,11 @@ local function serve(now, caller, lease_ttl, max_grants, queue_empty)
       end
     end
   end
-  for inst, msgs in pairs(notify) do
-    for _, msg in ipairs(msgs) do
-      redis.call('PUBLISH', ch_of(inst), msg)
-    end
+  for inst, grants in pairs(notify) do
+    redis.call('PUBLISH', ch_of(inst), 'g' .. grants)
+  end
+  for inst in pairs(answered) do
+    redis.call('PUBLISH', ch_of(inst), 'g')
   end
   return mine, hol, true
 end
