@@ -57,6 +57,12 @@ type Request struct {
 	// should hold only keys of the handle's: the handle has no secret for
 	// the others.
 	Keys *KeySet
+	// Interactive puts the start ahead of every start of Priority 1..5
+	// (first come, first served among interactive ones), and exempts it
+	// from the pool's reserve (Definitions.Reserve): the share of every
+	// limit that other starts leave free is its to use. Priority is then
+	// ignored.
+	Interactive bool
 	// Queued, when set, is called once if the acquire could not be
 	// served at once and waits in the fleet's queue (never for one served
 	// at once, nor after AcquireWith returned). It runs on the pool's own
@@ -72,6 +78,10 @@ const (
 	PriorityLast    = 5
 	PriorityDefault = 3
 )
+
+// priorityInteractive is an interactive Request's place in the fleet's
+// queue: before PriorityFirst (lua/lib.lua exempts it from the reserve).
+const priorityInteractive = 0
 
 // AcquireWith leases a credential like AcquireCost, its place among the
 // fleet's waiters set by r.Priority: a freed credential goes to the oldest
@@ -117,6 +127,9 @@ func (r Request) withDefaults() (Request, error) {
 	}
 	if r.Priority < PriorityFirst || r.Priority > PriorityLast {
 		return r, fmt.Errorf("%w: priority must be %d..%d, got %d", ErrInvalid, PriorityFirst, PriorityLast, r.Priority)
+	}
+	if r.Interactive {
+		r.Priority = priorityInteractive
 	}
 	if r.Scope != "" {
 		if err := ValidScope(r.Scope); err != nil {

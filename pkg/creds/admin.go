@@ -2,9 +2,9 @@ package creds
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/keyfleet/keyfleet/pkg/ratelimit"
@@ -17,25 +17,11 @@ import (
 // processes starting with the same definitions; disabled states, rests and
 // counters are kept. Credentials not in defs are left alone (Remove takes
 // one out). Every invalid definition is reported, each naming its field.
+//
+// Register sets the pool's reserve to 0; Define registers accounts and a
+// reserve too.
 func (p *Pool) Register(ctx context.Context, defs []Credential) error {
-	enc, err := parseDefs(defs)
-	if err != nil {
-		return err
-	}
-	args := make([]any, 0, 1+4*len(defs))
-	args = append(args, p.waiterTTL.Microseconds())
-	for i, d := range defs {
-		args = append(args, d.ID, d.MaxConcurrent, enc[i], strings.Join(d.Groups, ","))
-	}
-	if err := registerScript.Run(ctx, p.scripts, []string{p.keys.creds}, args...).Err(); err != nil {
-		return fmt.Errorf("creds: register %d credentials in pool %q: %w", len(defs), p.name, err)
-	}
-	if p.group != "" {
-		if err := p.joinGroup(ctx, p.group, p.only); err != nil {
-			return err
-		}
-	}
-	return nil
+	return p.Define(ctx, Definitions{Credentials: defs})
 }
 
 // Limits is a change of a credential's limits; nil fields stay as they are.
@@ -160,8 +146,23 @@ func (p *Pool) Remove(ctx context.Context, id string) error {
 }
 
 func (p *Pool) admin(ctx context.Context, id, op string, args ...string) (int64, error) {
+	return p.adminEntity(ctx, id, id, op, args...)
+}
+
+// adminAccount is admin for account id.
+func (p *Pool) adminAccount(ctx context.Context, id, op string, args ...string) (int64, error) {
+	n, err := p.adminEntity(ctx, acctEntity(id), id, op, args...)
+	if errors.Is(err, ErrNoSuchCredential) {
+		return 0, fmt.Errorf("%w: %q in pool %q", ErrNoSuchAccount, id, p.name)
+	}
+	return n, err
+}
+
+// adminEntity runs lua/admin.lua's op on entity (a credential's ID, or an
+// account's "*<id>"), named id in errors.
+func (p *Pool) adminEntity(ctx context.Context, entity, id, op string, args ...string) (int64, error) {
 	argv := make([]any, 0, 3+len(args))
-	argv = append(argv, id, p.waiterTTL.Microseconds(), op)
+	argv = append(argv, entity, p.waiterTTL.Microseconds(), op)
 	for _, a := range args {
 		argv = append(argv, a)
 	}

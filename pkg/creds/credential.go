@@ -25,6 +25,10 @@ type Credential struct {
 	// Groups are the key groups the credential belongs to (a kind's
 	// `credentials` names them); shown in stats. Each is a ValidID.
 	Groups []string
+	// Account is the account the credential belongs to (see Account; ""
+	// none: the credential is an account of its own). Define needs the
+	// account among its definitions.
+	Account string
 }
 
 // MaxIDLength bounds a credential ID and a pool name.
@@ -87,18 +91,18 @@ func parseDefs(defs []Credential) ([]string, error) {
 	enc := make([]string, len(defs))
 	for i, d := range defs {
 		if err := ValidID(d.ID); err != nil {
-			errs = append(errs, &DefinitionError{i, "id", err.Error()})
+			errs = append(errs, &DefinitionError{Index: i, Field: "id", Problem: err.Error()})
 		} else if j, dup := seen[d.ID]; dup {
-			errs = append(errs, &DefinitionError{i, "id", fmt.Sprintf("%q is used twice (also credentials[%d])", d.ID, j)})
+			errs = append(errs, &DefinitionError{Index: i, Field: "id", Problem: fmt.Sprintf("%q is used twice (also credentials[%d])", d.ID, j)})
 		} else {
 			seen[d.ID] = i
 		}
 		if d.MaxConcurrent < 1 {
-			errs = append(errs, &DefinitionError{i, "max_concurrent", fmt.Sprintf("must be at least 1, got %d", d.MaxConcurrent)})
+			errs = append(errs, &DefinitionError{Index: i, Field: "max_concurrent", Problem: fmt.Sprintf("must be at least 1, got %d", d.MaxConcurrent)})
 		}
 		for j, g := range d.Groups {
 			if err := ValidID(g); err != nil {
-				errs = append(errs, &DefinitionError{i, fmt.Sprintf("groups[%d]", j), err.Error()})
+				errs = append(errs, &DefinitionError{Index: i, Field: fmt.Sprintf("groups[%d]", j), Problem: err.Error()})
 			}
 		}
 		ls, err := d.limits()
@@ -107,7 +111,7 @@ func parseDefs(defs []Credential) ([]string, error) {
 			if errors.Is(err, ratelimit.ErrBadRate) {
 				field = "rate"
 			}
-			errs = append(errs, &DefinitionError{i, field, err.Error()})
+			errs = append(errs, &DefinitionError{Index: i, Field: field, Problem: err.Error()})
 		}
 		enc[i] = encodeLimits(ls)
 	}

@@ -597,10 +597,12 @@ func (w *waiter) costError(largest int64, by, disabled string) *CostError {
 
 // readableLimit turns "<id> <encoded limit>" into "<id> cost=N/P".
 func readableLimit(s string) string {
-	id, enc, ok := strings.Cut(s, " ")
-	if !ok {
+	// "<id> <limit>", or "account <id> <limit>" for an account's limit.
+	i := strings.LastIndexByte(s, ' ')
+	if i < 0 {
 		return s
 	}
+	id, enc := s[:i], s[i+1:]
 	if ls := decodeLimits(enc); len(ls) == 1 {
 		return id + " " + ls[0].String()
 	}

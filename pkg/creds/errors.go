@@ -16,6 +16,8 @@ var (
 	ErrNoneAvailable = errors.New("creds: no credential available")
 	// ErrNoSuchCredential: the credential ID is not in the pool.
 	ErrNoSuchCredential = errors.New("creds: no such credential")
+	// ErrNoSuchAccount: the account ID is not in the pool.
+	ErrNoSuchAccount = errors.New("creds: no such account")
 	// ErrLeaseLost: the lease is not live any more (it expired, was
 	// released, or its credential was removed). The holder must stop using
 	// the credential.
@@ -89,15 +91,23 @@ func (e *UnavailableError) Error() string {
 // Is makes errors.Is(err, ErrNoneAvailable) hold.
 func (e *UnavailableError) Is(target error) bool { return target == ErrNoneAvailable }
 
-// DefinitionError names the field of a credential definition that is wrong.
+// DefinitionError names the field of a credential or account definition
+// that is wrong.
 type DefinitionError struct {
-	Index   int    // position in the slice given to Register
-	Field   string // "id", "max_concurrent", "rate", "limits"
+	Index   int    // position in the slice given to Register or Define
+	Field   string // "id", "max_concurrent", "rate", "limits", "account"
 	Problem string
+	// Of is the list the definition is in: "credentials" (when empty) or
+	// "accounts".
+	Of string
 }
 
 func (e *DefinitionError) Error() string {
-	return fmt.Sprintf("creds: credentials[%d].%s: %s", e.Index, e.Field, e.Problem)
+	of := e.Of
+	if of == "" {
+		of = "credentials"
+	}
+	return fmt.Sprintf("creds: %s[%d].%s: %s", of, e.Index, e.Field, e.Problem)
 }
 
 // Is makes errors.Is(err, ErrInvalid) hold.

@@ -18,13 +18,16 @@ import (
 var statsSeed = []any{
 	"1700000000000000", int64(0),
 	[]any{"key-a", "1", "", "0", "", "0", "0", "", "", "1699999999000000", "0", "0", "0", "1700000000000000", []any{}, []any{},
-		"", "probe", "probe GET https://api.example.com/v1/models answered 200", "1699999998000000", "b/i1: 401 invalid key", "", []any{}},
+		"", "probe", "probe GET https://api.example.com/v1/models answered 200", "1699999998000000", "b/i1: 401 invalid key", "", []any{}, "*org-a", ""},
 	[]any{"key-b", "2", "w60/60000000;c6000/10000000", "0", "", "0", "1700000005000000", "429 from the API", "retry-after header",
 		"1699999999500000", "12", "1", "0", "1700000005000000",
 		[]any{"5|w1/0", "1700000030000000", "6|w2/1", "1700000031000000.5"}, []any{"3", "60", "0", "5000", "6000", "0"},
-		"", "", "", "0", "", "llm,emb", []any{"gpt-4o", "1700000009000000", "x-ratelimit-remaining-tokens: 0 tokens left [gpt-4o]"}},
+		"", "", "", "0", "", "llm,emb", []any{"gpt-4o", "1700000009000000", "x-ratelimit-remaining-tokens: 0 tokens left [gpt-4o]"}, "", ""},
 	[]any{"key-c", "1", "g10/1000000/1", "1", "401 revoked", "1699999000000000", "0", "", "", "0", "0", "0", "0", "-1", []any{}, []any{"1", "1", "1700000000100000"},
-		"api", "operator", "", "1699998000000000", "b/i1: 401 revoked\nb/i2: 401 revoked", "", []any{}},
+		"api", "operator", "", "1699998000000000", "b/i1: 401 revoked\nb/i2: 401 revoked", "", []any{}, "", ""},
+	[]any{"*org-a", "1000000000000", "w30/1000000", "0", "", "0", "1700000002000000", "x-ratelimit-remaining-requests: 0 requests left, 4 needed (3 in flight)",
+		"x-ratelimit-remaining-requests", "1699999999000000", "40", "2", "0", "1700000002000000", []any{"7|w1/0", "1700000030000000"},
+		[]any{"30", "30", "1700000001000000"}, "", "", "", "0", "", "", []any{}, "", "key-a"},
 }
 
 // FuzzDecodeStats feeds the stats script's reply decoder replies of any
@@ -132,5 +135,16 @@ func TestStatsSeedDecodes(t *testing.T) {
 	b := st.Credentials[1]
 	if len(b.Groups) != 2 || len(b.ScopeRests) != 1 || b.ScopeRests[0].Scope != "gpt-4o" {
 		t.Fatalf("key-b: groups %v, scope rests %+v", b.Groups, b.ScopeRests)
+	}
+	if a := st.Credentials[0]; a.Account != "org-a" {
+		t.Fatalf("key-a: account %q, want org-a", a.Account)
+	}
+	if len(st.Credentials) != 3 || len(st.Accounts) != 1 {
+		t.Fatalf("%d credentials and %d accounts, want 3 and 1", len(st.Credentials), len(st.Accounts))
+	}
+	a := st.Accounts[0]
+	if a.ID != "org-a" || a.State != StateCooling || len(a.Keys) != 1 || a.Keys[0] != "key-a" || a.InFlight != 1 ||
+		len(a.Limits) != 1 || a.Limits[0].Used != 30 || a.RestCause != "x-ratelimit-remaining-requests" {
+		t.Fatalf("account: %+v", a)
 	}
 }

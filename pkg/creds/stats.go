@@ -24,6 +24,42 @@ type Stats struct {
 	At   time.Time `json:"at"` // Redis's clock
 	Counts
 	Credentials []CredentialStats `json:"credentials"`
+	// Accounts are the pool's accounts (see Account), by ID.
+	Accounts []AccountStats `json:"accounts"`
+}
+
+// AccountStats is the state of one account: its limits and their use,
+// its keys, its runs in flight and any rest or pace its keys' replies
+// put on it.
+type AccountStats struct {
+	ID string `json:"id"`
+	// Account is the enclosing account ("" none).
+	Account string `json:"account,omitempty"`
+	// State: StateCooling while it rests, StateBusy while it (or an
+	// enclosing account) has no room for a start of cost 1, else
+	// StateAvailable.
+	State string `json:"state"`
+	// Keys are the credentials that name it as their account.
+	Keys []string `json:"keys"`
+	// Limits are its limits, with their use now.
+	Limits []LimitStats `json:"limits"`
+	// InFlight counts the live leases of its keys.
+	InFlight int `json:"in_flight"`
+	// CoolingUntil, CoolingReason and RestCause: its rest, while it lasts
+	// (what a reply to one of its keys said: every key of it rests).
+	CoolingUntil  time.Time   `json:"cooling_until,omitzero"`
+	CoolingReason string      `json:"cooling_reason,omitempty"`
+	RestCause     string      `json:"rest_cause,omitempty"`
+	ScopeRests    []ScopeRest `json:"scope_rests,omitempty"`
+	// Pace is the spacing between its starts learnt from bare 429s.
+	Pace time.Duration `json:"pace,omitempty"`
+	// NextStart is when it can take a start of cost 1 (zero: now).
+	NextStart time.Time `json:"next_start,omitzero"`
+	LastUsed  time.Time `json:"last_used,omitzero"`
+	// Starts and RateLimited count its keys' starts and rate-limited runs
+	// since it was registered.
+	Starts      int64 `json:"starts"`
+	RateLimited int64 `json:"rate_limited"`
 }
 
 // Counts are the pool's figures: its credentials by state, its leases and
@@ -49,6 +85,8 @@ type CredentialStats struct {
 	MaxConcurrent int    `json:"max_concurrent"`
 	// Groups are the key groups it is in (Credential.Groups).
 	Groups []string `json:"groups,omitempty"`
+	// Account is the account it belongs to ("" none).
+	Account string `json:"account,omitempty"`
 	// Rate is the first unscoped exact-window rate limit ("" when none), N/period.
 	Rate string `json:"rate,omitempty"`
 	// Limits are every limit, with its use now.
@@ -151,11 +189,16 @@ func decodeStats(reply any) (Stats, error) {
 	if err != nil {
 		return Stats{}, fmt.Errorf("waiting: %w", err)
 	}
-	st := Stats{At: time.UnixMicro(nowUS), Counts: Counts{Waiting: int(waiting)}, Credentials: []CredentialStats{}}
+	st := Stats{At: time.UnixMicro(nowUS), Counts: Counts{Waiting: int(waiting)}, Credentials: []CredentialStats{},
+		Accounts: []AccountStats{}}
 	for i, e := range arr[2:] {
 		c, err := decodeCredential(e, nowUS)
 		if err != nil {
 			return Stats{}, fmt.Errorf("credential %d: %w", i, err)
+		}
+		if id, ok := strings.CutPrefix(c.ID, "*"); ok {
+			st.Accounts = append(st.Accounts, accountStats(id, c))
+			continue
 		}
 		st.Total++
 		st.InFlight += c.InFlight
@@ -173,11 +216,27 @@ func decodeStats(reply any) (Stats, error) {
 		st.Credentials = append(st.Credentials, c)
 	}
 	sort.Slice(st.Credentials, func(i, j int) bool { return st.Credentials[i].ID < st.Credentials[j].ID })
+	sort.Slice(st.Accounts, func(i, j int) bool { return st.Accounts[i].ID < st.Accounts[j].ID })
 	return st, nil
 }
 
-// credFields is the shape of one credential in lua/stats.lua's reply.
-const credFields = 23
+// accountStats reads an account's row, decoded as a credential's (the
+// script writes both alike): id is its ID without the '*'.
+func accountStats(id string, c CredentialStats) AccountStats {
+	a := AccountStats{
+		ID: id, Account: c.Account, State: c.State, Keys: c.Groups, Limits: c.Limits, InFlight: c.InFlight,
+		CoolingUntil: c.CoolingUntil, CoolingReason: c.CoolingReason, RestCause: c.RestCause, ScopeRests: c.ScopeRests,
+		Pace: c.Pace, NextStart: c.NextStart, LastUsed: c.LastUsed, Starts: c.Starts, RateLimited: c.RateLimited,
+	}
+	if a.Keys == nil {
+		a.Keys = []string{}
+	}
+	return a
+}
+
+// credFields is the shape of one credential or account in lua/stats.lua's
+// reply.
+const credFields = 25
 
 func decodeCredential(e any, nowUS int64) (CredentialStats, error) {
 	f, ok := e.([]any)
@@ -193,12 +252,13 @@ func decodeCredential(e any, nowUS int64) (CredentialStats, error) {
 	}
 	var c CredentialStats
 	var err error
-	var limits, refused, groups string
+	var limits, refused, groups, account, keys string
 	for _, x := range []struct {
 		dst *string
 		i   int
 	}{{&c.ID, 0}, {&limits, 2}, {&c.DisabledReason, 4}, {&c.CoolingReason, 7}, {&c.RestCause, 8},
-		{&c.DisabledBy, 16}, {&c.EnabledBy, 17}, {&c.EnabledReason, 18}, {&refused, 20}, {&groups, 21}} {
+		{&c.DisabledBy, 16}, {&c.EnabledBy, 17}, {&c.EnabledReason, 18}, {&refused, 20}, {&groups, 21},
+		{&account, 23}, {&keys, 24}} {
 		if *x.dst, err = str(x.i); err != nil {
 			return c, err
 		}
@@ -260,6 +320,14 @@ func decodeCredential(e any, nowUS int64) (CredentialStats, error) {
 	}
 	if groups != "" {
 		c.Groups = strings.Split(groups, ",")
+	}
+	c.Account = strings.TrimPrefix(account, "*")
+	if strings.HasPrefix(c.ID, "*") {
+		// An account's row: its keys in the place of groups.
+		c.Groups = nil
+		if keys != "" {
+			c.Groups = strings.Split(keys, ",")
+		}
 	}
 	if c.ScopeRests, err = decodeScopeRests(f[22]); err != nil {
 		return c, err

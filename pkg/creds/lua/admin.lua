@@ -1,6 +1,6 @@
--- Operator changes to one credential.
+-- Operator changes to one credential or account.
 -- KEYS[1]  <prefix>creds
--- ARGV[1]  credential id
+-- ARGV[1]  credential id, or account "*<id>" (op limits only)
 -- ARGV[2]  claim TTL (us), for grants to waiters a change frees
 -- ARGV[3]  op: "limits" | "disable" | "enable" | "probed" | "rest" | "remove"
 -- ARGV[4..] per op:
@@ -22,10 +22,27 @@
 -- reads every credential); serve then answers the waiters whose cost fits
 -- only disabled credentials.
 local id, claim_ttl, op = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local now = now_us()
+if is_acct(id) then
+  -- An account ("*<a>"): only its limits change.
+  if op ~= 'limits' or redis.call('ZSCORE', K_ACCTS, id) == false then
+    return -1
+  end
+  if ARGV[5] ~= '-' then
+    write_limits(id, ARGV[5])
+  end
+  recompute_maxcost()
+  -- Every unit under it may be usable sooner or later now.
+  for _, a in ipairs(redis.call('ZRANGE', K_ACCTS, 0, -1)) do
+    reindex_unit(a, now)
+  end
+  local _, hol, waited = serve(now, '', claim_ttl, 64)
+  arm_timer(now, '', hol, waited)
+  return '1'
+end
 if redis.call('ZSCORE', K_CREDS, id) == false then
   return -1
 end
-local now = now_us()
 local ret = 1
 if op == 'limits' then
   if ARGV[4] ~= '' then
@@ -60,6 +77,12 @@ elseif op == 'rest' then
   ret = set_rest(id, now, tonumber(ARGV[4]), ARGV[5], ARGV[6])
 elseif op == 'remove' then
   redis.call('ZREM', K_CREDS, id)
+  local up = redis.call('HGET', k_cred(id), 'up')
+  if up and up ~= '' then
+    redis.call('ZREM', k_ar(up), id)
+    redis.call('ZREM', k_as(up), id)
+    redis.call('SREM', k_ak(up), id)
+  end
   if redis.call('EXISTS', k_cred(id)) == 1 then
     for _, l in ipairs(all_limits(id)) do
       local k, sk = lim_keys(id, l)
@@ -71,6 +94,9 @@ elseif op == 'remove' then
   end
   redis.call('DEL', k_cred(id), k_leases(id))
   recompute_maxcost()
+  if up and up ~= '' then
+    reindex_unit(up, now)
+  end
 else
   return redis.error_reply('creds: unknown op ' .. op)
 end

@@ -61,6 +61,28 @@
 --                           the disabled credential that takes more than
 --                           any usable one ('' none)
 --   timer            hash   at, inst: who runs the next timed step, when
+--   accts            zset   every account (score 0), as its entity id
+--                           "*<account>" ('*' is never in an ID)
+--   cred:*<a>        hash   an account, stored as a credential is (limits,
+--                           lim0, lim|<scope>, rests, pace, last, cfg_*)
+--                           and read by the same functions; 'up' names
+--                           its enclosing account ("*<parent>"), as a
+--                           credential's 'up' names its account
+--   leases:*<a>      zset   the live leases of the account's own keys
+--                           (their members and expiries): its runs in
+--                           flight, for what a reply says of its room
+--   lw|lc|lcs|lg:*<a>:...   its limits' state, as a credential's
+--   ar:*<a>          zset   its own keys that are usable now as far as
+--                           they go (the key's own state and limits), LRU
+--   as:*<a>          zset   its own keys usable at a known moment
+--   ak:*<a>          set    its own keys
+--   pool             hash   reserve: the share of every limit that
+--                           starts of priority >= 1 leave free (gateway)
+-- ready and sched hold units: a credential without an account, or an
+-- account with keys of its own ("*<a>"), usable now when its chain of
+-- accounts has room for a start of cost 1 and one of its keys is usable
+-- (ar), so that an account at its limits is one entry however many keys
+-- it has. grp:<group> holds the units of its credentials as well.
 --   g:<inst>         channel  messages to one pool handle: "g" (grants
 --                           wait in gr:<inst>), "t<us>" (run a step then)
 -- All times are integer microseconds of redis.call('TIME').
@@ -80,6 +102,8 @@ local K_PROCS = PFX .. 'procs'
 local K_MAXCOST = PFX .. 'maxcost'
 local K_TIMER = PFX .. 'timer'
 local K_GROUPS = PFX .. 'groups'
+local K_ACCTS = PFX .. 'accts'
+local K_POOL = PFX .. 'pool'
 
 local function k_cred(id) return PFX .. 'cred:' .. id end
 local function k_leases(id) return PFX .. 'leases:' .. id end
@@ -88,6 +112,35 @@ local function k_wq(class) return PFX .. 'wq:' .. class end
 local function k_gr(inst) return PFX .. 'gr:' .. inst end
 local function k_grp(g) return PFX .. 'grp:' .. g end
 local function ch_of(inst) return PFX .. 'g:' .. inst end
+local function k_ar(a) return PFX .. 'ar:' .. a end
+local function k_as(a) return PFX .. 'as:' .. a end
+local function k_ak(a) return PFX .. 'ak:' .. a end
+
+-- is_acct: whether entity id is an account ("*<account>") rather than a
+-- credential.
+local function is_acct(id) return string.byte(id, 1) == 42 end -- '*'
+
+-- ACCT_MAX is an account's concurrency: accounts limit rates and costs,
+-- not runs in flight (their keys do).
+local ACCT_MAX = 1e12
+-- CHAIN_MAX bounds the accounts above a key (the config refuses cycles).
+local CHAIN_MAX = 8
+
+-- reserve_now: the share of every limit a start being decided must leave
+-- free (the pool's reserve for a start of priority >= 1, 0 for an
+-- interactive one of priority 0, and 0 where a credential is indexed: the
+-- index says what the most favoured start may do). lim_when reads it.
+local reserve_now = 0
+local pool_reserve = nil
+local function reserve_for(prio)
+  if prio and prio >= 1 then
+    if pool_reserve == nil then
+      pool_reserve = tonumber(redis.call('HGET', K_POOL, 'reserve') or '0') or 0
+    end
+    return pool_reserve
+  end
+  return 0
+end
 
 local function now_us()
   local t = redis.call('TIME')
@@ -188,20 +241,32 @@ local function lim_keys(id, l)
 end
 
 -- lim_when: the earliest moment (>= now) a start of `cost` fits in limit
--- l; -1 if it never can (cost above a cost limit).
+-- l; -1 if it never can (cost above a cost limit). With reserve_now, the
+-- start must leave that share of the limit free: a window or cost limit
+-- of N holds at most N * (1 - reserve) for it (at least one start, and at
+-- least its own cost: a start the whole limit takes is not made to wait
+-- forever), and a smooth limit keeps that share of its burst.
 local function lim_when(id, l, now, cost)
+  local n = l.n
+  if reserve_now > 0 then
+    n = math.floor(n * (1 - reserve_now))
+  end
   if l.kind == 'w' then
-    local wait = sw_wait(lim_keys(id, l), l.n, l.p, now, 1)
+    local wait = sw_wait(lim_keys(id, l), math.max(n, 1), l.p, now, 1)
     if wait < 0 then
       return -1
     end
     return now + wait
   elseif l.kind == 'c' then
     local k, sk = lim_keys(id, l)
-    return cw_when(k, sk, l.n, l.p, now, cost)
+    return cw_when(k, sk, math.max(n, math.min(cost, l.n)), l.p, now, cost)
   elseif l.kind == 'g' then
     local tat = tonumber(redis.call('GET', lim_keys(id, l)) or '')
-    return gcra_when(tat, now, l.p / l.n, l.b, 1)
+    local interval = l.p / l.n
+    if reserve_now > 0 and tat then
+      tat = tat + reserve_now * l.b * interval
+    end
+    return gcra_when(tat, now, interval, l.b, 1)
   end
   return now
 end
@@ -257,9 +322,13 @@ local function load(id)
     return cred_cache[id]
   end
   local c = redis.call('HMGET', k_cred(id), 'max', 'lim0', 'disabled', 'pace_us', 'pace_tat', 'rest_until', 'last',
-    'starts', 'pace_floor', 'refused_items')
+    'starts', 'pace_floor', 'refused_items', 'up')
   if not c[1] then
     return nil
+  end
+  local up = c[11]
+  if up == '' then
+    up = nil
   end
   local ulimits, slim = nil, {}
   if c[2] then
@@ -289,6 +358,8 @@ local function load(id)
     starts = tonumber(c[8] or '0') or 0,
     pace_floor = tonumber(c[9] or '0') or 0,
     refused_items = c[10] or '',
+    up = up, -- the account above ("*<a>"), nil: none
+    acct = is_acct(id),
   }
   if cred_cache then
     cred_cache[id] = c
@@ -390,8 +461,10 @@ local function fit_at(id, c, now, cost, scope)
       t = u
     end
   end
-  local n = held(id, c, now)
-  local cap = c.max
+  local n, cap = 0, c.max
+  if not c.acct then
+    n = held(id, c, now)
+  end
   if c.refused_items ~= '' then
     -- On probation: a key that refused the last items it ran takes one
     -- request at a time until it takes one, so that it is disabled after
@@ -420,47 +493,176 @@ local function fit_at(id, c, now, cost, scope)
   return t
 end
 
+-- chain_fit: the earliest moment (>= now) at which every account of the
+-- chain that starts at entity `up` (nil: none) can take a start of `cost`
+-- in `scope`; -2 when one never can.
+local function chain_fit(up, now, cost, scope)
+  local t, depth = now, 0
+  while up and depth < CHAIN_MAX do
+    local a = load(up)
+    if not a then
+      break
+    end
+    local w = fit_at(up, a, now, cost, scope)
+    if w < 0 then
+      return -2
+    end
+    if w > t then
+      t = w
+    end
+    up, depth = a.up, depth + 1
+  end
+  return t
+end
+
+-- renew_up moves credential id's lease member to its new expiry among
+-- its account's runs in flight (when it has an account).
+local function renew_up(id, member, exp)
+  local up = redis.call('HGET', k_cred(id), 'up')
+  if up and up ~= '' then
+    redis.call('ZADD', k_leases(up), 'XX', n2s(exp), member)
+  end
+end
+
+-- each_up calls f(entity, state) for every account of credential c's
+-- chain, nearest first.
+local function each_up(c, f)
+  local up, depth = c.up, 0
+  while up and depth < CHAIN_MAX do
+    local e = load(up)
+    if not e then
+      return
+    end
+    f(up, e)
+    up, depth = e.up, depth + 1
+  end
+end
+
+-- full_fit: fit_at of credential id with its accounts: the latest of its
+-- own answer and its chain's (-1 disabled, -2 never fits).
+local function full_fit(id, c, now, cost, scope)
+  local t = fit_at(id, c, now, cost, scope)
+  if t < 0 or not c.up then
+    return t
+  end
+  local w = chain_fit(c.up, now, cost, scope)
+  if w < 0 then
+    return w
+  end
+  return math.max(t, w)
+end
+
+-- place writes member where t says: in zr (usable now, scored by last:
+-- LRU), in zs (usable at t) or in neither (t < 0: never, disabled).
+-- c.idx and c.idx_at remember what this call wrote, so that a cached
+-- entity placed again at the same place costs nothing; a member is in at
+-- most one of the two (only place writes them), so one that was already
+-- where it belongs needs no removal.
+local function place(zr, zs, member, c, t, now)
+  if t == now then
+    if c.idx ~= 'r' or c.idx_at ~= c.last or c.idx_in ~= zr then
+      if redis.call('ZADD', zr, c.last, member) == 1 then
+        redis.call('ZREM', zs, member)
+      end
+      c.idx, c.idx_at, c.idx_in = 'r', c.last, zr
+    end
+  elseif t > now then
+    if c.idx ~= 's' or c.idx_at ~= t or c.idx_in ~= zs then
+      if redis.call('ZADD', zs, n2s(t), member) == 1 then
+        redis.call('ZREM', zr, member)
+      end
+      c.idx, c.idx_at, c.idx_in = 's', t, zs
+    end
+  else
+    redis.call('ZREM', zr, member)
+    redis.call('ZREM', zs, member)
+    c.idx, c.idx_at, c.idx_in = nil, nil, nil
+  end
+end
+
+-- reindex_unit puts account a (an entity "*<a>" with keys of its own)
+-- where its state says, in ready or sched: usable now when its chain has
+-- room for a start of cost 1 and one of its keys is in ar:<a>; else at the
+-- later of the moment its chain has room and its first key's (a bound:
+-- promote looks again then); in neither when it has no key that may ever
+-- be usable.
+local function reindex_unit(a, now)
+  local ca = load(a)
+  if not ca then
+    redis.call('ZREM', K_READY, a)
+    redis.call('ZREM', K_SCHED, a)
+    return -1
+  end
+  local saved = reserve_now
+  reserve_now = 0
+  local kt = -1
+  if redis.call('ZCARD', k_ar(a)) > 0 then
+    kt = now
+  else
+    local s = redis.call('ZRANGE', k_as(a), 0, 0, 'WITHSCORES')
+    if #s > 0 then
+      kt = math.max(tonumber(s[2]), now)
+    end
+  end
+  local t = kt
+  if kt >= 0 then
+    local ct = chain_fit(a, now, 1, '')
+    if ct > t then
+      t = ct
+    end
+  end
+  reserve_now = saved
+  place(K_READY, K_SCHED, a, ca, t, now)
+  return t
+end
+
 -- reindex puts credential id where its state says: ready (usable now, in
--- LRU order), sched (usable at a known moment) or neither (disabled).
-local function reindex(id, now, c)
+-- LRU order), sched (usable at a known moment) or neither (disabled) for a
+-- credential without an account; ar:<a> or as:<a> of its account a, by
+-- its own state, and then the account's unit (unless keep_unit: the
+-- caller reindexes the unit once for several keys).
+local function reindex(id, now, c, keep_unit)
   c = c or load(id)
   if not c then
     redis.call('ZREM', K_READY, id)
     redis.call('ZREM', K_SCHED, id)
     return -1
   end
-  -- A credential is in at most one of the two (only this function writes
-  -- them), so one that was already where it belongs needs no removal.
-  -- c.idx and c.idx_at remember what this call wrote, so that a cached
-  -- credential reindexed again to the same place costs nothing.
+  local saved = reserve_now
+  reserve_now = 0
   local t = fit_at(id, c, now, 1)
-  if t == now then
-    if c.idx ~= 'r' or c.idx_at ~= c.last then
-      if redis.call('ZADD', K_READY, c.last, id) == 1 then
-        redis.call('ZREM', K_SCHED, id)
-      end
-      c.idx, c.idx_at = 'r', c.last
-    end
-  elseif t > now then
-    if c.idx ~= 's' or c.idx_at ~= t then
-      if redis.call('ZADD', K_SCHED, n2s(t), id) == 1 then
-        redis.call('ZREM', K_READY, id)
-      end
-      c.idx, c.idx_at = 's', t
-    end
-  else
-    redis.call('ZREM', K_READY, id)
-    redis.call('ZREM', K_SCHED, id)
-    c.idx, c.idx_at = nil, nil
+  reserve_now = saved
+  if not c.up then
+    place(K_READY, K_SCHED, id, c, t, now)
+    return t
+  end
+  place(k_ar(c.up), k_as(c.up), id, c, t, now)
+  if not keep_unit then
+    reindex_unit(c.up, now)
   end
   return t
 end
 
--- promote re-examines the credentials whose scheduled moment has come.
+-- promote_keys re-examines account a's keys whose moment has come
+-- (at most PROMOTE_MAX); the caller reindexes the unit.
+local function promote_keys(a, now)
+  local due = redis.call('ZRANGEBYSCORE', k_as(a), '-inf', n2s(now), 'LIMIT', 0, PROMOTE_MAX)
+  for _, id in ipairs(due) do
+    reindex(id, now, nil, true)
+  end
+  return #due
+end
+
+-- promote re-examines the units whose scheduled moment has come.
 local function promote(now)
   local due = redis.call('ZRANGEBYSCORE', K_SCHED, '-inf', n2s(now), 'LIMIT', 0, PROMOTE_MAX)
   for _, id in ipairs(due) do
-    reindex(id, now)
+    if is_acct(id) then
+      promote_keys(id, now)
+      reindex_unit(id, now)
+    else
+      reindex(id, now)
+    end
   end
 end
 
@@ -539,15 +741,9 @@ local function next_token(now)
   return n2s(token)
 end
 
--- grant leases credential id (state c, checked to fit) to owner for
--- ttl_us, charging every limit that applies to `scope` at once. Returns
--- token, expiry.
-local function grant(id, c, now, owner, cost, ttl_us, scope)
-  local token = next_token(now)
-  local exp = now + ttl_us
-  held(id, c, now)
-  redis.call('ZADD', k_leases(id), n2s(exp), token .. '|' .. owner)
-  c.held = c.held + 1
+-- charge takes a start's share of entity id's limits that apply to
+-- `scope`, and its place in the entity's learnt pace.
+local function charge(id, c, now, token, cost, scope)
   for _, l in ipairs(limits_for(id, c, scope or '')) do
     lim_take(id, l, now, token, cost)
   end
@@ -559,9 +755,38 @@ local function grant(id, c, now, owner, cost, ttl_us, scope)
     c.pace_tat = tat + c.pace_us
     redis.call('HSET', k_cred(id), 'pace_tat', n2s(c.pace_tat))
   end
+end
+
+-- grant leases credential id (state c, checked to fit with its accounts)
+-- to owner for ttl_us, charging every limit that applies to `scope`, its
+-- own and its accounts', at once. Returns token, expiry.
+local function grant(id, c, now, owner, cost, ttl_us, scope)
+  local token = next_token(now)
+  local exp = now + ttl_us
+  held(id, c, now)
+  redis.call('ZADD', k_leases(id), n2s(exp), token .. '|' .. owner)
+  c.held = c.held + 1
+  charge(id, c, now, token, cost, scope)
   c.last = n2s(now)
   c.starts = c.starts + 1
   redis.call('HSET', k_cred(id), 'last', c.last, 'starts', c.starts)
+  if c.up then
+    -- Its accounts: the lease counts among its account's runs in flight,
+    -- and the start is charged to every account of the chain.
+    local a = load(c.up)
+    if a then
+      redis.call('ZADD', k_leases(c.up), n2s(exp), token .. '|' .. owner)
+      if a.held then
+        a.held = a.held + 1
+      end
+      a.last = c.last
+      a.starts = a.starts + 1
+      redis.call('HSET', k_cred(c.up), 'last', a.last, 'starts', a.starts)
+    end
+    each_up(c, function(e, ce)
+      charge(e, ce, now, token, cost, scope)
+    end)
+  end
   reindex(id, now, c)
   return token, exp
 end
@@ -574,9 +799,15 @@ local function end_lease(id, member, now)
     return false
   end
   redis.call('ZREM', lk, member)
-  local c = cred_cache and cred_cache[id]
+  local c = load(id)
   if c and c.held and exp > now then
     c.held = c.held - 1
+  end
+  if c and c.up then
+    local a = load(c.up)
+    if redis.call('ZREM', k_leases(c.up), member) == 1 and a and a.held and exp > now then
+      a.held = a.held - 1
+    end
   end
   return exp > now
 end
@@ -965,10 +1196,29 @@ local function recompute_maxcost()
   -- the unscoped limits only); by[scope][id]: the limit that sets it.
   local scopes = {['' ] = true}
   local loaded, off = {}, {}
+  -- An account's limits bind every key of it: they count as the key's.
+  local acct_limits = {}
+  local function chain_limits(up, ls)
+    local depth = 0
+    while up and up ~= '' and depth < CHAIN_MAX do
+      local a = acct_limits[up]
+      if not a then
+        local f = redis.call('HMGET', k_cred(up), 'limits', 'up')
+        a = {parse_limits(f[1]), f[2]}
+        acct_limits[up] = a
+      end
+      for _, l in ipairs(a[1]) do
+        ls[#ls + 1] = {kind = l.kind, n = l.n, p = l.p, b = l.b, spec = 'account ' .. string.sub(up, 2) .. ' ' .. l.spec,
+          scope = l.scope, acct = true}
+      end
+      up, depth = a[2], depth + 1
+    end
+  end
   for _, id in ipairs(ids) do
-    local f = redis.call('HMGET', k_cred(id), 'limits', 'disabled', 'max')
+    local f = redis.call('HMGET', k_cred(id), 'limits', 'disabled', 'max', 'up')
     if f[3] then -- the hash exists ('max' is always written)
       local ls = parse_limits(f[1])
+      chain_limits(f[4], ls)
       loaded[id] = ls
       off[id] = f[2] == '1'
       for _, l in ipairs(ls) do
@@ -984,7 +1234,11 @@ local function recompute_maxcost()
       for _, l in ipairs(ls) do
         if l.kind == 'c' and applies(l, sc) and l.n < m then
           m = l.n
-          by[sc][id] = id .. ' ' .. l.spec
+          if l.acct then
+            by[sc][id] = l.spec
+          else
+            by[sc][id] = id .. ' ' .. l.spec
+          end
         end
       end
       per[sc][id] = m
@@ -1023,6 +1277,34 @@ local function recompute_maxcost()
   end
 end
 
+-- group_units adds to group g the units of its credentials: the account
+-- of each that has one ("*<a>", what ready holds for its keys), and takes
+-- out the units none of its credentials has any more.
+local function group_units(g)
+  local k = k_grp(g)
+  local want, have = {}, {}
+  for _, m in ipairs(redis.call('SMEMBERS', k)) do
+    if is_acct(m) then
+      have[m] = true
+    else
+      local up = redis.call('HGET', k_cred(m), 'up')
+      if up and up ~= '' then
+        want[up] = true
+      end
+    end
+  end
+  for u in pairs(have) do
+    if not want[u] then
+      redis.call('SREM', k, u)
+    end
+  end
+  for u in pairs(want) do
+    if not have[u] then
+      redis.call('SADD', k, u)
+    end
+  end
+end
+
 -- pick finds a credential for a waiter among the least recently used
 -- ready ones. Returns id, state; or nil, hol, allowed: hol is the earliest
 -- moment one of them takes `cost` (-1: none known), allowed whether any
@@ -1055,15 +1337,17 @@ local GROUP_DIRECT = 64
 local GROUP_PAGE = 32
 local GROUP_SCAN = 512
 
--- candidates: the ready credentials a waiter of group looks at, least
--- recently used first: the first CANDIDATES of ready, unless none of them
--- is the group's (the other groups' idle keys would hide the group's
--- forever); then the group's own ready credentials, found directly for a
--- small group, else by paging through ready (at most GROUP_SCAN). The
--- work is bounded by the group's size or GROUP_SCAN, never the number of
--- groups.
-local function candidates(group)
-  local cands = redis.call('ZRANGE', K_READY, 0, CANDIDATES - 1)
+-- candidates: the usable entries of zr (ready: units; ar:<a>: an
+-- account's keys) a waiter of group looks at, least recently used first:
+-- the first CANDIDATES of zr, unless none of them is the group's (the
+-- other groups' idle keys would hide the group's forever); then the
+-- group's own entries of zr, found directly for a small group (its
+-- members in zr: members_of() lists them), else by paging through zr (at
+-- most GROUP_SCAN). The work is bounded by the group's size or GROUP_SCAN,
+-- never the number of groups.
+local function candidates(group, zr, members_of)
+  zr = zr or K_READY
+  local cands = redis.call('ZRANGE', zr, 0, CANDIDATES - 1)
   if group == '' or #cands < CANDIDATES then
     return cands
   end
@@ -1073,12 +1357,17 @@ local function candidates(group)
     end
   end
   local out = {}
-  if redis.call('SCARD', k_grp(group)) <= GROUP_DIRECT then
-    local ids = redis.call('SMEMBERS', k_grp(group))
+  local ids = nil
+  if members_of then
+    ids = members_of()
+  elseif redis.call('SCARD', k_grp(group)) <= GROUP_DIRECT then
+    ids = redis.call('SMEMBERS', k_grp(group))
+  end
+  if ids then
     if #ids == 0 then
       return out
     end
-    local scores = redis.call('ZMSCORE', K_READY, unpack(ids))
+    local scores = redis.call('ZMSCORE', zr, unpack(ids))
     local found = {}
     for i, id in ipairs(ids) do
       if scores[i] then
@@ -1095,7 +1384,7 @@ local function candidates(group)
     return out
   end
   for off = CANDIDATES, GROUP_SCAN - 1, GROUP_PAGE do
-    local page = redis.call('ZRANGE', K_READY, off, off + GROUP_PAGE - 1)
+    local page = redis.call('ZRANGE', zr, off, off + GROUP_PAGE - 1)
     for _, id in ipairs(page) do
       if in_group(group, id) then
         out[#out + 1] = id
@@ -1111,32 +1400,120 @@ local function candidates(group)
   return out
 end
 
+-- try_key: whether credential id can take the waiter's start now (its own
+-- state and limits; its accounts were checked by the caller). Returns the
+-- state when it can; else nil and the moment it can (-1 none known), and
+-- whether it holds what later waiters would share (its unscoped limits
+-- are short of the cost). A key that is not usable after all (its state
+-- changed) is indexed again (keep_unit: its account's unit is the
+-- caller's to index).
+local function try_key(id, now, cost, scope, fit, keep_unit)
+  local c = load(id)
+  local t = -1
+  if c then
+    t = fit(id, c, now, cost, scope)
+  end
+  if t == now then
+    return c
+  end
+  if t > now and (cost > 1 or scope ~= '' or reserve_now > 0) then
+    -- ready for smaller costs, other scopes or an interactive start:
+    -- stays ready
+    return nil, t, scope == '' or fit(id, c, now, cost, '') > now
+  elseif t ~= -2 then
+    reindex(id, now, c, keep_unit) -- not usable after all (state changed)
+  end
+  return nil, -1, false
+end
+
+-- pick_in finds a key for a waiter in account unit a, whose chain has
+-- room (checked by the caller): among the least recently used of its
+-- usable keys, after promoting those whose moment has come. Returns the
+-- key and its state, or nil, hol and the keys it holds (see pick).
+local function pick_in(a, now, cost, group, scope, reserved)
+  local moved = promote_keys(a, now) > 0
+  local members = nil
+  if group ~= '' then
+    members = function()
+      if redis.call('SCARD', k_ak(a)) <= GROUP_DIRECT then
+        return redis.call('SINTER', k_ak(a), k_grp(group))
+      end
+      return nil
+    end
+  end
+  local hol, shared = -1, {}
+  for _, id in ipairs(candidates(group, k_ar(a), members)) do
+    if in_group(group, id) and not (reserved and reserved[id]) then
+      local c, t, holds = try_key(id, now, cost, scope, fit_at, true)
+      if c then
+        if moved then
+          reindex_unit(a, now)
+        end
+        return id, c
+      end
+      if t < 0 then
+        moved = true
+      elseif hol < 0 or t < hol then
+        hol = t
+      end
+      if holds then
+        shared[#shared + 1] = id
+      end
+    end
+  end
+  if moved then
+    reindex_unit(a, now)
+  end
+  return nil, hol, shared
+end
+
 local function pick(now, cost, group, scope, reserved)
   scope = scope or ''
   local cands = candidates(group)
   local hol, allowed = -1, false
   local shared = {}
-  for _, id in ipairs(cands) do
-    if in_group(group, id) and not (reserved and reserved[id]) then
+  local function held_back(t, holds, id)
+    if hol < 0 or t < hol then
+      hol = t
+    end
+    if holds then
+      shared[#shared + 1] = id
+    end
+  end
+  for _, u in ipairs(cands) do
+    if in_group(group, u) and not (reserved and reserved[u]) then
       allowed = true
-      local c = load(id)
-      local t = -1
-      if c then
-        t = fit_at(id, c, now, cost, scope)
-      end
-      if t == now then
-        return id, c
-      end
-      if t > now and (cost > 1 or scope ~= '') then
-        -- ready for smaller costs or other scopes: stays ready
-        if hol < 0 or t < hol then
-          hol = t
+      if is_acct(u) then
+        -- An account: its chain first, then one of its keys.
+        local ca = load(u)
+        local ct = -2
+        if ca then
+          ct = chain_fit(u, now, cost, scope)
         end
-        if scope == '' or fit_at(id, c, now, cost, '') > now then
-          shared[#shared + 1] = id
+        if ct == now then
+          local id, c, keys = pick_in(u, now, cost, group, scope, reserved)
+          if id then
+            return id, c
+          end
+          if c > now then
+            held_back(c, false)
+          end
+          for _, k in ipairs(keys) do
+            shared[#shared + 1] = k
+          end
+        elseif ct > now and (cost > 1 or scope ~= '' or reserve_now > 0) then
+          held_back(ct, scope == '' or chain_fit(u, now, cost, '') > now, u)
+        elseif ct ~= -2 then
+          reindex_unit(u, now) -- not usable after all (state changed)
         end
-      elseif t ~= -2 then
-        reindex(id, now, c) -- not usable after all (state changed)
+      else
+        local c, t, holds = try_key(u, now, cost, scope, fit_at)
+        if c then
+          return u, c
+        end
+        if t > now then
+          held_back(t, holds, u)
+        end
       end
     end
   end
@@ -1214,7 +1591,7 @@ local function serve(now, caller, lease_ttl, max_grants, queue_empty)
   local blocked, reserved = {}, {}
   -- visit examines entry e of waitq. It returns true when e stays where
   -- it was, false when it left (the entry after it now has its rank).
-  local function visit(e)
+  local function visit(e, score)
     local wid, inst, cost, group, owner, scope, class, head = parse_waiter(e)
     local m = e
     if head then
@@ -1228,7 +1605,9 @@ local function serve(now, caller, lease_ttl, max_grants, queue_empty)
     if blocked[class] then
       return true -- an older version's waiter behind one of its class
     end
+    reserve_now = reserve_for(math.floor((tonumber(score) or 0) / PRIO_SPAN))
     local id, c, allowed, shared = pick(now, cost, group, scope, reserved)
+    reserve_now = 0
     if id then
       local token, exp = grant(id, c, now, owner, cost, lease_ttl, scope)
       unqueue(m)
@@ -1286,7 +1665,7 @@ local function serve(now, caller, lease_ttl, max_grants, queue_empty)
     end
     scanned = scanned + 1
     last = w[2]
-    if visit(w[1]) then
+    if visit(w[1], w[2]) then
       idx = idx + 1
     end
   end
@@ -1303,7 +1682,7 @@ local function serve(now, caller, lease_ttl, max_grants, queue_empty)
       if served >= max_grants then
         break
       end
-      visit(es[j])
+      visit(es[j], es[j + 1])
       upto, seen = es[j + 1], seen + 2
     end
     if #es < 2 * ROT_MAX and seen == #es then

@@ -1,6 +1,6 @@
--- Read the state of every credential.
+-- Read the state of every credential and account.
 -- KEYS[1]  <prefix>creds
--- Returns {now_us, waiters, {cred}, ...} where each cred is
+-- Returns {now_us, waiters, {cred}, ..., {account}, ...} where each cred is
 --   {id, max, limits, disabled, disabled_reason, disabled_at,
 --    rest_until, rest_reason, rest_cause, last_used_us, starts,
 --    rate_limited, pace_us, next_us, {member, expiry_us, ...},
@@ -8,11 +8,16 @@
 --    disabled_by, enabled_by, enabled_reason, enabled_at,
 --    refused ('\n'-separated "<item>: <reason>", the current streak),
 --    groups (','-separated),
---    {scope, until_us, reason, ...} (the rests of one scope that last)}
+--    {scope, until_us, reason, ...} (the rests of one scope that last),
+--    account ("*<a>" its account, '' none),
+--    keys ('' for a credential)}
+-- and an account has the same shape, its id "*<a>", its leases those of
+-- its own keys, account its enclosing account and keys its own keys
+-- (','-separated).
 -- (Fields are only ever added at the end.)
 -- next_us: when it can take a start of cost 1 (now when usable; -1
--- disabled). Expired leases and starts that left a window are dropped on
--- the way.
+-- disabled), its accounts' limits and rests included. Expired leases and
+-- starts that left a window are dropped on the way.
 local now = now_us()
 -- The waiters: every class's queue, and the entries an older version
 -- queued in waitq alone.
@@ -27,8 +32,7 @@ for _, e in ipairs(redis.call('ZRANGE', K_WAITQ, 0, -1)) do
   end
 end
 local out = {n2s(now), waiting}
-local ids = redis.call('ZRANGE', K_CREDS, 0, -1)
-for _, id in ipairs(ids) do
+local function row(id)
   local f = redis.call('HMGET', k_cred(id), 'max', 'limits', 'disabled', 'disabled_reason', 'disabled_at',
     'starts', 'rate_limited', 'pace_us', 'last')
   local last = f[9] or '0'
@@ -41,7 +45,7 @@ for _, id in ipairs(ids) do
   local nxt = -1
   local uses = {}
   if c then
-    nxt = fit_at(id, c, now, 1)
+    nxt = full_fit(id, c, now, 1)
     for _, l in ipairs(parse_limits(f[2])) do
       local u = lim_use(id, l, now)
       uses[#uses + 1] = n2s(u[1])
@@ -52,7 +56,7 @@ for _, id in ipairs(ids) do
   redis.call('ZREMRANGEBYSCORE', k_leases(id), '-inf', n2s(now)) -- crashed holders' leases
   local leases = redis.call('ZRANGE', k_leases(id), 0, -1, 'WITHSCORES')
   local e = redis.call('HMGET', k_cred(id), 'disabled_by', 'enabled_by', 'enabled_reason', 'enabled_at', 'refused', 'groups',
-    'limscopes')
+    'limscopes', 'up')
   local srests = {}
   for sc in string.gmatch(e[7] or '', '[^,]+') do
     local r = redis.call('HMGET', k_cred(id), 'srest|' .. sc, 'srest_reason|' .. sc)
@@ -63,8 +67,20 @@ for _, id in ipairs(ids) do
       srests[#srests + 1] = r[2] or ''
     end
   end
-  out[#out + 1] = {id, f[1] or '1', f[2] or '', f[3] or '0', f[4] or '', f[5] or '0',
+  local keys = ''
+  if is_acct(id) then
+    local ks = redis.call('SMEMBERS', k_ak(id))
+    table.sort(ks)
+    keys = table.concat(ks, ',')
+  end
+  return {id, f[1] or '1', f[2] or '', f[3] or '0', f[4] or '', f[5] or '0',
     n2s(ru), r[2] or '', r[3] or '', last, f[6] or '0', f[7] or '0', f[8] or '0', n2s(nxt), leases, uses,
-    e[1] or '', e[2] or '', e[3] or '', e[4] or '0', e[5] or '', e[6] or '', srests}
+    e[1] or '', e[2] or '', e[3] or '', e[4] or '0', e[5] or '', e[6] or '', srests, e[8] or '', keys}
+end
+for _, id in ipairs(redis.call('ZRANGE', K_CREDS, 0, -1)) do
+  out[#out + 1] = row(id)
+end
+for _, id in ipairs(redis.call('ZRANGE', K_ACCTS, 0, -1)) do
+  out[#out + 1] = row(id)
 end
 return out

@@ -86,7 +86,9 @@ while i <= #ARGV do
     end
     if queue_empty then
       -- Nobody waits: take a credential at once, without queueing.
+      reserve_now = reserve_for(prio)
       local id, c = pick(now, cost, group, scope)
+      reserve_now = 0
       if id then
         local token, exp = grant(id, c, now, owner, cost, lease_ttl, scope)
         fast[#fast + 1] = grant_reply(wid, id, token, n2s(exp), n2s(cost), n2s(now), owner)
@@ -151,21 +153,41 @@ while i <= #ARGV do
     i = i + 12
     local live = end_lease(id, member, now)
     local c = load(id)
-    -- What a run of a scope the key limits per scope learns about the
-    -- key's room rests that scope only.
+    -- What the reply says of the key's room is about its account's (the
+    -- API limits the account: every key of it draws on the same room),
+    -- or the key's own when it has none.
+    local sid, sc = id, c
+    if c and c.up then
+      sid, sc = c.up, load(c.up) or c
+      if sc == c then
+        sid = id
+      end
+    end
+    -- What a run of a scope the key (or account) limits per scope learns
+    -- about its room rests that scope only.
     local own = ''
-    if c and has_scope(id, c, scope) then
+    if sc and has_scope(sid, sc, scope) then
       own = scope
+    end
+    -- every entity the start was charged to: the key and its accounts
+    local charged = {}
+    if c then
+      charged[1] = {id, c}
+      each_up(c, function(e, ce)
+        charged[#charged + 1] = {e, ce}
+      end)
     end
     if c and real >= 0 and real ~= est then
       -- The real cost replaces the estimate in every window the start was
       -- charged to (still in it), whether or not the lease is still live:
       -- it is what the start cost.
       local token = string.match(member, '^([^|]*)')
-      for _, l in ipairs(limits_for(id, c, scope)) do
-        if l.kind == 'c' then
-          local k, sk = lim_keys(id, l)
-          cw_reconcile(k, sk, token, est, real)
+      for _, ec in ipairs(charged) do
+        for _, l in ipairs(limits_for(ec[1], ec[2], scope)) do
+          if l.kind == 'c' then
+            local k, sk = lim_keys(ec[1], l)
+            cw_reconcile(k, sk, token, est, real)
+          end
         end
       end
     end
@@ -184,18 +206,21 @@ while i <= #ARGV do
       if real >= 0 then
         cost = real
       end
-      for _, l in ipairs(limits_for(id, c, scope)) do
-        if l.kind == 'w' then
-          sw_restamp(lim_keys(id, l), l.p, token, at)
-        elseif l.kind == 'c' then
-          local k, sk = lim_keys(id, l)
-          cw_restamp(k, sk, l.p, token, cost, at)
-        elseif l.kind == 'g' then
-          local k = lim_keys(id, l)
-          local tat = tonumber(redis.call('GET', k) or '')
-          local nt = gcra_restamp(tat, at, l.p / l.n)
-          if nt > now and (tat == nil or nt > tat) then
-            gcra_store(k, nt, now)
+      for _, ec in ipairs(charged) do
+        local eid = ec[1]
+        for _, l in ipairs(limits_for(eid, ec[2], scope)) do
+          if l.kind == 'w' then
+            sw_restamp(lim_keys(eid, l), l.p, token, at)
+          elseif l.kind == 'c' then
+            local k, sk = lim_keys(eid, l)
+            cw_restamp(k, sk, l.p, token, cost, at)
+          elseif l.kind == 'g' then
+            local k = lim_keys(eid, l)
+            local tat = tonumber(redis.call('GET', k) or '')
+            local nt = gcra_restamp(tat, at, l.p / l.n)
+            if nt > now and (tat == nil or nt > tat) then
+              gcra_store(k, nt, now)
+            end
           end
         end
       end
@@ -216,19 +241,25 @@ while i <= #ARGV do
       elseif mode == 'rest' then
         local reason, cause = string.match(text, '^(.-)\t(.*)$')
         if own ~= '' then
-          set_scope_rest(id, c, now, dur, own, (reason or text) .. ' [' .. own .. ']')
+          set_scope_rest(sid, sc, now, dur, own, (reason or text) .. ' [' .. own .. ']')
         else
-          set_rest(id, now, dur, reason or text, cause or '', c)
+          set_rest(sid, now, dur, reason or text, cause or '', sc)
         end
         redis.call('HINCRBY', k_cred(id), 'rate_limited', 1)
+        if sid ~= id then
+          redis.call('HINCRBY', k_cred(sid), 'rate_limited', 1)
+        end
       elseif mode == 'bare429' then
-        bare_429(id, c, now, granted, dur, text)
+        bare_429(sid, sc, now, granted, dur, text)
         redis.call('HINCRBY', k_cred(id), 'rate_limited', 1)
+        if sid ~= id then
+          redis.call('HINCRBY', k_cred(sid), 'rate_limited', 1)
+        end
       else
-        paced_success(id, c)
+        paced_success(sid, sc)
       end
       if mode ~= 'disable' and mode ~= 'refuse' and mode ~= 'unused' then
-        apply_signals(id, c, now, est, sig, own)
+        apply_signals(sid, sc, now, est, sig, own)
         if c.refused_items ~= '' then
           -- The key took a run: its streak of refusals ends.
           redis.call('HDEL', k_cred(id), 'refused', 'refused_items')
@@ -274,6 +305,7 @@ if #pending > 0 then
       if id and exp > now then
         local new_exp = now + lease_ttl
         redis.call('ZADD', lk, 'XX', n2s(new_exp), member)
+        renew_up(id, member, new_exp)
         grants[#grants + 1] = grant_reply(wid, id, token, n2s(new_exp), cost, at, owner)
       else
         grants[#grants + 1] = lost_reply(wid)
