@@ -27,8 +27,10 @@ configuration file does not change.
 
 Secrets are never shown: Redis holds only credential IDs.
 
-  list [--json]                       the pool and one row per credential
+  list [--json]                       the pool, one row per credential and
+                                      one per account
   set ID [--max-concurrent N] [--rate R] [--limit SPEC]... [--json]
+                                      (ID may name an account: its limits)
   enable ID [--json]                  back into use
   disable ID [--reason TEXT] [--json] out of use until enabled
   remove ID [--yes] [--json]          delete it and its state (asks first on
@@ -86,7 +88,17 @@ type credentialChange struct {
 	Pool   string `json:"pool"`
 }
 
-// credentialJSON prints credential id after action as one object.
+// accountChange is credentialChange for an account (set): the account's
+// row of status, with "kind": "account".
+type accountChange struct {
+	status.Account
+	Kind   string `json:"kind"`
+	Action string `json:"action"`
+	Pool   string `json:"pool"`
+}
+
+// credentialJSON prints credential (or account) id after action as one
+// object.
 func (p *producer) credentialJSON(ctx context.Context, pool *creds.Pool, id, action string) error {
 	out := credentialChange{Credential: status.Credential{ID: id}, Action: action, Pool: pool.Name()}
 	if action != "remove" {
@@ -94,9 +106,17 @@ func (p *producer) credentialJSON(ctx context.Context, pool *creds.Pool, id, act
 		if err != nil {
 			return unreachable("reading the credential pool", err)
 		}
-		for _, c := range status.PoolReport(st).Credentials {
+		rep := status.PoolReport(st)
+		for _, c := range rep.Credentials {
 			if c.ID == id {
 				out.Credential = c
+			}
+		}
+		if out.State == "" {
+			for _, a := range rep.Accounts {
+				if a.ID == id {
+					return writeJSON(p.stdout, accountChange{Account: a, Kind: "account", Action: action, Pool: pool.Name()})
+				}
 			}
 		}
 	} else {
@@ -122,6 +142,13 @@ func (p *producer) showCredential(ctx context.Context, pool *creds.Pool, id, don
 			return nil
 		}
 	}
+	for _, a := range status.PoolReport(st).Accounts {
+		if a.ID == id {
+			fmt.Fprintf(p.stdout, "account %s %s: state %s, limits %s, %d keys, %d in flight.\n",
+				termsafe.String(id), done, termsafe.String(a.State), termsafe.String(limitsText(a.Limits, a.PaceMS)), len(a.Keys), a.InFlight)
+			return nil
+		}
+	}
 	fmt.Fprintf(p.stdout, "%s %s.\n", termsafe.String(id), done)
 	return nil
 }
@@ -132,12 +159,14 @@ func (p *producer) credsListCmd() *cobra.Command {
 		Use:   "list",
 		Short: "List the credentials with their state and limits",
 		Long: `list shows the pool's totals and one row per credential: state
-(available, busy at its limits, cooling, disabled), in flight, limits, starts
+(available, busy at its limits or its account's, cooling, disabled), its
+account, in flight, limits, starts
 in the current rate window, why it is cooling or disabled and who disabled
 it (the API or an operator), the API's refusals in a row, and the probe that
-enabled it again. --json prints
-the pool object of ` + "`producer status --json`" + `: its totals and its
-"credentials" array.
+enabled it again; then one row per account (pool.accounts): its limits
+and their use, its keys, its runs in flight and any rest with its cause.
+--json prints the pool object of ` + "`producer status --json`" + `: its
+totals, its "credentials" array and its "accounts" array.
 
 ` + exitCodes(exitOK, exitUsage, exitRedis),
 		Example: `  producer creds list
@@ -168,9 +197,12 @@ func (p *producer) credsSetCmd() *cobra.Command {
 	var limits []string
 	cmd := &cobra.Command{
 		Use:   "set ID [--max-concurrent N] [--rate R] [--limit SPEC]...",
-		Short: "Change a credential's concurrency or limits for the running fleet",
+		Short: "Change a credential's or an account's limits for the running fleet",
 		Long: `set changes a credential's limits in Redis; every worker applies them at its
-next decision. --max-concurrent is how many jobs may hold the credential at
+next decision. ID may also name an account of pool.accounts: its limits,
+which every key of it (and of the accounts inside it) shares, change the
+same way (an account has no --max-concurrent: its keys do).
+--max-concurrent is how many jobs may hold the credential at
 once (at least 1). Each --limit is one limit:
 
   rate=N/PERIOD          at most N starts in any sliding window of PERIOD (exact)
@@ -190,6 +222,7 @@ none) removes them all. Flags not given stay as they are.
   producer creds set key-a --limit rate=500/m --limit rate=10/s,burst=1 --limit cost=30000/m
   producer creds set key-a --limit rate=500/m --limit cost=30000/m,scope=gpt-4o --limit cost=200000/m,scope=gpt-4o-mini
   producer creds set key-a --rate 60/m
+  producer creds set org-a --limit rate=500/m --limit cost=200000/m,scope=gpt-4o
   producer creds set key-a --limit none`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -176,8 +176,51 @@ func printPool(w io.Writer, p status.Pool) {
 		if len(c.Groups) > 0 {
 			groups = strings.Join(c.Groups, ",")
 		}
+		if c.Account != "" {
+			groups += " (account " + c.Account + ")"
+		}
 		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", termsafe.String(c.ID), termsafe.String(c.State), c.InFlight, c.MaxConcurrent,
-			termsafe.String(groups), termsafe.String(limitsText(c)), used, note)
+			termsafe.String(groups), termsafe.String(limitsText(c.Limits, c.PaceMS)), used, note)
+	}
+	_ = tw.Flush()
+	printAccounts(w, p)
+}
+
+// printAccounts prints the pool's accounts, if any: what their keys share.
+func printAccounts(w io.Writer, p status.Pool) {
+	if len(p.Accounts) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "Accounts: %d (their keys share their limits and what the API says of them)\n", len(p.Accounts))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  ACCOUNT\tSTATE\tIN FLIGHT\tKEYS\tLIMITS (USED/OF)\tLAST USED\tRESTING UNTIL")
+	for _, a := range p.Accounts {
+		used := "never"
+		if a.LastUsed != nil {
+			used = ago(p.At, *a.LastUsed)
+		}
+		id := a.ID
+		if a.Account != "" {
+			id += " (in " + a.Account + ")"
+		}
+		note := ""
+		if a.CoolingUntil != nil {
+			note = fmt.Sprintf("resting until %s (in %s)", a.CoolingUntil.Local().Format("15:04:05"), a.CoolingUntil.Sub(p.At).Round(time.Millisecond))
+			if a.RestCause != "" {
+				note += " [" + oneLine(a.RestCause, 60) + "]"
+			}
+			note += ": " + oneLine(a.CoolingReason, 100)
+		}
+		for _, r := range a.ScopeRests {
+			note = joinNotes(note, fmt.Sprintf("scope %s resting until %s (in %s): %s", r.Scope, r.Until.Local().Format("15:04:05"),
+				r.Until.Sub(p.At).Round(time.Millisecond), oneLine(r.Reason, 80)))
+		}
+		keys := "-"
+		if len(a.Keys) > 0 {
+			keys = strings.Join(a.Keys, ",")
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\t%s\t%s\n", termsafe.String(id), termsafe.String(a.State), a.InFlight,
+			termsafe.String(keys), termsafe.String(limitsText(a.Limits, a.PaceMS)), used, note)
 	}
 	_ = tw.Flush()
 }
@@ -219,13 +262,13 @@ func joinNotes(a, b string) string {
 
 // limitsText is one credential's limits with their use: "rate=10/s,burst=1
 // 1/1; cost=6000/10s 2300/6000; pace 52.3ms".
-func limitsText(c status.Credential) string {
+func limitsText(limits []status.Limit, paceMS float64) string {
 	var parts []string
-	for _, l := range c.Limits {
+	for _, l := range limits {
 		parts = append(parts, fmt.Sprintf("%s %d/%d", l.Limit, l.Used, l.Of))
 	}
-	if c.PaceMS > 0 {
-		parts = append(parts, fmt.Sprintf("pace %.1fms", c.PaceMS))
+	if paceMS > 0 {
+		parts = append(parts, fmt.Sprintf("pace %.1fms", paceMS))
 	}
 	if len(parts) == 0 {
 		return "-"

@@ -164,6 +164,13 @@ type Pool struct {
 	// jobs.exec.probe_command); a key that passes is enabled again. At
 	// least 1s. Default 0 (off).
 	ProbeInterval time.Duration `yaml:"probe_interval"`
+	// Accounts are what the APIs limit, rather than a key: an OpenAI
+	// organization or project, an Anthropic workspace, an Azure OpenAI
+	// resource. A credential names its account; every credential of an
+	// account (and of the accounts inside it) draws on its limits, and a
+	// reply to one of them paces all of them. Default none (each key is
+	// an account of its own).
+	Accounts []Account `yaml:"accounts"`
 	// Credentials are the pool's credentials. Default none.
 	Credentials []Credential `yaml:"credentials"`
 	// Cost says where an item's estimated cost comes from, for the
@@ -182,6 +189,28 @@ type Pool struct {
 	// BatchAPIDiscount is the share of the price a request pays through a
 	// provider's Batch API (above 0, at most 1). Default 0.5.
 	BatchAPIDiscount float64 `yaml:"batch_api_discount"`
+}
+
+// Account is one account of the pool (creds.Account).
+type Account struct {
+	// ID names the account; letters, digits, '_', '.', ':', '@', '-', and
+	// no credential has it as its ID. Required.
+	ID string `yaml:"id"`
+	// Limits are the account's limits, written as a credential's. Default
+	// none: the account only shares what its keys' replies say.
+	Limits []creds.Limit `yaml:"limits"`
+	// Account is the enclosing account, whose limits bind this one's keys
+	// too (an OpenAI project inside its organization). Default "" (none).
+	Account string `yaml:"account"`
+}
+
+// PoolAccounts are the pool's accounts as pkg/creds takes them.
+func (p Pool) PoolAccounts() []creds.Account {
+	out := make([]creds.Account, 0, len(p.Accounts))
+	for _, a := range p.Accounts {
+		out = append(out, creds.Account{ID: a.ID, Account: a.Account, Limits: a.Limits})
+	}
+	return out
 }
 
 // Tenant is a team sharing the fleet.
@@ -305,6 +334,11 @@ type Credential struct {
 	// Groups are the key groups the credential is in, which a kind's
 	// `credentials` may name; each a creds.ValidID. Default none.
 	Groups []string `yaml:"groups"`
+	// Account is the pool account the credential belongs to (one of
+	// pool.accounts): its limits bind the credential's starts as well as
+	// its own, and what the API says on a reply to it paces every key of
+	// the account. Default "" (the credential is an account of its own).
+	Account string `yaml:"account"`
 	// URL is the key's own base URL, for provider kinds (an Azure
 	// resource, a regional endpoint): their requests on this key go there
 	// instead of the kind's base. http or https. Default "" (the kind's).

@@ -242,6 +242,19 @@ func TestLoadErrors(t *testing.T) {
 			},
 		},
 		{
+			name: "accounts: unknown, cyclic, twice, an ID a key has",
+			yaml: "pool:\n  accounts:\n    - {id: a, account: b}\n    - {id: b, account: a}\n    - {id: c, account: nope}\n" +
+				"    - {id: a}\n    - {id: k1}\n  credentials:\n    - {id: k1, secret_env: K1, account: zz}\n",
+			want: []string{
+				`config: FILE: line 6: pool.accounts[3].id: "a" is used twice (also pool.accounts[0])`,
+				`config: FILE: line 3: pool.accounts[0].account: accounts enclose each other in a cycle: a -> b -> a`,
+				`config: FILE: line 4: pool.accounts[1].account: accounts enclose each other in a cycle: b -> a -> b`,
+				`config: FILE: line 5: pool.accounts[2].account: "nope" is not an account of pool.accounts`,
+				`config: FILE: line 9: pool.credentials[0].id: "k1" is used twice (also pool.accounts[4])`,
+				`config: FILE: line 9: pool.credentials[0].account: "zz" is not an account of pool.accounts`,
+			},
+		},
+		{
 			name: "kind names",
 			yaml: "jobs:\n  kinds:\n    chat.v2: {http: {url: 'https://a.example/x'}}\n    http: {http: {url: 'https://a.example/x'}}\n    'my kind': {exec: {command: [x]}}\n",
 			want: []string{

@@ -250,6 +250,7 @@ func (c *Config) checkPool(ps *check.List) {
 		}
 	}
 	firstUse := map[string]string{}
+	c.checkAccounts(ps, firstUse)
 	for i, cr := range p.Credentials {
 		key := fmt.Sprintf("pool.credentials[%d]", i)
 		switch {
@@ -295,6 +296,9 @@ func (c *Config) checkPool(ps *check.List) {
 				ps.Add(fmt.Sprintf("%s.groups[%d]", key, j), "%s: want at most 128 letters, digits, '_', '.', ':', '@' or '-'", check.Quote(g))
 			}
 		}
+		if cr.Account != "" && !slices.ContainsFunc(p.Accounts, func(a Account) bool { return a.ID == cr.Account }) {
+			ps.Add(key+".account", "%s is not an account of pool.accounts", check.Quote(cr.Account))
+		}
 	}
 	if p.Cost.Field == "" {
 		ps.Add("pool.cost.field", "must name the items' cost field, e.g. cost")
@@ -320,6 +324,64 @@ func (c *Config) checkPool(ps *check.List) {
 	}
 	if !(p.BatchAPIDiscount > 0 && p.BatchAPIDiscount <= 1) {
 		ps.Add("pool.batch_api_discount", "must be above 0 and at most 1 (the share of the price a Batch API request pays), got %v", p.BatchAPIDiscount)
+	}
+}
+
+// checkAccounts checks pool.accounts: IDs (recorded in firstUse, which
+// the credentials' IDs must not repeat), limits, and enclosing accounts
+// that exist and do not form a cycle.
+func (c *Config) checkAccounts(ps *check.List, firstUse map[string]string) {
+	p := c.Pool
+	index := map[string]int{}
+	for i, a := range p.Accounts {
+		key := fmt.Sprintf("pool.accounts[%d]", i)
+		switch {
+		case a.ID == "":
+			ps.Add(key+".id", "must be set")
+		case creds.ValidID(a.ID) != nil:
+			ps.Add(key+".id", "%s: want at most 128 letters, digits, '_', '.', ':', '@' or '-'", check.Quote(a.ID))
+		case firstUse[a.ID] != "":
+			ps.Add(key+".id", "%s is used twice (also %s)", check.Quote(a.ID), firstUse[a.ID])
+		default:
+			firstUse[a.ID] = key
+			index[a.ID] = i
+		}
+		for j, l := range a.Limits {
+			lkey := fmt.Sprintf("%s.limits[%d]", key, j)
+			if err := l.Validate(); err != nil {
+				ps.Add(lkey, "%s", limitMsg(err))
+			}
+			if l.Scope != "" && p.Scope.Field == "" && !c.Jobs.HasProvider() {
+				ps.Add(lkey+".scope", "a scoped limit needs pool.scope.field (the items' field holding their scope, e.g. model) or a kind with a provider (its items' scope is their model)")
+			}
+		}
+	}
+	for i, a := range p.Accounts {
+		if a.Account == "" {
+			continue
+		}
+		key := fmt.Sprintf("pool.accounts[%d].account", i)
+		if _, ok := index[a.Account]; !ok {
+			ps.Add(key, "%s is not an account of pool.accounts", check.Quote(a.Account))
+			continue
+		}
+		chain := []string{a.ID}
+		for up := a.Account; up != ""; {
+			if up == a.ID {
+				ps.Add(key, "accounts enclose each other in a cycle: %s", strings.Join(append(chain, up), " -> "))
+				break
+			}
+			chain = append(chain, up)
+			if len(chain) > creds.MaxAccountDepth {
+				ps.Add(key, "more than %d accounts enclose each other: %s", creds.MaxAccountDepth, strings.Join(chain, " -> "))
+				break
+			}
+			j, ok := index[up]
+			if !ok {
+				break // reported on its own line
+			}
+			up = p.Accounts[j].Account
+		}
 	}
 }
 

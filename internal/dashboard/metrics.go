@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -95,12 +96,22 @@ var (
 	descBlocked     = prometheus.NewDesc("keyfleet_pool_blocked_seconds_total", "Time the credential could not take a start, by cause: a limit, max_concurrent, rest, pace or disabled (added up by this dashboard between its readings).", []string{"credential", "cause"}, nil)
 	descPace        = prometheus.NewDesc("keyfleet_pool_pace_seconds", "Spacing of starts learnt from bare 429s (0: none).", []string{"credential"}, nil)
 	descWaiting     = prometheus.NewDesc("keyfleet_pool_waiting", "Acquires queued fleet-wide for a credential.", nil, nil)
+	descCredAccount = prometheus.NewDesc("keyfleet_pool_credential_account", "1 for each credential of an account (pool.accounts): the keys that share its limits.", []string{"credential", "account"}, nil)
+	descAcctState   = prometheus.NewDesc("keyfleet_pool_account_state", "1 for the account's state now (available, busy, cooling).", []string{"account", "state"}, nil)
+	descAcctFlight  = prometheus.NewDesc("keyfleet_pool_account_in_flight", "Leases held on the account's keys, fleet-wide.", []string{"account"}, nil)
+	descAcctStarts  = prometheus.NewDesc("keyfleet_pool_account_starts_total", "Starts on the account's keys since it was registered.", []string{"account"}, nil)
+	descAcctLimited = prometheus.NewDesc("keyfleet_pool_account_rate_limited_total", "Rate-limited runs on the account's keys since it was registered.", []string{"account"}, nil)
+	descAcctUsed    = prometheus.NewDesc("keyfleet_pool_account_limit_used", "Use of each limit of the account in its window now.", []string{"account", "limit"}, nil)
+	descAcctOf      = prometheus.NewDesc("keyfleet_pool_account_limit_capacity", "What each limit of the account allows in its window.", []string{"account", "limit"}, nil)
+	descAcctPace    = prometheus.NewDesc("keyfleet_pool_account_pace_seconds", "Spacing of the account's starts learnt from bare 429s (0: none).", []string{"account"}, nil)
+	descAcctRest    = prometheus.NewDesc("keyfleet_pool_account_resting_seconds", "Time left of the account's rest, by the signal that caused it (0 rows: not resting).", []string{"account", "cause"}, nil)
 	descBacklog     = prometheus.NewDesc("keyfleet_queue_backlog", "Items not yet settled: pending + ack pending (what an autoscaler reads).", nil, nil)
 )
 
 // Describe is part of prometheus.Collector.
 func (m *poolMetrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descState, descInFlight, descStarts, descRateLimited, descLimitUsed, descLimitOf, descBlocked, descPace, descWaiting, descBacklog} {
+	for _, d := range []*prometheus.Desc{descState, descInFlight, descStarts, descRateLimited, descLimitUsed, descLimitOf, descBlocked, descPace, descWaiting, descBacklog,
+		descCredAccount, descAcctState, descAcctFlight, descAcctStarts, descAcctLimited, descAcctUsed, descAcctOf, descAcctPace, descAcctRest} {
 		ch <- d
 	}
 }
@@ -130,6 +141,35 @@ func (m *poolMetrics) Collect(ch chan<- prometheus.Metric) {
 		for _, l := range c.Limits {
 			ch <- prometheus.MustNewConstMetric(descLimitUsed, prometheus.GaugeValue, float64(l.Used), c.ID, l.Limit)
 			ch <- prometheus.MustNewConstMetric(descLimitOf, prometheus.GaugeValue, float64(l.Of), c.ID, l.Limit)
+		}
+		if c.Account != "" {
+			ch <- prometheus.MustNewConstMetric(descCredAccount, prometheus.GaugeValue, 1, c.ID, c.Account)
+		}
+	}
+	for _, a := range p.Accounts {
+		for _, st := range []string{creds.StateAvailable, creds.StateBusy, creds.StateCooling} {
+			v := 0.0
+			if a.State == st {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descAcctState, prometheus.GaugeValue, v, a.ID, st)
+		}
+		ch <- prometheus.MustNewConstMetric(descAcctFlight, prometheus.GaugeValue, float64(a.InFlight), a.ID)
+		ch <- prometheus.MustNewConstMetric(descAcctStarts, prometheus.CounterValue, float64(a.Starts), a.ID)
+		ch <- prometheus.MustNewConstMetric(descAcctLimited, prometheus.CounterValue, float64(a.RateLimited), a.ID)
+		ch <- prometheus.MustNewConstMetric(descAcctPace, prometheus.GaugeValue, a.PaceMS/1000, a.ID)
+		for _, l := range a.Limits {
+			ch <- prometheus.MustNewConstMetric(descAcctUsed, prometheus.GaugeValue, float64(l.Used), a.ID, l.Limit)
+			ch <- prometheus.MustNewConstMetric(descAcctOf, prometheus.GaugeValue, float64(l.Of), a.ID, l.Limit)
+		}
+		if a.CoolingUntil != nil && a.CoolingUntil.After(p.At) {
+			// The signal's name only (a bare 429's cause goes on with its
+			// pace, which would make a label of every value).
+			cause, _, _ := strings.Cut(a.RestCause, ":")
+			if cause == "" {
+				cause = "rest"
+			}
+			ch <- prometheus.MustNewConstMetric(descAcctRest, prometheus.GaugeValue, a.CoolingUntil.Sub(p.At).Seconds(), a.ID, cause)
 		}
 	}
 	for k, v := range m.blocked {

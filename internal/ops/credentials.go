@@ -36,12 +36,51 @@ func RemoveCredential(ctx context.Context, pool *creds.Pool, id string) error {
 }
 
 // SetCredentialLimits changes credential id's concurrency and limits (fields of l left
-// nil stay as they are; none set is ErrInvalid).
+// nil stay as they are; none set is ErrInvalid). An id that names an
+// account of the pool changes the account's limits (IsAccount): an
+// account has no concurrency of its own (its keys do), so
+// l.MaxConcurrent is ErrInvalid for it.
 func SetCredentialLimits(ctx context.Context, pool *creds.Pool, id string, l creds.Limits) error {
 	if l.MaxConcurrent == nil && l.Rate == nil && l.Limits == nil {
 		return Errorf(ErrInvalid, "credential %s: nothing to change", id)
 	}
-	return credentialErr(ctx, pool, id, pool.SetLimits(ctx, id, l))
+	err := pool.SetLimits(ctx, id, l)
+	if !errors.Is(err, creds.ErrNoSuchCredential) {
+		return credentialErr(ctx, pool, id, err)
+	}
+	if acct, aerr := IsAccount(ctx, pool, id); aerr != nil || !acct {
+		return credentialErr(ctx, pool, id, err)
+	}
+	if l.MaxConcurrent != nil {
+		return Errorf(ErrInvalid, "account %s: an account has no max_concurrent (its keys do): give --limit", id)
+	}
+	var set []creds.Limit
+	if l.Rate != nil && *l.Rate != "" {
+		r, perr := creds.ParseLimit("rate=" + *l.Rate)
+		if perr != nil {
+			return &Error{Class: ErrInvalid, Err: perr}
+		}
+		set = append(set, r)
+	}
+	if l.Limits != nil {
+		set = append(set, *l.Limits...)
+	}
+	return credentialErr(ctx, pool, id, pool.SetAccountLimits(ctx, id, set))
+}
+
+// IsAccount reports whether id names an account of the pool (rather than
+// a credential).
+func IsAccount(ctx context.Context, pool *creds.Pool, id string) (bool, error) {
+	st, err := pool.Stats(ctx)
+	if err != nil {
+		return false, unavailable(err, "Redis")
+	}
+	for _, a := range st.Accounts {
+		if a.ID == id {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // CheckCredential is nil when the pool has credential id, else why (ErrNotFound,
@@ -64,12 +103,15 @@ func credentialErr(ctx context.Context, pool *creds.Pool, id string, err error) 
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, creds.ErrNoSuchCredential):
+	case errors.Is(err, creds.ErrNoSuchCredential), errors.Is(err, creds.ErrNoSuchAccount):
 		known := "none"
-		if st, serr := pool.Stats(ctx); serr == nil && len(st.Credentials) > 0 {
-			ids := make([]string, len(st.Credentials))
-			for i, c := range st.Credentials {
-				ids[i] = c.ID
+		if st, serr := pool.Stats(ctx); serr == nil && len(st.Credentials)+len(st.Accounts) > 0 {
+			ids := make([]string, 0, len(st.Credentials)+len(st.Accounts))
+			for _, c := range st.Credentials {
+				ids = append(ids, c.ID)
+			}
+			for _, a := range st.Accounts {
+				ids = append(ids, "account "+a.ID)
 			}
 			known = strings.Join(ids, ", ")
 		}

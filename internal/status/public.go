@@ -40,6 +40,19 @@ func Class(reason string) string {
 // keeps its item, a rest of one scope its scope. An operator's own
 // reason for disabling a key is kept.
 func (r Report) Public() Report {
+	r.Pool.Accounts = slices.Clone(r.Pool.Accounts)
+	for i := range r.Pool.Accounts {
+		a := &r.Pool.Accounts[i]
+		a.CoolingReason = Class(a.CoolingReason)
+		if len(a.ScopeRests) > 0 {
+			rests := slices.Clone(a.ScopeRests)
+			for j := range rests {
+				rests[j].Reason = Class(rests[j].Reason)
+			}
+			a.ScopeRests = rests
+		}
+	}
+	r.Accounts = r.Pool.Accounts
 	r.Pool.Credentials = slices.Clone(r.Pool.Credentials)
 	for i := range r.Pool.Credentials {
 		c := &r.Pool.Credentials[i]

@@ -13,7 +13,8 @@ import (
 // could not be read ("reading the queue: ..."); the report holds what was
 // read before the error.
 func Read(ctx context.Context, q *queue.Queue, pool *creds.Pool) (Report, error) {
-	rep := Report{At: time.Now().UTC(), Workers: []Worker{}, Pool: Pool{Credentials: []Credential{}}, Tenants: []Tenant{}}
+	rep := Report{At: time.Now().UTC(), Workers: []Worker{}, Pool: Pool{Credentials: []Credential{}, Accounts: []Account{}},
+		Accounts: []Account{}, Tenants: []Tenant{}}
 	qs, err := q.Stats(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("reading the queue: %w", err)
@@ -35,6 +36,7 @@ func Read(ctx context.Context, q *queue.Queue, pool *creds.Pool) (Report, error)
 		return rep, fmt.Errorf("reading the credential pool: %w", err)
 	}
 	rep.Pool = PoolReport(ps)
+	rep.Accounts = rep.Pool.Accounts
 	return rep, nil
 }
 
@@ -52,11 +54,36 @@ func WorkersReport(ws []queue.WorkerInfo) []Worker {
 
 // PoolReport turns the pool's stats into the report's pool object.
 func PoolReport(st creds.Stats) Pool {
-	out := Pool{Name: st.Pool, At: st.At, Counts: st.Counts, Credentials: []Credential{}}
+	out := Pool{Name: st.Pool, At: st.At, Counts: st.Counts, Credentials: []Credential{}, Accounts: []Account{}}
 	for _, c := range st.Credentials {
 		out.Credentials = append(out.Credentials, credentialReport(c))
 	}
+	for _, a := range st.Accounts {
+		out.Accounts = append(out.Accounts, accountReport(a))
+	}
 	return out
+}
+
+func limitsReport(ls []creds.LimitStats) []Limit {
+	out := []Limit{}
+	for _, l := range ls {
+		out = append(out, Limit{Limit: l.Limit, Kind: string(l.Kind), Scope: l.Scope, Used: l.Used, Of: l.Of, NextRoom: TimePtr(l.NextRoom)})
+	}
+	return out
+}
+
+func accountReport(a creds.AccountStats) Account {
+	row := Account{
+		ID: a.ID, Account: a.Account, State: a.State, Keys: append([]string{}, a.Keys...), Limits: limitsReport(a.Limits),
+		InFlight: a.InFlight, ScopeRests: append([]creds.ScopeRest{}, a.ScopeRests...),
+		PaceMS: float64(a.Pace.Microseconds()) / 1000, NextStart: TimePtr(a.NextStart), LastUsed: TimePtr(a.LastUsed),
+		Starts: a.Starts, RateLimited: a.RateLimited,
+	}
+	if a.State == creds.StateCooling {
+		row.CoolingUntil = TimePtr(a.CoolingUntil)
+		row.CoolingReason, row.RestCause = a.CoolingReason, a.RestCause
+	}
+	return row
 }
 
 func credentialReport(c creds.CredentialStats) Credential {
@@ -64,7 +91,7 @@ func credentialReport(c creds.CredentialStats) Credential {
 		ID: c.ID, State: c.State, MaxConcurrent: c.MaxConcurrent, Groups: append([]string{}, c.Groups...), Rate: c.Rate, InFlight: c.InFlight,
 		Holders: []Holder{}, CoolingReason: c.CoolingReason, DisabledReason: c.DisabledReason,
 		DisabledAt: TimePtr(c.DisabledAt), StartsInWindow: c.StartsInWindow, LastUsed: TimePtr(c.LastUsed),
-		Starts: c.Starts, RateLimited: c.RateLimited, Limits: []Limit{},
+		Starts: c.Starts, RateLimited: c.RateLimited, Limits: limitsReport(c.Limits), Account: c.Account,
 		PaceMS: float64(c.Pace.Microseconds()) / 1000, NextStart: TimePtr(c.NextStart),
 		DisabledBy: c.DisabledBy, Refusals: append([]string{}, c.Refusals...),
 		EnabledBy: c.EnabledBy, EnabledReason: c.EnabledReason, EnabledAt: TimePtr(c.EnabledAt),
@@ -75,9 +102,6 @@ func credentialReport(c creds.CredentialStats) Credential {
 		row.RestCause = c.RestCause
 	} else {
 		row.CoolingReason = ""
-	}
-	for _, l := range c.Limits {
-		row.Limits = append(row.Limits, Limit{Limit: l.Limit, Kind: string(l.Kind), Scope: l.Scope, Used: l.Used, Of: l.Of, NextRoom: TimePtr(l.NextRoom)})
 	}
 	for _, h := range c.Holders {
 		row.Holders = append(row.Holders, Holder{Owner: h.Owner, Expires: h.Expires})

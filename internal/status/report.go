@@ -70,6 +70,9 @@ type Report struct {
 	Results     uint64    `json:"results"`
 	Workers     []Worker  `json:"workers"`
 	Pool        Pool      `json:"pool"`
+	// Accounts are the pool's accounts (Pool.Accounts, at the top as
+	// well, where the fleet's limits are looked for first); [] when none.
+	Accounts []Account `json:"accounts"`
 	// Tenants are the configuration's tenants with their spend in the
 	// current period (Tenants); [] when none.
 	Tenants []Tenant `json:"tenants"`
@@ -111,6 +114,35 @@ type Pool struct {
 	// the acquires queued fleet-wide for a credential (waiting).
 	creds.Counts
 	Credentials []Credential `json:"credentials"`
+	// Accounts are what the APIs limit rather than a key: each with its
+	// limits and their use, its keys and any rest with its cause.
+	Accounts []Account `json:"accounts"`
+}
+
+// Account is one account of the pool (pool.accounts): its keys draw on
+// its limits together, and a reply to one of them rests or paces all of
+// them.
+type Account struct {
+	ID string `json:"id"`
+	// Account is the enclosing account ("" none).
+	Account string `json:"account"`
+	// State: available, busy (at its limits, or an enclosing account's),
+	// cooling (resting: see CoolingReason and RestCause).
+	State    string   `json:"state"`
+	Keys     []string `json:"keys"`
+	Limits   []Limit  `json:"limits"`
+	InFlight int      `json:"in_flight"`
+	// CoolingUntil, CoolingReason and RestCause: its rest while it lasts.
+	CoolingUntil  *time.Time        `json:"cooling_until"`
+	CoolingReason string            `json:"cooling_reason"`
+	RestCause     string            `json:"rest_cause"`
+	ScopeRests    []creds.ScopeRest `json:"scope_rests"`
+	// PaceMS is the spacing of its starts learnt from bare 429s (0 none).
+	PaceMS      float64    `json:"pace_ms"`
+	NextStart   *time.Time `json:"next_start"`
+	LastUsed    *time.Time `json:"last_used"`
+	Starts      int64      `json:"starts"`
+	RateLimited int64      `json:"rate_limited"`
 }
 
 // Credential is one row of the pool. It names the credential; it never
@@ -120,7 +152,9 @@ type Credential struct {
 	State         string `json:"state"`
 	MaxConcurrent int    `json:"max_concurrent"`
 	// Groups are the key groups it is in (a kind's credentials name them).
-	Groups       []string   `json:"groups"`
+	Groups []string `json:"groups"`
+	// Account is the account it belongs to ("" none: its own).
+	Account      string     `json:"account"`
 	Rate         string     `json:"rate"`
 	InFlight     int        `json:"in_flight"`
 	Holders      []Holder   `json:"holders"`

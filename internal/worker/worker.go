@@ -135,7 +135,8 @@ func New(o Options) (*Worker, error) {
 		if c.URL != "" {
 			w.credURLs[c.ID] = c.URL
 		}
-		w.defs = append(w.defs, creds.Credential{ID: c.ID, MaxConcurrent: c.MaxConcurrent, Limits: c.PoolLimits(), Groups: c.Groups})
+		w.defs = append(w.defs, creds.Credential{ID: c.ID, MaxConcurrent: c.MaxConcurrent, Limits: c.PoolLimits(), Groups: c.Groups,
+			Account: c.Account})
 	}
 	w.scrub = secret.NewScrubber(all...)
 	if w.handlers, err = buildHandlers(cfg, w.scrub, o.JobGuard, w.handlerNote); err != nil {
@@ -302,7 +303,7 @@ func (w *Worker) kindKeyCount(kind string) int {
 func (w *Worker) register(ctx context.Context) error {
 	w.registerMu.Lock()
 	defer w.registerMu.Unlock()
-	if err := w.pool.Register(ctx, w.defs); err != nil {
+	if err := w.pool.Define(ctx, creds.Definitions{Accounts: w.cfg.Pool.PoolAccounts(), Credentials: w.defs}); err != nil {
 		return err
 	}
 	w.synced.Store(true)

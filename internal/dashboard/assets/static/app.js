@@ -345,7 +345,8 @@
         el('div', {class: 'card-head'},
           el('h3', {}, c.id),
           el('span', {class: 'badge st ' + c.state}, c.state),
-          (c.groups || []).length ? el('span', {class: 'muted groups'}, `groups: ${c.groups.join(', ')}`) : null),
+          (c.groups || []).length ? el('span', {class: 'muted groups'}, `groups: ${c.groups.join(', ')}`) : null,
+          c.account ? el('span', {class: 'muted account'}, `account: ${c.account}`) : null),
         el('div', {class: 'line'},
           el('span', {class: 'label'}, 'in flight'),
           meter(c.in_flight, c.max_concurrent, c.in_flight >= c.max_concurrent ? 'full' : ''),
@@ -387,6 +388,27 @@
       if (!p.credentials.some((c) => c.id === id)) cards.delete(id);
     }
     return out;
+  }
+
+  // renderAccounts lists the pool's accounts: what the APIs limit, whose
+  // keys share their limits and rest together.
+  function renderAccounts(s) {
+    const as = (s.pool && s.pool.accounts) || [];
+    $('accounts-section').hidden = as.length === 0;
+    const now = Date.parse((s.pool && s.pool.at) || s.at);
+    return table(['Account', 'State', 'Keys', 'Limits (used / of)', '#In flight', '#Starts', '#429s', 'Resting'], as.map((a) =>
+      el('tr', {'data-account': a.id, 'data-state': a.state},
+        el('td', {class: 'id'}, a.id, a.account ? el('span', {class: 'muted'}, ` in ${a.account}`) : null),
+        el('td', {}, el('span', {class: 'badge st ' + a.state}, a.state)),
+        el('td', {}, (a.keys || []).join(', ') || '–'),
+        el('td', {}, limits(a).map((l) => el('div', {class: 'line'},
+          el('span', {class: 'label'}, l.label),
+          l.max ? meter(l.used || 0, l.max, (l.used || 0) >= l.max ? 'full' : '') : null,
+          el('span', {class: 'val'}, l.used !== null ? `${l.used}${l.max ? ' / ' + l.max : ''}` : (l.note || '–'))))),
+        el('td', {class: 'num'}, num(a.in_flight)),
+        el('td', {class: 'num'}, num(a.starts)),
+        el('td', {class: 'num'}, num(a.rate_limited)),
+        el('td', {}, rest(a, now) || '–'))));
   }
 
   function renderWorkers(s) {
@@ -536,6 +558,7 @@
     if ($('tenants')) $('tenants').replaceChildren(renderTenants(s));
     renderBatchIDs(s);
     replaceIfChanged($('pool'), renderPool(s));
+    $('accounts').replaceChildren(renderAccounts(s));
     $('workers').replaceChildren(renderWorkers(s));
     $('queue').replaceChildren(...renderQueue(s));
     // The list is drawn again only when it changes (its buttons stay put).
