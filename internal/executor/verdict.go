@@ -150,7 +150,8 @@ func (p judging) signals(ss []jobs.Signal, cut *[]string) []creds.Signal {
 	}
 	out := make([]creds.Signal, len(ss))
 	for i, s := range ss {
-		out[i] = creds.Signal{Name: s.Name, Tokens: s.Tokens, Remaining: s.Remaining, Reset: p.capRest(s.Reset, s.Name+" header", cut)}
+		out[i] = creds.Signal{Name: s.Name, Tokens: s.Tokens, Remaining: s.Remaining, Reset: p.capRest(s.Reset, s.Name+" header", cut),
+			Limit: s.Limit}
 	}
 	return out
 }

@@ -20,6 +20,9 @@ type Signal struct {
 	// Remaining is what the key has left; Reset is when it is whole again.
 	Remaining int64
 	Reset     time.Duration
+	// Limit is the whole of it, from the family's limit header (0: not
+	// sent): with it the pool learns the refill rate.
+	Limit int64
 }
 
 // RateReport is what a reply's rate-limit headers say.
@@ -37,21 +40,21 @@ type RateReport struct {
 
 // rateHeaderFamily describes one provider's remaining/reset headers.
 type rateHeaderFamily struct {
-	remaining, reset string // with %s for the limit's name
-	names            []string
-	resetIsTime      bool // RFC 3339 time (Anthropic); else a Go duration (OpenAI)
+	remaining, reset, limit string // with %s for the limit's name
+	names                   []string
+	resetIsTime             bool // RFC 3339 time (Anthropic); else a Go duration (OpenAI)
 }
 
 var rateHeaderFamilies = []rateHeaderFamily{
 	{
 		// OpenAI: x-ratelimit-remaining-tokens: 5990, x-ratelimit-reset-tokens: 6m0s
-		remaining: "x-ratelimit-remaining-%s", reset: "x-ratelimit-reset-%s",
+		remaining: "x-ratelimit-remaining-%s", reset: "x-ratelimit-reset-%s", limit: "x-ratelimit-limit-%s",
 		names: []string{"requests", "tokens"},
 	},
 	{
 		// Anthropic: anthropic-ratelimit-tokens-remaining: 5990,
 		// anthropic-ratelimit-tokens-reset: 2024-01-01T00:00:30Z
-		remaining: "anthropic-ratelimit-%s-remaining", reset: "anthropic-ratelimit-%s-reset",
+		remaining: "anthropic-ratelimit-%s-remaining", reset: "anthropic-ratelimit-%s-reset", limit: "anthropic-ratelimit-%s-limit",
 		names:       []string{"requests", "tokens", "input-tokens", "output-tokens"},
 		resetIsTime: true,
 	},
@@ -59,11 +62,11 @@ var rateHeaderFamilies = []rateHeaderFamily{
 
 // ParseRateHeaders reads the rate-limit headers of a reply (any status):
 // retry-after-ms (milliseconds, preferred), Retry-After (seconds or an
-// HTTP-date), OpenAI's x-ratelimit-{remaining,reset}-{requests,tokens}
+// HTTP-date), OpenAI's x-ratelimit-{limit,remaining,reset}-{requests,tokens}
 // (resets as durations: 20ms, 1.5s, 6m0s) and Anthropic's
-// anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{remaining,reset}
+// anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}
 // (resets as RFC 3339 times). A pair whose figures cannot be read is left
-// out. Output tokens count as requests: a run needs at least one, and its
+// out; a limit that cannot be read (or is below what remains) is 0. Output tokens count as requests: a run needs at least one, and its
 // estimate is of its whole cost.
 func ParseRateHeaders(h http.Header, now time.Time) RateReport {
 	var r RateReport
@@ -92,8 +95,12 @@ func ParseRateHeaders(h http.Header, now time.Time) RateReport {
 			if !ok {
 				continue
 			}
+			limit, _ := parseRemaining(h.Get(strings.Replace(f.limit, "%s", name, 1)))
+			if limit < rem {
+				limit = 0 // not a whole that holds what is left: not told
+			}
 			r.Signals = append(r.Signals, Signal{
-				Name: remName, Tokens: name == "tokens" || name == "input-tokens", Remaining: rem, Reset: reset,
+				Name: remName, Tokens: name == "tokens" || name == "input-tokens", Remaining: rem, Reset: reset, Limit: limit,
 			})
 		}
 	}

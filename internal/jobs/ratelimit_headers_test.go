@@ -34,9 +34,12 @@ func TestParseRateHeaders(t *testing.T) {
 			"x-ratelimit-limit-requests", "60", "x-ratelimit-remaining-requests", "59", "x-ratelimit-reset-requests", "1s",
 			"x-ratelimit-limit-tokens", "150000", "x-ratelimit-remaining-tokens", "149984", "x-ratelimit-reset-tokens", "6m0s"),
 			jobs.RateReport{Signals: []jobs.Signal{
-				{Name: "x-ratelimit-remaining-requests", Remaining: 59, Reset: time.Second},
-				{Name: "x-ratelimit-remaining-tokens", Tokens: true, Remaining: 149984, Reset: 6 * time.Minute},
+				{Name: "x-ratelimit-remaining-requests", Remaining: 59, Reset: time.Second, Limit: 60},
+				{Name: "x-ratelimit-remaining-tokens", Tokens: true, Remaining: 149984, Reset: 6 * time.Minute, Limit: 150000},
 			}}},
+		{"a limit below what remains is not told", h("x-ratelimit-limit-requests", "5", "x-ratelimit-remaining-requests", "9",
+			"x-ratelimit-reset-requests", "0ms"),
+			jobs.RateReport{Signals: []jobs.Signal{{Name: "x-ratelimit-remaining-requests", Remaining: 9}}}},
 		{"openai fractions", h("x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "20ms",
 			"x-ratelimit-remaining-tokens", "10", "x-ratelimit-reset-tokens", "1.5s"),
 			jobs.RateReport{Signals: []jobs.Signal{
@@ -44,11 +47,12 @@ func TestParseRateHeaders(t *testing.T) {
 				{Name: "x-ratelimit-remaining-tokens", Tokens: true, Remaining: 10, Reset: 1500 * time.Millisecond},
 			}}},
 		{"anthropic", h(
+			"anthropic-ratelimit-requests-limit", "50",
 			"anthropic-ratelimit-requests-remaining", "49", "anthropic-ratelimit-requests-reset", "2026-11-23T10:00:01Z",
 			"anthropic-ratelimit-input-tokens-remaining", "3000", "anthropic-ratelimit-input-tokens-reset", "2026-11-23T10:00:30.5Z",
 			"anthropic-ratelimit-output-tokens-remaining", "100", "anthropic-ratelimit-output-tokens-reset", "2026-11-23T09:59:00Z"),
 			jobs.RateReport{Signals: []jobs.Signal{
-				{Name: "anthropic-ratelimit-requests-remaining", Remaining: 49, Reset: time.Second},
+				{Name: "anthropic-ratelimit-requests-remaining", Remaining: 49, Reset: time.Second, Limit: 50},
 				{Name: "anthropic-ratelimit-input-tokens-remaining", Tokens: true, Remaining: 3000, Reset: 30500 * time.Millisecond},
 				{Name: "anthropic-ratelimit-output-tokens-remaining", Remaining: 100, Reset: 0},
 			}}},

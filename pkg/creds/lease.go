@@ -134,6 +134,12 @@ type Signal struct {
 	// Remaining is what is left, Reset when it is whole again.
 	Remaining int64
 	Reset     time.Duration
+	// Limit is the whole of it (0: not told). With it, the pool learns
+	// the refill rate the figures imply ((Limit-Remaining)/Reset, since
+	// both providers' limits are token buckets that refill continuously):
+	// a key short of room rests only until enough has refilled for its
+	// next start, and its starts are then spaced at that rate.
+	Limit int64
 }
 
 // Release ends the lease: the credential is free again, and the waiter
@@ -242,14 +248,15 @@ func (p *Pool) settleOp(l *Lease, o Outcome) (chan error, error) {
 	}
 	var sig strings.Builder
 	for _, s := range o.Signals {
-		if s.Reset <= 0 {
-			continue
+		if s.Reset < 0 || s.Remaining < 0 || s.Limit < 0 || (s.Reset == 0 && s.Limit == 0) {
+			continue // nothing to learn: no reset, and no limit to learn a rate from
 		}
 		kind := "req"
 		if s.Tokens {
 			kind = "tok"
 		}
-		fmt.Fprintf(&sig, "%s:%d:%d:%s;", kind, s.Remaining, s.Reset.Microseconds(), strings.NewReplacer(":", "-", ";", ",").Replace(s.Name))
+		fmt.Fprintf(&sig, "%s:%d:%d:%d:%s;", kind, s.Remaining, s.Reset.Microseconds(), s.Limit,
+			strings.NewReplacer(":", "-", ";", ",").Replace(s.Name))
 	}
 	real := int64(-1)
 	if o.Cost > 0 {

@@ -322,11 +322,11 @@ local function load(id)
     return cred_cache[id]
   end
   local c = redis.call('HMGET', k_cred(id), 'max', 'lim0', 'disabled', 'pace_us', 'pace_tat', 'rest_until', 'last',
-    'starts', 'pace_floor', 'refused_items', 'up')
+    'starts', 'pace_floor', 'refused_items', 'up', 'sp')
   if not c[1] then
     return nil
   end
-  local up = c[11]
+  local up, sp = c[11], c[12]
   if up == '' then
     up = nil
   end
@@ -360,7 +360,12 @@ local function load(id)
     refused_items = c[10] or '',
     up = up, -- the account above ("*<a>"), nil: none
     acct = is_acct(id),
+    sp_iv = 0, sp_tat = 0, sp_until = 0, -- the spacing a reply's figures set (set_spacing)
   }
+  if sp then
+    local iv, tat, till = string.match(sp, '^([^:]*):([^:]*):([^:]*)$')
+    c.sp_iv, c.sp_tat, c.sp_until = tonumber(iv) or 0, tonumber(tat) or 0, tonumber(till) or 0
+  end
   if cred_cache then
     cred_cache[id] = c
   end
@@ -480,6 +485,9 @@ local function fit_at(id, c, now, cost, scope)
   end
   if c.pace_us > 0 and c.pace_tat > t then
     t = c.pace_tat
+  end
+  if c.sp_until > now and c.sp_tat > t then
+    t = c.sp_tat
   end
   for _, l in ipairs(limits_for(id, c, scope)) do
     local w = lim_when(id, l, now, cost)
@@ -755,6 +763,10 @@ local function charge(id, c, now, token, cost, scope)
     c.pace_tat = tat + c.pace_us
     redis.call('HSET', k_cred(id), 'pace_tat', n2s(c.pace_tat))
   end
+  if c.sp_until > now then
+    c.sp_tat = math.max(c.sp_tat, now) + c.sp_iv
+    redis.call('HSET', k_cred(id), 'sp', string.format('%.3f:%.0f:%.0f', c.sp_iv, c.sp_tat, c.sp_until))
+  end
 end
 
 -- grant leases credential id (state c, checked to fit with its accounts)
@@ -988,41 +1000,127 @@ local function told_freed_at(id, c, now, kind, scope, amount)
   return at
 end
 
+-- Refill. Both providers describe their limits as token buckets that
+-- refill continuously, and a reset as the time until the bucket is whole
+-- again: (limit - remaining) / reset is then the bucket's refill rate.
+-- remaining is rounded down and a reset up (Anthropic's to whole
+-- seconds), so (limit - remaining - 1) / reset is a bound below it; the
+-- highest bound a reply gave (rr_req, rr_tok: units per us) is the
+-- entity's refill rate. It is forgotten on a 429 (forget_refill): the
+-- limit may have changed.
+local function refill_rate(id, rr, f, remaining, reset, limit)
+  local known = tonumber(rr[f] or '')
+  if reset > 0 and limit - remaining >= 2 then
+    local obs = (limit - remaining - 1) / reset
+    if not known or obs > known then
+      known = obs
+      rr[f] = obs
+      redis.call('HSET', k_cred(id), f == 1 and 'rr_req' or 'rr_tok', string.format('%.9g', obs))
+    end
+  end
+  return known
+end
+
+-- forget_refill drops what the replies taught of entity id's buckets: the
+-- refill rates and the spacing they set.
+local function forget_refill(id, c)
+  redis.call('HDEL', k_cred(id), 'rr_req', 'rr_tok', 'sp')
+  c.sp_iv, c.sp_tat, c.sp_until = 0, 0, 0
+end
+
+-- set_spacing spaces entity id's next starts iv us apart from `from`
+-- until `till` (the bucket would be whole again); iv 0 ends the spacing.
+local function set_spacing(id, c, iv, from, till)
+  if iv <= 0 then
+    if c.sp_until > 0 then
+      redis.call('HDEL', k_cred(id), 'sp')
+      c.sp_iv, c.sp_tat, c.sp_until = 0, 0, 0
+    end
+    return
+  end
+  c.sp_iv, c.sp_tat, c.sp_until = iv, math.max(from, c.sp_tat), till
+  redis.call('HSET', k_cred(id), 'sp', string.format('%.3f:%.0f:%.0f', c.sp_iv, c.sp_tat, c.sp_until))
+end
+
+-- apply_signals reads the API's own figures about entity id's room (a
+-- key's, or its account's: the API reports the account's), sig being
+-- "<kind>:<remaining>:<reset us>:<limit>:<name>;..." with kind "req" or
+-- "tok" and limit 0 when not told. When they say it cannot take the next
+-- start (fewer requests left than the runs in flight plus one, or fewer
+-- tokens than as many estimates), it rests until enough has refilled for
+-- them at the refill rate (see refill_rate), and its next starts are
+-- spaced at that rate until the bucket would be whole; without a limit
+-- (no rate can be known) until the reset. A reset of 0 with too little
+-- left (an API that rounds a short reset down to 0ms) is not room: the
+-- rest then comes from the learnt rate, else from a minute's bucket of
+-- limit. A reply whose every figure leaves room ends a spacing.
+--
 -- scope ('' none): a run of a scope the key has limits of rests only that
--- scope (see set_scope_rest). With told limits of the signal's unit (cost
--- limits for tokens, windows of starts for requests), the signal is
--- passed over when they leave no more room than the API says is left
--- (they bind first); when the API says less, the key rests until the told
--- windows have freed what the API is short of, as the API's own window
--- frees its oldest requests at about the same time, rather than until the
--- API's reset (when its whole window is clear again).
+-- scope (see set_scope_rest), and is not spaced. With told limits of the
+-- signal's unit (cost limits for tokens, windows of starts for
+-- requests), the signal is passed over when they leave no more room than
+-- the API says is left (they bind first); when the API says less, the
+-- rest is at most until the told windows have freed what the API is
+-- short of.
 local function apply_signals(id, c, now, est, sig, scope)
   if not sig or sig == '' then
     return
   end
   local inflight = held(id, c, now)
-  for kind, remaining, reset, name in string.gmatch(sig, '(%a+):(%-?%d+):(%d+):([^;]*)') do
-    remaining, reset = tonumber(remaining), tonumber(reset)
-    local need = inflight + 1
-    local unit, lkind = 'requests', 'w'
+  local rr = nil
+  local short, roomy = false, false
+  local iv, till = 0, now
+  for kind, remaining, reset, limit, name in string.gmatch(sig, '(%a+):(%-?%d+):(%d+):(%d+):([^;]*)') do
+    remaining, reset, limit = tonumber(remaining), tonumber(reset), tonumber(limit)
+    local need, per = inflight + 1, 1
+    local unit, lkind, f = 'requests', 'w', 1
     if kind == 'tok' then
-      need = est * (inflight + 1)
-      unit, lkind = 'tokens', 'c'
+      need, per = est * (inflight + 1), est
+      unit, lkind, f = 'tokens', 'c', 2
     end
-    if remaining < need and reset > 0 then
+    local rate = nil
+    if limit > 0 then
+      rr = rr or redis.call('HMGET', k_cred(id), 'rr_req', 'rr_tok')
+      rate = refill_rate(id, rr, f, remaining, reset, limit)
+    end
+    if remaining >= need then
+      roomy = true
+    else
+      local rest = 0
+      if rate and rate > 0 then
+        rest = math.ceil((need - remaining) / rate)
+        if reset > 0 and rest > reset then
+          rest = reset
+        end
+      elseif reset > 0 then
+        rest = reset
+      elseif limit > 0 then
+        rate = limit / 60e6
+        rest = math.ceil((need - remaining) / rate)
+      end
       local room = told_room(id, c, now, lkind, scope)
-      local rest = reset
       if room ~= nil and room <= remaining then
         rest = 0
-      elseif room ~= nil then
+      elseif room ~= nil and rest > 0 then
         local at = told_freed_at(id, c, now, lkind, scope, need - remaining)
         if at and at - now < rest then
           rest = at - now
         end
       end
       if rest > 0 then
+        short = true
         local why = name .. ': ' .. n2s(remaining) .. ' ' .. unit .. ' left, ' .. n2s(need) .. ' needed (' .. n2s(inflight) ..
           ' in flight)'
+        if rate and rate > 0 then
+          why = why .. ', refill ' .. string.format('%.3g', rate * 1e6) .. '/s'
+          if per / rate > iv then
+            iv = per / rate
+          end
+          local whole = now + math.ceil((limit - remaining) / rate)
+          if whole > till then
+            till = whole
+          end
+        end
         if scope and scope ~= '' then
           set_scope_rest(id, c, now, rest, scope, why .. ' [' .. scope .. ']')
         else
@@ -1030,6 +1128,14 @@ local function apply_signals(id, c, now, est, sig, scope)
         end
       end
     end
+  end
+  if scope and scope ~= '' then
+    return
+  end
+  if short and iv > 0 then
+    set_spacing(id, c, iv, c.rest_until, till)
+  elseif roomy and not short then
+    set_spacing(id, c, 0)
   end
 end
 

@@ -33,7 +33,9 @@
 --                             that said nothing more: widen the pace; dur:
 --                             the longest rest, text: reason) | disable
 --                             (text: reason); sig: the API's figures (see
---                             apply_signals) | refuse (text: item, a tab,
+--                             apply_signals: they, the rests and the pace
+--                             land on the key's account when it has one)
+--                             | refuse (text: item, a tab,
 --                             reason: see refuse) | unused (never used:
 --                             nothing learnt about the key); a credential
 --                             it disables (disable, a refuse that ends a
@@ -245,12 +247,14 @@ while i <= #ARGV do
         else
           set_rest(sid, now, dur, reason or text, cause or '', sc)
         end
+        forget_refill(sid, sc)
         redis.call('HINCRBY', k_cred(id), 'rate_limited', 1)
         if sid ~= id then
           redis.call('HINCRBY', k_cred(sid), 'rate_limited', 1)
         end
       elseif mode == 'bare429' then
         bare_429(sid, sc, now, granted, dur, text)
+        forget_refill(sid, sc)
         redis.call('HINCRBY', k_cred(id), 'rate_limited', 1)
         if sid ~= id then
           redis.call('HINCRBY', k_cred(sid), 'rate_limited', 1)

@@ -1,0 +1,78 @@
+package creds_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keyfleet/keyfleet/pkg/creds"
+)
+
+// With the limit told, a key short of room rests only until enough has
+// refilled for its next start at the rate the figures imply (a bucket of
+// 30 whole again in 10 s refills at about 3/s), not until the bucket is
+// whole; its next starts are spaced at that rate; a reply with room ends
+// the spacing.
+func TestSignalsRestUntilEnoughHasRefilled(t *testing.T) {
+	e := newEnv(t)
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 10})
+	ctx := context.Background()
+	l := mustAcquire(t, p, "w")
+	if err := p.Settle(ctx, l, creds.Outcome{Signals: []creds.Signal{{Name: "x-ratelimit-remaining-requests",
+		Remaining: 0, Reset: 10 * time.Second, Limit: 30}}}); err != nil {
+		t.Fatal(err)
+	}
+	c := credStats(t, p, "k")
+	rest := c.CoolingUntil.Sub(c.LastUsed)
+	// (30-0-1)/10 s = 2.9/s: one start refills in 345 ms.
+	if c.State != creds.StateCooling || rest < 300*time.Millisecond || rest > 2*time.Second ||
+		!strings.Contains(c.CoolingReason, "refill 2.9/s") {
+		t.Fatalf("after 0 of 30 left, whole in 10 s: rests %s (%+v)", rest, c)
+	}
+	var at []time.Time
+	for range 3 {
+		l := mustAcquire(t, p, "w")
+		at = append(at, l.Acquired)
+		if err := p.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i < len(at); i++ {
+		if gap := at[i].Sub(at[i-1]); gap < 300*time.Millisecond {
+			t.Fatalf("starts %s apart while spaced at the refill rate (345 ms)", gap)
+		}
+	}
+	// A reply with room ends the spacing: starts go back to back.
+	l = mustAcquire(t, p, "w")
+	if err := p.Settle(ctx, l, creds.Outcome{Signals: []creds.Signal{{Name: "x-ratelimit-remaining-requests",
+		Remaining: 20, Reset: 3 * time.Second, Limit: 30}}}); err != nil {
+		t.Fatal(err)
+	}
+	got := tryN(t, p, creds.Request{Owner: "w"}, 5)
+	if len(got) != 5 {
+		t.Fatalf("%d starts at once after a reply with room, want 5", len(got))
+	}
+	releaseAll(t, p, got)
+}
+
+// A reset of 0 with too little left (an API that rounds a short reset down
+// to 0ms) is not room: the key rests as a minute's bucket of its limit
+// refills, instead of sending on.
+func TestAZeroResetWithTooLittleLeftIsNotRoom(t *testing.T) {
+	e := newEnv(t)
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 10})
+	ctx := context.Background()
+	held := tryN(t, p, creds.Request{Owner: "w"}, 3)
+	l := held[0]
+	if err := p.Settle(ctx, l, creds.Outcome{Signals: []creds.Signal{{Name: "x-ratelimit-remaining-requests",
+		Remaining: 1, Reset: 0, Limit: 60}}}); err != nil {
+		t.Fatal(err)
+	}
+	// 2 in flight, 1 left: 2 short at 1/s.
+	c := credStats(t, p, "k")
+	if rest := c.CoolingUntil.Sub(c.LastUsed); c.State != creds.StateCooling || rest < 1500*time.Millisecond || rest > 3*time.Second {
+		t.Fatalf("1 left of 60, reset 0ms, 2 in flight: rests %s (%+v)", rest, c)
+	}
+	releaseAll(t, p, held[1:])
+}
