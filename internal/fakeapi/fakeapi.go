@@ -64,8 +64,26 @@
 //     endpoint's, from the API reference), missing required fields, wrong
 //     types, bad messages: 400 with the provider's words, e.g. OpenAI
 //     "Unrecognized request argument supplied: id", Anthropic "id: Extra
-//     inputs are not permitted". "stream": true is refused (no SSE here).
-//     Config.Models, when set, limits the models served (404 otherwise).
+//     inputs are not permitted". Config.Models, when set, limits the
+//     models served (404 otherwise).
+//   - Streaming (streaming.go): "stream": true (a boolean) on chat
+//     completions and messages gets the reply as server-sent events
+//     (Content-Type "text/event-stream; charset=utf-8"), sent as it is
+//     made, one event per write and flush: OpenAI's chat.completion.chunk
+//     objects (the role, one chunk per word, the finish_reason; with
+//     stream_options.include_usage a last chunk with empty choices and the
+//     usage; an obfuscation field unless include_obfuscation is false),
+//     then "data: [DONE]"; Anthropic's message_start (input tokens),
+//     content_block_start, ping, content_block_delta (text_delta) per word,
+//     content_block_stop, message_delta (stop_reason, cumulative usage),
+//     message_stop, each "event: <type>\ndata: <json>". The opening events
+//     go at once; the words and the closing events are spread over the
+//     request's latency, so the first arrives before the last. The usage is
+//     the non-streamed reply's, and is counted when the last event goes.
+//     OpenAI refuses stream_options without "stream": true (400, param
+//     stream_options). A refusal (429, markers, validation) comes before
+//     the stream, as the usual JSON error. A batch's requests do not
+//     stream.
 //   - Usage: input tokens are a quarter of the bytes of the request's text
 //     (message contents, system, tools; embeddings inputs), rounded up, at
 //     least 1, plus one per token given as a number: never more than the

@@ -146,6 +146,11 @@ type query struct {
 	dims   int
 	base64 bool
 	marks  marks
+	// A streamed reply (real time only; streaming.go): usage in its final
+	// chunk (OpenAI stream_options.include_usage), obfuscation fields on
+	// its chunks (OpenAI stream_options.include_obfuscation, on unless
+	// false).
+	stream, includeUsage, obfuscate bool
 }
 
 // objectFields decodes a JSON object's top-level fields, in their order.
@@ -287,10 +292,22 @@ func (st *strictState) checkKinds(ep endpoint, names []string, fields map[string
 	return nil
 }
 
-// parseQuery validates an inference request as the provider does and
-// reads what its reply depends on: the model, the input tokens, the
-// output limit, the markers.
+// parseQuery validates a request of a provider batch as the provider
+// does and reads what its reply depends on: the model, the input tokens,
+// the output limit, the markers. A batch's requests are never streamed:
+// "stream": true is refused.
 func (st *strictState) parseQuery(ep endpoint, body []byte) (*query, *apiError) {
+	q, e := st.parseRequest(ep, body)
+	if e == nil && q.stream {
+		return nil, invalid("fakeapi: streaming (\"stream\": true) is not supported in a batch request by this stand-in.", "stream", "")
+	}
+	return q, e
+}
+
+// parseRequest validates a real-time inference request as the provider
+// does and reads what its reply depends on: the model, the input tokens,
+// the output limit, whether it streams, the markers.
+func (st *strictState) parseRequest(ep endpoint, body []byte) (*query, *apiError) {
 	names, fields, err := objectFields(body)
 	if err != nil {
 		return nil, st.badJSON()
@@ -308,8 +325,8 @@ func (st *strictState) parseQuery(ep endpoint, body []byte) (*query, *apiError) 
 	}
 	q := &query{ep: ep, max: -1, n: 1}
 	_ = json.Unmarshal(fields["model"], &q.model)
-	if raw, ok := fields["stream"]; ok && string(bytes.TrimSpace(raw)) == "true" {
-		return nil, invalid("fakeapi: streaming (\"stream\": true) is not supported by this stand-in.", "stream", "")
+	if e := st.parseStream(q, fields); e != nil {
+		return nil, e
 	}
 	var e *apiError
 	switch ep {
@@ -638,7 +655,7 @@ func (st *strictState) parseMessages(q *query, fields map[string]json.RawMessage
 func (c *call) inference(ep endpoint) {
 	s, st, k := c.s, c.st, c.k
 	k.requests.Add(1)
-	q, e := st.parseQuery(ep, c.body)
+	q, e := st.parseRequest(ep, c.body)
 	if e == nil && !st.serves(q.model) {
 		e = st.modelNotFound(q.model)
 	}
@@ -683,23 +700,24 @@ func (c *call) inference(ep endpoint) {
 	}
 	k.start()
 	defer k.finish()
-	if d := time.Duration(st.latency.Load()) + q.marks.latency; d > 0 {
-		t := time.NewTimer(d)
-		select {
-		case <-c.r.Context().Done():
-			t.Stop()
-			return // the client is gone
-		case <-t.C:
+	answered := func() {
+		k.usage.add(q.model, false, q.input, q.out*int64(q.n))
+		k.tokensUsed.Add(tokens)
+		k.ok.Add(1)
+		if m != nil {
+			m.tokensUsed.Add(tokens)
+			m.ok.Add(1)
 		}
 	}
-	out := q.out * int64(q.n)
-	k.usage.add(q.model, false, q.input, out)
-	k.tokensUsed.Add(tokens)
-	k.ok.Add(1)
-	if m != nil {
-		m.tokensUsed.Add(tokens)
-		m.ok.Add(1)
+	d := time.Duration(st.latency.Load()) + q.marks.latency
+	if q.stream {
+		c.streamReply(q, d, answered)
+		return
 	}
+	if !sleep(c.r.Context(), d) {
+		return // the client is gone
+	}
+	answered()
 	c.reply(st.replyBody(q, c.reqID, false))
 }
 
