@@ -651,9 +651,10 @@ func (st *strictState) parseMessages(q *query, fields map[string]json.RawMessage
 }
 
 // inference answers a real-time inference request: validate, apply the
-// markers, admit it against the key's limits, wait, reply with usage.
+// markers, admit it against the key's and its account's limits, wait (or
+// stream), reply with usage.
 func (c *call) inference(ep endpoint) {
-	s, st, k := c.s, c.st, c.k
+	st, k := c.st, c.k
 	k.requests.Add(1)
 	q, e := st.parseRequest(ep, c.body)
 	if e == nil && !st.serves(q.model) {
@@ -677,26 +678,31 @@ func (c *call) inference(ep endpoint) {
 		m.requests.Add(1)
 	}
 	tokens := q.input + q.out*int64(q.n)
-	now := time.Now()
-	ok, wait, limit := k.admit(now, s.retryAfter, tokens, m)
-	s.setRateHeaders(c.w, k, m, now)
-	if !st.openai() {
-		copyAnthropicTokenHeaders(c.w.Header())
-	}
-	if !ok {
+	a := st.admit(k, m, q.model, tokens)
+	setStrictRateHeaders(c.w, st.provider, a)
+	if !a.ok {
 		k.rateLimited.Add(1)
 		if m != nil {
 			m.rateLimited.Add(1)
-			if strings.HasPrefix(limit, "model:") {
+		}
+		if d := a.refused; d != nil {
+			if d.model && d.set.account == nil && m != nil {
 				m.modelLimit.Add(1)
 			}
+			if d.set.account != nil {
+				d.set.account.rateLimited.Add(1)
+			}
 		}
-		e := st.limitError(k, m, q, limit, tokens, wait, now)
+		e := st.limitError(k, q, a)
 		if k.bare {
 			e.header = nil
 		}
 		c.fail(e)
 		return
+	}
+	if k.account != nil {
+		k.account.admitted.Add(1)
+		k.account.tokens.Add(tokens)
 	}
 	k.start()
 	defer k.finish()
@@ -721,19 +727,6 @@ func (c *call) inference(ep endpoint) {
 	c.reply(st.replyBody(q, c.reqID, false))
 }
 
-// copyAnthropicTokenHeaders repeats the tokens figures as the input- and
-// output-token ones: the stand-in keeps one token window, whose room bounds
-// both (docs.anthropic.com/en/api/rate-limits, "Response headers":
-// anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}).
-func copyAnthropicTokenHeaders(h http.Header) {
-	for _, part := range []string{"limit", "remaining", "reset"} {
-		if v := h.Get("anthropic-ratelimit-tokens-" + part); v != "" {
-			h.Set("anthropic-ratelimit-input-tokens-"+part, v)
-			h.Set("anthropic-ratelimit-output-tokens-"+part, v)
-		}
-	}
-}
-
 // modelNotFound is the provider's 404 for a model it does not serve:
 // OpenAI "The model `x` does not exist or you do not have access to it."
 // with code model_not_found, Anthropic not_found_error "model: x".
@@ -743,69 +736,6 @@ func (st *strictState) modelNotFound(model string) *apiError {
 			message: fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model)}
 	}
 	return &apiError{status: http.StatusNotFound, typ: "not_found_error", message: "model: " + model}
-}
-
-// limitError is the provider's 429 for a request over one of the key's
-// limits, with retry-after (and OpenAI's retry-after-ms).
-func (st *strictState) limitError(k *keyState, m *modelState, q *query, limit string, tokens int64, wait time.Duration, now time.Time) *apiError {
-	what, n, period, used, requested := "requests", 0, time.Minute, int64(0), int64(1)
-	k.mu.Lock()
-	switch limit {
-	case "rate":
-		n, period, used = k.rate.N, k.rate.Period, int64(len(k.window))
-	case "every":
-		n, period, used = 1, k.every, 1
-	case "concurrency":
-		n, period, used = k.conc, 0, int64(k.inflight)
-	case "tokens":
-		k.tokenRoom(now, 0)
-		what, n, period, used, requested = "tokens", k.tokens.N, k.tokens.Period, k.tokensInWindow(), tokens
-	case "model:rate", "model:tokens":
-		reqs, toks := m.used(now)
-		n, period, used = m.rate.N, m.rate.Period, int64(reqs)
-		if limit == "model:tokens" {
-			what, n, period, used, requested = "tokens", m.tokens.N, m.tokens.Period, toks, tokens
-		}
-	}
-	k.mu.Unlock()
-	e := &apiError{status: http.StatusTooManyRequests, header: st.retryHeaders(wait)}
-	if st.openai() {
-		// "Rate limit reached for gpt-4o in organization org-xxx on tokens per
-		// min (TPM): Limit 30000, Used 29000, Requested 2000. Please try again in
-		// 2s. Visit https://platform.openai.com/account/rate-limits to learn
-		// more.", type "tokens" or "requests", code rate_limit_exceeded: the
-		// API's 429 as its SDKs' users quote it.
-		e.typ, e.code = what, strp("rate_limit_exceeded")
-		if period == 0 {
-			e.message = fmt.Sprintf("Rate limit reached for %s in organization org-test on concurrent requests: Limit %d, Used %d, Requested 1. Please try again in %s. Visit https://platform.openai.com/account/rate-limits to learn more.",
-				q.model, n, used, wait.Round(time.Millisecond))
-		} else {
-			e.message = fmt.Sprintf("Rate limit reached for %s in organization org-test on %s per %s: Limit %d, Used %d, Requested %d. Please try again in %s. Visit https://platform.openai.com/account/rate-limits to learn more.",
-				q.model, what, periodName(period, what), n, used, requested, wait.Round(time.Millisecond))
-		}
-		return e
-	}
-	// "This request would exceed the rate limit for your organization (<id>)
-	// of 20,000 input tokens per minute. For details, refer to: ...":
-	// quoted in github.com/OpenHands/OpenHands/issues/9259.
-	e.typ = "rate_limit_error"
-	per := "minute"
-	switch period {
-	case 0:
-		per, what = "moment", "concurrent requests"
-	case time.Second:
-		per = "second"
-	case time.Minute:
-	case time.Hour:
-		per = "hour"
-	case 24 * time.Hour:
-		per = "day"
-	default:
-		per = period.String()
-	}
-	e.message = fmt.Sprintf("This request would exceed the rate limit for your organization (org-test) of %s %s per %s. For details, refer to: https://docs.claude.com/en/api/rate-limits. You can see the response headers for current usage. Please reduce the prompt length or the maximum tokens requested, or try again later. You may also contact sales at https://www.anthropic.com/contact-sales to discuss your options for a rate limit increase.",
-		thousands(int64(n)), what, per)
-	return e
 }
 
 // thousands writes n with comma separators, as Anthropic's messages do.
