@@ -54,7 +54,9 @@
 //     2026-10-21, the official Go SDK v2's: AnthropicVersions).
 //     Missing, unknown and revoked (Revoke) keys get the provider's 401.
 //   - Endpoints: OpenAI POST /v1/chat/completions, POST /v1/embeddings,
-//     GET /v1/models[/{id}], the Files API (POST/GET /v1/files, GET and
+//     POST /v1/responses (responses.go; not streamed: "stream": true and a
+//     request without input are refused as not served here; the legacy
+//     POST /v1/completions is not served), GET /v1/models[/{id}], the Files API (POST/GET /v1/files, GET and
 //     DELETE /v1/files/{id}, GET /v1/files/{id}/content) and the Batch API
 //     (POST/GET /v1/batches, GET /v1/batches/{id}, POST
 //     /v1/batches/{id}/cancel); Anthropic POST /v1/messages, GET

@@ -17,6 +17,7 @@ const (
 	endpointChat       endpoint = "/v1/chat/completions"
 	endpointEmbeddings endpoint = "/v1/embeddings"
 	endpointMessages   endpoint = "/v1/messages"
+	endpointResponses  endpoint = "/v1/responses"
 )
 
 // Known top-level request fields, from each API's reference. A field not
@@ -34,6 +35,15 @@ var knownFields = map[endpoint][]string{
 		"response_format", "safety_identifier", "seed", "service_tier", "stop", "store", "stream",
 		"stream_options", "temperature", "tool_choice", "tools", "top_logprobs", "top_p", "user",
 		"verbosity", "web_search_options",
+	},
+	// openai-node 6.49.0 ResponseCreateParamsBase (responses.go).
+	endpointResponses: {
+		"background", "context_management", "conversation", "include", "input", "instructions",
+		"max_output_tokens", "metadata", "model", "moderation", "parallel_tool_calls",
+		"previous_response_id", "prompt", "prompt_cache_key", "prompt_cache_options",
+		"prompt_cache_retention", "reasoning", "safety_identifier", "service_tier", "store", "stream",
+		"stream_options", "temperature", "text", "tool_choice", "tools", "top_logprobs", "top_p",
+		"truncation", "user",
 	},
 	// openai-openapi components.schemas.CreateEmbeddingRequest
 	// (additionalProperties: false).
@@ -113,6 +123,13 @@ var fieldKinds = map[endpoint]map[string][]jsonKind{
 		"model": {kindString}, "input": {kindString, kindArray}, "encoding_format": {kindString},
 		"dimensions": {kindInteger}, "user": {kindString},
 	},
+	endpointResponses: {
+		"model": {kindString}, "input": {kindString, kindArray}, "instructions": {kindString},
+		"max_output_tokens": {kindInteger}, "stream": {kindBool}, "stream_options": {kindObject},
+		"store": {kindBool}, "background": {kindBool}, "parallel_tool_calls": {kindBool},
+		"temperature": {kindNumber, kindInteger}, "top_p": {kindNumber, kindInteger},
+		"metadata": {kindObject}, "tools": {kindArray}, "user": {kindString}, "service_tier": {kindString},
+	},
 	endpointMessages: {
 		"model": {kindString}, "messages": {kindArray}, "max_tokens": {kindInteger},
 		"system": {kindString, kindArray}, "stop_sequences": {kindArray}, "stream": {kindBool},
@@ -131,6 +148,7 @@ var required = map[endpoint][]string{
 	endpointChat:       {"model", "messages"},
 	endpointEmbeddings: {"model", "input"},
 	endpointMessages:   {"max_tokens", "messages", "model"},
+	endpointResponses:  {"model"},
 }
 
 // query is one validated inference request.
@@ -151,6 +169,9 @@ type query struct {
 	// its chunks (OpenAI stream_options.include_obfuscation, on unless
 	// false).
 	stream, includeUsage, obfuscate bool
+	// instructions are a Responses API request's, echoed by its reply
+	// (nil: none).
+	instructions any
 }
 
 // objectFields decodes a JSON object's top-level fields, in their order.
@@ -212,6 +233,9 @@ func (st *strictState) unknownField(prefix string, names []string) *apiError {
 	}
 	if len(unknown) == 0 {
 		return nil
+	}
+	if endpoint(prefix) == endpointResponses {
+		return unknownParameter(unknown[0])
 	}
 	if st.openai() {
 		if len(unknown) == 1 {
@@ -336,6 +360,8 @@ func (st *strictState) parseRequest(ep endpoint, body []byte) (*query, *apiError
 		e = st.parseEmbeddings(q, fields)
 	case endpointMessages:
 		e = st.parseMessages(q, fields)
+	case endpointResponses:
+		e = st.parseResponses(q, fields)
 	}
 	if e != nil {
 		return nil, e

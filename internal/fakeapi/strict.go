@@ -416,6 +416,8 @@ func (st *strictState) route(c *call) bool {
 			c.inference(endpointChat)
 		case post && p == "/v1/embeddings":
 			c.inference(endpointEmbeddings)
+		case post && p == "/v1/responses":
+			c.inference(endpointResponses)
 		case get && p == "/v1/models":
 			c.listModels()
 		case get && len(seg) == 2 && seg[0] == "models":

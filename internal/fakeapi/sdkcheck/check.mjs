@@ -167,6 +167,22 @@ await check('openai 429 before a stream begins: RateLimitError', async () => {
   eq(e.headers.get('retry-after'), '2', 'retry-after');
 });
 
+await check('openai responses (not streamed): output_text and usage', async () => {
+  const text = 'Say hi [fake:output_tokens=3]';
+  const res = await openai.responses.create({ model: 'gpt-4o-mini', instructions: 'Be brief.', input: text, max_output_tokens: 64 });
+  eq([res.object, res.status, res.model, res.output_text, res.instructions], ['response', 'completed', 'gpt-4o-mini', 'tok tok tok', 'Be brief.'], 'response');
+  eq([res.usage.input_tokens, res.usage.output_tokens, res.usage.total_tokens], [tokens(text, 'Be brief.'), 3, tokens(text, 'Be brief.') + 3], 'usage');
+  const items = await openai.responses.create({
+    model: 'gpt-4o',
+    input: [{ role: 'user', content: [{ type: 'input_text', text: 'go on [fake:output_tokens=40]' }] }],
+    max_output_tokens: 16,
+  });
+  eq([items.status, items.incomplete_details, items.usage.output_tokens], ['incomplete', { reason: 'max_output_tokens' }, 16], 'capped');
+  const e = await rejects(() => openai.responses.create({ model: 'gpt-4o', input: 'hi', max_output_tokens: 5 }));
+  assert(e instanceof OpenAI.BadRequestError, `got ${e?.constructor?.name}: ${e}`);
+  eq([e.param, e.code], ['max_output_tokens', 'integer_below_min_value'], 'max_output_tokens below 16');
+});
+
 await check('openai embeddings (the SDK asks for base64 and decodes it)', async () => {
   const res = await openai.embeddings.create({ model: 'text-embedding-3-small', input: ['first text', 'second'] });
   eq(res.object, 'list', 'object');
