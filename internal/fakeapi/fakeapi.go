@@ -1,10 +1,11 @@
 // Package fakeapi is a local stand-in for a rate-limited paid API, for tests
 // and for `make demo`. It is not a production server.
 //
-// Each configured key has an optional rate (at most N requests admitted in
-// any sliding window of length Period, kept exactly in memory) and an
-// optional concurrency limit. The server answers like the APIs keyfleet is
-// built for:
+// In the lenient mode (no Config.Provider), each configured key has an
+// optional rate (at most N requests admitted in any sliding window of
+// length Period, kept exactly in memory: the self-check of keyfleet's own
+// exact limits) and an optional concurrency limit. The server answers like
+// the APIs keyfleet is built for:
 //
 //   - no key or an unknown key: 401 {"error":"unauthorized"}
 //   - over the key's rate: 429 {"error":"rate_limited"} with Retry-After in
@@ -53,7 +54,9 @@
 //     2026-10-21, the official Go SDK v2's: AnthropicVersions).
 //     Missing, unknown and revoked (Revoke) keys get the provider's 401.
 //   - Endpoints: OpenAI POST /v1/chat/completions, POST /v1/embeddings,
-//     GET /v1/models[/{id}], the Files API (POST/GET /v1/files, GET and
+//     POST /v1/responses (responses.go; not streamed: "stream": true and a
+//     request without input are refused as not served here; the legacy
+//     POST /v1/completions is not served), GET /v1/models[/{id}], the Files API (POST/GET /v1/files, GET and
 //     DELETE /v1/files/{id}, GET /v1/files/{id}/content) and the Batch API
 //     (POST/GET /v1/batches, GET /v1/batches/{id}, POST
 //     /v1/batches/{id}/cancel); Anthropic POST /v1/messages, GET
@@ -64,20 +67,58 @@
 //     endpoint's, from the API reference), missing required fields, wrong
 //     types, bad messages: 400 with the provider's words, e.g. OpenAI
 //     "Unrecognized request argument supplied: id", Anthropic "id: Extra
-//     inputs are not permitted". "stream": true is refused (no SSE here).
-//     Config.Models, when set, limits the models served (404 otherwise).
+//     inputs are not permitted". Config.Models, when set, limits the
+//     models served (404 otherwise).
+//   - Streaming (streaming.go): "stream": true (a boolean) on chat
+//     completions and messages gets the reply as server-sent events
+//     (Content-Type "text/event-stream; charset=utf-8"), sent as it is
+//     made, one event per write and flush: OpenAI's chat.completion.chunk
+//     objects (the role, one chunk per word, the finish_reason; with
+//     stream_options.include_usage a last chunk with empty choices and the
+//     usage; an obfuscation field unless include_obfuscation is false),
+//     then "data: [DONE]"; Anthropic's message_start (input tokens),
+//     content_block_start, ping, content_block_delta (text_delta) per word,
+//     content_block_stop, message_delta (stop_reason, cumulative usage),
+//     message_stop, each "event: <type>\ndata: <json>". The opening events
+//     go at once; the words and the closing events are spread over the
+//     request's latency, so the first arrives before the last. The usage is
+//     the non-streamed reply's, and is counted when the last event goes.
+//     OpenAI refuses stream_options without "stream": true (400, param
+//     stream_options). A refusal (429, markers, validation) comes before
+//     the stream, as the usual JSON error. A batch's requests do not
+//     stream.
 //   - Usage: input tokens are a quarter of the bytes of the request's text
 //     (message contents, system, tools; embeddings inputs), rounded up, at
 //     least 1, plus one per token given as a number: never more than the
 //     body's length. Output tokens are Config.OutputTokens (default
 //     DefaultOutputTokens) or the output_tokens marker, capped by
 //     max_tokens / max_completion_tokens (per choice with "n"). The reply's
-//     text is one 4-byte word per output token. The key's Tokens and
-//     per-model limits count input + output; KeyStats.Usage and ModelUsage
-//     record what the replies reported, real time apart from Batch API.
+//     text is one 4-byte word per output token. Token limits count input +
+//     output; KeyStats.Usage and ModelUsage record what the replies
+//     reported, real time apart from Batch API.
+//   - Limits (buckets.go, accounts.go, strict_limits.go) are token buckets,
+//     as both providers describe theirs: Key.Rate, Key.Tokens and
+//     Key.Models, and those of the key's Account (Config.Accounts: an
+//     organization, project, workspace or resource whose limits all its
+//     keys share), each a bucket of N refilled continuously at N per
+//     period. A request needs room in every bucket it draws on (its key's
+//     own, the key's for its model, its account's, the account's for its
+//     model) and takes its share of all of them, or of none: over one, it
+//     gets the provider's 429 naming the organization (the account's ID,
+//     "org-test" for a key's own limits), with retry-after (OpenAI also
+//     retry-after-ms) the time until it would fit every bucket, rounded
+//     up; a request larger than a bucket holds gets OpenAI's "Request too
+//     large" without one. Concurrency and Every apply as in the lenient
+//     mode. AccountStats count each account's admissions and the 429s its
+//     limits gave.
 //   - Replies carry x-request-id (OpenAI) or request-id (Anthropic) and the
-//     provider's rate-limit headers; a request over the key's limits gets
-//     the provider's 429 with retry-after (OpenAI also retry-after-ms).
+//     provider's rate-limit headers, of the bucket with the least room for
+//     requests and for tokens (the headers of a key of an account report
+//     the room its keys share): limit the capacity, remaining the whole
+//     units left after the request, reset the time until the bucket is
+//     full again, OpenAI's as a Go duration rounded up to the millisecond
+//     ("0s" of a full bucket only), Anthropic's as an RFC 3339 time in
+//     whole seconds rounded up.
 //   - Batches run lazily: each look at a batch (GET, list, cancel) moves it
 //     on. A batch's requests are done one by one over Config.BatchDelay
 //     from its creation (Server.SetBatchDelay changes it, for running
@@ -154,6 +195,10 @@ type Key struct {
 	// request's "model" field gives; a request of another model, or
 	// without one, is bound by the key's own limits alone.
 	Models map[string]ModelLimits
+	// Account is the ID of the account (Config.Accounts) whose limits the
+	// key draws on besides its own (strict mode). "": none, the key is its
+	// own account.
+	Account string
 }
 
 // Config configures a Server.
@@ -179,6 +224,11 @@ type Config struct {
 	// Default "" (none).
 	RateHeaders string
 
+	// Accounts are the organizations, projects, workspaces or resources
+	// whose limits keys share (accounts.go; strict mode only). Default:
+	// none.
+	Accounts []Account
+
 	// Provider selects the strict mode (strict.go): ProviderOpenAI or
 	// ProviderAnthropic answer as that provider's API does and refuse
 	// what it refuses; Header, Format and RateHeaders are then the
@@ -186,8 +236,8 @@ type Config struct {
 	Provider string
 	// Models are the model names the strict mode serves (GET /v1/models);
 	// a request for another model gets the provider's 404. Default: any
-	// model is served, and the list shows DefaultModels and the keys'
-	// Models.
+	// model is served, and the list shows DefaultModels and the keys' and
+	// accounts' Models.
 	Models []string
 	// OutputTokens is how many output tokens a strict reply has when its
 	// request's marker sets none, capped by its max_tokens /
@@ -259,6 +309,11 @@ type keyState struct {
 
 	usage usageBook    // strict mode: usage the replies reported
 	batch batchCounter // strict mode: Files and Batch API calls
+
+	// Strict mode: the key's own buckets (its Rate, Tokens and Models,
+	// which its windows then leave unlimited) and its account (nil: none).
+	own     *bucketSet
+	account *accountState
 }
 
 // New returns a Server for cfg; its errors name the field at fault.
@@ -273,6 +328,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("fakeapi: retry after must not be negative, got %s", cfg.RetryAfter)
 	}
 	if err := checkRateHeaders(cfg.RateHeaders); err != nil {
+		return nil, err
+	}
+	if err := checkAccounts(cfg); err != nil {
 		return nil, err
 	}
 	s := &Server{
@@ -317,7 +375,7 @@ func New(cfg Config) (*Server, error) {
 		if err := checkRateHeaders(k.RateHeaders); err != nil {
 			return nil, fmt.Errorf("fakeapi: keys[%d]: %w", i, err)
 		}
-		models, err := newModels(i, k.Models)
+		models, err := newModels(fmt.Sprintf("keys[%d]", i), k.Models)
 		if err != nil {
 			return nil, err
 		}
@@ -334,7 +392,7 @@ func New(cfg Config) (*Server, error) {
 		})
 	}
 	if s.strict != nil {
-		s.strict.init(s)
+		s.strict.init(s, cfg)
 	}
 	return s, nil
 }
@@ -586,6 +644,9 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 type Stats struct {
 	// Keys holds one row per configured key, in Config.Keys order.
 	Keys []KeyStats `json:"keys"`
+	// Accounts holds one row per configured account (strict mode), in
+	// Config.Accounts order.
+	Accounts []AccountStats `json:"accounts,omitempty"`
 	// Unauthorized counts requests with no key or an unknown one.
 	Unauthorized int64 `json:"unauthorized"`
 	// BadRequests counts requests refused with 400 or 413 (strict mode:
@@ -597,6 +658,8 @@ type Stats struct {
 type KeyStats struct {
 	Index int    `json:"index"`
 	Label string `json:"label"` // "key-<index>"
+	// Account is the ID of the account the key draws on ("" none).
+	Account string `json:"account,omitempty"`
 	// Requests counts authenticated requests with this key.
 	Requests int64 `json:"requests"`
 	// OK counts 200 answers.
@@ -612,7 +675,9 @@ type KeyStats struct {
 	// once.
 	MaxConcurrent int64 `json:"max_concurrent"`
 	// OverLimit counts requests admitted beyond the key's rate or
-	// concurrency. A self-check: it must stay 0.
+	// concurrency. A self-check: it must stay 0. (The strict mode's
+	// buckets admit only what they hold; there it checks the concurrency
+	// and Every alone, and AccountStats the accounts.)
 	OverLimit int64 `json:"over_limit"`
 	// Tokens counts the tokens the key's answered requests used.
 	Tokens int64 `json:"tokens"`
@@ -633,10 +698,18 @@ type KeyStats struct {
 // Stats returns a snapshot of the figures.
 func (s *Server) Stats() Stats {
 	st := Stats{Unauthorized: s.unauthorized.Load(), BadRequests: s.badRequests.Load()}
+	if s.strict != nil {
+		st.Accounts = s.strict.accountStats()
+	}
 	for _, k := range s.keys {
+		var account string
+		if k.account != nil {
+			account = k.account.id
+		}
 		st.Keys = append(st.Keys, KeyStats{
 			Index:         k.index,
 			Label:         k.label,
+			Account:       account,
 			Requests:      k.requests.Load(),
 			OK:            k.ok.Load(),
 			RateLimited:   k.rateLimited.Load(),

@@ -17,6 +17,7 @@ const (
 	endpointChat       endpoint = "/v1/chat/completions"
 	endpointEmbeddings endpoint = "/v1/embeddings"
 	endpointMessages   endpoint = "/v1/messages"
+	endpointResponses  endpoint = "/v1/responses"
 )
 
 // Known top-level request fields, from each API's reference. A field not
@@ -34,6 +35,15 @@ var knownFields = map[endpoint][]string{
 		"response_format", "safety_identifier", "seed", "service_tier", "stop", "store", "stream",
 		"stream_options", "temperature", "tool_choice", "tools", "top_logprobs", "top_p", "user",
 		"verbosity", "web_search_options",
+	},
+	// openai-node 6.49.0 ResponseCreateParamsBase (responses.go).
+	endpointResponses: {
+		"background", "context_management", "conversation", "include", "input", "instructions",
+		"max_output_tokens", "metadata", "model", "moderation", "parallel_tool_calls",
+		"previous_response_id", "prompt", "prompt_cache_key", "prompt_cache_options",
+		"prompt_cache_retention", "reasoning", "safety_identifier", "service_tier", "store", "stream",
+		"stream_options", "temperature", "text", "tool_choice", "tools", "top_logprobs", "top_p",
+		"truncation", "user",
 	},
 	// openai-openapi components.schemas.CreateEmbeddingRequest
 	// (additionalProperties: false).
@@ -113,6 +123,13 @@ var fieldKinds = map[endpoint]map[string][]jsonKind{
 		"model": {kindString}, "input": {kindString, kindArray}, "encoding_format": {kindString},
 		"dimensions": {kindInteger}, "user": {kindString},
 	},
+	endpointResponses: {
+		"model": {kindString}, "input": {kindString, kindArray}, "instructions": {kindString},
+		"max_output_tokens": {kindInteger}, "stream": {kindBool}, "stream_options": {kindObject},
+		"store": {kindBool}, "background": {kindBool}, "parallel_tool_calls": {kindBool},
+		"temperature": {kindNumber, kindInteger}, "top_p": {kindNumber, kindInteger},
+		"metadata": {kindObject}, "tools": {kindArray}, "user": {kindString}, "service_tier": {kindString},
+	},
 	endpointMessages: {
 		"model": {kindString}, "messages": {kindArray}, "max_tokens": {kindInteger},
 		"system": {kindString, kindArray}, "stop_sequences": {kindArray}, "stream": {kindBool},
@@ -131,6 +148,7 @@ var required = map[endpoint][]string{
 	endpointChat:       {"model", "messages"},
 	endpointEmbeddings: {"model", "input"},
 	endpointMessages:   {"max_tokens", "messages", "model"},
+	endpointResponses:  {"model"},
 }
 
 // query is one validated inference request.
@@ -146,6 +164,14 @@ type query struct {
 	dims   int
 	base64 bool
 	marks  marks
+	// A streamed reply (real time only; streaming.go): usage in its final
+	// chunk (OpenAI stream_options.include_usage), obfuscation fields on
+	// its chunks (OpenAI stream_options.include_obfuscation, on unless
+	// false).
+	stream, includeUsage, obfuscate bool
+	// instructions are a Responses API request's, echoed by its reply
+	// (nil: none).
+	instructions any
 }
 
 // objectFields decodes a JSON object's top-level fields, in their order.
@@ -207,6 +233,9 @@ func (st *strictState) unknownField(prefix string, names []string) *apiError {
 	}
 	if len(unknown) == 0 {
 		return nil
+	}
+	if endpoint(prefix) == endpointResponses {
+		return unknownParameter(unknown[0])
 	}
 	if st.openai() {
 		if len(unknown) == 1 {
@@ -287,10 +316,22 @@ func (st *strictState) checkKinds(ep endpoint, names []string, fields map[string
 	return nil
 }
 
-// parseQuery validates an inference request as the provider does and
-// reads what its reply depends on: the model, the input tokens, the
-// output limit, the markers.
+// parseQuery validates a request of a provider batch as the provider
+// does and reads what its reply depends on: the model, the input tokens,
+// the output limit, the markers. A batch's requests are never streamed:
+// "stream": true is refused.
 func (st *strictState) parseQuery(ep endpoint, body []byte) (*query, *apiError) {
+	q, e := st.parseRequest(ep, body)
+	if e == nil && q.stream {
+		return nil, invalid("fakeapi: streaming (\"stream\": true) is not supported in a batch request by this stand-in.", "stream", "")
+	}
+	return q, e
+}
+
+// parseRequest validates a real-time inference request as the provider
+// does and reads what its reply depends on: the model, the input tokens,
+// the output limit, whether it streams, the markers.
+func (st *strictState) parseRequest(ep endpoint, body []byte) (*query, *apiError) {
 	names, fields, err := objectFields(body)
 	if err != nil {
 		return nil, st.badJSON()
@@ -308,8 +349,8 @@ func (st *strictState) parseQuery(ep endpoint, body []byte) (*query, *apiError) 
 	}
 	q := &query{ep: ep, max: -1, n: 1}
 	_ = json.Unmarshal(fields["model"], &q.model)
-	if raw, ok := fields["stream"]; ok && string(bytes.TrimSpace(raw)) == "true" {
-		return nil, invalid("fakeapi: streaming (\"stream\": true) is not supported by this stand-in.", "stream", "")
+	if e := st.parseStream(q, fields); e != nil {
+		return nil, e
 	}
 	var e *apiError
 	switch ep {
@@ -319,6 +360,8 @@ func (st *strictState) parseQuery(ep endpoint, body []byte) (*query, *apiError) 
 		e = st.parseEmbeddings(q, fields)
 	case endpointMessages:
 		e = st.parseMessages(q, fields)
+	case endpointResponses:
+		e = st.parseResponses(q, fields)
 	}
 	if e != nil {
 		return nil, e
@@ -634,11 +677,12 @@ func (st *strictState) parseMessages(q *query, fields map[string]json.RawMessage
 }
 
 // inference answers a real-time inference request: validate, apply the
-// markers, admit it against the key's limits, wait, reply with usage.
+// markers, admit it against the key's and its account's limits, wait (or
+// stream), reply with usage.
 func (c *call) inference(ep endpoint) {
-	s, st, k := c.s, c.st, c.k
+	st, k := c.st, c.k
 	k.requests.Add(1)
-	q, e := st.parseQuery(ep, c.body)
+	q, e := st.parseRequest(ep, c.body)
 	if e == nil && !st.serves(q.model) {
 		e = st.modelNotFound(q.model)
 	}
@@ -660,60 +704,53 @@ func (c *call) inference(ep endpoint) {
 		m.requests.Add(1)
 	}
 	tokens := q.input + q.out*int64(q.n)
-	now := time.Now()
-	ok, wait, limit := k.admit(now, s.retryAfter, tokens, m)
-	s.setRateHeaders(c.w, k, m, now)
-	if !st.openai() {
-		copyAnthropicTokenHeaders(c.w.Header())
-	}
-	if !ok {
+	a := st.admit(k, m, q.model, tokens)
+	setStrictRateHeaders(c.w, st.provider, a)
+	if !a.ok {
 		k.rateLimited.Add(1)
 		if m != nil {
 			m.rateLimited.Add(1)
-			if strings.HasPrefix(limit, "model:") {
+		}
+		if d := a.refused; d != nil {
+			if d.model && d.set.account == nil && m != nil {
 				m.modelLimit.Add(1)
 			}
+			if d.set.account != nil {
+				d.set.account.rateLimited.Add(1)
+			}
 		}
-		e := st.limitError(k, m, q, limit, tokens, wait, now)
+		e := st.limitError(k, q, a)
 		if k.bare {
 			e.header = nil
 		}
 		c.fail(e)
 		return
 	}
+	if k.account != nil {
+		k.account.admitted.Add(1)
+		k.account.tokens.Add(tokens)
+	}
 	k.start()
 	defer k.finish()
-	if d := time.Duration(st.latency.Load()) + q.marks.latency; d > 0 {
-		t := time.NewTimer(d)
-		select {
-		case <-c.r.Context().Done():
-			t.Stop()
-			return // the client is gone
-		case <-t.C:
+	answered := func() {
+		k.usage.add(q.model, false, q.input, q.out*int64(q.n))
+		k.tokensUsed.Add(tokens)
+		k.ok.Add(1)
+		if m != nil {
+			m.tokensUsed.Add(tokens)
+			m.ok.Add(1)
 		}
 	}
-	out := q.out * int64(q.n)
-	k.usage.add(q.model, false, q.input, out)
-	k.tokensUsed.Add(tokens)
-	k.ok.Add(1)
-	if m != nil {
-		m.tokensUsed.Add(tokens)
-		m.ok.Add(1)
+	d := time.Duration(st.latency.Load()) + q.marks.latency
+	if q.stream {
+		c.streamReply(q, d, answered)
+		return
 	}
+	if !sleep(c.r.Context(), d) {
+		return // the client is gone
+	}
+	answered()
 	c.reply(st.replyBody(q, c.reqID, false))
-}
-
-// copyAnthropicTokenHeaders repeats the tokens figures as the input- and
-// output-token ones: the stand-in keeps one token window, whose room bounds
-// both (docs.anthropic.com/en/api/rate-limits, "Response headers":
-// anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}).
-func copyAnthropicTokenHeaders(h http.Header) {
-	for _, part := range []string{"limit", "remaining", "reset"} {
-		if v := h.Get("anthropic-ratelimit-tokens-" + part); v != "" {
-			h.Set("anthropic-ratelimit-input-tokens-"+part, v)
-			h.Set("anthropic-ratelimit-output-tokens-"+part, v)
-		}
-	}
 }
 
 // modelNotFound is the provider's 404 for a model it does not serve:
@@ -725,69 +762,6 @@ func (st *strictState) modelNotFound(model string) *apiError {
 			message: fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model)}
 	}
 	return &apiError{status: http.StatusNotFound, typ: "not_found_error", message: "model: " + model}
-}
-
-// limitError is the provider's 429 for a request over one of the key's
-// limits, with retry-after (and OpenAI's retry-after-ms).
-func (st *strictState) limitError(k *keyState, m *modelState, q *query, limit string, tokens int64, wait time.Duration, now time.Time) *apiError {
-	what, n, period, used, requested := "requests", 0, time.Minute, int64(0), int64(1)
-	k.mu.Lock()
-	switch limit {
-	case "rate":
-		n, period, used = k.rate.N, k.rate.Period, int64(len(k.window))
-	case "every":
-		n, period, used = 1, k.every, 1
-	case "concurrency":
-		n, period, used = k.conc, 0, int64(k.inflight)
-	case "tokens":
-		k.tokenRoom(now, 0)
-		what, n, period, used, requested = "tokens", k.tokens.N, k.tokens.Period, k.tokensInWindow(), tokens
-	case "model:rate", "model:tokens":
-		reqs, toks := m.used(now)
-		n, period, used = m.rate.N, m.rate.Period, int64(reqs)
-		if limit == "model:tokens" {
-			what, n, period, used, requested = "tokens", m.tokens.N, m.tokens.Period, toks, tokens
-		}
-	}
-	k.mu.Unlock()
-	e := &apiError{status: http.StatusTooManyRequests, header: st.retryHeaders(wait)}
-	if st.openai() {
-		// "Rate limit reached for gpt-4o in organization org-xxx on tokens per
-		// min (TPM): Limit 30000, Used 29000, Requested 2000. Please try again in
-		// 2s. Visit https://platform.openai.com/account/rate-limits to learn
-		// more.", type "tokens" or "requests", code rate_limit_exceeded: the
-		// API's 429 as its SDKs' users quote it.
-		e.typ, e.code = what, strp("rate_limit_exceeded")
-		if period == 0 {
-			e.message = fmt.Sprintf("Rate limit reached for %s in organization org-test on concurrent requests: Limit %d, Used %d, Requested 1. Please try again in %s. Visit https://platform.openai.com/account/rate-limits to learn more.",
-				q.model, n, used, wait.Round(time.Millisecond))
-		} else {
-			e.message = fmt.Sprintf("Rate limit reached for %s in organization org-test on %s per %s: Limit %d, Used %d, Requested %d. Please try again in %s. Visit https://platform.openai.com/account/rate-limits to learn more.",
-				q.model, what, periodName(period, what), n, used, requested, wait.Round(time.Millisecond))
-		}
-		return e
-	}
-	// "This request would exceed the rate limit for your organization (<id>)
-	// of 20,000 input tokens per minute. For details, refer to: ...":
-	// quoted in github.com/OpenHands/OpenHands/issues/9259.
-	e.typ = "rate_limit_error"
-	per := "minute"
-	switch period {
-	case 0:
-		per, what = "moment", "concurrent requests"
-	case time.Second:
-		per = "second"
-	case time.Minute:
-	case time.Hour:
-		per = "hour"
-	case 24 * time.Hour:
-		per = "day"
-	default:
-		per = period.String()
-	}
-	e.message = fmt.Sprintf("This request would exceed the rate limit for your organization (org-test) of %s %s per %s. For details, refer to: https://docs.claude.com/en/api/rate-limits. You can see the response headers for current usage. Please reduce the prompt length or the maximum tokens requested, or try again later. You may also contact sales at https://www.anthropic.com/contact-sales to discuss your options for a rate limit increase.",
-		thousands(int64(n)), what, per)
-	return e
 }
 
 // thousands writes n with comma separators, as Anthropic's messages do.

@@ -41,20 +41,21 @@ type modelState struct {
 	tokensUsed  atomic.Int64
 }
 
-// newModels checks and builds a key's per-model limits.
-func newModels(i int, models map[string]ModelLimits) (map[string]*modelState, error) {
+// newModels checks and builds a key's per-model limits; where names the
+// key ("keys[0]") or account in errors.
+func newModels(where string, models map[string]ModelLimits) (map[string]*modelState, error) {
 	if len(models) == 0 {
 		return nil, nil
 	}
 	out := make(map[string]*modelState, len(models))
 	for name, m := range models {
 		if name == "" {
-			return nil, fmt.Errorf("fakeapi: keys[%d]: models: a model's name is empty", i)
+			return nil, fmt.Errorf("fakeapi: %s: models: a model's name is empty", where)
 		}
 		for what, l := range map[string]ratelimit.Limit{"rate": m.Rate, "tokens": m.Tokens} {
 			if !l.IsZero() {
 				if err := l.Validate(); err != nil {
-					return nil, fmt.Errorf("fakeapi: keys[%d]: models[%q]: %s: %w", i, name, what, err)
+					return nil, fmt.Errorf("fakeapi: %s: models[%q]: %s: %w", where, name, what, err)
 				}
 			}
 		}

@@ -19,6 +19,8 @@ func (st *strictState) replyBody(q *query, reqID string, batch bool) any {
 		return st.chatReply(q)
 	case endpointEmbeddings:
 		return embeddingsReply(q)
+	case endpointResponses:
+		return st.responseReply(q)
 	}
 	return st.messageReply(q, batch)
 }

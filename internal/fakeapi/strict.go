@@ -102,6 +102,10 @@ type strictState struct {
 
 	store *batchStore
 	srv   *Server
+
+	// limMu guards every bucket: the keys' own and the accounts'.
+	limMu    sync.Mutex
+	accounts []*accountState
 }
 
 func newStrict(cfg Config) (*strictState, error) {
@@ -137,18 +141,21 @@ func newStrict(cfg Config) (*strictState, error) {
 		for _, k := range cfg.Keys {
 			listed = append(listed, slices.Collect(maps.Keys(k.Models))...)
 		}
+		listed = append(listed, accountModels(cfg)...)
 	}
 	slices.Sort(listed)
 	st.listed = slices.Compact(listed)
 	return st, nil
 }
 
-// init finishes the strict state once the keys exist.
-func (st *strictState) init(s *Server) {
+// init finishes the strict state once the keys exist: the provider's own
+// rate-limit headers, the keys' and accounts' buckets.
+func (st *strictState) init(s *Server, cfg Config) {
 	st.srv = s
 	for _, k := range s.keys {
-		k.hdrs = st.provider // the provider's own rate-limit headers
+		k.hdrs = st.provider
 	}
+	st.initLimits(s, cfg)
 }
 
 func (st *strictState) openai() bool { return st.provider == ProviderOpenAI }
@@ -409,6 +416,8 @@ func (st *strictState) route(c *call) bool {
 			c.inference(endpointChat)
 		case post && p == "/v1/embeddings":
 			c.inference(endpointEmbeddings)
+		case post && p == "/v1/responses":
+			c.inference(endpointResponses)
 		case get && p == "/v1/models":
 			c.listModels()
 		case get && len(seg) == 2 && seg[0] == "models":
@@ -610,13 +619,15 @@ func (st *strictState) keep(r *http.Request, k *keyState, body []byte) {
 	}
 }
 
-// retryHeaders are a 429's retry-after (whole seconds, rounded up) and,
-// for OpenAI, retry-after-ms: the headers the SDKs read (openai-go and
-// anthropic-sdk-go internal/requestconfig: "Retry-After-Ms", "Retry-After").
+// retryHeaders are a 429's retry-after (whole seconds) and, for OpenAI,
+// retry-after-ms: the headers the SDKs read (openai-go and
+// anthropic-sdk-go internal/requestconfig: "Retry-After-Ms",
+// "Retry-After"). Both are rounded up, at least 1: a retry at the time
+// they say fits.
 func (st *strictState) retryHeaders(wait time.Duration) map[string]string {
 	h := map[string]string{"retry-after": strconv.FormatInt(ceilSeconds(wait), 10)}
 	if st.openai() {
-		h["retry-after-ms"] = strconv.FormatInt(max(wait.Milliseconds(), 1), 10)
+		h["retry-after-ms"] = strconv.FormatInt(max(int64((wait+time.Millisecond-1)/time.Millisecond), 1), 10)
 	}
 	return h
 }

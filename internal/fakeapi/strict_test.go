@@ -206,7 +206,11 @@ func TestStrictRefusals(t *testing.T) {
 		{"/v1/chat/completions", `{"model":"gpt-5x",` + user + `}`, 404, "The model `gpt-5x` does not exist or you do not have access to it.", "", "model_not_found", ""},
 		{"/v1/chat/completions", `not json`, 400, parse, "", "", ""},
 		{"/v1/chat/completions", `[1]`, 400, parse, "", "", ""},
-		{"/v1/chat/completions", `{"model":"gpt-4o",` + user + `,"stream":true}`, 400, `fakeapi: streaming ("stream": true) is not supported by this stand-in.`, "stream", "", ""},
+		{"/v1/chat/completions", `{"model":"gpt-4o",` + user + `,"stream_options":{"include_usage":true}}`, 400, "The 'stream_options' parameter is only allowed when 'stream' is enabled.", "stream_options", "", ""},
+		{"/v1/chat/completions", `{"model":"gpt-4o",` + user + `,"stream":false,"stream_options":{"include_usage":true}}`, 400, "The 'stream_options' parameter is only allowed when 'stream' is enabled.", "stream_options", "", ""},
+		{"/v1/chat/completions", `{"model":"gpt-4o",` + user + `,"stream":"true"}`, 400, "Invalid type for 'stream': expected a boolean, but got a string instead.", "stream", "invalid_type", ""},
+		{"/v1/chat/completions", `{"model":"gpt-4o",` + user + `,"stream":true,"stream_options":{"include_usage":1}}`, 400, "Invalid type for 'stream_options.include_usage': expected a boolean, but got an integer instead.", "stream_options.include_usage", "invalid_type", ""},
+		{"/v1/embeddings", `{"model":"text-embedding-3-small","input":"x","stream":true}`, 400, "Unrecognized request argument supplied: stream", "", "", ""},
 		{"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi [fake:bogus]"}]}`, 400, "fakeapi: unknown marker [fake:bogus]", "", "", ""},
 		{"/v1/embeddings", `{"model":"text-embedding-3-small"}`, 400, "Missing required parameter: 'input'.", "input", "missing_required_parameter", ""},
 		{"/v1/embeddings", `{"model":"text-embedding-3-small","input":"x","truncate":true}`, 400, "Unrecognized request argument supplied: truncate", "", "", ""},
@@ -237,6 +241,8 @@ func TestStrictRefusals(t *testing.T) {
 		{`{"model":"claude-sonnet-4-6","max_tokens":10,"messages":[{"role":"user","content":"hi","name":"x"}]}`, "invalid_request_error", "messages.0.name: Extra inputs are not permitted", 400},
 		{`{"model":"claude-sonnet-4-6","max_tokens":-1,"messages":[{"role":"user","content":"hi"}]}`, "invalid_request_error", "max_tokens: Input should be greater than or equal to 0", 400},
 		{msg(`,"temperature":"hot"`), "invalid_request_error", "temperature: Input should be a valid number", 400},
+		{msg(`,"stream":"yes"`), "invalid_request_error", "stream: Input should be a valid boolean", 400},
+		{msg(`,"stream":true,"stream_options":{"include_usage":true}`), "invalid_request_error", "stream_options: Extra inputs are not permitted", 400},
 	}
 	for _, tt := range anthropic {
 		r := send(t, "POST", an+"/v1/messages", tt.body, anthropicAuth(anKey)...)
@@ -453,8 +459,10 @@ func TestStrictLimits(t *testing.T) {
 		h.Get("x-ratelimit-limit-tokens") != "30" || h.Get("x-ratelimit-remaining-tokens") != "18" {
 		t.Errorf("first: %d %v", r.status, h)
 	}
-	if d, err := time.ParseDuration(h.Get("x-ratelimit-reset-requests")); err != nil || d <= 50*time.Second || d > time.Minute {
-		t.Errorf("reset %q", h.Get("x-ratelimit-reset-requests"))
+	// Token buckets: the reset is the time until the bucket is full again,
+	// one request's refill at 10 a minute, 12 tokens' at 30 a minute.
+	if h.Get("x-ratelimit-reset-requests") != "6s" || h.Get("x-ratelimit-reset-tokens") != "24s" {
+		t.Errorf("resets %q %q", h.Get("x-ratelimit-reset-requests"), h.Get("x-ratelimit-reset-tokens"))
 	}
 	send(t, "POST", oa+"/v1/chat/completions", chat("gpt-4o-mini"), openaiAuth(oaKey)...)
 	r = send(t, "POST", oa+"/v1/chat/completions", chat("gpt-4o-mini"), openaiAuth(oaKey)...)

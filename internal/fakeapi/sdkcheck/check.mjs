@@ -103,6 +103,86 @@ await check('openai chat completion capped by max_tokens', async () => {
   eq(res.choices[0].finish_reason, 'length', 'finish_reason');
 });
 
+await check('openai chat completion streamed with include_usage: chunks, then the usage chunk', async () => {
+  const text = 'Count to three [fake:output_tokens=3]';
+  const stream = await openai.chat.completions.create({
+    model: 'gpt-4o-mini',
+    messages: [{ role: 'user', content: text }],
+    max_completion_tokens: 20,
+    stream: true,
+    stream_options: { include_usage: true },
+  });
+  let content = '';
+  let finish = null;
+  let usage = null;
+  let count = 0;
+  const ids = new Set();
+  for await (const chunk of stream) {
+    count++;
+    ids.add(chunk.id);
+    eq(chunk.object, 'chat.completion.chunk', 'object');
+    if (chunk.choices.length === 0) {
+      usage = chunk.usage;
+      continue;
+    }
+    eq(chunk.usage, null, 'usage of a content chunk');
+    content += chunk.choices[0].delta.content ?? '';
+    finish = chunk.choices[0].finish_reason ?? finish;
+  }
+  eq([content, finish, count, ids.size], ['tok tok tok', 'stop', 6, 1], 'content, finish_reason, chunks, ids');
+  eq(usage, { ...usage, prompt_tokens: tokens(text), completion_tokens: 3, total_tokens: tokens(text) + 3 }, 'usage');
+  // The same request not streamed reports the same usage.
+  const whole = await openai.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: text }], max_completion_tokens: 20 });
+  eq([whole.usage.prompt_tokens, whole.usage.completion_tokens], [usage.prompt_tokens, usage.completion_tokens], 'non-streamed usage');
+});
+
+await check('openai chat.completions.stream helper: content events and the final completion', async () => {
+  const runner = openai.chat.completions.stream({
+    model: 'gpt-4o',
+    messages: [{ role: 'user', content: 'Tell me more [fake:output_tokens=50]' }],
+    max_tokens: 4,
+    stream_options: { include_usage: true },
+  });
+  const deltas = [];
+  runner.on('content', (delta) => deltas.push(delta));
+  const final = await runner.finalChatCompletion();
+  eq(deltas, ['tok', ' tok', ' tok', ' tok'], 'content deltas');
+  eq([final.choices[0].message.content, final.choices[0].finish_reason, final.model], ['tok tok tok tok', 'length', 'gpt-4o'], 'final completion');
+  const total = await runner.totalUsage();
+  eq([total.completion_tokens], [4], 'total usage');
+});
+
+await check('openai stream_options without stream: BadRequestError', async () => {
+  const e = await rejects(() => openai.chat.completions.create({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }], stream_options: { include_usage: true } }));
+  assert(e instanceof OpenAI.BadRequestError, `got ${e?.constructor?.name}: ${e}`);
+  eq(e.error, { message: "The 'stream_options' parameter is only allowed when 'stream' is enabled.", type: 'invalid_request_error', param: 'stream_options', code: null }, 'error');
+});
+
+await check('openai 429 before a stream begins: RateLimitError', async () => {
+  const e = await rejects(async () => {
+    const s = await openai.chat.completions.create({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hi [fake:retry_after=2]' }], stream: true });
+    for await (const _ of s);
+  });
+  assert(e instanceof OpenAI.RateLimitError, `got ${e?.constructor?.name}: ${e}`);
+  eq(e.headers.get('retry-after'), '2', 'retry-after');
+});
+
+await check('openai responses (not streamed): output_text and usage', async () => {
+  const text = 'Say hi [fake:output_tokens=3]';
+  const res = await openai.responses.create({ model: 'gpt-4o-mini', instructions: 'Be brief.', input: text, max_output_tokens: 64 });
+  eq([res.object, res.status, res.model, res.output_text, res.instructions], ['response', 'completed', 'gpt-4o-mini', 'tok tok tok', 'Be brief.'], 'response');
+  eq([res.usage.input_tokens, res.usage.output_tokens, res.usage.total_tokens], [tokens(text, 'Be brief.'), 3, tokens(text, 'Be brief.') + 3], 'usage');
+  const items = await openai.responses.create({
+    model: 'gpt-4o',
+    input: [{ role: 'user', content: [{ type: 'input_text', text: 'go on [fake:output_tokens=40]' }] }],
+    max_output_tokens: 16,
+  });
+  eq([items.status, items.incomplete_details, items.usage.output_tokens], ['incomplete', { reason: 'max_output_tokens' }, 16], 'capped');
+  const e = await rejects(() => openai.responses.create({ model: 'gpt-4o', input: 'hi', max_output_tokens: 5 }));
+  assert(e instanceof OpenAI.BadRequestError, `got ${e?.constructor?.name}: ${e}`);
+  eq([e.param, e.code], ['max_output_tokens', 'integer_below_min_value'], 'max_output_tokens below 16');
+});
+
 await check('openai embeddings (the SDK asks for base64 and decodes it)', async () => {
   const res = await openai.embeddings.create({ model: 'text-embedding-3-small', input: ['first text', 'second'] });
   eq(res.object, 'list', 'object');
@@ -209,6 +289,37 @@ await check('anthropic message', async () => {
   eq(res.content[0].type, 'text', 'content');
   eq([res.usage.input_tokens, res.usage.output_tokens], [tokens(text), 3], 'usage');
   assert(typeof res._request_id === 'string' && res._request_id.startsWith('req_'), `_request_id ${res._request_id}`);
+});
+
+await check('anthropic messages.stream: text events and finalMessage usage', async () => {
+  const text = 'Tell me a story [fake:output_tokens=4]';
+  const stream = anthropic.messages.stream({ model: 'claude-sonnet-4-6', max_tokens: 10, messages: [{ role: 'user', content: text }] });
+  const deltas = [];
+  stream.on('text', (delta) => deltas.push(delta));
+  const msg = await stream.finalMessage();
+  eq(deltas, ['tok', ' tok', ' tok', ' tok'], 'text deltas');
+  eq([msg.type, msg.role, msg.model, msg.stop_reason, msg.content], ['message', 'assistant', 'claude-sonnet-4-6', 'end_turn', [{ type: 'text', text: 'tok tok tok tok' }]], 'final message');
+  eq([msg.usage.input_tokens, msg.usage.output_tokens], [tokens(text), 4], 'usage');
+  const whole = await anthropic.messages.create({ model: 'claude-sonnet-4-6', max_tokens: 10, messages: [{ role: 'user', content: text }] });
+  eq([whole.usage.input_tokens, whole.usage.output_tokens], [msg.usage.input_tokens, msg.usage.output_tokens], 'non-streamed usage');
+});
+
+await check('anthropic create with stream: true: the raw events in order', async () => {
+  const stream = await anthropic.messages.create({ model: 'claude-haiku-4-5', max_tokens: 2, stream: true, messages: [{ role: 'user', content: 'Go on and on' }] });
+  const types = [];
+  let delta = null;
+  for await (const ev of stream) {
+    types.push(ev.type);
+    if (ev.type === 'message_delta') delta = ev;
+  }
+  eq(types, ['message_start', 'content_block_start', 'content_block_delta', 'content_block_delta', 'content_block_stop', 'message_delta', 'message_stop'], 'event types (the SDK drops pings)');
+  eq([delta.delta.stop_reason, delta.usage.output_tokens], ['max_tokens', 2], 'message_delta');
+});
+
+await check('anthropic 529 before a stream begins: InternalServerError', async () => {
+  const e = await rejects(() => anthropic.messages.stream({ model: 'claude-sonnet-4-6', max_tokens: 10, messages: [{ role: 'user', content: 'hi [fake:status=529]' }] }).finalMessage());
+  assert(e instanceof Anthropic.InternalServerError, `got ${e?.constructor?.name}: ${e}`);
+  eq([e.status, e.error.error.type], [529, 'overloaded_error'], 'overloaded');
 });
 
 await check('anthropic unknown field: BadRequestError', async () => {

@@ -50,12 +50,16 @@ func TestOfficialSDKs(t *testing.T) {
 	}
 }
 
+// serve starts a strict server of provider with one key. Its latency
+// spreads a streamed reply's events over 40 ms, so that the SDKs read
+// streams that arrive in pieces, as the APIs send them.
 func serve(t *testing.T, provider, secret string) string {
 	t.Helper()
 	api, err := fakeapi.New(fakeapi.Config{
 		Provider:   provider,
 		Keys:       []fakeapi.Key{{Secret: secret}},
 		BatchDelay: 300 * time.Millisecond,
+		Latency:    40 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
