@@ -832,7 +832,8 @@ func (s *stderrLines) flush() {
 // noter rate-limits a handler's notes and passes them to the worker's
 // callback.
 type noter struct {
-	f func(HandlerNote)
+	f   func(HandlerNote)
+	now func() time.Time // time.Now; a test's clock
 
 	mu     sync.Mutex
 	last   map[string]time.Time // when each failure cause was last noted
@@ -842,7 +843,7 @@ type noter struct {
 }
 
 func newNoter(f func(HandlerNote)) *noter {
-	return &noter{f: f, last: map[string]time.Time{}, held: map[string]int{}, tokens: stderrLinesBurst, filled: time.Now()}
+	return &noter{f: f, now: time.Now, last: map[string]time.Time{}, held: map[string]int{}, tokens: stderrLinesBurst, filled: time.Now()}
 }
 
 // note passes on a failure or a start: the first of its cause at once,
@@ -852,7 +853,7 @@ func (n *noter) note(cause string, pid int, text string) {
 		return
 	}
 	n.mu.Lock()
-	now := time.Now()
+	now := n.now()
 	if t, ok := n.last[cause]; ok && now.Sub(t) < noteEvery {
 		n.held[cause]++
 		n.mu.Unlock()
@@ -871,7 +872,7 @@ func (n *noter) stderr(pid int, text string) {
 		return
 	}
 	n.mu.Lock()
-	now := time.Now()
+	now := n.now()
 	n.tokens = min(stderrLinesBurst, n.tokens+now.Sub(n.filled).Seconds()*stderrLinesRate)
 	n.filled = now
 	if n.tokens < 1 {
