@@ -17,13 +17,16 @@
 //	 "cost": <number>, "headers": {<name>: <value>}}
 //
 // id and status are required. An answer is taken for the item whose id it
-// echoes and no other: an object whose id is another item's (a second
-// answer to an earlier item, say) is passed over, noted, and the answer
-// for the current item is read on, within the timeout; so a handler that
-// answers one item twice, or answers late, never puts its process one
-// answer behind, and what it says about one item (its output, its key's
-// refusal) never lands on another. The statuses mean what exec's exit
-// statuses do:
+// echoes and no other. Any other line read while an item waits is skipped
+// and noted, and the item's own answer is read on, within the timeout:
+// an answer for another item (a late one, a second answer to an earlier
+// item) and a line the handler wrote unasked (a banner a library prints at
+// start, debug output, a blank line, JSON without the item's id). So a
+// handler that prints a line at start costs no item, one that answers an
+// item twice or late never puts its process one answer behind, and what it
+// says about one item (its output, its key's refusal) never lands on
+// another. At most MaxSkippedLines such lines are skipped per item. The
+// statuses mean what exec's exit statuses do:
 //
 //	ok            done (exit 0); output, as its JSON text, is the item's
 //	              output. A retry_after with ok still makes the credential
@@ -55,16 +58,18 @@
 // next item:
 //
 //   - it exits (or its stdout closes);
-//   - a line it writes is not such an object (a blank line, a line of
-//     debug output, a banner, a missing id or status, an unknown status);
-//   - it does not answer within the configured timeout;
-//   - its answer line is longer than jobs.max_output;
-//   - it writes more than maxStrayAnswers answers for other items while
-//     one item waits.
+//   - it writes a line with the waiting item's id that is not an answer
+//     (a missing or unknown status);
+//   - it does not answer within the configured timeout (lines skipped
+//     never extend it);
+//   - a line it writes is longer than jobs.max_output;
+//   - it writes more than MaxSkippedLines lines that are not the waiting
+//     item's answer.
 //
 // Each such cause is logged by the worker the first time, then at most
 // once a minute with the count of those held back; so is every start of a
-// handler process.
+// handler process, and so is each kind of skipped line (NoteStray,
+// NoteSkipped: the line quoted, scrubbed, cut at 200 bytes).
 //
 // What the process gets:
 //
@@ -117,9 +122,9 @@ import (
 // line of a handler process's stderr, a failure of one, or its start. Its
 // Text is scrubbed of every configured secret.
 type HandlerNote struct {
-	// Cause is NoteStderr, NoteStarted, NoteStray (an answer for another
-	// item, ignored), or why a handler process failed: NoteStart,
-	// NoteExit, NoteAnswer, NoteTimeout, NoteOversize.
+	// Cause is NoteStderr, NoteStarted, a line skipped while an item
+	// waited (NoteStray, NoteSkipped), or why a handler process failed:
+	// NoteStart, NoteExit, NoteAnswer, NoteTimeout, NoteOversize.
 	Cause string
 	// PID is the handler process's (0 when it could not start).
 	PID int
@@ -136,10 +141,11 @@ const (
 	NoteStarted  = "started"  // a handler process started
 	NoteStart    = "start"    // a handler process could not start
 	NoteExit     = "exit"     // a handler exited, or closed its stdout
-	NoteAnswer   = "answer"   // a handler's answer was not a valid answer line
+	NoteAnswer   = "answer"   // a handler's line for the waiting item was not an answer, or it wrote too many other lines
 	NoteTimeout  = "timeout"  // a handler did not answer within the timeout
 	NoteOversize = "oversize" // a handler's answer line was over jobs.max_output
-	NoteStray    = "stray"    // a handler answered for another item than the one waiting
+	NoteStray    = "stray"    // a handler answered for another item than the one waiting: skipped
+	NoteSkipped  = "skipped"  // a handler wrote a line that is not an answer (a banner, debug output): skipped
 )
 
 // Bounds of a persistent handler's notes.
@@ -231,25 +237,33 @@ func (h *persistentHandler) exchange(ctx, runCtx context.Context, p *handlerProc
 	var ans answer
 	var bad error // the line read is not an answer
 	var badLine []byte
-	stray := 0
+	skipped := 0
 	err := p.exchange(runCtx, line, h.limit, func(raw []byte) bool {
-		ans = answer{}
-		if err := ans.parse(raw); err != nil {
-			bad, badLine = err, raw
+		a, kind, why := readAnswer(raw, item.ID)
+		switch kind {
+		case lineAnswer:
+			ans = a
+			return true
+		case lineBroken:
+			bad, badLine = why, raw
 			return true
 		}
-		if ans.id == item.ID {
+		// Not this item's answer: it is never taken for it.
+		skipped++
+		if skipped > MaxSkippedLines {
+			bad, badLine = fmt.Errorf("more than %d lines that are not this item's answer", MaxSkippedLines), raw
 			return true
 		}
-		// An answer for another item: a late or second answer to one
-		// this process served before. It is never taken for this item.
-		stray++
-		h.notes.note(NoteStray, p.pid, fmt.Sprintf("handler %d answered for item %s while item %s waited: that answer is ignored",
-			p.pid, headString([]byte(strconv.Quote(ans.id)), 80), headString([]byte(strconv.Quote(item.ID)), 80)))
-		if stray > maxStrayAnswers {
-			bad, badLine = fmt.Errorf("more than %d answers for other items", maxStrayAnswers), raw
-			return true
+		waiting := headString([]byte(strconv.Quote(item.ID)), 80)
+		if kind == lineStray {
+			// A late or second answer to an item this process served
+			// before.
+			h.notes.note(NoteStray, p.pid, fmt.Sprintf("handler %d answered for item %s while item %s waited: that answer is skipped",
+				p.pid, headString([]byte(strconv.Quote(a.id)), 80), waiting))
+			return false
 		}
+		h.notes.note(NoteSkipped, p.pid, fmt.Sprintf("handler %d wrote %q while item %s waited, not an answer (%v): skipped; a handler's own output belongs on stderr",
+			p.pid, headString(sc.Bytes(raw), 200), waiting, why))
 		return false
 	})
 	if err != nil {
@@ -286,9 +300,19 @@ func (p *handlerProc) neverRead(line []byte) bool {
 	return unreadBytes(p.in) == len(line) || p.wroteNothing
 }
 
-// maxStrayAnswers bounds the answers for other items a process may write
-// while one item waits; past it the process is out of step for good.
-const maxStrayAnswers = 16
+// MaxSkippedLines bounds the lines a persistent handler process may write
+// while one item waits that are not that item's answer (a banner, debug
+// output, an answer for another item, a second answer): each is skipped
+// and noted, and the item's own answer is read on. Past the bound the
+// process is taken to be out of step for good (it logs on stdout, or
+// answers items it was never sent): it is killed, and the item fails as
+// transient. 16 leaves room for what a handler writes unasked in
+// practice: a library's start banner or warnings (a few lines, once per
+// process), a second or late answer (one per item); and it bounds what a
+// process that writes its log on stdout costs each item: 16 lines read
+// (each at most jobs.max_output) before it is replaced, instead of a wait
+// until the timeout.
+const MaxSkippedLines = 16
 
 // failed reports a process that broke while serving an item: it notes
 // the cause and returns the item's (transient) error.
@@ -661,6 +685,38 @@ func (a *answer) parse(line []byte) error {
 	return nil
 }
 
+// lineKind is what a line read while an item waits is to that item.
+type lineKind int
+
+const (
+	lineAnswer  lineKind = iota // the item's answer: taken
+	lineBroken                  // it carries the item's id but is not an answer: the item fails
+	lineStray                   // an answer for another item: skipped
+	lineUnasked                 // not an answer (a banner, debug output, no id): skipped
+)
+
+// readAnswer reads a line written while the item id waits: the answer
+// (set for lineAnswer and lineStray), what the line is to the item, and
+// why it is not an answer (for lineBroken and lineUnasked).
+func readAnswer(line []byte, id string) (answer, lineKind, error) {
+	var a answer
+	err := a.parse(line)
+	switch {
+	case err == nil && a.id == id:
+		return a, lineAnswer, nil
+	case err == nil:
+		return a, lineStray, nil
+	}
+	var head struct {
+		ID json.RawMessage `json:"id"`
+	}
+	var got string
+	if json.Unmarshal(bytes.TrimSpace(line), &head) == nil && json.Unmarshal(head.ID, &got) == nil && got == id {
+		return a, lineBroken, err
+	}
+	return a, lineUnasked, err
+}
+
 // rates reads the answer's headers as the http kind reads a reply's
 // (ParseRateHeaders); a value is a string or a number.
 func (a *answer) rates(now time.Time) RateReport {
@@ -832,7 +888,8 @@ func (s *stderrLines) flush() {
 // noter rate-limits a handler's notes and passes them to the worker's
 // callback.
 type noter struct {
-	f func(HandlerNote)
+	f   func(HandlerNote)
+	now func() time.Time // time.Now; a test's clock
 
 	mu     sync.Mutex
 	last   map[string]time.Time // when each failure cause was last noted
@@ -842,7 +899,7 @@ type noter struct {
 }
 
 func newNoter(f func(HandlerNote)) *noter {
-	return &noter{f: f, last: map[string]time.Time{}, held: map[string]int{}, tokens: stderrLinesBurst, filled: time.Now()}
+	return &noter{f: f, now: time.Now, last: map[string]time.Time{}, held: map[string]int{}, tokens: stderrLinesBurst, filled: time.Now()}
 }
 
 // note passes on a failure or a start: the first of its cause at once,
@@ -852,7 +909,7 @@ func (n *noter) note(cause string, pid int, text string) {
 		return
 	}
 	n.mu.Lock()
-	now := time.Now()
+	now := n.now()
 	if t, ok := n.last[cause]; ok && now.Sub(t) < noteEvery {
 		n.held[cause]++
 		n.mu.Unlock()
@@ -871,7 +928,7 @@ func (n *noter) stderr(pid int, text string) {
 		return
 	}
 	n.mu.Lock()
-	now := time.Now()
+	now := n.now()
 	n.tokens = min(stderrLinesBurst, n.tokens+now.Sub(n.filled).Seconds()*stderrLinesRate)
 	n.filled = now
 	if n.tokens < 1 {

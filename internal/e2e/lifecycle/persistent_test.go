@@ -22,7 +22,9 @@ import (
 // persistentHandlerPy is a persistent handler. Each process appends
 // "<worker pid> <its pid>" to starts when it starts, and its PID to eof
 // when its stdin ends. On an item's first attempt, "fail" makes it break
-// in one of the ways that fail an item and restart the handler; "spawn"
+// in one of the ways that fail an item and restart the handler ("garbage"
+// prints a debug line, which is skipped, then a broken answer with its
+// id, which fails the item); "spawn"
 // starts a child sleep (in the handler's process group) and records it in
 // pids; "sleep" takes that long; "say" prints a line with the secret on
 // stderr.
@@ -46,6 +48,7 @@ for line in sys.stdin:
         sys.exit(1)
     if fail == "garbage":
         print("debug: looking at %s" % req["id"], flush=True)
+        answer({"status": "done"})
         continue
     if fail == "hang":
         time.sleep(300)
@@ -101,7 +104,8 @@ func lines(f *e2etest.Fleet, name string) []string {
 
 // 200 items on 2 workers × 3 slots take at most 6 handler processes.
 // Four more items break the handler on their first attempt (it exits,
-// writes garbage, hangs past the timeout, writes a line over max_output):
+// answers with an unknown status, hangs past the timeout, writes a line
+// over max_output):
 // each fails as transient, its handler is replaced, and the item succeeds
 // on its second attempt. Each cause is logged; stderr is logged scrubbed;
 // a graceful stop ends every handler (the idle ones by the end of their
@@ -147,7 +151,7 @@ func TestPersistentHandlerFleet(t *testing.T) {
 
 	logs := f.Logs()
 	for cause, want := range map[string]string{
-		"exit": `exited (exit status 1); stderr: fatal: crashed on item-0200`, "answer": `debug: looking at item-0201`,
+		"exit": `exited (exit status 1); stderr: fatal: crashed on item-0200`, "answer": `unknown status \"done\"`,
 		"timeout": "did not answer within the timeout (3s)", "oversize": "over jobs.max_output (4096 bytes)",
 	} {
 		re := regexp.MustCompile(`"persistent handler failed[^\n]*"cause":"` + cause + `"[^\n]*`)
@@ -155,6 +159,9 @@ func TestPersistentHandlerFleet(t *testing.T) {
 		if len(got) != 1 || !strings.Contains(got[0], want) {
 			t.Errorf("cause %s logged %d times, want once, with %q: %q", cause, len(got), want, got)
 		}
+	}
+	if !regexp.MustCompile(`"cause":"skipped"[^\n]*debug: looking at item-0201`).MatchString(logs) {
+		t.Errorf("the skipped debug line is not in the logs:\n%s", e2etest.Tail(logs, 40))
 	}
 	if !regexp.MustCompile(`"handler stderr"[^\n]*"line":"working on item-0010 with key \[REDACTED\]"`).MatchString(logs) {
 		t.Errorf("the stderr line is not in the logs:\n%s", e2etest.Tail(logs, 40))
@@ -178,6 +185,57 @@ func TestPersistentHandlerFleet(t *testing.T) {
 	}
 	t.Logf("%d items (4 breaking the handler once) on 2 workers × 3 slots in %s: %d handler processes started, %d served the results",
 		n+len(fails), took.Round(time.Millisecond), len(starts), len(pids))
+}
+
+// A persistent handler that prints a banner on stdout when it starts, as
+// many libraries do, costs no item: the banner is skipped and logged, and
+// every item of the batch succeeds on its first attempt, from the
+// processes started for the slots (before, each item failed, and each
+// restart printed the banner again). A debug line with the secret printed
+// on stdout before an answer is skipped too, and the secret is in no log.
+func TestPersistentHandlerBanner(t *testing.T) {
+	python := e2etest.Python3(t)
+	f := e2etest.NewFleet(t, e2etest.FleetOptions{
+		Credentials: "- {id: key-a, secret_env: KEY_A, max_concurrent: 2}",
+		Worker:      "concurrency: 2\nmax_attempts: 3\nretry_backoff: [100ms]",
+		Jobs:        fmt.Sprintf("exec:\n  command: [%q, %q]\n  persistent: true\n  timeout: 30s", python, "{{dir}}/banner.py"),
+		Env:         []string{"KEY_A=" + e2etest.Secrets["key-a"]},
+	})
+	f.WriteFile("banner.py", `import json, os, sys
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "starts"), "a") as f:
+    f.write("%d\n" % os.getpid())
+print("Loading the tokenizer... done (v1.2.3)", flush=True)
+for line in sys.stdin:
+    req = json.loads(line)
+    if req["item"].get("debug"):
+        print("debug: calling the API with key %s" % req["secret"], flush=True)
+    print(json.dumps({"id": req["id"], "status": "ok", "output": "answer-for-" + req["id"]}), flush=True)
+`)
+	const n = 12
+	f.Publish("banner", "exec", n, func(id string) string {
+		return fmt.Sprintf(`{"id":%q,"debug":%t}`, id, id == "item-0003")
+	})
+	w := f.StartWorker("w1")
+	results := f.WaitResults("banner", n, 2*time.Minute)
+	for id, r := range results {
+		if r.Outcome != kftype.OutcomeSucceeded || r.Attempts != 1 || r.Output != `"answer-for-`+id+`"` {
+			t.Errorf("%s: %s after %d attempts, output %q, error %q; want its own answer at the first attempt", id, r.Outcome, r.Attempts, r.Output, r.Error)
+		}
+	}
+	e2etest.StopWorkers(t, 30*time.Second, w)
+	if starts := lines(f, "starts"); len(starts) > 2 {
+		t.Errorf("%d handler processes started for 2 slots: %v", len(starts), starts)
+	}
+	logs := f.Logs()
+	if strings.Contains(logs, "persistent handler failed") {
+		t.Errorf("a handler failed:\n%s", e2etest.Tail(logs, 40))
+	}
+	if !regexp.MustCompile(`"cause":"skipped"[^\n]*Loading the tokenizer`).MatchString(logs) {
+		t.Errorf("the skipped banner is not in the logs:\n%s", e2etest.Tail(logs, 40))
+	}
+	if c := e2etest.CountSecrets(logs); c != 0 {
+		t.Errorf("the logs hold a secret %d times", c)
+	}
 }
 
 // A worker's persistent handlers, busy or idle, and what they started in
