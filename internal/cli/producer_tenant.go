@@ -13,6 +13,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/exitcode"
 	"github.com/keyfleet/keyfleet/internal/ops"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/spend"
 	"github.com/keyfleet/keyfleet/internal/status"
 	"github.com/keyfleet/keyfleet/internal/termsafe"
 )
@@ -177,7 +178,7 @@ func printTenants(w io.Writer, ts []status.Tenant, _ time.Time) {
 	fmt.Fprintln(tw, "TENANT\tWEIGHT\tBUDGET\tFROM\tSPENT\tRESERVED\tPERIOD\t")
 	for _, t := range ts {
 		from := t.BudgetSource
-		if t.BudgetSource == "live" {
+		if t.BudgetSource == spend.SourceLive {
 			from = "live (config: " + configText(t) + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", termsafe.String(t.Name), t.Weight, budgetText(t), from, t.Spent, t.Reserved, t.PeriodID)
@@ -195,7 +196,7 @@ func configText(t status.Tenant) string {
 
 func printTenantSet(w io.Writer, set ops.TenantBudgetSet) {
 	t := set.Tenant
-	if t.BudgetSource == "live" {
+	if t.BudgetSource == spend.SourceLive {
 		fmt.Fprintf(w, "Tenant %s's budget is %s, live (the configuration's: %s).\n", termsafe.String(t.Name), budgetText(t), configText(t))
 	} else {
 		fmt.Fprintf(w, "Tenant %s's live budget is dropped: the configuration's, %s, applies.\n", termsafe.String(t.Name), budgetText(t))
