@@ -15,6 +15,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/internal/secret"
 	"github.com/keyfleet/keyfleet/internal/spend"
+	"github.com/keyfleet/keyfleet/internal/status"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
 
@@ -46,6 +47,10 @@ type Options struct {
 	// Batches gives the batch objects and hears of each change (default:
 	// ReadBatches(Queue)).
 	Batches Batches
+	// Tenants are the configuration's tenants: GET /api/tenants shows
+	// them, with Enqueue.Ledger, and POST /api/tenants/{name}/budget
+	// changes the live budget of one of them.
+	Tenants []status.TenantSpec
 	// Scrubber scrubs every error text an answer holds (default: one that
 	// scrubs the admin token).
 	Scrubber *secret.Scrubber
@@ -123,6 +128,7 @@ type API struct {
 	enq          EnqueueDefaults
 	maxBody      int64
 	batches      Batches
+	tenants      []status.TenantSpec
 	scrubber     *secret.Scrubber
 	writeTimeout time.Duration
 	log          *zap.Logger
@@ -157,7 +163,7 @@ func New(o Options) (*API, error) {
 		o.Logger = zap.NewNop()
 	}
 	return &API{q: o.Queue, pool: o.Pool, token: o.AdminToken, enq: o.Enqueue, maxBody: o.MaxEnqueueBody, batches: o.Batches,
-		scrubber: o.Scrubber, writeTimeout: o.WriteTimeout, log: o.Logger}, nil
+		tenants: o.Tenants, scrubber: o.Scrubber, writeTimeout: o.WriteTimeout, log: o.Logger}, nil
 }
 
 // Register mounts the API's routes on mux.
@@ -172,6 +178,8 @@ func (a *API) Register(mux *http.ServeMux) {
 	mux.Handle("POST /api/creds/enable", a.write(a.enableCredential))
 	mux.Handle("POST /api/creds/disable", a.write(a.disableCredential))
 	mux.Handle("POST /api/dlq/replay", a.write(a.replayDeadLetters))
+	mux.HandleFunc("GET /api/tenants", a.serveTenants)
+	mux.Handle("POST /api/tenants/{name}/budget", a.write(a.setTenantBudget))
 }
 
 func (a *API) scrub(text string) string { return a.scrubber.String(text) }

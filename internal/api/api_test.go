@@ -24,6 +24,13 @@ const token = "admin-0123456789abcdef"
 // test server of its own NATS and Redis, with keys key-a and key-b.
 func serve(t *testing.T, token string) (*httptest.Server, *queue.Queue) {
 	t.Helper()
+	return serveWith(t, func(_ *redistest.Server, o *api.Options) { o.AdminToken = token })
+}
+
+// serveWith is serve with the options edit sets (it is given the test's
+// Redis server; Queue and Pool are set here).
+func serveWith(t *testing.T, edit func(rs *redistest.Server, o *api.Options)) (*httptest.Server, *queue.Queue) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	nc := natstest.Connect(t, natstest.Start(t).URL())
@@ -31,7 +38,8 @@ func serve(t *testing.T, token string) (*httptest.Server, *queue.Queue) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, err := creds.New(redistest.Start(t).Client(t), "api-test")
+	rs := redistest.Start(t)
+	pool, err := creds.New(rs.Client(t), "api-test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +47,9 @@ func serve(t *testing.T, token string) (*httptest.Server, *queue.Queue) {
 	if err := pool.Register(ctx, []creds.Credential{{ID: "key-a", MaxConcurrent: 1}, {ID: "key-b", MaxConcurrent: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := api.New(api.Options{Queue: q, Pool: pool, AdminToken: token})
+	o := api.Options{Queue: q, Pool: pool}
+	edit(rs, &o)
+	a, err := api.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

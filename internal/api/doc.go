@@ -10,6 +10,9 @@
 //	POST /api/batches/{id}/pause|resume|cancel   admin token, no body or {}
 //	POST /api/creds/enable {"id"}, /api/creds/disable {"id", "reason"}
 //	POST /api/dlq/replay {"batch", "items"}
+//	GET  /api/tenants                       → the tenants (`tenant list --json`)
+//	POST /api/tenants/{name}/budget {"budget": "AMOUNT/PERIOD"|"none"}, admin token
+//	     → 200 the tenant after the change, with "resumed"
 //
 // Each action is internal/ops's (enqueue internal/enqueue's), as the CLI
 // runs it; an error's status comes from its class in one place (Status):
@@ -29,4 +32,5 @@
 //	steer.go    pause, resume, cancel
 //	creds.go    enable, disable a key
 //	dlq.go      replay dead letters
+//	tenants.go  the tenants, and a tenant's live budget
 package api

@@ -58,7 +58,8 @@ const reserveSlack = 24 * time.Hour
 // binding is what binds a batch's spend, as the runner sees it.
 type binding struct {
 	// tenant is the batch's ("" none); period and tenantLimit its tenant's
-	// budget's current period and amount ("" and NoLimit: none).
+	// configured budget's current period and amount (a tenant without
+	// one: the day and NoLimit; no tenant: "").
 	tenant, period string
 	tenantLimit    spend.Amount
 	// bound: a budget binds the batch (its own or its tenant's).
@@ -67,6 +68,9 @@ type binding struct {
 
 func (r *Runner) bindingOf(b kftype.BatchInfo) binding {
 	bd := binding{tenant: b.Tenant, tenantLimit: spend.NoLimit, bound: b.Budget != nil}
+	if b.Tenant != "" {
+		bd.period = spend.PeriodOf(spend.Day, r.now())
+	}
 	if tb, ok := r.cfg.TenantBudget(b.Tenant); ok && b.Tenant != "" {
 		bd.period, bd.tenantLimit, bd.bound = spend.PeriodOf(tb.Period, r.now()), tb.Amount, true
 	}
@@ -183,12 +187,14 @@ func (r *Runner) budget(ctx context.Context, store *queue.ProviderBatchStore, p 
 		}
 	}
 	v, err := r.ledger.Reserve(ctx, spend.Reservation{Token: p.ID, Amount: need, Batch: p.Batch,
-		Tenant: bd.tenant, Period: bd.period, TenantBudget: bd.tenantLimit, Expires: deadline.Add(reserveSlack)})
+		Tenant: bd.tenant, Period: bd.period, TenantBudget: bd.tenantLimit, At: r.now(), Expires: deadline.Add(reserveSlack)})
 	if err != nil {
 		return false, err // the hash says reserving: the next attempt gives it back first
 	}
 	if v.OK {
-		if err := r.writeMeta(ctx, *p, "state", metaReserved); err != nil {
+		// The tenant's period the ledger counted it in: its live budget's
+		// (producer tenant set) may be of another kind than the configured.
+		if err := r.writeMeta(ctx, *p, "state", metaReserved, "period", v.Period); err != nil {
 			return false, err
 		}
 		if r.crashed("reserved") {

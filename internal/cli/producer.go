@@ -70,7 +70,8 @@ func newProducerCmd(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 		Long: `producer is keyfleet's operator tool: it enqueues JSON Lines items on the
 NATS JetStream work queue (and can wait for their outcomes), shows the state
 of the queue, the workers and the credential pool, changes credentials for
-the running fleet, lists, pauses, resumes and cancels batches, finds one
+the running fleet, lists, pauses, resumes and cancels batches, changes a
+tenant's budget for the running fleet, finds one
 item, exports results, replays dead letters and checks a configuration
 without servers; dashboard serves all of it as a live web page.
 
@@ -113,8 +114,8 @@ of every batch, batch cancel, creds remove) ask first on a terminal;
 		SilenceUsage:  true,
 	}
 	p.g.register(root)
-	root.AddCommand(p.enqueueCmd(), p.statusCmd(), p.batchCmd(), p.credsCmd(), p.resultsCmd(), p.dlqCmd(), p.itemCmd(), p.configCmd(),
-		p.dashboardCmd())
+	root.AddCommand(p.enqueueCmd(), p.statusCmd(), p.batchCmd(), p.tenantCmd(), p.credsCmd(), p.resultsCmd(), p.dlqCmd(), p.itemCmd(),
+		p.configCmd(), p.dashboardCmd())
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)

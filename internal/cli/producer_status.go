@@ -14,6 +14,7 @@ import (
 
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
+	"github.com/keyfleet/keyfleet/internal/spend"
 	"github.com/keyfleet/keyfleet/internal/status"
 	"github.com/keyfleet/keyfleet/internal/termsafe"
 	"github.com/keyfleet/keyfleet/pkg/creds"
@@ -126,9 +127,9 @@ func printStatus(w io.Writer, r status.Report, heartbeatTTL time.Duration) {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  TENANT\tWEIGHT\tBUDGET\tSPENT\tRESERVED\tPERIOD\t")
 		for _, t := range r.Tenants {
-			budget := "none"
-			if t.Budget != nil {
-				budget = t.Budget.String() + "/" + t.Period
+			budget := budgetText(t)
+			if t.BudgetSource == spend.SourceLive {
+				budget += " (live)"
 			}
 			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\t\n", termsafe.String(t.Name), t.Weight, budget, t.Spent, t.Reserved, t.PeriodID)
 		}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/keyfleet/keyfleet/internal/batchlanes"
 	"github.com/keyfleet/keyfleet/internal/config"
 	"github.com/keyfleet/keyfleet/internal/dashboard"
@@ -35,6 +37,7 @@ type env struct {
 	cfg     *config.Config
 	q       *queue.Queue
 	pool    *creds.Pool
+	rdb     *redis.Client     // the test's redis-server
 	secrets map[string]string // env var → secret
 }
 
@@ -94,7 +97,8 @@ log: {level: warn}
 		t.Fatal(err)
 	}
 	e.q.SetLaneWriter(lw)
-	if e.pool, err = creds.New(rs.Client(t), cfg.Pool.Name); err != nil {
+	e.rdb = rs.Client(t)
+	if e.pool, err = creds.New(e.rdb, cfg.Pool.Name); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.pool.Close() })

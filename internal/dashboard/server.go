@@ -56,8 +56,9 @@ type Options struct {
 	// defaults, as `producer enqueue` reads them). Its Ledger also gives
 	// the batches' and the tenants' spend the page shows.
 	Enqueue api.EnqueueDefaults
-	// TenantSpecs are the configuration's tenants, whose spend in the
-	// current period the snapshot shows (with Enqueue.Ledger).
+	// TenantSpecs are the configuration's tenants, whose budget in force
+	// and spend in the current period the snapshot shows (with
+	// Enqueue.Ledger), and whose live budget the API changes.
 	TenantSpecs []status.TenantSpec
 	// MaxEnqueueBody bounds the body of POST /api/batches (default
 	// api.DefaultMaxEnqueueBody); a larger one is refused (413).
@@ -137,7 +138,7 @@ func New(o Options) (*Server, error) {
 	}
 	s.api, err = api.New(api.Options{
 		Queue: o.Queue, Pool: o.Pool, AdminToken: o.AdminToken, Enqueue: o.Enqueue, MaxEnqueueBody: o.MaxEnqueueBody,
-		Batches: apiBatches{s}, Scrubber: s.scrubber, WriteTimeout: writeTimeout, Logger: o.Logger,
+		Batches: apiBatches{s}, Tenants: o.TenantSpecs, Scrubber: s.scrubber, WriteTimeout: writeTimeout, Logger: o.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dashboard: %w", err)

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -46,8 +47,9 @@ type spending struct {
 	// price is the item's model's price; priced: it has one.
 	price  spend.Price
 	priced bool
-	// tenant, period: the item's batch's tenant and its budget's current
-	// period ("" none).
+	// tenant, period: the item's batch's tenant and the current period
+	// its spend counts in: of its budget (the configured one until a
+	// reservation says which is in force), else the day ("" no tenant).
 	tenant, period string
 	// bound: a budget binds the item (its batch's or its tenant's): every
 	// start reserves.
@@ -80,8 +82,8 @@ func (e *Executor) spendOf(ctx context.Context, x *item) (Outcome, bool) {
 	}
 	s.tenant = tenant
 	tb, tenantBudget := e.policy.TenantBudgets[tenant]
-	if tenantBudget {
-		s.period = spend.PeriodOf(tb.Period, e.clock.Now())
+	if tenant != "" {
+		s.period = spend.PeriodOf(cmp.Or(tb.Period, spend.Day), e.clock.Now())
 	}
 	s.bound = batchBudget || tenantBudget
 	text := ""
@@ -117,12 +119,16 @@ func (e *Executor) reserve(ctx context.Context, x *item, lease *creds.Lease) (Ou
 	if tb, ok := e.policy.TenantBudgets[s.tenant]; ok {
 		tenantLimit = tb.Amount
 	}
+	now := e.clock.Now()
 	v, err := e.ledger.Reserve(ctx, spend.Reservation{
 		Token: s.token, Amount: s.ceiling, Batch: x.it.Batch,
 		Tenant: s.tenant, Period: s.period, TenantBudget: tenantLimit,
-		Expires: e.clock.Now().Add(e.policy.reservationTTL(x.kind)),
+		At: now, Expires: now.Add(e.policy.reservationTTL(x.kind)),
 	})
 	if err == nil && v.OK {
+		if v.Period != "" {
+			s.period = v.Period // a live budget of another kind than the configured one
+		}
 		return Outcome{}, true
 	}
 	s.token = ""

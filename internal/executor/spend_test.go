@@ -68,9 +68,10 @@ func TestExecuteSpend(t *testing.T) {
 		name   string
 		budget spend.Amount // the batch's (0: none)
 		tenant *spend.Budget
-		model  string       // the item's (default spendTestModel)
-		body   string       // its payload (default spendTestBody)
-		held   spend.Amount // reserved by another start beforehand
+		live   *spend.Budget // the tenant's live budget (producer tenant set)
+		model  string        // the item's (default spendTestModel)
+		body   string        // its payload (default spendTestBody)
+		held   spend.Amount  // reserved by another start beforehand
 		runs   []runFunc
 		want   Outcome
 		// spent and reserved: the batch's account after; paused: the
@@ -119,6 +120,35 @@ func TestExecuteSpend(t *testing.T) {
 			paused: []string{"b1 tenant-budget"},
 		},
 		{
+			name:   "a tenant's budget raised live covers it: it runs, counted in the live budget's period",
+			tenant: &spend.Budget{Amount: ceiling - 1, Period: spend.Day}, live: &spend.Budget{Amount: spend.Unit, Period: spend.Week},
+			runs: []runFunc{replied(12, 30)}, want: Outcome{Fate: Succeeded, Reply: ReplyAck, Attempt: 1},
+			spent: cost, ran: true,
+			check: func(t *testing.T, h *harness) {
+				v, err := h.ledger.(*spend.Ledger).Tenant(context.Background(), "research", &spend.Budget{Amount: ceiling - 1, Period: spend.Day}, h.clk.Now())
+				if err != nil || v.Source != spend.SourceLive || v.Period != spend.PeriodOf(spend.Week, h.clk.Now()) || v.Account.Spent != cost || v.Account.Reserved != 0 {
+					t.Errorf("the tenant after the run: %+v %v, want %s spent in its live budget's week", v, err, cost)
+				}
+			},
+		},
+		{
+			name:   "a tenant's budget lowered live cannot cover it: the tenant's batches pause",
+			tenant: &spend.Budget{Amount: spend.Unit, Period: spend.Day}, live: &spend.Budget{Amount: ceiling - 1, Period: spend.Day},
+			want:   Outcome{Fate: HandedBack, Cause: ErrBudgetSpent, Reply: ReplyNak, Delay: budgetWait},
+			paused: []string{"b1 tenant-budget"},
+		},
+		{
+			name:   "a tenant without a budget: its spend counts in the day",
+			tenant: &spend.Budget{}, runs: []runFunc{replied(12, 30)}, want: Outcome{Fate: Succeeded, Reply: ReplyAck, Attempt: 1},
+			spent: cost, ran: true,
+			check: func(t *testing.T, h *harness) {
+				v, err := h.ledger.(*spend.Ledger).Tenant(context.Background(), "research", nil, h.clk.Now())
+				if err != nil || v.Source != spend.SourceNone || v.Account.Spent != cost {
+					t.Errorf("the tenant after the run: %+v %v, want %s spent in the day", v, err, cost)
+				}
+			},
+		},
+		{
 			name:   "an unpriced model under a budget: dead letter naming it, no key asked",
 			budget: spend.Unit, model: "gpt-5-unpriced",
 			body: strings.Replace(spendTestBody, spendTestModel, "gpt-5-unpriced", 1),
@@ -164,7 +194,14 @@ func TestExecuteSpend(t *testing.T) {
 			h.policy.Prices = spend.Prices{spendTestModel: spendTestPrice}
 			if c.tenant != nil {
 				budgets.tenant = "research"
-				h.policy.TenantBudgets = map[string]spend.Budget{"research": *c.tenant}
+				if c.tenant.Period != "" {
+					h.policy.TenantBudgets = map[string]spend.Budget{"research": *c.tenant}
+				}
+			}
+			if c.live != nil {
+				if _, err := ledger.SetTenantBudget(ctx, "research", c.live, c.tenant, "alice@host", h.clk.Now()); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if c.budget > 0 {
 				if _, err := ledger.SetBatchBudget(ctx, "b1", c.budget); err != nil {

@@ -16,6 +16,8 @@
 //	replay.go       dead letters back on the queue (one batch, some items, all)
 //	credentials.go  enable, disable, remove a credential, set its limits
 //	budget.go       a batch's budget (batch set --budget)
+//	tenant.go       a tenant's live budget (tenant set --budget), and the
+//	                resume of its batches paused for it
 //
 // Enqueue is internal/enqueue's, and the views are internal/status,
 // internal/batchview and internal/itemview: both front ends call those

@@ -1,6 +1,7 @@
 package spend
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"fmt"
@@ -44,10 +45,16 @@ type Reservation struct {
 	// Batch is the start's batch: its budget is the one the ledger holds
 	// (SetBatchBudget).
 	Batch string
-	// Tenant, Period and TenantBudget: the tenant's budget of the current
-	// period ("" no tenant; NoLimit: none).
+	// Tenant, Period and TenantBudget: the tenant's budget as the
+	// configuration sets it and its current period ("" no tenant;
+	// NoLimit: none). A live budget of the tenant (SetTenantBudget)
+	// overrides them, read in the same step: its amount, counted in the
+	// period of its own kind that At is in (Verdict.Period).
 	Tenant, Period string
 	TenantBudget   Amount
+	// At is when the start is (zero: now): it places a live budget's
+	// period.
+	At time.Time
 	// Expires is when the reservation lapses if the start never settles
 	// (its holder died): it is then counted as spent.
 	Expires time.Time
@@ -65,6 +72,9 @@ type Verdict struct {
 	Exhausted string
 	// Left is what that budget has left after its reservations.
 	Left Amount
+	// Period is the tenant's period the start was counted in (Settle
+	// takes it): the Reservation's, or its live budget's ("" no tenant).
+	Period string
 }
 
 // Reasons a batch is paused for by its budgets (Verdict.Exhausted).
@@ -80,22 +90,33 @@ func (l *Ledger) Reserve(ctx context.Context, r Reservation) (Verdict, error) {
 	if r.Tenant == "" {
 		tl = NoLimit
 	}
-	reply, err := ledgerScript.Run(ctx, l.rdb, []string{l.key}, "reserve", r.Token, int64(r.Amount), r.Expires.UnixMicro(),
-		r.Batch, -1, r.Tenant, r.Period, int64(tl)).StringSlice()
+	args := append([]any{"reserve", r.Token, int64(r.Amount), r.Expires.UnixMicro(), r.Batch, -1, r.Tenant, r.Period, int64(tl)},
+		periodNames(cmp.Or(r.At, time.Now()))...)
+	reply, err := ledgerScript.Run(ctx, l.rdb, []string{l.key}, args...).StringSlice()
 	if err != nil {
 		return Verdict{}, fmt.Errorf("spend: reserve: %w", err)
 	}
-	if len(reply) != 3 {
+	if len(reply) != 4 {
 		return Verdict{}, fmt.Errorf("spend: reserve: unexpected reply %q", reply)
 	}
 	left, _ := strconv.ParseInt(reply[2], 10, 64)
+	period := reply[3]
+	if r.Tenant == "" {
+		period = ""
+	}
 	switch reply[0] {
 	case "ok":
-		return Verdict{OK: true}, nil
+		return Verdict{OK: true, Period: period}, nil
 	case "wait":
-		return Verdict{Wait: true, Left: Amount(left)}, nil
+		return Verdict{Wait: true, Left: Amount(left), Period: period}, nil
 	}
-	return Verdict{Exhausted: reply[1], Left: Amount(left)}, nil
+	return Verdict{Exhausted: reply[1], Left: Amount(left), Period: period}, nil
+}
+
+// periodNames are the names of the day, the week and the month t is in,
+// as the script takes them.
+func periodNames(t time.Time) []any {
+	return []any{PeriodOf(Day, t), PeriodOf(Week, t), PeriodOf(Month, t)}
 }
 
 // Settle ends a start: its reservation (if it made one) gives way to
@@ -115,8 +136,8 @@ type Account struct {
 	// Need is what the last start it refused needed (0: none refused
 	// since one was let through).
 	Need Amount
-	// Budget is the batch's budget (NoLimit: none); a tenant's comes from
-	// the configuration.
+	// Budget is the budget the account is held to (NoLimit: none): a
+	// batch's (Read, SetBatchBudget), or a tenant's in force (Tenant).
 	Budget Amount
 }
 

@@ -5,10 +5,25 @@
 -- KEYS[1]  <prefix>ledger (the other keys share its prefix and hash tag)
 -- ARGV[1]  op, then per op:
 --   reserve token amount expiry_us batch batch_limit tenant period tenant_limit
---            (a limit of -1: none; tenant "" none)
+--           day week month   (a limit of -1: none; tenant "" none)
 --   settle  token actual batch tenant period
 --   limit   batch limit                 set (or, -1, drop) a batch's budget
 --   read    batch tenant period
+--   tenant-set       tenant amount kind by cfg_limit cfg_kind day week month
+--                    set (amount -1: drop) a tenant's live budget; returns
+--                    the tenant's view (tenant-read)
+--   tenant-read      tenant cfg_limit cfg_kind day week month
+--                    {source, limit, kind, period, spent, reserved, need,
+--                    set_at_us, set_by}: source 'live', 'config' or 'none'
+--   tenant-register  (tenant cfg_limit cfg_kind)...: the configuration's
+--                    budgets a worker started from; a tenant's live budget
+--                    is dropped when its configured one changed since the
+--                    last register; returns the tenants whose live budget
+--                    was dropped
+-- (day week month: the names of the periods of each kind the call is in;
+-- a reserve passes them too, after tenant_limit: a tenant's live budget
+-- overrides tenant_limit, counted in the period of its own kind, and the
+-- reply's 4th element names the period reserved in.)
 -- Keys under the prefix, for a batch B and a tenant T in period P:
 --   b:<B> / t:<T>:<P>     hash  spent, reserved, need (the amount the last
 --                               refused start needed), limit (batches
@@ -19,6 +34,12 @@
 --   bl:<B> / tl:<T>:<P>   hash  token -> amount: reservations that lapsed
 --                               (their holder never settled in time: the
 --                               amount was counted as spent)
+--   tenants              hash  tenant -> "<amount> <kind> <set at us> <by>":
+--                               the live budgets (they override the
+--                               configuration's)
+--   tenants-cfg          hash  tenant -> "<amount> <kind>" ('' none): the
+--                               configured budget the fleet last started
+--                               from
 -- A start costs few calls: a reservation is one field of br plus the
 -- account's reserved; expired ones are looked for only once the
 -- earliest expiry recorded in next has passed (a holder dies rarely).
@@ -87,6 +108,52 @@ local function current(a, now)
   return spent + moved, res - moved, need, limit, next
 end
 
+-- live reads tenant's live budget: amount, kind, set at (us), by; nil
+-- when it has none.
+local function live(tenant)
+  local rec = redis.call('HGET', PFX .. 'tenants', tenant)
+  if not rec then
+    return nil
+  end
+  local amt, kind, at, by = string.match(rec, '^(%d+) (%a+) (%d+) ?(.*)$')
+  if not amt then
+    return nil
+  end
+  return tonumber(amt), kind, at, by
+end
+
+-- named is the name of the period of kind among day, week and month
+-- (nil: unknown kind, or no name given).
+local function named(kind, day, week, month)
+  local p = ({d = day, w = week, mo = month})[kind]
+  if p == nil or p == '' then
+    return nil
+  end
+  return p
+end
+
+-- cfgstr encodes a configured budget (limit -1: none).
+local function cfgstr(limit, kind)
+  if limit < 0 then
+    return ''
+  end
+  return n2s(limit) .. ' ' .. kind
+end
+
+-- tenant_view is what tenant-read returns.
+local function tenant_view(tenant, cfg_limit, cfg_kind, day, week, month, now)
+  local source, limit, kind, at, by = 'none', -1, 'd', '', ''
+  local lamt, lkind, lat, lby = live(tenant)
+  if lamt and named(lkind, day, week, month) then
+    source, limit, kind, at, by = 'live', lamt, lkind, lat, lby
+  elseif cfg_limit >= 0 then
+    source, limit, kind = 'config', cfg_limit, cfg_kind
+  end
+  local period = named(kind, day, week, month) or day
+  local spent, res, need = current(account('t', tenant .. ':' .. period), now)
+  return {source, n2s(limit), kind, period, n2s(spent), n2s(res), n2s(need), at, by}
+end
+
 local op = ARGV[1]
 if op == 'reserve' then
   local tok, amt, exp = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -100,6 +167,11 @@ if op == 'reserve' then
   end
   checks[1] = {a = b, spent = bspent, res = bres, need = bneed, next = bnext, limit = blimit, what = 'budget'}
   if tenant ~= '' then
+    local lamt, lkind = live(tenant)
+    local lperiod = lamt and named(lkind, ARGV[10], ARGV[11], ARGV[12])
+    if lperiod then
+      tlimit, period = lamt, lperiod
+    end
     local t = account('t', tenant .. ':' .. period)
     local tspent, tres, tneed, _, tnext = current(t, now)
     checks[2] = {a = t, spent = tspent, res = tres, need = tneed, next = tnext, limit = tlimit, what = 'tenant-budget'}
@@ -108,9 +180,9 @@ if op == 'reserve' then
     if c.limit >= 0 and c.spent + c.res + amt > c.limit then
       redis.call('HSET', c.a.h, 'need', n2s(amt))
       if c.res > 0 then
-        return {'wait', c.what, n2s(c.limit - c.spent - c.res)}
+        return {'wait', c.what, n2s(c.limit - c.spent - c.res), period}
       end
-      return {'exhausted', c.what, n2s(c.limit - c.spent - c.res)}
+      return {'exhausted', c.what, n2s(c.limit - c.spent - c.res), period}
     end
   end
   local rec = n2s(amt) .. ' ' .. n2s(exp)
@@ -124,7 +196,7 @@ if op == 'reserve' then
       redis.call('HSET', c.a.h, 'next', n2s(exp))
     end
   end
-  return {'ok', '', ''}
+  return {'ok', '', '', period}
 elseif op == 'settle' then
   local tok, actual, batch, tenant, period = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6]
   local as = {account('b', batch)}
@@ -175,5 +247,32 @@ elseif op == 'read' then
     out[5], out[6], out[7] = n2s(spent), n2s(res), n2s(need)
   end
   return out
+elseif op == 'tenant-set' then
+  local tenant, amount, kind, by = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+  local cfg_limit, cfg_kind = tonumber(ARGV[6]), ARGV[7]
+  local now = now_us()
+  if amount < 0 then
+    redis.call('HDEL', PFX .. 'tenants', tenant)
+  else
+    redis.call('HSET', PFX .. 'tenants', tenant, n2s(amount) .. ' ' .. kind .. ' ' .. n2s(now) .. ' ' .. by)
+  end
+  -- The configuration the fleet starts from, if no worker said it yet.
+  redis.call('HSETNX', PFX .. 'tenants-cfg', tenant, cfgstr(cfg_limit, cfg_kind))
+  return tenant_view(tenant, cfg_limit, cfg_kind, ARGV[8], ARGV[9], ARGV[10], now)
+elseif op == 'tenant-read' then
+  return tenant_view(ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6], ARGV[7], now_us())
+elseif op == 'tenant-register' then
+  local dropped = {}
+  for i = 2, #ARGV - 2, 3 do
+    local tenant, cfg = ARGV[i], cfgstr(tonumber(ARGV[i + 1]), ARGV[i + 2])
+    local was = redis.call('HGET', PFX .. 'tenants-cfg', tenant)
+    if was ~= cfg then
+      redis.call('HSET', PFX .. 'tenants-cfg', tenant, cfg)
+      if was and redis.call('HDEL', PFX .. 'tenants', tenant) == 1 then
+        dropped[#dropped + 1] = tenant
+      end
+    end
+  end
+  return dropped
 end
 return redis.error_reply('spend: unknown op ' .. tostring(op))

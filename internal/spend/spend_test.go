@@ -197,3 +197,101 @@ func TestLedgerLapse(t *testing.T) {
 		t.Fatalf("after settling the live one: %+v, want 45 spent, 0 reserved", b)
 	}
 }
+
+// A tenant's live budget overrides the configured one at the next
+// reservation, in the period of its own kind; dropped, the configured
+// one applies again; a worker starting with a changed configured budget
+// drops it, one with the same keeps it.
+func TestLedgerLiveTenantBudget(t *testing.T) {
+	l := ledger(t)
+	ctx := context.Background()
+	at := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	day, week := spend.PeriodOf(spend.Day, at), spend.PeriodOf(spend.Week, at)
+	configured := &spend.Budget{Amount: 100, Period: spend.Day}
+	r := func(tok string, amount spend.Amount) spend.Verdict {
+		t.Helper()
+		v, err := l.Reserve(ctx, spend.Reservation{Token: tok, Amount: amount, Batch: "x", Tenant: "research", Period: day,
+			TenantBudget: configured.Amount, At: at, Expires: time.Now().Add(time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	view := func() spend.TenantView {
+		t.Helper()
+		v, err := l.Tenant(ctx, "research", configured, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if v := r("1", 80); !v.OK || v.Period != day {
+		t.Fatalf("80 of the configured 100: %+v, want ok in %s", v, day)
+	}
+	_ = l.Settle(ctx, "1", 80, "x", "research", day)
+	if v := r("2", 40); v.Exhausted != spend.ReasonTenantBudget {
+		t.Fatalf("80 spent of 100, 40 asked: %+v, want tenant-budget exhausted", v)
+	}
+	if v := view(); v.Source != spend.SourceConfig || v.Budget == nil || *v.Budget != *configured || v.Account.Covers() {
+		t.Fatalf("before the change: %+v, want the configured budget, not covering the next start", v)
+	}
+
+	// Raised live: the view covers the start refused, and it goes.
+	set, err := l.SetTenantBudget(ctx, "research", &spend.Budget{Amount: 150, Period: spend.Day}, configured, "alice@host", at)
+	if err != nil || set.Source != spend.SourceLive || set.Budget.Amount != 150 || set.SetBy != "alice@host" || set.SetAt.IsZero() ||
+		set.Period != day || set.Account.Spent != 80 || !set.Account.Covers() {
+		t.Fatalf("set 150/d: %+v %v", set, err)
+	}
+	if v := r("3", 40); !v.OK || v.Period != day {
+		t.Fatalf("80 spent of a live 150, 40 asked: %+v, want ok", v)
+	}
+	_ = l.Settle(ctx, "3", 40, "x", "research", day)
+
+	// Of another kind: counted in the week, afresh.
+	if _, err := l.SetTenantBudget(ctx, "research", &spend.Budget{Amount: 50, Period: spend.Week}, configured, "alice@host", at); err != nil {
+		t.Fatal(err)
+	}
+	if v := r("4", 40); !v.OK || v.Period != week {
+		t.Fatalf("a live 50/w: %+v, want ok in %s", v, week)
+	}
+	if v := r("5", 40); !v.Wait || v.Period != week {
+		t.Fatalf("40 of a live 50/w held: %+v, want wait", v)
+	}
+	_ = l.Settle(ctx, "4", 30, "x", "research", week)
+	if v := view(); v.Period != week || v.Account.Spent != 30 || v.Budget.Period != spend.Week {
+		t.Fatalf("the week's view: %+v", v)
+	}
+
+	// A worker with the same configuration keeps it; dropped, the
+	// configured budget applies again.
+	if dropped, err := l.RegisterTenants(ctx, map[string]*spend.Budget{"research": configured, "support": nil}); err != nil || len(dropped) != 0 {
+		t.Fatalf("register the same configuration: dropped %v %v", dropped, err)
+	}
+	if v := view(); v.Source != spend.SourceLive {
+		t.Fatalf("after a register of the same configuration: %+v, want the live budget kept", v)
+	}
+	if v, err := l.SetTenantBudget(ctx, "research", nil, configured, "bob@host", at); err != nil || v.Source != spend.SourceConfig ||
+		v.Budget.Amount != 100 || v.Account.Spent != 120 || v.Account.Covers() {
+		t.Fatalf("dropped: %+v %v, want the configured 100/d with 120 spent", v, err)
+	}
+	if v := r("6", 1); v.Exhausted != spend.ReasonTenantBudget || v.Period != day {
+		t.Fatalf("dropped, back to 100/d with 120 spent: %+v", v)
+	}
+
+	// A worker starting with a changed configured budget drops the live
+	// one.
+	if _, err := l.SetTenantBudget(ctx, "research", &spend.Budget{Amount: 500, Period: spend.Day}, configured, "alice@host", at); err != nil {
+		t.Fatal(err)
+	}
+	changed := &spend.Budget{Amount: 200, Period: spend.Day}
+	if dropped, err := l.RegisterTenants(ctx, map[string]*spend.Budget{"research": changed}); err != nil || len(dropped) != 1 || dropped[0] != "research" {
+		t.Fatalf("register a changed configuration: dropped %v %v, want research", dropped, err)
+	}
+	if v, err := l.Tenant(ctx, "research", changed, at); err != nil || v.Source != spend.SourceConfig || v.Budget.Amount != 200 {
+		t.Fatalf("after the configuration changed: %+v %v", v, err)
+	}
+	if v, err := l.Tenant(ctx, "support", nil, at); err != nil || v.Source != spend.SourceNone || v.Budget != nil || v.Period != day ||
+		!v.Account.Covers() {
+		t.Fatalf("a tenant without a budget: %+v %v", v, err)
+	}
+}

@@ -84,9 +84,10 @@ func (w *Worker) batchesOfTenant(batch string, state kftype.BatchState) []string
 const tenantResumeEvery = 5 * time.Second
 
 // resumeTenants resumes the batches paused for their tenant's budget
-// once that budget covers a start again: at the next period, or when the
-// configuration raised it (or dropped it). Any worker may; the first
-// wins, the others find the batch running (queue.ResumeFrom).
+// once that budget covers a start again: at the next period, or when a
+// live budget (producer tenant set, which resumes them itself too) or
+// the configuration raised it. Any worker may; the first wins, the
+// others find the batch running (queue.ResumeFrom).
 func (w *Worker) resumeTenants(ctx context.Context, ledger *spend.Ledger) {
 	type paused struct{ id, tenant string }
 	var todo []paused
@@ -116,18 +117,45 @@ func (w *Worker) resumeTenants(ctx context.Context, ledger *spend.Ledger) {
 	}
 }
 
-// tenantCovers reports whether tenant's budget of the current period
-// covers its next start (a tenant without a budget always does).
+// tenantCovers reports whether tenant's budget in force (its live one,
+// else the configured one) covers its next start in the current period
+// (a tenant without a configured budget always does: none binds it).
 func (w *Worker) tenantCovers(ctx context.Context, ledger *spend.Ledger, tenant string) bool {
 	tb, ok := w.cfg.TenantBudget(tenant)
 	if !ok {
 		return true
 	}
-	_, acct, err := ledger.Read(ctx, "", tenant, spend.PeriodOf(tb.Period, time.Now()))
+	v, err := ledger.Tenant(ctx, tenant, &tb, time.Now())
 	if err != nil {
 		w.log.Debug("reading a tenant's spend", zap.String("tenant", tenant), zap.Error(err))
 		return false
 	}
-	acct.Budget = tb.Amount
-	return acct.Covers()
+	return v.Account.Covers()
+}
+
+// registerTenants records in the ledger the tenants' budgets the worker's
+// configuration sets (spend.Ledger.RegisterTenants): a live budget set
+// with `producer tenant set` holds until the configured budget of its
+// tenant changes, and then gives way to it.
+func (w *Worker) registerTenants(ctx context.Context) error {
+	if w.ledger == nil || len(w.cfg.Tenants) == 0 {
+		return nil
+	}
+	configured := make(map[string]*spend.Budget, len(w.cfg.Tenants))
+	for name := range w.cfg.Tenants {
+		configured[name] = nil
+		if b, ok := w.cfg.TenantBudget(name); ok {
+			configured[name] = &b
+		}
+	}
+	dropped, err := w.ledger.RegisterTenants(ctx, configured)
+	for _, t := range dropped {
+		now := "none"
+		if b := configured[t]; b != nil {
+			now = b.String()
+		}
+		w.log.Info("the tenant's configured budget changed: its live budget (producer tenant set) gives way to it",
+			zap.String("tenant", t), zap.String("budget", now))
+	}
+	return err
 }

@@ -249,6 +249,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 		return exitcode.With(exitcode.Unreachable, err)
 	}
+	if err := w.registerTenants(rctx); err != nil {
+		return exitcode.With(exitcode.Unreachable, err)
+	}
 	w.redisOK.Store(true)
 	if w.exec, err = w.newExecutor(); err != nil {
 		return exitcode.With(exitcode.Usage, err)

@@ -184,14 +184,67 @@
     return parts.length ? el('div', {class: 'muted small spend'}, parts.join(' · ')) : null;
   }
 
-  // renderTenants lists the tenants with their spend of the period.
+  // Tenant rows are kept per tenant and their cells updated in place, as
+  // batch rows are: the budget button under the pointer survives updates.
+  const tenantRows = new Map(); // name -> {tr, cells, actions, t}
+  const tenantHead = ['Tenant', '#Weight', 'Budget', '#Spent', '#Reserved', 'Period'];
+  const tenantTable = table(readOnly ? tenantHead : tenantHead.concat(['']), [], {class: 'tenants'});
+  const tenantEmpty = el('p', {class: 'muted'}, 'No tenants in the configuration.');
+
+  // tenantBudget asks for a tenant's new budget and sets it live.
+  function tenantBudget(t) {
+    const now = t.budget !== null && t.budget !== undefined ? `${t.budget}/${t.period}` : '';
+    const v = prompt(`Budget of tenant ${t.name} for the running fleet: AMOUNT/PERIOD (period d, w or mo), ` +
+      `or none to go back to the configuration's (${t.config_budget}/${t.config_period}).`, now);
+    if (v === null || v.trim() === '') return;
+    act(`/api/tenants/${encodeURIComponent(t.name)}/budget`, {budget: v.trim()}, `budget of ${t.name}`, (out) =>
+      `now ${out.budget}/${out.period} (${out.budget_source})` +
+      ((out.resumed || []).length ? `, resumed ${out.resumed.join(', ')}` : ''));
+  }
+
+  // renderTenants lists the tenants with their budget in force (and where
+  // it comes from) and their spend of the period.
   function renderTenants(s) {
     const ts = s.tenants || [];
-    if (ts.length === 0) return el('p', {class: 'muted'}, 'No tenants in the configuration.');
-    return table(['Tenant', '#Weight', 'Budget', '#Spent', '#Reserved', 'Period'], ts.map((t) => el('tr', {'data-tenant': t.name},
-      el('td', {class: 'id'}, t.name), el('td', {class: 'num'}, t.weight),
-      el('td', {}, t.budget !== null && t.budget !== undefined ? `${t.budget}/${t.period}` : 'none'),
-      el('td', {class: 'num'}, String(t.spent)), el('td', {class: 'num'}, String(t.reserved)), el('td', {class: 'muted'}, t.period_id))));
+    if (ts.length === 0) return tenantEmpty;
+    const now = Date.parse(s.at);
+    const rows = ts.map((t) => {
+      let r = tenantRows.get(t.name);
+      if (!r) {
+        const cells = tenantHead.map(() => el('td'));
+        const actions = el('td', {class: 'tenant-actions'});
+        r = {tr: el('tr', {'data-tenant': t.name}, cells, readOnly ? null : actions), cells, actions, key: null};
+        tenantRows.set(t.name, r);
+      }
+      r.t = t;
+      const c = r.cells;
+      const budget = t.budget !== null && t.budget !== undefined ? `${t.budget}/${t.period}` : 'none';
+      r.tr.dataset.budget = budget;
+      r.tr.dataset.source = t.budget_source;
+      const from = t.budget_source === 'live'
+        ? el('div', {class: 'muted small budget-source', title: t.set_at || ''},
+          `live · config ${t.config_budget !== null && t.config_budget !== undefined ? `${t.config_budget}/${t.config_period}` : 'none'}` +
+          (t.set_by ? ` · set by ${t.set_by}${t.set_at ? ` ${ago(now, t.set_at)}` : ''}` : ''))
+        : el('div', {class: 'muted small budget-source'}, t.budget_source === 'config' ? 'from the configuration' : '');
+      setCell(c[0], 'id', t.name);
+      setCell(c[1], 'num', t.weight);
+      setCell(c[2], 'budget-cell', el('span', {class: 'budget'}, budget), from);
+      setCell(c[3], 'num', String(t.spent));
+      setCell(c[4], 'num', String(t.reserved));
+      setCell(c[5], 'muted', t.period_id);
+      // Only a tenant with a configured budget can have a live one.
+      const settable = t.config_budget !== null && t.config_budget !== undefined;
+      if (!readOnly && r.key !== settable) {
+        r.key = settable;
+        r.actions.replaceChildren(settable ? actionButton('Budget…', () => tenantBudget(r.t), 'budget') : '');
+      }
+      return r.tr;
+    });
+    for (const name of tenantRows.keys()) {
+      if (!ts.some((t) => t.name === name)) tenantRows.delete(name);
+    }
+    replaceIfChanged(tenantTable.tBodies[0], rows);
+    return tenantTable;
   }
 
   function renderBatches(s) {
@@ -555,7 +608,7 @@
     }
     $('updated').textContent = `updated ${clock(s.at)}`;
     replaceIfChanged($('batches'), [renderBatches(s)]);
-    if ($('tenants')) $('tenants').replaceChildren(renderTenants(s));
+    if ($('tenants')) replaceIfChanged($('tenants'), [renderTenants(s)]);
     renderBatchIDs(s);
     replaceIfChanged($('pool'), renderPool(s));
     $('accounts').replaceChildren(renderAccounts(s));
