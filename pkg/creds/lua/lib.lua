@@ -310,6 +310,20 @@ end
 -- Credential state
 ---------------------------------------------------------------------------
 
+-- read_bucket reads a learnt bucket "<tat>:<interval>:<limit>" (see
+-- learn_bucket); nil when none.
+local function read_bucket(v)
+  if not v then
+    return nil
+  end
+  local tat, iv, limit = string.match(v, '^([^:]*):([^:]*):([^:]*)$')
+  tat, iv, limit = tonumber(tat or ''), tonumber(iv or ''), tonumber(limit or '')
+  if not tat or not iv or not limit or iv <= 0 then
+    return nil
+  end
+  return {tat = tat, iv = iv, limit = limit}
+end
+
 -- cred_cache: when a script sets it to a table, load keeps each
 -- credential's state there for the rest of the call, so that several
 -- operations on one credential read its hash and count its leases once.
@@ -322,11 +336,11 @@ local function load(id)
     return cred_cache[id]
   end
   local c = redis.call('HMGET', k_cred(id), 'max', 'lim0', 'disabled', 'pace_us', 'pace_tat', 'rest_until', 'last',
-    'starts', 'pace_floor', 'refused_items', 'up', 'sp')
+    'starts', 'pace_floor', 'refused_items', 'up', 'lbr', 'lbt')
   if not c[1] then
     return nil
   end
-  local up, sp = c[11], c[12]
+  local up, lbr, lbt = c[11], c[12], c[13]
   if up == '' then
     up = nil
   end
@@ -360,12 +374,9 @@ local function load(id)
     refused_items = c[10] or '',
     up = up, -- the account above ("*<a>"), nil: none
     acct = is_acct(id),
-    sp_iv = 0, sp_tat = 0, sp_until = 0, -- the spacing a reply's figures set (set_spacing)
+    -- the API's buckets as its replies told them (see learn_bucket)
+    lbr = read_bucket(lbr), lbt = read_bucket(lbt),
   }
-  if sp then
-    local iv, tat, till = string.match(sp, '^([^:]*):([^:]*):([^:]*)$')
-    c.sp_iv, c.sp_tat, c.sp_until = tonumber(iv) or 0, tonumber(tat) or 0, tonumber(till) or 0
-  end
   if cred_cache then
     cred_cache[id] = c
   end
@@ -486,8 +497,15 @@ local function fit_at(id, c, now, cost, scope)
   if c.pace_us > 0 and c.pace_tat > t then
     t = c.pace_tat
   end
-  if c.sp_until > now and c.sp_tat > t then
-    t = c.sp_tat
+  -- the API's own buckets, as its replies told them: a request, and the
+  -- start's cost in tokens
+  for _, b in ipairs({{c.lbr, 1}, {c.lbt, cost}}) do
+    if b[1] then
+      local w = gcra_when(b[1].tat, now, b[1].iv, b[1].limit, math.min(b[2], b[1].limit))
+      if w > t then
+        t = w
+      end
+    end
   end
   for _, l in ipairs(limits_for(id, c, scope)) do
     local w = lim_when(id, l, now, cost)
@@ -749,6 +767,11 @@ local function next_token(now)
   return n2s(token)
 end
 
+-- write_bucket writes a learnt bucket (read_bucket reads it).
+local function write_bucket(lb)
+  return string.format('%.0f:%.6g:%d', lb.tat, lb.iv, lb.limit)
+end
+
 -- charge takes a start's share of entity id's limits that apply to
 -- `scope`, and its place in the entity's learnt pace.
 local function charge(id, c, now, token, cost, scope)
@@ -763,9 +786,12 @@ local function charge(id, c, now, token, cost, scope)
     c.pace_tat = tat + c.pace_us
     redis.call('HSET', k_cred(id), 'pace_tat', n2s(c.pace_tat))
   end
-  if c.sp_until > now then
-    c.sp_tat = math.max(c.sp_tat, now) + c.sp_iv
-    redis.call('HSET', k_cred(id), 'sp', string.format('%.3f:%.0f:%.0f', c.sp_iv, c.sp_tat, c.sp_until))
+  for _, b in ipairs({{c.lbr, 'lbr', 1}, {c.lbt, 'lbt', cost}}) do
+    local lb = b[1]
+    if lb then
+      lb.tat = gcra_take(lb.tat, now, lb.iv, b[3])
+      redis.call('HSET', k_cred(id), b[2], write_bucket(lb))
+    end
   end
 end
 
@@ -1005,58 +1031,59 @@ end
 -- again: (limit - remaining) / reset is then the bucket's refill rate.
 -- remaining is rounded down and a reset up (Anthropic's to whole
 -- seconds), so (limit - remaining - 1) / reset is a bound below it; the
--- highest bound a reply gave (rr_req, rr_tok: units per us) is the
--- entity's refill rate. It is forgotten on a 429 (forget_refill): the
--- limit may have changed.
+-- highest bound the replies gave for a limit (rr_req, rr_tok:
+-- "<units per us>:<limit>") is the entity's refill rate, until a reply
+-- tells another limit (the account's limits changed).
 local function refill_rate(id, rr, f, remaining, reset, limit)
-  local known = tonumber(rr[f] or '')
+  local known, of = string.match(rr[f] or '', '^([^:]*):(.*)$')
+  known, of = tonumber(known or ''), tonumber(of or '')
+  if of ~= limit then
+    known = nil
+  end
   if reset > 0 and limit - remaining >= 2 then
     local obs = (limit - remaining - 1) / reset
     if not known or obs > known then
       known = obs
-      rr[f] = obs
-      redis.call('HSET', k_cred(id), f == 1 and 'rr_req' or 'rr_tok', string.format('%.9g', obs))
+      rr[f] = string.format('%.9g:%d', obs, limit)
+      redis.call('HSET', k_cred(id), f == 1 and 'rr_req' or 'rr_tok', rr[f])
     end
   end
   return known
 end
 
--- forget_refill drops what the replies taught of entity id's buckets: the
--- refill rates and the spacing they set.
-local function forget_refill(id, c)
-  redis.call('HDEL', k_cred(id), 'rr_req', 'rr_tok', 'sp')
-  c.sp_iv, c.sp_tat, c.sp_until = 0, 0, 0
-end
-
--- set_spacing spaces entity id's next starts iv us apart from `from`
--- until `till` (the bucket would be whole again); iv 0 ends the spacing.
-local function set_spacing(id, c, iv, from, till)
-  if iv <= 0 then
-    if c.sp_until > 0 then
-      redis.call('HDEL', k_cred(id), 'sp')
-      c.sp_iv, c.sp_tat, c.sp_until = 0, 0, 0
-    end
-    return
-  end
-  c.sp_iv, c.sp_tat, c.sp_until = iv, math.max(from, c.sp_tat), till
-  redis.call('HSET', k_cred(id), 'sp', string.format('%.3f:%.0f:%.0f', c.sp_iv, c.sp_tat, c.sp_until))
+-- learn_bucket sets entity id's copy of the API's bucket of one unit
+-- (f: 'lbr' requests, 'lbt' tokens) from a reply: limit units, refilled
+-- at rate (units per us), of which the reply left `level` for starts not
+-- yet counted (what remained less the runs in flight). A start needs
+-- room in it as in a smooth limit of burst `limit` (fit_at), and takes
+-- its share (charge), so that between replies the keys send no faster
+-- than the bucket refills; the next reply sets it again.
+local function learn_bucket(id, c, f, now, limit, rate, level)
+  local iv = 1 / rate
+  local lb = {tat = now + (limit - level) * iv, iv = iv, limit = limit}
+  c[f] = lb
+  redis.call('HSET', k_cred(id), f, write_bucket(lb))
+  return lb
 end
 
 -- apply_signals reads the API's own figures about entity id's room (a
 -- key's, or its account's: the API reports the account's), sig being
 -- "<kind>:<remaining>:<reset us>:<limit>:<name>;..." with kind "req" or
--- "tok" and limit 0 when not told. When they say it cannot take the next
--- start (fewer requests left than the runs in flight plus one, or fewer
--- tokens than as many estimates), it rests until enough has refilled for
--- them at the refill rate (see refill_rate), and its next starts are
--- spaced at that rate until the bucket would be whole; without a limit
--- (no rate can be known) until the reset. A reset of 0 with too little
--- left (an API that rounds a short reset down to 0ms) is not room: the
--- rest then comes from the learnt rate, else from a minute's bucket of
--- limit. A reply whose every figure leaves room ends a spacing.
+-- "tok" and limit 0 when not told.
+--
+-- With the limit told, the figures are a token bucket's (both providers
+-- describe their limits so): the entity keeps a copy of it (learn_bucket)
+-- refilled at the rate the replies imply (refill_rate; a minute's bucket
+-- of limit until they imply one), holding what was left less the runs in
+-- flight. When that is short of the next start (fewer requests left than
+-- the runs in flight plus one, or fewer tokens than as many estimates),
+-- the entity rests until enough has refilled, and the copy spaces its
+-- starts at the refill rate after that. A reset of 0 with too little
+-- left (an API that rounds a short reset down to 0ms) is not room.
+-- Without a limit, a short figure rests the entity until the reset.
 --
 -- scope ('' none): a run of a scope the key has limits of rests only that
--- scope (see set_scope_rest), and is not spaced. With told limits of the
+-- scope (see set_scope_rest) and keeps no copy. With told limits of the
 -- signal's unit (cost limits for tokens, windows of starts for
 -- requests), the signal is passed over when they leave no more room than
 -- the API says is left (they bind first); when the API says less, the
@@ -1066,76 +1093,59 @@ local function apply_signals(id, c, now, est, sig, scope)
   if not sig or sig == '' then
     return
   end
+  scope = scope or ''
   local inflight = held(id, c, now)
   local rr = nil
-  local short, roomy = false, false
-  local iv, till = 0, now
   for kind, remaining, reset, limit, name in string.gmatch(sig, '(%a+):(%-?%d+):(%d+):(%d+):([^;]*)') do
     remaining, reset, limit = tonumber(remaining), tonumber(reset), tonumber(limit)
     local need, per = inflight + 1, 1
-    local unit, lkind, f = 'requests', 'w', 1
+    local unit, lkind, f, lf = 'requests', 'w', 1, 'lbr'
     if kind == 'tok' then
       need, per = est * (inflight + 1), est
-      unit, lkind, f = 'tokens', 'c', 2
+      unit, lkind, f, lf = 'tokens', 'c', 2, 'lbt'
     end
+    local room = told_room(id, c, now, lkind, scope)
+    local told_first = room ~= nil and room <= remaining
     local rate = nil
     if limit > 0 then
       rr = rr or redis.call('HMGET', k_cred(id), 'rr_req', 'rr_tok')
       rate = refill_rate(id, rr, f, remaining, reset, limit)
+      if not rate or rate <= 0 then
+        rate = limit / 60e6
+      end
+      if scope == '' and not told_first then
+        learn_bucket(id, c, lf, now, limit, rate, remaining - (need - per))
+      end
     end
-    if remaining >= need then
-      roomy = true
-    else
+    if remaining < need and not told_first then
       local rest = 0
-      if rate and rate > 0 then
+      if rate then
         rest = math.ceil((need - remaining) / rate)
         if reset > 0 and rest > reset then
           rest = reset
         end
       elseif reset > 0 then
         rest = reset
-      elseif limit > 0 then
-        rate = limit / 60e6
-        rest = math.ceil((need - remaining) / rate)
       end
-      local room = told_room(id, c, now, lkind, scope)
-      if room ~= nil and room <= remaining then
-        rest = 0
-      elseif room ~= nil and rest > 0 then
+      if room ~= nil and rest > 0 then
         local at = told_freed_at(id, c, now, lkind, scope, need - remaining)
         if at and at - now < rest then
           rest = at - now
         end
       end
       if rest > 0 then
-        short = true
         local why = name .. ': ' .. n2s(remaining) .. ' ' .. unit .. ' left, ' .. n2s(need) .. ' needed (' .. n2s(inflight) ..
           ' in flight)'
-        if rate and rate > 0 then
+        if rate then
           why = why .. ', refill ' .. string.format('%.3g', rate * 1e6) .. '/s'
-          if per / rate > iv then
-            iv = per / rate
-          end
-          local whole = now + math.ceil((limit - remaining) / rate)
-          if whole > till then
-            till = whole
-          end
         end
-        if scope and scope ~= '' then
+        if scope ~= '' then
           set_scope_rest(id, c, now, rest, scope, why .. ' [' .. scope .. ']')
         else
           set_rest(id, now, rest, why, name, c)
         end
       end
     end
-  end
-  if scope and scope ~= '' then
-    return
-  end
-  if short and iv > 0 then
-    set_spacing(id, c, iv, c.rest_until, till)
-  elseif roomy and not short then
-    set_spacing(id, c, 0)
   end
 end
 

@@ -247,14 +247,12 @@ while i <= #ARGV do
         else
           set_rest(sid, now, dur, reason or text, cause or '', sc)
         end
-        forget_refill(sid, sc)
         redis.call('HINCRBY', k_cred(id), 'rate_limited', 1)
         if sid ~= id then
           redis.call('HINCRBY', k_cred(sid), 'rate_limited', 1)
         end
       elseif mode == 'bare429' then
         bare_429(sid, sc, now, granted, dur, text)
-        forget_refill(sid, sc)
         redis.call('HINCRBY', k_cred(id), 'rate_limited', 1)
         if sid ~= id then
           redis.call('HINCRBY', k_cred(sid), 'rate_limited', 1)
