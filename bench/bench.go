@@ -100,6 +100,7 @@ var scenarios = []*scenario{
 	persistentScenario,
 	httpEnqueueScenario,
 	batchesScenario,
+	accountsScenario,
 }
 
 // scenario is one numbered item of the benchmark.

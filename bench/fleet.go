@@ -37,6 +37,13 @@ type credSpec struct {
 	// limits is the credential's limits as a YAML flow sequence, such as
 	// "[{rate: 20/s, burst: 1}, {cost: 6000/10s}]"; "" none.
 	limits string
+	// account is the credential's account ("" none).
+	account string
+}
+
+// accountSpec is one account of a fleet's pool.
+type accountSpec struct {
+	id, limits string // limits as credSpec's ("" none)
 }
 
 // keyCreds is n credentials k0, k1, … of max_concurrent max each.
@@ -56,6 +63,7 @@ func throughputSpec() fleetSpec { return fleetSpec{concurrency: 64, creds: keyCr
 // fleetSpec shapes a fleet's configuration.
 type fleetSpec struct {
 	creds       []credSpec
+	accounts    []accountSpec
 	concurrency int
 	grace       time.Duration // worker.shutdown_grace (default 5s)
 	ackWait     time.Duration // queue.ack_wait (default 30s)
@@ -138,7 +146,20 @@ func (f *fleet) writeConfig(name string, listenPort int) (string, error) {
 		if c.limits != "" {
 			fmt.Fprintf(&b, ", limits: %s", c.limits)
 		}
+		if c.account != "" {
+			fmt.Fprintf(&b, ", account: %s", c.account)
+		}
 		b.WriteString("}\n")
+	}
+	if len(f.spec.accounts) > 0 {
+		b.WriteString("  accounts:\n")
+		for _, a := range f.spec.accounts {
+			fmt.Fprintf(&b, "    - {id: %s", a.id)
+			if a.limits != "" {
+				fmt.Fprintf(&b, ", limits: %s", a.limits)
+			}
+			b.WriteString("}\n")
+		}
 	}
 	if f.spec.cooldown > 0 {
 		fmt.Fprintf(&b, "  cooldown: %s\n", f.spec.cooldown)
