@@ -52,7 +52,7 @@ const metaKeep = 30 * 24 * time.Hour
 // reserveSlack is how long past the record's deadline its reservation
 // holds if it is never settled (a fleet down that long): it then lapses,
 // counted as spent. By the deadline the provider batch has been
-// cancelled, and CancelWait after it given up on and settled.
+// cancelled, and settled once its provider ended the cancel (minutes).
 const reserveSlack = 24 * time.Hour
 
 // binding is what binds a batch's spend, as the runner sees it.

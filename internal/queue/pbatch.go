@@ -76,6 +76,11 @@ type ProviderBatch struct {
 	// or CancelBatch ("": it did not), CancelAt when.
 	Cancel   string    `json:"cancel,omitempty"`
 	CancelAt time.Time `json:"cancel_at,omitzero"`
+	// GaveUpAt: keyfleet stopped waiting for the provider to end a cancel
+	// for the deadline (half the margin after it) and its items without a
+	// result went to real time; from then on none of its results is
+	// recorded (PBLate).
+	GaveUpAt time.Time `json:"gave_up_at,omitzero"`
 	// Error is the last error met (the provider's refusal, say).
 	Error string `json:"error,omitempty"`
 	// What was recorded of its items once it ended: results of succeeded
@@ -84,6 +89,10 @@ type ProviderBatch struct {
 	FailedN   int `json:"failed_items"`
 	RealTime  int `json:"real_time"`
 	Cancelled int `json:"cancelled"`
+	// SpentTwice counts the requests the provider finished whose items
+	// had gone to real time meanwhile (GaveUpAt): paid through the Batch
+	// API and again in real time, recorded once (real time's result).
+	SpentTwice int `json:"spent_twice,omitempty"`
 	// Rev is the record's revision (not stored).
 	Rev uint64 `json:"-"`
 }
@@ -101,6 +110,10 @@ const (
 	// PBCancelling: keyfleet cancelled it at the provider; polled until it
 	// ends.
 	PBCancelling = "cancelling"
+	// PBLate: cancelled for the deadline, it did not end within half the
+	// margin: its items without a result went to real time (GaveUpAt);
+	// polled until it ends, then collected for what it cost alone.
+	PBLate = "late"
 	// PBCollecting: ended at the provider: its results are being recorded.
 	PBCollecting = "collecting"
 	// PBFallback: never to be created: its items are being sent to real time
