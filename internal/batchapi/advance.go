@@ -130,8 +130,16 @@ func (r *Runner) update(ctx context.Context, store *queue.ProviderBatchStore, p 
 // stepStaged: the messages purged, the record is submitted, or sent to
 // real time (the deadline has come) or recorded cancelled (a cancelled
 // batch). A paused batch submits nothing, nor one whose budget cannot
-// take the record's most spend now (spend.go).
+// take the record's most spend now (spend.go; it may be cut to what the
+// budget covers, split.go).
 func (r *Runner) stepStaged(ctx context.Context, store *queue.ProviderBatchStore, p *queue.ProviderBatch, b kftype.BatchInfo) error {
+	if p.Split != nil {
+		// A cut to fit a budget did not end (a crash): its rest becomes a
+		// record before anything else (split.go).
+		if err := r.splitRest(ctx, store, p); err != nil {
+			return err
+		}
+	}
 	if !p.Purged {
 		if err := r.purge(ctx, store, p); err != nil {
 			return err

@@ -113,7 +113,8 @@ type Runner struct {
 	apis  map[string]api // by kind and credential
 	noted map[string]bool
 	wake  chan struct{}
-	// ceilings: records' most spend, read from their inputs (spend.go).
+	// ceilings: records' most spend, read from their inputs, by input
+	// (spend.go).
 	ceilings map[string]ceilingOf
 
 	// crash, a test's, stops the runner dead at a named point (as a crash
@@ -281,11 +282,12 @@ func (r *Runner) watchRecords(ctx context.Context) error {
 func (r *Runner) seen(p queue.ProviderBatch) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if old, ok := r.records[p.ID]; ok && old.Rev >= p.Rev {
+	old, ok := r.records[p.ID]
+	if ok && old.Rev >= p.Rev {
 		return
 	}
-	if !p.Active() {
-		delete(r.ceilings, p.ID)
+	if ok && (old.Input != p.Input || !p.Active()) {
+		delete(r.ceilings, old.Input)
 	}
 	if p.State == "" {
 		delete(r.records, p.ID)

@@ -83,6 +83,10 @@ type ProviderBatch struct {
 	GaveUpAt time.Time `json:"gave_up_at,omitzero"`
 	// Error is the last error met (the provider's refusal, say).
 	Error string `json:"error,omitempty"`
+	// Split is the rest of the record's items, cut off to fit a budget
+	// and not yet in a record of its own: while it is set, those items are
+	// held by its objects (docs/batch-api.md, "Spend and budgets").
+	Split *ProviderBatchSplit `json:"split,omitempty"`
 	// What was recorded of its items once it ended: results of succeeded
 	// and failed requests, items sent back to real time, items cancelled.
 	Succeeded int `json:"succeeded"`
@@ -95,6 +99,19 @@ type ProviderBatch struct {
 	SpentTwice int `json:"spent_twice,omitempty"`
 	// Rev is the record's revision (not stored).
 	Rev uint64 `json:"-"`
+}
+
+// ProviderBatchSplit is the part of a staged record cut off from it: the
+// record it is to become (its ID, its staged messages' range, its items
+// and input size, its objects, written before the cut).
+type ProviderBatchSplit struct {
+	ID       string `json:"id"`
+	FirstSeq uint64 `json:"first_seq"`
+	LastSeq  uint64 `json:"last_seq"`
+	Items    int    `json:"items"`
+	Bytes    int64  `json:"bytes"`
+	Input    string `json:"input"`
+	Manifest string `json:"manifest"`
 }
 
 // States of a ProviderBatch.
@@ -321,9 +338,12 @@ func (s *ProviderBatchStore) List(ctx context.Context, batch string) ([]Provider
 	return out, nil
 }
 
-// Delete removes a record and its objects.
+// Delete removes a record and its objects (those of its split too).
 func (s *ProviderBatchStore) Delete(ctx context.Context, p ProviderBatch) error {
 	s.DeleteObjects(ctx, p)
+	if p.Split != nil {
+		s.DeleteObjects(ctx, ProviderBatch{Input: p.Split.Input, Manifest: p.Split.Manifest})
+	}
 	if err := s.kv.Purge(ctx, pbKey(p.Batch, p.ID)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("queue: delete provider batch record %s: %w", p.ID, err)
 	}
@@ -424,6 +444,12 @@ func (q *Queue) heldByProviderBatches(ctx context.Context, batch string, fn func
 		}
 		if err := s.ReadManifest(ctx, p, func(_ int, it ProviderBatchItem) error { return fn(it.ID) }); err != nil {
 			return err
+		}
+		if p.Split != nil {
+			rest := ProviderBatch{ID: p.Split.ID, Manifest: p.Split.Manifest}
+			if err := s.ReadManifest(ctx, rest, func(_ int, it ProviderBatchItem) error { return fn(it.ID) }); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -16,6 +16,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/spend"
 )
 
 // TestMain builds the binaries (shared by the e2e packages).
@@ -43,8 +44,8 @@ type fleetOptions struct {
 	// batchDelay and cancelDelay are the stand-in's (fakeapi.Config).
 	batchDelay, cancelDelay time.Duration
 	// margin is jobs.batch_api.margin (default 1h); listen the workers'
-	// worker.listen (default none).
-	margin, listen string
+	// worker.listen (default none); pool extra lines under pool: (prices).
+	margin, listen, pool string
 }
 
 // newFleetWith is newFleet shaped by o.
@@ -64,6 +65,7 @@ retry_backoff: [100ms]`
 		worker += "\nlisten: " + o.listen
 	}
 	ef := e2etest.NewFleet(t, e2etest.FleetOptions{
+		Pool: o.pool,
 		Credentials: `- {id: key-a, secret_env: KEY_A, max_concurrent: 4}
 - {id: key-b, secret_env: KEY_B, max_concurrent: 4}`,
 		Worker: worker,
@@ -145,6 +147,9 @@ type showProviderBatch struct {
 type show struct {
 	ID              string              `json:"id"`
 	State           string              `json:"state"`
+	PausedReason    string              `json:"paused_reason"`
+	Budget          *spend.Amount       `json:"budget"`
+	Spent           spend.Amount        `json:"spent"`
 	Total           int64               `json:"total"`
 	Done            int64               `json:"done"`
 	Succeeded       int64               `json:"succeeded"`
