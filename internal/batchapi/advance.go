@@ -19,7 +19,7 @@ import (
 // draws the states):
 //
 //	staged ──▶ creating ──▶ submitted ──▶ (cancelling) ──▶ collecting ──▶ done
-//	   │            └──(not created)──▶ staged
+//	   │            └──(not created)──▶ staged   └──▶ late ──┘
 //	   └──(deadline, a refusal, a cancelled batch)──▶ fallback ──▶ done
 //
 // A claim held on after a poll is the time until the record's next poll.
@@ -32,7 +32,7 @@ func (r *Runner) advance(ctx context.Context, p queue.ProviderBatch) (err error)
 	if !ok {
 		return nil // the batch's record is gone (or has no deadline): nothing to do
 	}
-	polling := p.State == queue.PBSubmitted || p.State == queue.PBCancelling
+	polling := isPolled(p.State)
 	ttl := r.o.WorkTTL
 	if polling {
 		ttl = r.poll
@@ -55,7 +55,7 @@ func (r *Runner) advance(ctx context.Context, p queue.ProviderBatch) (err error)
 		if errors.Is(err, errCrash) {
 			return // a crash leaves its claims to their TTL
 		}
-		if p.State != queue.PBSubmitted && p.State != queue.PBCancelling {
+		if !isPolled(p.State) {
 			r.cl.release(context.WithoutCancel(ctx), key)
 		} else {
 			// Polled next after the poll interval, by whichever worker.
@@ -76,7 +76,7 @@ func (r *Runner) advance(ctx context.Context, p queue.ProviderBatch) (err error)
 		err = r.stepStaged(ctx, store, &p, b)
 	case queue.PBCreating:
 		err = r.stepCreating(ctx, store, &p)
-	case queue.PBSubmitted, queue.PBCancelling:
+	case queue.PBSubmitted, queue.PBCancelling, queue.PBLate:
 		stopKeep = r.cl.keep(ctx, key, r.o.WorkTTL) // it may end and collect
 		err = r.stepPoll(ctx, store, &p, b)
 	case queue.PBCollecting:
@@ -88,6 +88,12 @@ func (r *Runner) advance(ctx context.Context, p queue.ProviderBatch) (err error)
 		return nil // another worker moved it meanwhile: the view catches up
 	}
 	return err
+}
+
+// isPolled reports whether a record in state runs at its provider: it is
+// polled once per poll interval.
+func isPolled(state string) bool {
+	return state == queue.PBSubmitted || state == queue.PBCancelling || state == queue.PBLate
 }
 
 // stepCollecting records the results of an ended provider batch (again,
@@ -124,8 +130,16 @@ func (r *Runner) update(ctx context.Context, store *queue.ProviderBatchStore, p 
 // stepStaged: the messages purged, the record is submitted, or sent to
 // real time (the deadline has come) or recorded cancelled (a cancelled
 // batch). A paused batch submits nothing, nor one whose budget cannot
-// take the record's most spend now (spend.go).
+// take the record's most spend now (spend.go; it may be cut to what the
+// budget covers, split.go).
 func (r *Runner) stepStaged(ctx context.Context, store *queue.ProviderBatchStore, p *queue.ProviderBatch, b kftype.BatchInfo) error {
+	if p.Split != nil {
+		// A cut to fit a budget did not end (a crash): its rest becomes a
+		// record before anything else (split.go).
+		if err := r.splitRest(ctx, store, p); err != nil {
+			return err
+		}
+	}
 	if !p.Purged {
 		if err := r.purge(ctx, store, p); err != nil {
 			return err
@@ -386,9 +400,13 @@ func (r *Runner) resolve(ctx context.Context, store *queue.ProviderBatchStore, p
 
 // stepPoll reads a running provider batch: ended, its results are
 // recorded; else it is cancelled when its batch was cancelled or its
-// deadline (less the margin) has come, and given up on when a cancel for
-// the deadline has not ended it within CancelWait.
+// deadline (less the margin) has come, and given up on (giveUp) when a
+// cancel for the deadline has not ended it within half the margin.
 func (r *Runner) stepPoll(ctx context.Context, store *queue.ProviderBatchStore, p *queue.ProviderBatch, b kftype.BatchInfo) error {
+	if p.State == queue.PBCancelling && !p.GaveUpAt.IsZero() {
+		// A give-up began and did not end (a crash): it ends first.
+		return r.giveUp(ctx, store, p)
+	}
 	a, err := r.api(p.Kind, p.Credential)
 	if err != nil {
 		return err
@@ -419,15 +437,19 @@ func (r *Runner) stepPoll(ctx context.Context, store *queue.ProviderBatchStore, 
 	why := ""
 	switch {
 	case p.Cancel != "":
-		if p.Cancel == queue.CancelDeadline && r.now().Sub(p.CancelAt) >= r.o.CancelWait {
-			r.log.Warn("a provider batch cancelled for the deadline has not ended: its items not back run in real time all the same",
+		if p.State == queue.PBCancelling && p.Cancel == queue.CancelDeadline && r.waitedEnough(*p, b) {
+			r.log.Warn("a provider batch cancelled for the deadline has not ended within half the margin: its items without a result run in real time",
 				zap.String("record", p.ID), zap.String("provider_batch", p.ProviderID), zap.String("status", rem.Status))
-			p.State, p.EndedAt = queue.PBCollecting, r.now().UTC()
-			p.Error = fmt.Sprintf("cancelled for the deadline at %s; still %s after %s", p.CancelAt.Format(time.RFC3339), rem.Status, r.o.CancelWait)
+			p.GaveUpAt = r.now().UTC()
+			p.Error = fmt.Sprintf("cancelled for the deadline at %s; still %s at %s: its items run in real time",
+				p.CancelAt.Format(time.RFC3339), rem.Status, p.GaveUpAt.Format(time.RFC3339))
 			if err := r.update(ctx, store, p); err != nil {
 				return err
 			}
-			return r.finish(ctx, store, p, &rem)
+			if r.crashed("gave-up") {
+				return errCrash
+			}
+			return r.giveUp(ctx, store, p)
 		}
 	case b.State == kftype.BatchCancelled:
 		why = queue.CancelBatch

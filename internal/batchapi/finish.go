@@ -55,41 +55,21 @@ func permanent(status int) bool {
 // doing it again after a crash records nothing twice; an item sent to
 // real time is published on its batch's lane with a message ID of its own
 // (<batch>/<item>/rt-<record>) unless it has a result, and the batch's
-// record is touched so that the workers pull the lane.
+// record is touched so that the workers pull the lane. A record given up
+// on (its items in real time already) is ended by finishLate instead.
 func (r *Runner) finish(ctx context.Context, store *queue.ProviderBatchStore, p *queue.ProviderBatch, rem *remote) error {
+	if !p.GaveUpAt.IsZero() {
+		return r.finishLate(ctx, store, p, rem)
+	}
 	b, _ := r.batch(p.Batch)
 	cancelled := b.State == kftype.BatchCancelled || p.Cancel == queue.CancelBatch
-	items := make([]queue.ProviderBatchItem, 0, p.Items)
-	if err := store.ReadManifest(ctx, *p, func(_ int, it queue.ProviderBatchItem) error {
-		items = append(items, it)
-		return nil
-	}); err != nil {
+	items, err := r.manifest(ctx, store, *p)
+	if err != nil {
 		return err
 	}
-	lines := make([]*line, len(items))
-	ran := 0
-	if rem != nil && p.ProviderID != "" && (rem.Ended || rem.OutputFileID != "" || rem.ErrorFileID != "") {
-		a, err := r.api(p.Kind, p.Credential)
-		if err != nil {
-			return err
-		}
-		rctx, cancel := context.WithTimeout(ctx, transferTimeout)
-		err = a.results(rctx, *rem, func(l line) error {
-			i, ok := customIndex(l.CustomID)
-			if !ok || i >= len(lines) {
-				r.log.Warn("a result line of a custom_id the record does not have", zap.String("record", p.ID), zap.String("custom_id", l.CustomID))
-				return nil
-			}
-			if l.Status != 0 {
-				ran++
-			}
-			lines[i] = &l
-			return nil
-		})
-		cancel()
-		if err != nil {
-			return err
-		}
+	lines, ran, err := r.resultLines(ctx, *p, rem, len(items))
+	if err != nil {
+		return err
 	}
 	fates := make([]int, len(items))
 	need := map[int]bool{} // items whose request is needed (dead letters, real time)
@@ -103,17 +83,7 @@ func (r *Runner) finish(ctx context.Context, store *queue.ProviderBatchStore, p 
 	if err != nil {
 		return err
 	}
-	// What each request cost: its reply's usage at the model's price,
-	// through the Batch API; every line that says its usage counts
-	// (the provider bills it whatever becomes of the item).
-	costs := make([]spend.Amount, len(items))
-	var spent spend.Amount
-	if price, ok := spend.Prices(r.cfg.Pool.Prices).Lookup(p.Scope); ok {
-		for i, l := range lines {
-			costs[i] = r.lineCost(l, price)
-			spent += costs[i]
-		}
-	}
+	costs, spent := r.lineCosts(*p, lines)
 	now := r.now().UTC()
 	via := p.ProviderID
 	var results []kftype.Result
@@ -142,8 +112,7 @@ func (r *Runner) finish(ctx context.Context, store *queue.ProviderBatchStore, p 
 		case endCancelled:
 			results = append(results, cancelledResult(it.ID, p.Batch, p.Kind, r.o.Owner, now))
 		case endRealTime:
-			back = append(back, kftype.Item{ID: it.ID, Batch: p.Batch, Kind: p.Kind, Payload: requests[i], Cost: it.Cost,
-				Scope: p.Scope, Endpoint: r.itemEndpoint(*p), Fallback: p.ID})
+			back = append(back, r.backItem(*p, it, requests[i]))
 		}
 	}
 	if len(results) > 0 {
@@ -166,11 +135,81 @@ func (r *Runner) finish(ctx context.Context, store *queue.ProviderBatchStore, p 
 	if r.crashed("real-time-sent") {
 		return errCrash
 	}
+	p.Succeeded, p.FailedN, p.Cancelled, p.RealTime = counts[endSucceeded], counts[endFailed], counts[endCancelled], counts[endRealTime]
+	return r.markDone(ctx, store, p, ran, spent, now)
+}
+
+// manifest reads a record's items, in the order of its requests.
+func (r *Runner) manifest(ctx context.Context, store *queue.ProviderBatchStore, p queue.ProviderBatch) ([]queue.ProviderBatchItem, error) {
+	items := make([]queue.ProviderBatchItem, 0, p.Items)
+	err := store.ReadManifest(ctx, p, func(_ int, it queue.ProviderBatchItem) error {
+		items = append(items, it)
+		return nil
+	})
+	return items, err
+}
+
+// resultLines reads the result line of each of a record's n requests
+// (nil: it has none) when rem, the provider batch as last read, has
+// results; ran counts the requests that got a reply.
+func (r *Runner) resultLines(ctx context.Context, p queue.ProviderBatch, rem *remote, n int) (lines []*line, ran int, err error) {
+	lines = make([]*line, n)
+	if rem == nil || p.ProviderID == "" || !(rem.Ended || rem.OutputFileID != "" || rem.ErrorFileID != "") {
+		return lines, 0, nil
+	}
+	a, err := r.api(p.Kind, p.Credential)
+	if err != nil {
+		return nil, 0, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, transferTimeout)
+	defer cancel()
+	err = a.results(rctx, *rem, func(l line) error {
+		i, ok := customIndex(l.CustomID)
+		if !ok || i >= len(lines) {
+			r.log.Warn("a result line of a custom_id the record does not have", zap.String("record", p.ID), zap.String("custom_id", l.CustomID))
+			return nil
+		}
+		if l.Status != 0 {
+			ran++
+		}
+		lines[i] = &l
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return lines, ran, nil
+}
+
+// lineCosts is what each request cost: its reply's usage at the model's
+// price, through the Batch API; every line that says its usage counts
+// (the provider bills it whatever becomes of the item). spent is their
+// sum.
+func (r *Runner) lineCosts(p queue.ProviderBatch, lines []*line) (costs []spend.Amount, spent spend.Amount) {
+	costs = make([]spend.Amount, len(lines))
+	if price, ok := spend.Prices(r.cfg.Pool.Prices).Lookup(p.Scope); ok {
+		for i, l := range lines {
+			costs[i] = r.lineCost(l, price)
+			spent += costs[i]
+		}
+	}
+	return costs, spent
+}
+
+// backItem is item it of p as the real-time lanes carry it, its request
+// req.
+func (r *Runner) backItem(p queue.ProviderBatch, it queue.ProviderBatchItem, req []byte) kftype.Item {
+	return kftype.Item{ID: it.ID, Batch: p.Batch, Kind: p.Kind, Payload: req, Cost: it.Cost,
+		Scope: p.Scope, Endpoint: r.itemEndpoint(p), Fallback: p.ID}
+}
+
+// markDone says a record is done (ran: its requests that got a reply;
+// spent: what they cost) and deletes its objects.
+func (r *Runner) markDone(ctx context.Context, store *queue.ProviderBatchStore, p *queue.ProviderBatch, ran int, spent spend.Amount, now time.Time) error {
 	if ran > 0 && r.o.Metrics != nil {
 		r.o.Metrics.Requests.WithLabelValues(p.Kind, metrics.ViaBatchAPI).Add(float64(ran))
 	}
 	p.State = queue.PBDone
-	p.Succeeded, p.FailedN, p.Cancelled, p.RealTime = counts[endSucceeded], counts[endFailed], counts[endCancelled], counts[endRealTime]
 	if p.EndedAt.IsZero() {
 		p.EndedAt = now
 	}
@@ -181,7 +220,7 @@ func (r *Runner) finish(ctx context.Context, store *queue.ProviderBatchStore, p 
 	r.count(p.Provider, "done")
 	r.log.Info("provider batch done", zap.String("batch", p.Batch), zap.String("record", p.ID), zap.String("provider_batch", p.ProviderID),
 		zap.Int("succeeded", p.Succeeded), zap.Int("failed", p.FailedN), zap.Int("real_time", p.RealTime), zap.Int("cancelled", p.Cancelled),
-		zap.Stringer("spend", spent))
+		zap.Int("spent_twice", p.SpentTwice), zap.Stringer("spend", spent))
 	return nil
 }
 

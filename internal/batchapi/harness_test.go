@@ -115,7 +115,7 @@ func (e *env) runner(mod func(*batchapi.Options)) *batchapi.Runner {
 	o := batchapi.Options{Queue: e.q, Redis: e.rdb, Config: e.cfg, Owner: fmt.Sprintf("w%d", e.n),
 		Secrets: map[string]secret.Secret{"key-a": secret.New(keys["key-a"]), "key-b": secret.New(keys["key-b"])},
 		Now:     e.clock.now, Settle: time.Millisecond, WorkTTL: 300 * time.Millisecond,
-		ResolveGrace: time.Minute, CancelWait: 10 * time.Minute}
+		ResolveGrace: time.Minute}
 	if mod != nil {
 		mod(&o)
 	}

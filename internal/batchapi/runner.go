@@ -61,10 +61,6 @@ type Options struct {
 	// batch is not found is tried again only this long after it began
 	// (default DefaultResolveGrace).
 	ResolveGrace time.Duration
-	// CancelWait: a provider batch cancelled for the deadline that has not
-	// ended this long after is given up on: its items not back run in
-	// real time all the same (default DefaultCancelWait).
-	CancelWait time.Duration
 	// WorkTTL is the claim of one step, renewed every third of it while
 	// the step works: a worker that dies leaves its work to another within
 	// it (default DefaultWorkTTL).
@@ -77,7 +73,6 @@ type Options struct {
 const (
 	DefaultSettle       = 2 * time.Second
 	DefaultResolveGrace = 5 * time.Minute
-	DefaultCancelWait   = 10 * time.Minute
 	DefaultWorkTTL      = 20 * time.Second
 	// createSkew: a provider batch found again may have been created this
 	// long before the record says its creation began (the provider's
@@ -118,7 +113,8 @@ type Runner struct {
 	apis  map[string]api // by kind and credential
 	noted map[string]bool
 	wake  chan struct{}
-	// ceilings: records' most spend, read from their inputs (spend.go).
+	// ceilings: records' most spend, read from their inputs, by input
+	// (spend.go).
 	ceilings map[string]ceilingOf
 
 	// crash, a test's, stops the runner dead at a named point (as a crash
@@ -170,7 +166,6 @@ func New(o Options) (*Runner, error) {
 	r.o.Tick = cmp.Or(o.Tick, min(r.poll, time.Second))
 	r.o.Settle = cmp.Or(o.Settle, DefaultSettle)
 	r.o.ResolveGrace = cmp.Or(o.ResolveGrace, DefaultResolveGrace)
-	r.o.CancelWait = cmp.Or(o.CancelWait, DefaultCancelWait)
 	r.o.WorkTTL = cmp.Or(o.WorkTTL, DefaultWorkTTL)
 	if r.o.Bounds == nil {
 		r.o.Bounds = DefaultBounds
@@ -287,11 +282,12 @@ func (r *Runner) watchRecords(ctx context.Context) error {
 func (r *Runner) seen(p queue.ProviderBatch) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if old, ok := r.records[p.ID]; ok && old.Rev >= p.Rev {
+	old, ok := r.records[p.ID]
+	if ok && old.Rev >= p.Rev {
 		return
 	}
-	if !p.Active() {
-		delete(r.ceilings, p.ID)
+	if ok && (old.Input != p.Input || !p.Active()) {
+		delete(r.ceilings, old.Input)
 	}
 	if p.State == "" {
 		delete(r.records, p.ID)
@@ -481,15 +477,33 @@ func errStatus(prov string, err error) int {
 	return openaiStatus(err)
 }
 
-// deadlinePassed reports whether p's items are due back in real time:
-// the deadline (the record's, or the batch's when earlier) less the
-// margin has come.
-func (r *Runner) deadlinePassed(p queue.ProviderBatch, b kftype.BatchInfo) bool {
+// deadlineOf is p's deadline: the record's, or its batch's when earlier.
+func deadlineOf(p queue.ProviderBatch, b kftype.BatchInfo) time.Time {
 	d := p.Deadline
 	if !b.Deadline.IsZero() && (d.IsZero() || b.Deadline.Before(d)) {
 		d = b.Deadline
 	}
-	return !r.now().Before(d.Add(-r.margin))
+	return d
+}
+
+// deadlinePassed reports whether p's items are due back in real time:
+// the deadline less the margin has come.
+func (r *Runner) deadlinePassed(p queue.ProviderBatch, b kftype.BatchInfo) bool {
+	return !r.now().Before(deadlineOf(p, b).Add(-r.margin))
+}
+
+// waitedEnough reports whether a provider batch cancelled for the
+// deadline has been waited for long enough: half the margin since the
+// cancel, or less when the cancel came late (the deadline less half the
+// margin has come), so that its items have at least the other half of the
+// margin (or what is left) in real time.
+func (r *Runner) waitedEnough(p queue.ProviderBatch, b kftype.BatchInfo) bool {
+	half := r.margin / 2
+	until := p.CancelAt.Add(half)
+	if d := deadlineOf(p, b).Add(-half); d.Before(until) {
+		until = d
+	}
+	return !r.now().Before(until)
 }
 
 // defaultEndpoint is the endpoint of prov's requests when an item names

@@ -52,7 +52,7 @@ const metaKeep = 30 * 24 * time.Hour
 // reserveSlack is how long past the record's deadline its reservation
 // holds if it is never settled (a fleet down that long): it then lapses,
 // counted as spent. By the deadline the provider batch has been
-// cancelled, and CancelWait after it given up on and settled.
+// cancelled, and settled once its provider ended the cancel (minutes).
 const reserveSlack = 24 * time.Hour
 
 // binding is what binds a batch's spend, as the runner sees it.
@@ -144,8 +144,10 @@ func (r *Runner) metaUntil(p queue.ProviderBatch) time.Time {
 // discount), under the record's ID, before it is created. It reports
 // whether the record may be created now: not while the budget's room is
 // held by reservations (tried again after budgetWait), nor when the
-// budget cannot cover it (the batch, or for a tenant's budget every
-// running batch of the tenant, is paused with the reason). A record whose
+// budget cannot cover it: then it is cut to the requests the budget
+// covers (split.go), or, when not even its first one fits, the batch (for
+// a tenant's budget every running batch of the tenant) is paused with the
+// reason. A record whose
 // model has no price, or with a request that names no max_tokens, cannot
 // be reserved for: it goes to real time, where each item is judged on its
 // own (and such items are dead-lettered, naming what is missing). A
@@ -213,6 +215,17 @@ func (r *Runner) budget(ctx context.Context, store *queue.ProviderBatchStore, p 
 		r.later(r.cl.recKey(p.ID), min(r.poll, budgetWait))
 		return false, nil
 	}
+	switch k, err := r.fit(ctx, store, *p, b, bd, price); {
+	case err != nil:
+		return false, err
+	case k >= p.Items: // the room grew meanwhile
+		r.later(r.cl.recKey(p.ID), min(r.poll, budgetWait))
+		return false, nil
+	case k > 0:
+		r.log.Info("the budget cannot cover the provider batch but covers part of it: it is cut", zap.String("batch", p.Batch),
+			zap.String("record", p.ID), zap.String("budget", v.Exhausted), zap.Int("items", p.Items), zap.Int("covered", k))
+		return false, r.split(ctx, store, p, k)
+	}
 	paused, err := r.pauseFor(ctx, b, v.Exhausted)
 	if err != nil {
 		return false, err
@@ -243,10 +256,11 @@ func (r *Runner) cannotReserve(ctx context.Context, store *queue.ProviderBatchSt
 
 // ceiling is the most a record's requests can cost through the Batch
 // API, and whether every request names its max output (read from its
-// input once, then remembered).
+// input once, then remembered by the input's name: a record cut to fit a
+// budget has a new input).
 func (r *Runner) ceiling(ctx context.Context, store *queue.ProviderBatchStore, p queue.ProviderBatch, price spend.Price) (spend.Amount, bool, error) {
 	r.mu.Lock()
-	c, ok := r.ceilings[p.ID]
+	c, ok := r.ceilings[p.Input]
 	r.mu.Unlock()
 	if ok {
 		return c.amount, c.given, nil
@@ -274,7 +288,7 @@ func (r *Runner) ceiling(ctx context.Context, store *queue.ProviderBatchStore, p
 	}
 	c = ceilingOf{amount: spend.Amount(math.Ceil(float64(sum) * r.discount())), given: given}
 	r.mu.Lock()
-	r.ceilings[p.ID] = c
+	r.ceilings[p.Input] = c
 	r.mu.Unlock()
 	return c.amount, c.given, nil
 }

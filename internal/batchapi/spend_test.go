@@ -228,10 +228,10 @@ func (e *env) ceiling(batch string) spend.Amount {
 	return spend.Amount(math.Ceil(float64(sum) * 0.5))
 }
 
-// A batch whose budget is one billionth short of its provider batch's
-// most spend (half price) makes no provider batch: the batch is paused
-// with the reason budget, nothing is spent or held, and further steps
-// create nothing. A tenant's budget that cannot cover it pauses every
+// A batch whose budget is one billionth short of its first request's
+// most spend (half price) makes no provider batch: nothing is cut off for
+// it (split_test.go has the cuts), the batch is paused with the reason
+// budget, nothing is spent or held, and further steps create nothing. A tenant's budget that cannot cover it pauses every
 // running batch of the tenant, with the reason tenant-budget. A model
 // without a price under a budget reserves nothing and sends the items to
 // real time (where each is dead-lettered, naming the model).
@@ -243,7 +243,7 @@ func TestBudgetTooSmallCreatesNothing(t *testing.T) {
 			e.enqueueWith("c1", e.boundedItems(5, func(i int) string { return fmt.Sprintf("question %d", i) }),
 				e.clock.now().Add(24*time.Hour), withBudget(l, spend.Unit))
 			need := e.ceiling("c1")
-			if _, err := l.SetBatchBudget(ctx(t), "c1", need-1); err != nil {
+			if _, err := l.SetBatchBudget(ctx(t), "c1", e.prefixCeilings("c1")[1]-1); err != nil {
 				t.Fatal(err)
 			}
 			r := e.runner(nil)
@@ -263,8 +263,8 @@ func TestBudgetTooSmallCreatesNothing(t *testing.T) {
 				t.Errorf("the ledger: %+v, want nothing spent or reserved, %v needed", a, need)
 			}
 			for _, p := range e.records("c1") {
-				if p.State != queue.PBStaged {
-					t.Errorf("record %s is %s, want staged", p.ID, p.State)
+				if p.State != queue.PBStaged || p.Items != 5 {
+					t.Errorf("record %s is %s with %d items, want staged whole", p.ID, p.State, p.Items)
 				}
 			}
 		})

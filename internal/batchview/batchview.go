@@ -108,8 +108,9 @@ type ProviderBatch struct {
 	// validating ... completed, Anthropic's in_progress, canceling,
 	// ended); before it is created, keyfleet's state (staged, creating).
 	Status string `json:"status"`
-	// State is keyfleet's: staged, creating, submitted, cancelling,
-	// collecting, fallback, done.
+	// State is keyfleet's: staged, creating, submitted, cancelling, late
+	// (cancelled for the deadline, not ended within half the margin: its
+	// items went to real time), collecting, fallback, done.
 	State string `json:"state"`
 	// Total is its requests; Completed and Failed the provider's counts.
 	Total     int64 `json:"total"`
@@ -118,6 +119,9 @@ type ProviderBatch struct {
 	// RealTime: its items sent to real time (expired, failed in a way a
 	// retry may cure, past the deadline) once it ended.
 	RealTime int `json:"real_time"`
+	// SpentTwice: requests the provider finished after their items had
+	// gone to real time (late): paid twice, recorded once.
+	SpentTwice int `json:"spent_twice"`
 	// Cancel says why keyfleet cancelled it at the provider ("deadline",
 	// "batch"; "" when it did not).
 	Cancel    string     `json:"cancel,omitempty"`
@@ -148,7 +152,7 @@ func ProviderBatches(recs []queue.ProviderBatch) []ProviderBatch {
 		}
 		out = append(out, ProviderBatch{ID: p.ProviderID, Record: p.ID, Provider: p.Provider, Credential: p.Credential,
 			Status: status, State: p.State, Total: int64(p.Items), Completed: p.Completed, Failed: p.Failed,
-			RealTime: p.RealTime, Cancel: p.Cancel, CreatedAt: timePtr(p.CreatedAt), EndedAt: timePtr(p.EndedAt)})
+			RealTime: p.RealTime, SpentTwice: p.SpentTwice, Cancel: p.Cancel, CreatedAt: timePtr(p.CreatedAt), EndedAt: timePtr(p.EndedAt)})
 	}
 	return out
 }

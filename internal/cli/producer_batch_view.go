@@ -82,14 +82,15 @@ func printBatch(w io.Writer, b batchview.Batch, now time.Time) {
 
 // printProviderBatches lists a batch's provider batches (Batch API), one
 // line each: the provider's ID (keyfleet's record before it exists), the
-// key, its status, its counts, and what keyfleet did with it.
+// key, its status, its counts, and what keyfleet did with it (items sent
+// to real time, requests spent twice, cancelled for what).
 func printProviderBatches(w io.Writer, pbs []batchview.ProviderBatch) {
 	if len(pbs) == 0 {
 		return
 	}
 	fmt.Fprintln(w, "  Provider batches:")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "    ID\tKEY\tSTATUS\tCOMPLETED\tFAILED\tREAL TIME\tCANCELLED")
+	fmt.Fprintln(tw, "    ID\tKEY\tSTATUS\tCOMPLETED\tFAILED\tREAL TIME\tSPENT TWICE\tCANCELLED")
 	for _, p := range pbs {
 		id := p.ID
 		if id == "" {
@@ -99,8 +100,8 @@ func printProviderBatches(w io.Writer, pbs []batchview.ProviderBatch) {
 		if p.Cancel != "" {
 			cancel = "for the " + p.Cancel
 		}
-		fmt.Fprintf(tw, "    %s\t%s\t%s\t%d/%d\t%d\t%d\t%s\n", termsafe.String(id), termsafe.String(p.Credential), termsafe.String(p.Status),
-			p.Completed, p.Total, p.Failed, p.RealTime, termsafe.String(cancel))
+		fmt.Fprintf(tw, "    %s\t%s\t%s\t%d/%d\t%d\t%d\t%d\t%s\n", termsafe.String(id), termsafe.String(p.Credential), termsafe.String(p.Status),
+			p.Completed, p.Total, p.Failed, p.RealTime, p.SpentTwice, termsafe.String(cancel))
 	}
 	_ = tw.Flush()
 }

@@ -33,7 +33,7 @@ func TestPrintBatchShowsSpendAndProviderBatches(t *testing.T) {
 	text := out.String()
 	for _, want := range []string{
 		"paused (budget)", "research", "24.9925 of a budget of 25", "Deadline:", "in 3h0m0s",
-		"Provider batches:", "batch_abc", "2/6", "(r2)", "for the deadline", "pause  by keyfleet worker w1 (budget)",
+		"Provider batches:", "SPENT TWICE", "batch_abc", "2/6", "(r2)", "for the deadline", "pause  by keyfleet worker w1 (budget)",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("batch show lacks %q:\n%s", want, text)

@@ -120,16 +120,20 @@ func (c *call) createMessageBatch() {
 }
 
 // advanceAnthropic runs the batch's requests that are due; once none is
-// left it ends (processing_status "ended"). A canceling batch ends at the
-// next look, its requests not done canceled. The caller holds the store's
-// lock.
+// left it ends (processing_status "ended"). A canceling batch runs no more
+// requests and ends at the first look Config.CancelDelay after the
+// cancel, its requests not done before the cancel canceled ("Once
+// cancellation is initiated, the batch enters a canceling state",
+// Message Batches API, cancel). The caller holds the store's lock.
 func (st *strictState) advanceAnthropic(b *providerBatch, now time.Time) {
 	if !b.ended.IsZero() {
 		return
 	}
 	if !b.cancelInitiated.IsZero() {
-		b.finish("canceled")
-		b.ended = now
+		if st.cancelEnds(b.cancelInitiated, now) {
+			b.finish("canceled")
+			b.ended = now
+		}
 		return
 	}
 	st.process(b, now)
@@ -214,8 +218,8 @@ func (c *call) getMessageBatch(id string) {
 }
 
 // cancelMessageBatch answers POST .../cancel: an in-progress batch starts
-// canceling (and ends at the next look); a canceling one is answered as
-// it is; an ended one is refused.
+// canceling (and ends at a look Config.CancelDelay later); a canceling one
+// is answered as it is; an ended one is refused.
 func (c *call) cancelMessageBatch(id string) {
 	c.withBatch(id, messageBatchNotFound, func(b *providerBatch) {
 		if !b.ended.IsZero() {

@@ -446,7 +446,11 @@ func parseBatchFile(st *strictState, data []byte, ep string) ([]*batchLine, []ba
 // advanceOpenAI moves a batch along OpenAI's statuses (openai-openapi
 // Batch.status): validating → failed, or → in_progress → (its last
 // request done) finalizing → (the next look) completed; cancelling →
-// (the next look) cancelled. The caller holds the store's lock.
+// (the first look Config.CancelDelay after the cancel) cancelled, its
+// requests not done before the cancel left undone ("The batch will be in
+// status cancelling for up to 10 minutes, before changing to cancelled",
+// openai-openapi POST /batches/{id}/cancel). The caller holds the
+// store's lock.
 func (st *strictState) advanceOpenAI(b *providerBatch, now time.Time) {
 	switch b.status {
 	case "validating":
@@ -464,7 +468,9 @@ func (st *strictState) advanceOpenAI(b *providerBatch, now time.Time) {
 	case "finalizing":
 		st.endOpenAI(b, "completed", now)
 	case "cancelling":
-		st.endOpenAI(b, "cancelled", now)
+		if st.cancelEnds(b.times["cancelling_at"], now) {
+			st.endOpenAI(b, "cancelled", now)
+		}
 	}
 }
 
@@ -654,9 +660,10 @@ func (c *call) getBatch(id string) {
 }
 
 // cancelBatch answers POST /v1/batches/{id}/cancel: a batch validating,
-// in progress or finalizing goes to "cancelling" (cancelled at the next
-// look); one cancelling or cancelled is answered as it is; one completed,
-// failed or expired is refused.
+// in progress or finalizing goes to "cancelling" (cancelled at a look
+// Config.CancelDelay later, request_counts meanwhile counting what was
+// done before the cancel); one cancelling or cancelled is answered as it
+// is; one completed, failed or expired is refused.
 func (c *call) cancelBatch(id string) {
 	c.withBatch(id, batchNotFound, func(b *providerBatch) {
 		switch b.status {

@@ -3,10 +3,12 @@ package fakeapi
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,10 +19,27 @@ type batchStore struct {
 	mu      sync.Mutex
 	files   map[string]*storedFile
 	batches map[string]*providerBatch
+	// cancelDelay: how long a cancelled batch stays cancelling (OpenAI)
+	// or canceling (Anthropic) before it ends (Config.CancelDelay,
+	// SetCancelDelay), a time.Duration.
+	cancelDelay atomic.Int64
 }
 
-func newBatchStore() *batchStore {
-	return &batchStore{files: map[string]*storedFile{}, batches: map[string]*providerBatch{}}
+func newBatchStore(cfg Config) *batchStore {
+	s := &batchStore{files: map[string]*storedFile{}, batches: map[string]*providerBatch{}}
+	s.cancelDelay.Store(int64(cfg.CancelDelay))
+	return s
+}
+
+// checkBatchConfig refuses the batch settings of cfg that cannot be.
+func checkBatchConfig(cfg Config) error {
+	switch {
+	case cfg.BatchDelay < 0:
+		return fmt.Errorf("fakeapi: batch delay must not be negative, got %s", cfg.BatchDelay)
+	case cfg.CancelDelay < 0:
+		return fmt.Errorf("fakeapi: cancel delay must not be negative, got %s", cfg.CancelDelay)
+	}
+	return nil
 }
 
 // storedFile is an OpenAI file: an upload or a batch's output.
@@ -91,6 +110,23 @@ func (s *Server) SetBatchDelay(d time.Duration) {
 	if s.strict != nil {
 		s.strict.batchDelay.Store(int64(max(d, 0)))
 	}
+}
+
+// SetCancelDelay changes how long a cancelled provider batch stays
+// cancelling (OpenAI) or canceling (Anthropic) before it ends
+// (Config.CancelDelay); batches already cancelling follow the new value:
+// SetCancelDelay(0) ends every one at its next look.
+func (s *Server) SetCancelDelay(d time.Duration) {
+	if s.strict != nil {
+		s.strict.store.cancelDelay.Store(int64(max(d, 0)))
+	}
+}
+
+// cancelEnds reports whether a batch whose cancel began at since has
+// ended it by now (Config.CancelDelay after it). Until then it runs no
+// more requests: it ends with those done before the cancel.
+func (st *strictState) cancelEnds(since, now time.Time) bool {
+	return !now.Before(since.Add(time.Duration(st.store.cancelDelay.Load())))
 }
 
 // FailNextBatches makes the next n batches created fail: an OpenAI batch

@@ -124,9 +124,15 @@
 //     from its creation (Server.SetBatchDelay changes it, for running
 //     batches too). OpenAI: validating → in_progress → finalizing →
 //     completed (one more look), output and error files; Anthropic:
-//     in_progress → ended, results as JSON Lines. A batch belongs to the
-//     key that created it: another key gets 404. A batch request is
-//     validated as real time would validate it and bills Batch API usage.
+//     in_progress → ended, results as JSON Lines. A cancel runs no more
+//     requests; the batch stays cancelling (OpenAI, request_counts saying
+//     what was done) or canceling (Anthropic) for Config.CancelDelay
+//     (Server.SetCancelDelay changes it, for batches cancelling too), then
+//     ends: OpenAI cancelled, the requests done before the cancel in the
+//     output and error files, the rest in neither; Anthropic ended, the
+//     rest of type canceled. A batch belongs to the key that created it:
+//     another key gets 404. A batch request is validated as real time
+//     would validate it and bills Batch API usage.
 //
 // Test controls ride in the request's text, since the strict API refuses
 // extra fields: markers in the last user message's text (an embeddings
@@ -146,8 +152,9 @@
 //
 // An unknown marker is a 400 naming it. Whole-server controls:
 // Server.ForceStatus (every inference request gets a status, e.g. 529),
-// SetLatency, SetBatchDelay, FailNextBatches (OpenAI: failed at validation;
-// Anthropic: every request errored), ExpireBatches, Revoke. What arrived:
+// SetLatency, SetBatchDelay, SetCancelDelay, FailNextBatches (OpenAI:
+// failed at validation; Anthropic: every request errored), ExpireBatches,
+// Revoke. What arrived:
 // Config.Record with Server.Received, or Config.OnRequest, give each
 // request's method, path, key index, headers and exact body bytes.
 package fakeapi
@@ -247,6 +254,12 @@ type Config struct {
 	// its last request (strict mode; Server.SetBatchDelay changes it at
 	// run time). Default 0: done at the next look.
 	BatchDelay time.Duration
+	// CancelDelay is how long a cancelled provider batch stays cancelling
+	// (OpenAI) or canceling (Anthropic) before it ends, as a provider may
+	// take minutes (OpenAI: up to 10); meanwhile it runs no more requests
+	// (strict mode; Server.SetCancelDelay changes it at run time).
+	// Default 0: it ends at the next look.
+	CancelDelay time.Duration
 	// Record keeps every request that arrives in strict mode, for
 	// Server.Received.
 	Record bool

@@ -117,8 +117,8 @@ func newStrict(cfg Config) (*strictState, error) {
 	if cfg.OutputTokens < 0 {
 		return nil, fmt.Errorf("fakeapi: output tokens must not be negative, got %d", cfg.OutputTokens)
 	}
-	if cfg.BatchDelay < 0 {
-		return nil, fmt.Errorf("fakeapi: batch delay must not be negative, got %s", cfg.BatchDelay)
+	if err := checkBatchConfig(cfg); err != nil {
+		return nil, err
 	}
 	for i, m := range cfg.Models {
 		if m == "" {
@@ -131,7 +131,7 @@ func newStrict(cfg Config) (*strictState, error) {
 		outputTokens: cmp.Or(cfg.OutputTokens, DefaultOutputTokens),
 		record:       cfg.Record,
 		onRequest:    cfg.OnRequest,
-		store:        newBatchStore(),
+		store:        newBatchStore(cfg),
 	}
 	st.latency.Store(int64(cfg.Latency))
 	st.batchDelay.Store(int64(cfg.BatchDelay))

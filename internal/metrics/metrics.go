@@ -36,6 +36,10 @@ type Metrics struct {
 	// ProviderBatches counts provider batches by provider and event
 	// (created, done, cancelled, real_time: sent items to real time).
 	ProviderBatches *prometheus.CounterVec // provider, event
+	// SpentTwice counts the requests a provider batch ran after keyfleet
+	// had given up waiting for its cancel and sent their items to real
+	// time: paid twice (Batch API and real time), recorded once.
+	SpentTwice *prometheus.CounterVec // provider
 	// Spend is what provider runs cost at their models' prices
 	// (pool.prices), by tenant ("" none) and model.
 	Spend *prometheus.CounterVec // tenant, model
@@ -105,6 +109,8 @@ func New() *Metrics {
 			"API requests of items, by kind and via: real_time (a run of the item on a key) or batch_api (a request a provider batch ran, at the Batch API's price).", "kind", "via"),
 		ProviderBatches: counterVec("keyfleet_provider_batches_total",
 			"Provider batches (Batch API) by provider and event: created, done, cancelled (at the provider, by keyfleet), real_time (some of its items sent to real time).", "provider", "event"),
+		SpentTwice: counterVec("keyfleet_batch_api_requests_spent_twice_total",
+			"Requests a provider batch (Batch API) finished after keyfleet, no longer waiting for the provider to end its cancel for the deadline, had sent their items to real time: paid twice, recorded once (real time's result), by provider.", "provider"),
 		Spend: counterVec("keyfleet_spend_total",
 			"What provider runs cost at their models' prices (pool.prices, in its currency), by tenant and model; through a Batch API at its discount.", "tenant", "model"),
 		RedisUnavailable: counter("keyfleet_redis_unavailable_total",
@@ -112,7 +118,7 @@ func New() *Metrics {
 	}
 	r.MustRegister(m.Items, m.JobDuration, m.CredentialWait, m.Attempts, m.InFlight, m.Cooldowns,
 		m.Rejections, m.SlotsBusy, m.Slots, m.Redeliveries, m.LeaseRenewFails, m.LeasesLost,
-		m.MessagesLost, m.DeadLetters, m.RedisUnavailable, m.FetchBatch, m.CommitBatch, m.Requests, m.ProviderBatches, m.Spend)
+		m.MessagesLost, m.DeadLetters, m.RedisUnavailable, m.FetchBatch, m.CommitBatch, m.Requests, m.ProviderBatches, m.SpentTwice, m.Spend)
 	return m
 }
 

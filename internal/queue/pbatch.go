@@ -76,16 +76,42 @@ type ProviderBatch struct {
 	// or CancelBatch ("": it did not), CancelAt when.
 	Cancel   string    `json:"cancel,omitempty"`
 	CancelAt time.Time `json:"cancel_at,omitzero"`
+	// GaveUpAt: keyfleet stopped waiting for the provider to end a cancel
+	// for the deadline (half the margin after it) and its items without a
+	// result went to real time; from then on none of its results is
+	// recorded (PBLate).
+	GaveUpAt time.Time `json:"gave_up_at,omitzero"`
 	// Error is the last error met (the provider's refusal, say).
 	Error string `json:"error,omitempty"`
+	// Split is the rest of the record's items, cut off to fit a budget
+	// and not yet in a record of its own: while it is set, those items are
+	// held by its objects (docs/batch-api.md, "Spend and budgets").
+	Split *ProviderBatchSplit `json:"split,omitempty"`
 	// What was recorded of its items once it ended: results of succeeded
 	// and failed requests, items sent back to real time, items cancelled.
 	Succeeded int `json:"succeeded"`
 	FailedN   int `json:"failed_items"`
 	RealTime  int `json:"real_time"`
 	Cancelled int `json:"cancelled"`
+	// SpentTwice counts the requests the provider finished whose items
+	// had gone to real time meanwhile (GaveUpAt): paid through the Batch
+	// API and again in real time, recorded once (real time's result).
+	SpentTwice int `json:"spent_twice,omitempty"`
 	// Rev is the record's revision (not stored).
 	Rev uint64 `json:"-"`
+}
+
+// ProviderBatchSplit is the part of a staged record cut off from it: the
+// record it is to become (its ID, its staged messages' range, its items
+// and input size, its objects, written before the cut).
+type ProviderBatchSplit struct {
+	ID       string `json:"id"`
+	FirstSeq uint64 `json:"first_seq"`
+	LastSeq  uint64 `json:"last_seq"`
+	Items    int    `json:"items"`
+	Bytes    int64  `json:"bytes"`
+	Input    string `json:"input"`
+	Manifest string `json:"manifest"`
 }
 
 // States of a ProviderBatch.
@@ -101,6 +127,10 @@ const (
 	// PBCancelling: keyfleet cancelled it at the provider; polled until it
 	// ends.
 	PBCancelling = "cancelling"
+	// PBLate: cancelled for the deadline, it did not end within half the
+	// margin: its items without a result went to real time (GaveUpAt);
+	// polled until it ends, then collected for what it cost alone.
+	PBLate = "late"
 	// PBCollecting: ended at the provider: its results are being recorded.
 	PBCollecting = "collecting"
 	// PBFallback: never to be created: its items are being sent to real time
@@ -308,9 +338,12 @@ func (s *ProviderBatchStore) List(ctx context.Context, batch string) ([]Provider
 	return out, nil
 }
 
-// Delete removes a record and its objects.
+// Delete removes a record and its objects (those of its split too).
 func (s *ProviderBatchStore) Delete(ctx context.Context, p ProviderBatch) error {
 	s.DeleteObjects(ctx, p)
+	if p.Split != nil {
+		s.DeleteObjects(ctx, ProviderBatch{Input: p.Split.Input, Manifest: p.Split.Manifest})
+	}
 	if err := s.kv.Purge(ctx, pbKey(p.Batch, p.ID)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("queue: delete provider batch record %s: %w", p.ID, err)
 	}
@@ -411,6 +444,12 @@ func (q *Queue) heldByProviderBatches(ctx context.Context, batch string, fn func
 		}
 		if err := s.ReadManifest(ctx, p, func(_ int, it ProviderBatchItem) error { return fn(it.ID) }); err != nil {
 			return err
+		}
+		if p.Split != nil {
+			rest := ProviderBatch{ID: p.Split.ID, Manifest: p.Split.Manifest}
+			if err := s.ReadManifest(ctx, rest, func(_ int, it ProviderBatchItem) error { return fn(it.ID) }); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

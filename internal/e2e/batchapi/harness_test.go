@@ -1,6 +1,7 @@
 package batchapi
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/e2e/e2etest"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/spend"
 )
 
 // TestMain builds the binaries (shared by the e2e packages).
@@ -31,25 +33,45 @@ type fleet struct {
 
 // newFleet starts NATS, Redis and a strict stand-in of prov (two keys,
 // provider batches taking batchDelay), and writes a config: a kind llm of
-// prov over both keys, provider batches polled every 200 ms.
+// prov over both keys, provider batches polled every 200 ms, a margin of
+// 1 h.
 func newFleet(t *testing.T, prov string, batchDelay time.Duration) *fleet {
+	return newFleetWith(t, prov, fleetOptions{batchDelay: batchDelay})
+}
+
+// fleetOptions shape a fleet beyond its provider.
+type fleetOptions struct {
+	// batchDelay and cancelDelay are the stand-in's (fakeapi.Config).
+	batchDelay, cancelDelay time.Duration
+	// margin is jobs.batch_api.margin (default 1h); listen the workers'
+	// worker.listen (default none); pool extra lines under pool: (prices).
+	margin, listen, pool string
+}
+
+// newFleetWith is newFleet shaped by o.
+func newFleetWith(t *testing.T, prov string, o fleetOptions) *fleet {
 	t.Helper()
-	api, err := fakeapi.New(fakeapi.Config{Provider: prov, BatchDelay: batchDelay,
+	api, err := fakeapi.New(fakeapi.Config{Provider: prov, BatchDelay: o.batchDelay, CancelDelay: o.cancelDelay,
 		Keys: []fakeapi.Key{{Secret: secrets["key-a"]}, {Secret: secrets["key-b"]}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
+	worker := `concurrency: 8
+shutdown_grace: 5s
+retry_backoff: [100ms]`
+	if o.listen != "" {
+		worker += "\nlisten: " + o.listen
+	}
 	ef := e2etest.NewFleet(t, e2etest.FleetOptions{
+		Pool: o.pool,
 		Credentials: `- {id: key-a, secret_env: KEY_A, max_concurrent: 4}
 - {id: key-b, secret_env: KEY_B, max_concurrent: 4}`,
-		Worker: `concurrency: 8
-shutdown_grace: 5s
-retry_backoff: [100ms]`,
+		Worker: worker,
 		Jobs: fmt.Sprintf(`kinds:
   llm: {http: {provider: %s, url: %q}}
-batch_api: {poll: 200ms, margin: 1h}`, prov, srv.URL),
+batch_api: {poll: 200ms, margin: %s}`, prov, srv.URL, cmp.Or(o.margin, "1h")),
 		Env: []string{"KEY_A=" + secrets["key-a"], "KEY_B=" + secrets["key-b"], "GORACE=atexit_sleep_ms=0"},
 	})
 	return &fleet{Fleet: ef, prov: prov, api: api}
@@ -119,11 +141,15 @@ type showProviderBatch struct {
 	Completed  int64  `json:"completed"`
 	Failed     int64  `json:"failed"`
 	RealTime   int    `json:"real_time"`
+	SpentTwice int    `json:"spent_twice"`
 }
 
 type show struct {
 	ID              string              `json:"id"`
 	State           string              `json:"state"`
+	PausedReason    string              `json:"paused_reason"`
+	Budget          *spend.Amount       `json:"budget"`
+	Spent           spend.Amount        `json:"spent"`
 	Total           int64               `json:"total"`
 	Done            int64               `json:"done"`
 	Succeeded       int64               `json:"succeeded"`
