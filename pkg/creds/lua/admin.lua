@@ -34,7 +34,7 @@ if is_acct(id) then
   recompute_maxcost()
   -- Every unit under it may be usable sooner or later now.
   for _, a in ipairs(redis.call('ZRANGE', K_ACCTS, 0, -1)) do
-    reindex_unit(a, now)
+    reindex_unit(a, now, true)
   end
   local _, hol, waited = serve(now, '', claim_ttl, 64)
   arm_timer(now, '', hol, waited)
@@ -69,7 +69,7 @@ elseif op == 'enable' or op == 'probed' then
   end
   redis.call('HDEL', k_cred(id), 'disabled', 'disabled_reason', 'disabled_at', 'disabled_by', 'pace_us', 'pace_tat', 'pace_floor',
     'pace_streak', 'pace_widened', 'rest_until', 'rest_reason', 'rest_cause', 'rest_at', 'refused', 'refused_items', 'lbr', 'lbt',
-    'rr_req', 'rr_tok')
+    'lb_share', 'rr_req', 'rr_tok')
   redis.call('HSET', k_cred(id), 'enabled_by', by, 'enabled_reason', why, 'enabled_at', n2s(now))
   if f[1] == '1' then
     recompute_maxcost()
@@ -96,7 +96,7 @@ elseif op == 'remove' then
   redis.call('DEL', k_cred(id), k_leases(id))
   recompute_maxcost()
   if up and up ~= '' then
-    reindex_unit(up, now)
+    reindex_unit(up, now, true)
   end
 else
   return redis.error_reply('creds: unknown op ' .. op)

@@ -310,18 +310,18 @@ end
 -- Credential state
 ---------------------------------------------------------------------------
 
--- read_bucket reads a learnt bucket "<tat>:<interval>:<limit>" (see
--- learn_bucket); nil when none.
+-- read_bucket reads a learnt bucket "<tat>:<interval>:<limit>:<sent>"
+-- (see learn_bucket); nil when none.
 local function read_bucket(v)
   if not v then
     return nil
   end
-  local tat, iv, limit = string.match(v, '^([^:]*):([^:]*):([^:]*)$')
+  local tat, iv, limit, sent = string.match(v, '^([^:]*):([^:]*):([^:]*):?([^:]*)$')
   tat, iv, limit = tonumber(tat or ''), tonumber(iv or ''), tonumber(limit or '')
   if not tat or not iv or not limit or iv <= 0 then
     return nil
   end
-  return {tat = tat, iv = iv, limit = limit}
+  return {tat = tat, iv = iv, limit = limit, sent = tonumber(sent or '') or 0}
 end
 
 -- cred_cache: when a script sets it to a table, load keeps each
@@ -336,11 +336,11 @@ local function load(id)
     return cred_cache[id]
   end
   local c = redis.call('HMGET', k_cred(id), 'max', 'lim0', 'disabled', 'pace_us', 'pace_tat', 'rest_until', 'last',
-    'starts', 'pace_floor', 'refused_items', 'up', 'lbr', 'lbt')
+    'starts', 'pace_floor', 'refused_items', 'up', 'lbr', 'lbt', 'lb_share', 'ut')
   if not c[1] then
     return nil
   end
-  local up, lbr, lbt = c[11], c[12], c[13]
+  local up, lbr, lbt, lb_share, ut = c[11], c[12], c[13], c[14], c[15]
   if up == '' then
     up = nil
   end
@@ -376,6 +376,8 @@ local function load(id)
     acct = is_acct(id),
     -- the API's buckets as its replies told them (see learn_bucket)
     lbr = read_bucket(lbr), lbt = read_bucket(lbt),
+    lb_share = tonumber(lb_share or '') or 1, -- see share_refused
+    ut = tonumber(ut or '') or 0, -- an account's: see reindex_unit
   }
   if cred_cache then
     cred_cache[id] = c
@@ -607,20 +609,25 @@ local function place(zr, zs, member, c, t, now)
 end
 
 -- reindex_unit puts account a (an entity "*<a>" with keys of its own)
--- where its state says, in ready or sched: usable now when its chain has
--- room for a start of cost 1 and one of its keys is in ar:<a>; else at the
--- later of the moment its chain has room and its first key's (a bound:
--- promote looks again then); in neither when it has no key that may ever
--- be usable.
-local function reindex_unit(a, now)
+-- where its state says, in ready or sched: usable now when one of its
+-- keys is in ar:<a> and its chain has room for a start of cost 1; else at
+-- the later of the moment its chain has room and its first key's (a
+-- bound: promote looks again then); in neither when it has no key that
+-- may ever be usable.
+--
+-- full: the chain's limits are asked (chain_fit), and the moment it has
+-- room is kept in the account ('ut'). Otherwise (a key's state changed)
+-- only what the account holds is looked at: 'ut', its own rest and pace.
+-- A unit whose chain filled since is then found so by the next pick that
+-- looks at it (pick indexes it fully), which asks the chain anyway: the
+-- limits are not asked twice for one start.
+local function reindex_unit(a, now, full)
   local ca = load(a)
   if not ca then
     redis.call('ZREM', K_READY, a)
     redis.call('ZREM', K_SCHED, a)
     return -1
   end
-  local saved = reserve_now
-  reserve_now = 0
   local kt = -1
   if redis.call('ZCARD', k_ar(a)) > 0 then
     kt = now
@@ -632,12 +639,30 @@ local function reindex_unit(a, now)
   end
   local t = kt
   if kt >= 0 then
-    local ct = chain_fit(a, now, 1, '')
+    local ct
+    if full then
+      local saved = reserve_now
+      reserve_now = 0
+      ct = chain_fit(a, now, 1, '')
+      reserve_now = saved
+      local ut = 0
+      if ct > now then
+        ut = ct
+      end
+      if ut ~= ca.ut then
+        ca.ut = ut
+        redis.call('HSET', k_cred(a), 'ut', n2s(ut))
+      end
+    else
+      ct = math.max(ca.ut, ca.rest_until)
+      if ca.pace_us > 0 then
+        ct = math.max(ct, ca.pace_tat)
+      end
+    end
     if ct > t then
       t = ct
     end
   end
-  reserve_now = saved
   place(K_READY, K_SCHED, a, ca, t, now)
   return t
 end
@@ -685,7 +710,7 @@ local function promote(now)
   for _, id in ipairs(due) do
     if is_acct(id) then
       promote_keys(id, now)
-      reindex_unit(id, now)
+      reindex_unit(id, now, true)
     else
       reindex(id, now)
     end
@@ -769,7 +794,7 @@ end
 
 -- write_bucket writes a learnt bucket (read_bucket reads it).
 local function write_bucket(lb)
-  return string.format('%.0f:%.6g:%d', lb.tat, lb.iv, lb.limit)
+  return string.format('%.0f:%.6g:%d:%.0f', lb.tat, lb.iv, lb.limit, lb.sent)
 end
 
 -- charge takes a start's share of entity id's limits that apply to
@@ -825,7 +850,11 @@ local function grant(id, c, now, owner, cost, ttl_us, scope)
       charge(e, ce, now, token, cost, scope)
     end)
   end
-  reindex(id, now, c)
+  -- The key's account's unit is left where it is: the next pick that
+  -- looks at it finds whether its chain still has room and indexes it
+  -- again if not (pick, pick_in), as it does for a key whose state
+  -- changed; a start does not pay for that look twice.
+  reindex(id, now, c, true)
   return token, exp
 end
 
@@ -1052,35 +1081,80 @@ local function refill_rate(id, rr, f, remaining, reset, limit)
 end
 
 -- learn_bucket sets entity id's copy of the API's bucket of one unit
--- (f: 'lbr' requests, 'lbt' tokens) from a reply: limit units, refilled
--- at rate (units per us), of which the reply left `level` for starts not
--- yet counted (what remained less the runs in flight). A start needs
--- room in it as in a smooth limit of burst `limit` (fit_at), and takes
--- its share (charge), so that between replies the keys send no faster
--- than the bucket refills; the next reply sets it again.
-local function learn_bucket(id, c, f, now, limit, rate, level)
-  local iv = 1 / rate
-  local lb = {tat = now + (limit - level) * iv, iv = iv, limit = limit}
+-- (f: 'lbr' requests, 'lbt' tokens) from a reply to a request sent at
+-- `sent`: limit units, refilled at rate (units per us), of which the
+-- reply left `level` for starts it did not count yet. A start needs room
+-- in it as in a smooth limit of burst `limit` (fit_at), and takes its
+-- share (charge), so that between replies the keys send no faster than
+-- the bucket refills. A reply to a request sent before the one the copy
+-- was last set from (replies overtake each other) only makes it hold
+-- less, never more.
+local function learn_bucket(id, c, f, now, limit, rate, level, sent)
+  -- Keys that share an account nobody declared each see the whole
+  -- account's room in their replies: each takes its share (shared_share)
+  -- of what is left and of the refill.
+  local share = c.lb_share or 1
+  local iv = 1 / (rate * share)
+  local lb = {tat = now + (limit - level * share) * iv, iv = iv, limit = limit, sent = sent}
+  local old = c[f]
+  if old and old.limit == limit and sent < old.sent then
+    if lb.tat <= old.tat then
+      return old
+    end
+    lb.sent = old.sent
+  end
   c[f] = lb
   redis.call('HSET', k_cred(id), f, write_bucket(lb))
   return lb
 end
 
+-- Share. A copy of a bucket that other keys draw on too (keys of one
+-- account that the pool was not told share it) lets each of them take
+-- all of what is left: a 429 on an entity with a copy halves the share
+-- of the copy it takes (lb_share, at least SHARE_MIN), and each reply
+-- that finds room gives back SHARE_UP of it, up to 1: keys with buckets
+-- of their own keep 1, keys that share one settle near their part.
+local SHARE_MIN = 1 / 16
+local SHARE_UP = 0.01
+
+-- share_refused halves entity id's share of its copies after a 429.
+local function share_refused(id, c)
+  if not c.lbr and not c.lbt then
+    return
+  end
+  c.lb_share = math.max((c.lb_share or 1) / 2, SHARE_MIN)
+  redis.call('HSET', k_cred(id), 'lb_share', string.format('%.4f', c.lb_share))
+end
+
+-- share_answered gives back part of entity id's share after a reply that
+-- found room.
+local function share_answered(id, c)
+  local sh = c.lb_share or 1
+  if sh < 1 then
+    c.lb_share = math.min(1, sh + SHARE_UP)
+    redis.call('HSET', k_cred(id), 'lb_share', string.format('%.4f', c.lb_share))
+  end
+end
+
 -- apply_signals reads the API's own figures about entity id's room (a
 -- key's, or its account's: the API reports the account's), sig being
 -- "<kind>:<remaining>:<reset us>:<limit>:<name>;..." with kind "req" or
--- "tok" and limit 0 when not told.
+-- "tok" and limit 0 when not told, from the reply to a start granted at
+-- `granted` whose request left at `sent` (0: unknown), on a pool whose
+-- leases live lease_ttl.
 --
 -- With the limit told, the figures are a token bucket's (both providers
 -- describe their limits so): the entity keeps a copy of it (learn_bucket)
 -- refilled at the rate the replies imply (refill_rate; a minute's bucket
 -- of limit until they imply one), holding what was left less the runs in
--- flight. When that is short of the next start (fewer requests left than
--- the runs in flight plus one, or fewer tokens than as many estimates),
--- the entity rests until enough has refilled, and the copy spaces its
--- starts at the refill rate after that. A reset of 0 with too little
--- left (an API that rounds a short reset down to 0ms) is not room.
--- Without a limit, a short figure rests the entity until the reset.
+-- flight the reply could not have counted: those granted after this
+-- start (what the API counted before it answered was sent before it).
+-- When that is short of the next start, the entity rests until enough
+-- has refilled, and the copy spaces its starts at the refill rate after
+-- that. A reset of 0 with too little left (an API that rounds a short
+-- reset down to 0ms) is not room. Without a limit, a short figure (fewer
+-- requests left than the runs in flight plus one, or fewer tokens than as
+-- many estimates) rests the entity until the reset.
 --
 -- scope ('' none): a run of a scope the key has limits of rests only that
 -- scope (see set_scope_rest) and keeps no copy. With told limits of the
@@ -1089,12 +1163,16 @@ end
 -- the API says is left (they bind first); when the API says less, the
 -- rest is at most until the told windows have freed what the API is
 -- short of.
-local function apply_signals(id, c, now, est, sig, scope)
+local function apply_signals(id, c, now, est, sig, scope, granted, sent, lease_ttl)
   if not sig or sig == '' then
     return
   end
   scope = scope or ''
   local inflight = held(id, c, now)
+  local after = nil -- runs granted after this one, still in flight
+  if sent == nil or sent <= 0 then
+    sent = granted or 0
+  end
   local rr = nil
   for kind, remaining, reset, limit, name in string.gmatch(sig, '(%a+):(%-?%d+):(%d+):(%d+):([^;]*)') do
     remaining, reset, limit = tonumber(remaining), tonumber(reset), tonumber(limit)
@@ -1107,17 +1185,31 @@ local function apply_signals(id, c, now, est, sig, scope)
     local room = told_room(id, c, now, lkind, scope)
     local told_first = room ~= nil and room <= remaining
     local rate = nil
+    local short = remaining < need
     if limit > 0 then
       rr = rr or redis.call('HMGET', k_cred(id), 'rr_req', 'rr_tok')
       rate = refill_rate(id, rr, f, remaining, reset, limit)
       if not rate or rate <= 0 then
         rate = limit / 60e6
       end
+      if after == nil then
+        after = inflight
+        if granted and granted > 0 and lease_ttl then
+          after = redis.call('ZCOUNT', k_leases(id), '(' .. n2s(granted + lease_ttl), '+inf')
+        end
+      end
+      -- what this reply left for starts it could not have counted
+      local level = remaining - after * per
+      need = remaining - level + per
+      short = level < per
       if scope == '' and not told_first then
-        learn_bucket(id, c, lf, now, limit, rate, remaining - (need - per))
+        learn_bucket(id, c, lf, now, limit, rate, level, sent)
+        if not short and remaining > 0 then
+          share_answered(id, c)
+        end
       end
     end
-    if remaining < need and not told_first then
+    if short and not told_first then
       local rest = 0
       if rate then
         rest = math.ceil((need - remaining) / rate)
@@ -1558,7 +1650,11 @@ local function pick_in(a, now, cost, group, scope, reserved)
     end
   end
   local hol, shared = -1, {}
-  for _, id in ipairs(candidates(group, k_ar(a), members)) do
+  local cands = candidates(group, k_ar(a), members)
+  if #cands == 0 and group == '' then
+    moved = true -- none of its keys is usable: the unit leaves ready
+  end
+  for _, id in ipairs(cands) do
     if in_group(group, id) and not (reserved and reserved[id]) then
       local c, t, holds = try_key(id, now, cost, scope, fit_at, true)
       if c then
@@ -1620,7 +1716,7 @@ local function pick(now, cost, group, scope, reserved)
         elseif ct > now and (cost > 1 or scope ~= '' or reserve_now > 0) then
           held_back(ct, scope == '' or chain_fit(u, now, cost, '') > now, u)
         elseif ct ~= -2 then
-          reindex_unit(u, now) -- not usable after all (state changed)
+          reindex_unit(u, now, true) -- not usable after all (state changed)
         end
       else
         local c, t, holds = try_key(u, now, cost, scope, fit_at)

@@ -77,7 +77,7 @@ while i <= #ARGV do
     redis.call('ZREM', K_READY, id)
     redis.call('ZREM', K_SCHED, id)
     if old ~= '' then
-      reindex_unit(old, now)
+      reindex_unit(old, now, true)
     end
   end
   if up ~= '' then

@@ -247,12 +247,14 @@ while i <= #ARGV do
         else
           set_rest(sid, now, dur, reason or text, cause or '', sc)
         end
+        share_refused(sid, sc)
         redis.call('HINCRBY', k_cred(id), 'rate_limited', 1)
         if sid ~= id then
           redis.call('HINCRBY', k_cred(sid), 'rate_limited', 1)
         end
       elseif mode == 'bare429' then
         bare_429(sid, sc, now, granted, dur, text)
+        share_refused(sid, sc)
         redis.call('HINCRBY', k_cred(id), 'rate_limited', 1)
         if sid ~= id then
           redis.call('HINCRBY', k_cred(sid), 'rate_limited', 1)
@@ -261,7 +263,7 @@ while i <= #ARGV do
         paced_success(sid, sc)
       end
       if mode ~= 'disable' and mode ~= 'refuse' and mode ~= 'unused' then
-        apply_signals(sid, sc, now, est, sig, own)
+        apply_signals(sid, sc, now, est, sig, own, granted, sent, lease_ttl)
         if c.refused_items ~= '' then
           -- The key took a run: its streak of refusals ends.
           redis.call('HDEL', k_cred(id), 'refused', 'refused_items')
