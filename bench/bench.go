@@ -89,6 +89,7 @@ var scenarios = []*scenario{
 	shardScenario,
 	limitsScenario,
 	gatewayScenario,
+	nginxScenario,
 	llmScenario,
 	llm95Scenario,
 	llmHandlerScenario,

@@ -336,11 +336,11 @@ local function load(id)
     return cred_cache[id]
   end
   local c = redis.call('HMGET', k_cred(id), 'max', 'lim0', 'disabled', 'pace_us', 'pace_tat', 'rest_until', 'last',
-    'starts', 'pace_floor', 'refused_items', 'up', 'lbr', 'lbt', 'lb_share', 'ut')
+    'starts', 'pace_floor', 'refused_items', 'up', 'lbr', 'lbt', 'lb_share', 'ut', 'pace_ok')
   if not c[1] then
     return nil
   end
-  local up, lbr, lbt, lb_share, ut = c[11], c[12], c[13], c[14], c[15]
+  local up, lbr, lbt, lb_share, ut, pace_ok = c[11], c[12], c[13], c[14], c[15], c[16]
   if up == '' then
     up = nil
   end
@@ -378,6 +378,7 @@ local function load(id)
     lbr = read_bucket(lbr), lbt = read_bucket(lbt),
     lb_share = tonumber(lb_share or '') or 1, -- see share_refused
     ut = tonumber(ut or '') or 0, -- an account's: see reindex_unit
+    pace_ok = tonumber(pace_ok or '') or 0, -- successes since the pace last widened
   }
   if cred_cache then
     cred_cache[id] = c
@@ -887,17 +888,21 @@ end
 -- floor: the spacing of starts at which the API last refused one (too
 -- fast). A bare 429 on a start made after the last widening raises the
 -- floor to the spacing in use and sets the pace PACE_MARGIN above it
--- (PACE_MARGIN_CONFIGURED when that spacing was a configured rate's; x2
--- while 429s follow each other with no success between), and rests the
--- key one spacing, doubling with each 429 in a row, at most the pool's
--- cooldown. Each success narrows the pace by PACE_NARROW, never below the
--- floor plus PACE_NEAR, and lowers the floor by PACE_FORGET, so that the
--- key probes again slowly after a long calm. Below PACE_OFF_US the pace is
--- dropped.
+-- (PACE_MARGIN_CONFIGURED when that spacing was a configured rate's), or
+-- wider when the API refused a large share at that pace: pace × (ok + 1)
+-- / ok after ok successes at it (x2 while 429s follow each other with no
+-- success between), and rests the key one spacing, doubling with each
+-- 429 in a row, at most the pool's cooldown. Each success narrows the
+-- pace by PACE_NARROW (PACE_NARROW_FAR while it is more than PACE_MARGIN
+-- above the floor), never below the floor plus PACE_NEAR, and lowers the
+-- floor by PACE_FORGET, so that the key probes again slowly after a long
+-- calm. Below PACE_OFF_US the pace is dropped. A pace spaces arrivals:
+-- the next start comes a pace after the request left (step.lua R).
 local PACE_MARGIN = 1.25
 local PACE_MARGIN_CONFIGURED = 1.05
 local PACE_WIDEN_STREAK = 2
 local PACE_NARROW = 0.0025
+local PACE_NARROW_FAR = 0.01
 local PACE_NEAR = 1.03
 local PACE_FORGET = 0.0002
 local PACE_OFF_US = 100
@@ -927,15 +932,21 @@ local function bare_429(id, c, now, granted, max_rest_us, reason)
       end
     end
     c.pace_floor = math.max(c.pace_floor, spacing)
-    if streak > 0 and pace > 0 then
+    if pace > 0 and c.pace_ok == 0 then
+      -- Refused again before any success at this pace: twice as wide.
       pace = math.max(pace * PACE_WIDEN_STREAK, c.pace_floor * margin)
+    elseif pace > 0 then
+      -- The API took pace_ok requests at this pace and refused this one:
+      -- its spacing is about pace × (ok + 1) / ok (a large share refused:
+      -- far wider), at least the floor with its margin.
+      pace = math.max(pace * (c.pace_ok + 1) / c.pace_ok, c.pace_floor * margin)
     else
       pace = c.pace_floor * margin
     end
     streak = streak + 1
-    c.pace_us = pace
+    c.pace_us, c.pace_ok = pace, 0
     redis.call('HSET', k_cred(id), 'pace_us', n2s(pace), 'pace_floor', n2s(c.pace_floor), 'pace_streak', streak,
-      'pace_widened', n2s(now))
+      'pace_widened', n2s(now), 'pace_ok', 0)
   end
   local rest = math.min(math.max(pace, 10000) * 2 ^ (math.max(streak, 1) - 1), max_rest_us)
   if rest > 0 then
@@ -949,13 +960,17 @@ local function paced_success(id, c)
     return
   end
   local floor = c.pace_floor * (1 - PACE_FORGET)
-  local pace = math.max(c.pace_us * (1 - PACE_NARROW), floor * PACE_NEAR)
+  local narrow = PACE_NARROW
+  if c.pace_us > floor * PACE_MARGIN then
+    narrow = PACE_NARROW_FAR -- far above where it was refused: come down faster
+  end
+  local pace = math.max(c.pace_us * (1 - narrow), floor * PACE_NEAR)
   if floor < PACE_OFF_US then
-    redis.call('HDEL', k_cred(id), 'pace_us', 'pace_tat', 'pace_floor', 'pace_streak', 'pace_widened')
-    c.pace_us, c.pace_tat, c.pace_floor = 0, 0, 0
+    redis.call('HDEL', k_cred(id), 'pace_us', 'pace_tat', 'pace_floor', 'pace_streak', 'pace_widened', 'pace_ok')
+    c.pace_us, c.pace_tat, c.pace_floor, c.pace_ok = 0, 0, 0, 0
   else
-    redis.call('HSET', k_cred(id), 'pace_us', n2s(pace), 'pace_floor', n2s(floor), 'pace_streak', 0)
-    c.pace_us = pace
+    c.pace_us, c.pace_ok = pace, c.pace_ok + 1
+    redis.call('HSET', k_cred(id), 'pace_us', n2s(pace), 'pace_floor', n2s(floor), 'pace_streak', 0, 'pace_ok', c.pace_ok)
   end
 end
 

@@ -226,6 +226,17 @@ while i <= #ARGV do
           end
         end
       end
+      if sc and sc.pace_us > 0 then
+        -- A pace spaces the requests' arrivals: the next start comes one
+        -- pace after this request left, not after its grant (its way out
+        -- varies from start to start, and a later start whose request
+        -- left faster would arrive less than a pace after it).
+        local nt = at + sc.pace_us
+        if nt > sc.pace_tat and nt > now then
+          sc.pace_tat = nt
+          redis.call('HSET', k_cred(sid), 'pace_tat', n2s(nt))
+        end
+      end
       if not live then
         reindex(id, now, c) -- a live lease's end reindexes below
       end
