@@ -94,6 +94,7 @@ var scenarios = []*scenario{
 	llm95Scenario,
 	llmHandlerScenario,
 	providerBytesScenario,
+	refillScenario,
 	batchAPIScenario,
 	spendScenario,
 	scopesScenario,
