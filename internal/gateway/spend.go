@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -42,15 +43,16 @@ func (g *Gateway) reserve(ctx context.Context, rq *request) *apiError {
 	s := &rq.spend
 	s.tenant, s.model = rq.tenant, rq.scope
 	s.price, s.priced = g.prices.Lookup(rq.scope)
-	if g.ledger == nil {
-		return nil
-	}
 	b, bound := g.budgets[rq.tenant]
-	if !bound {
+	now := time.Now()
+	if rq.tenant != "" {
+		// The period its spend counts in: its budget's, else the day (as
+		// status reads a tenant without a budget).
+		s.period = spend.PeriodOf(cmp.Or(b.Period, spend.Day), now)
+	}
+	if g.ledger == nil || !bound {
 		return nil
 	}
-	now := time.Now()
-	s.period = spend.PeriodOf(b.Period, now)
 	if !s.priced {
 		return badRequest(fmt.Sprintf("model %q has no price (pool.prices): tenant %s has a budget, and a request of it cannot start without its model's price",
 			rq.scope, rq.tenant))

@@ -48,6 +48,8 @@ type options struct {
 	worker, pool, top, gateway string
 	// latency of the stand-ins (default 20ms).
 	latency time.Duration
+	// concurrency is worker.concurrency (default 4).
+	concurrency int
 }
 
 var keySecrets = map[string]string{
@@ -67,6 +69,9 @@ func newFleet(t *testing.T, o options) *fleet {
 	if o.latency == 0 {
 		o.latency = 20 * time.Millisecond
 	}
+	if o.concurrency == 0 {
+		o.concurrency = 4
+	}
 	f := &fleet{}
 	var oaURL, anURL string
 	f.oa, oaURL = strictAPI(t, fakeapi.Config{Provider: fakeapi.ProviderOpenAI, Keys: o.oaKeys, Record: true, Latency: o.latency, OnRequest: o.onRequest})
@@ -76,7 +81,7 @@ func newFleet(t *testing.T, o options) *fleet {
 	f.Fleet = e2etest.NewFleet(t, e2etest.FleetOptions{
 		Credentials: o.credentials,
 		Pool:        o.pool,
-		Worker:      fmt.Sprintf("concurrency: 4\nretry_backoff: [100ms]\nlisten: %s\n%s", f.listen, o.worker),
+		Worker:      fmt.Sprintf("concurrency: %d\nretry_backoff: [100ms]\nlisten: %s\n%s", o.concurrency, f.listen, o.worker),
 		Jobs: fmt.Sprintf("kinds:\n  chat:\n    http: {provider: openai, url: %q}\n    credentials: [openai]\n"+
 			"  claude:\n    http: {provider: anthropic, url: %q}\n    credentials: [anthropic]", oaURL, anURL),
 		Env: []string{"KEY_A=" + keySecrets["key-a"], "KEY_B=" + keySecrets["key-b"], "KEY_C=" + keySecrets["key-c"],
