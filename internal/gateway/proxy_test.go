@@ -258,3 +258,51 @@ func metricValue(t *testing.T, h *harness, name, match string) float64 {
 	}
 	return sum
 }
+
+// A reply that streams longer than the lease TTL keeps its lease: the
+// gateway renews it while the stream lasts, and ends it after.
+func TestLongStreamKeepsItsLease(t *testing.T) {
+	release := make(chan struct{})
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		fmt.Fprint(w, "data: {\"choices\":[]}\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(api.Close)
+	h := newHarness(t, setup{openai: []key{{def: creds.Credential{ID: "oa-1", MaxConcurrent: 1}, secret: "sk-oa-secret-0001", url: api.URL}}})
+	done := make(chan reply, 1)
+	go func() { done <- h.post("/chat/v1/chat/completions", `{"model":"gpt-4o-mini","stream":true,"messages":[]}`, bearer(appToken)...) }()
+	holder := func() (creds.Holder, bool) {
+		st, err := h.pool.Stats(t.Context())
+		if err != nil || len(st.Credentials) == 0 {
+			return creds.Holder{}, false
+		}
+		for _, c := range st.Credentials {
+			if c.ID == "oa-1" && len(c.Holders) == 1 {
+				return c.Holders[0], true
+			}
+		}
+		return creds.Holder{}, false
+	}
+	var first creds.Holder
+	testutil.WaitFor(t, "the request to hold the key", time.Minute, func() (ok bool) { first, ok = holder(); return ok })
+	// The lease TTL is 3s: renewed every second, its expiry moves on.
+	testutil.WaitFor(t, "the lease to be renewed", time.Minute, func() bool {
+		h, ok := holder()
+		if !ok {
+			t.Fatal("the lease ended while the stream lasted")
+		}
+		return h.Token == first.Token && h.Expires.After(first.Expires.Add(time.Second))
+	})
+	close(release)
+	if got := testutil.Receive(t, done, time.Minute, "no answer"); got.status != 200 || !strings.HasSuffix(got.body, "data: [DONE]\n\n") {
+		t.Fatalf("%d %q", got.status, got.body)
+	}
+	testutil.WaitFor(t, "the lease to end with the stream", time.Minute, func() bool { _, held := holder(); return !held })
+}
