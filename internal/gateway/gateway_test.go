@@ -185,8 +185,7 @@ func TestAheadOfBatches(t *testing.T) {
 		}
 	}()
 	<-batchQueued
-	gwDone := make(chan reply, 1)
-	go func() { gwDone <- h.post("/chat/v1/chat/completions", chatBody, bearer(appToken)...) }()
+	gwDone := h.postAsync("/chat/v1/chat/completions", chatBody, bearer(appToken)...)
 	// The gateway's request is queued once the pool counts two waiters.
 	testutil.WaitFor(t, "the gateway's request to wait behind the batch item", time.Minute, func() bool {
 		st, err := h.pool.Stats(ctx)

@@ -169,9 +169,31 @@ type reply struct {
 // post sends body to the gateway's path with headers (name, value, ...).
 func (h *harness) post(path, body string, headers ...string) reply {
 	h.t.Helper()
-	req, err := http.NewRequest(http.MethodPost, h.url+path, strings.NewReader(body))
+	r, err := h.send(path, body, headers...)
 	if err != nil {
 		h.t.Fatal(err)
+	}
+	return r
+}
+
+// postAsync is post from another goroutine: its reply comes on the
+// channel (status -1 and the error as its body when it failed).
+func (h *harness) postAsync(path, body string, headers ...string) <-chan reply {
+	out := make(chan reply, 1)
+	go func() {
+		r, err := h.send(path, body, headers...)
+		if err != nil {
+			r = reply{status: -1, body: err.Error()}
+		}
+		out <- r
+	}()
+	return out
+}
+
+func (h *harness) send(path, body string, headers ...string) (reply, error) {
+	req, err := http.NewRequest(http.MethodPost, h.url+path, strings.NewReader(body))
+	if err != nil {
+		return reply{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(headers); i += 2 {
@@ -181,14 +203,11 @@ func (h *harness) post(path, body string, headers ...string) reply {
 	defer cancel()
 	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
 	if err != nil {
-		h.t.Fatal(err)
+		return reply{}, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return reply{status: resp.StatusCode, header: resp.Header, body: string(b)}
+	return reply{status: resp.StatusCode, header: resp.Header, body: string(b)}, err
 }
 
 // bearer and apiKey are the SDKs' ways of sending a token.

@@ -276,10 +276,7 @@ func TestLongStreamKeepsItsLease(t *testing.T) {
 	}))
 	t.Cleanup(api.Close)
 	h := newHarness(t, setup{openai: []key{{def: creds.Credential{ID: "oa-1", MaxConcurrent: 1}, secret: "sk-oa-secret-0001", url: api.URL}}})
-	done := make(chan reply, 1)
-	go func() {
-		done <- h.post("/chat/v1/chat/completions", `{"model":"gpt-4o-mini","stream":true,"messages":[]}`, bearer(appToken)...)
-	}()
+	done := h.postAsync("/chat/v1/chat/completions", `{"model":"gpt-4o-mini","stream":true,"messages":[]}`, bearer(appToken)...)
 	holder := func() (creds.Holder, bool) {
 		st, err := h.pool.Stats(t.Context())
 		if err != nil || len(st.Credentials) == 0 {
