@@ -100,6 +100,9 @@ var scenarios = []*scenario{
 	persistentScenario,
 	httpEnqueueScenario,
 	batchesScenario,
+	gwLatencyScenario,
+	gwBehindScenario,
+	gwThroughputScenario,
 }
 
 // scenario is one numbered item of the benchmark.
