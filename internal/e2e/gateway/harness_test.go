@@ -140,14 +140,24 @@ type reply struct {
 	body   string
 }
 
-// post sends body to the gateway's path with headers (name, value, ...).
+// post sends body to url with headers (name, value, ...).
 func post(t *testing.T, url, body string, headers ...string) reply {
 	t.Helper()
+	r := postNoFail(url, body, headers...)
+	if r.status < 0 {
+		t.Fatal(r.body)
+	}
+	return r
+}
+
+// postNoFail is post for another goroutine than the test's: an error is
+// a reply of status -1 with the error as its body.
+func postNoFail(url, body string, headers ...string) reply {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
-		t.Fatal(err)
+		return reply{status: -1, body: err.Error()}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(headers); i += 2 {
@@ -155,12 +165,12 @@ func post(t *testing.T, url, body string, headers ...string) reply {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return reply{status: -1, body: err.Error()}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatal(err)
+		return reply{status: -1, body: err.Error()}
 	}
 	return reply{status: resp.StatusCode, header: resp.Header, body: string(b)}
 }
