@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httputil"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -206,17 +204,3 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rq.tenant = tenant
 	rq.serve()
 }
-
-// errField is err as a log field, scrubbed of nothing: the errors logged
-// hold no secret (they are the pool's and the ledger's).
-func errField(err error) zap.Field { return zap.Error(err) }
-
-// refusedConnection reports whether err is the API's host refusing the
-// connection: nothing was sent.
-func refusedConnection(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial" && isRefused(op.Err)
-}
-
-// statusLabel is a status as the metrics' label.
-func statusLabel(code int) string { return strconv.Itoa(code) }

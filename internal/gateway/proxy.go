@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
@@ -274,10 +275,10 @@ func (g *Gateway) settleLease(rq *request, at *attempt) {
 	}
 	if err := g.pool.SettleAsync(at.lease, o, func(err error) {
 		if err != nil && !errors.Is(err, creds.ErrLeaseLost) {
-			g.log.Warn("releasing a gateway request's lease failed; it expires by itself", errField(err))
+			g.log.Warn("releasing a gateway request's lease failed; it expires by itself", zap.Error(err))
 		}
 	}); err != nil {
-		g.log.Error("a gateway request's outcome is not valid for the pool; the lease expires by itself", errField(err))
+		g.log.Error("a gateway request's outcome is not valid for the pool; the lease expires by itself", zap.Error(err))
 	}
 }
 
@@ -300,7 +301,7 @@ func (g *Gateway) keepLease(l *creds.Lease) (stop func()) {
 		_, err := g.pool.Renew(ctx, l)
 		cancel()
 		if err != nil {
-			g.log.Warn("a gateway request's lease could not be renewed", zap.String("credential", l.CredentialID), errField(err))
+			g.log.Warn("a gateway request's lease could not be renewed", zap.String("credential", l.CredentialID), zap.Error(err))
 			return
 		}
 		mu.Lock()
@@ -317,8 +318,12 @@ func (g *Gateway) keepLease(l *creds.Lease) (stop func()) {
 	}
 }
 
-// isRefused reports whether err is a connection refused.
-func isRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+// refusedConnection reports whether err is the API's host refusing the
+// connection: nothing was sent.
+func refusedConnection(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" && errors.Is(err, syscall.ECONNREFUSED)
+}
 
 // bufferPool lends the proxy its copy buffers.
 type bufferPool struct{}

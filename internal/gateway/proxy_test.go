@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -215,15 +216,13 @@ func TestRefusalsAreEvidence(t *testing.T) {
 			t.Fatalf("request %d: %d %s, want the API's 401", i, got.status, got.body)
 		}
 	}
-	st, err := h.pool.Stats(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range st.Credentials {
-		if c.ID == "oa-1" && c.State != creds.StateDisabled {
-			t.Fatalf("oa-1 refused 3 different requests in a row: want it disabled, got %+v", c)
-		}
-	}
+	// Each lease settles once its reply is out: wait for the third's.
+	testutil.WaitFor(t, "oa-1, which refused 3 different requests in a row, to be disabled", time.Minute, func() bool {
+		st, err := h.pool.Stats(t.Context())
+		return err == nil && len(st.Credentials) > 0 && slices.ContainsFunc(st.Credentials, func(c creds.CredentialStats) bool {
+			return c.ID == "oa-1" && c.State == creds.StateDisabled
+		})
+	})
 }
 
 // metricValue sums the samples of a metric whose labels contain match.

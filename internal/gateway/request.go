@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -185,7 +186,7 @@ func (g *Gateway) noKey(rq *request, err error, last string) *apiError {
 	case errors.Is(err, creds.ErrPoolEmpty):
 		return unavailable(fmt.Sprintf("kind %s has no key in the pool", k.Name))
 	}
-	g.log.Warn("cannot reserve a key for a gateway request (Redis)", errField(err))
+	g.log.Warn("cannot reserve a key for a gateway request (Redis)", zap.Error(err))
 	return unavailable("the gateway cannot reach its key pool; try again")
 }
 
@@ -224,6 +225,9 @@ func (rq *request) end() {
 		g.answered()
 	}
 }
+
+// statusLabel is a status as the metrics' label.
+func statusLabel(code int) string { return strconv.Itoa(code) }
 
 // statusClientGone is the status counted for a request whose caller went
 // away before its answer (nginx's 499).

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/internal/spend"
 )
@@ -70,7 +72,7 @@ func (g *Gateway) reserve(ctx context.Context, rq *request) *apiError {
 	})
 	switch {
 	case err != nil:
-		g.log.Warn("cannot reserve a gateway request's spend in Redis", errField(err))
+		g.log.Warn("cannot reserve a gateway request's spend in Redis", zap.Error(err))
 		return unavailable("the gateway cannot reach its spend ledger; try again")
 	case v.OK:
 		s.token = token
@@ -121,7 +123,7 @@ func (g *Gateway) settleSpend(rq *request, paid bool) spend.Amount {
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
 	if err := g.ledger.Settle(ctx, token, cost, ledgerBatch, s.tenant, s.period); err != nil {
-		g.log.Warn("could not record a gateway request's spend: its reservation lapses by itself, counted at its most", errField(err))
+		g.log.Warn("could not record a gateway request's spend: its reservation lapses by itself, counted at its most", zap.Error(err))
 	}
 	s.token = ""
 	if cost > 0 && g.spendMetric != nil {
