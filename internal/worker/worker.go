@@ -444,6 +444,9 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 func (w *Worker) closeConns() {
+	if w.gateway != nil {
+		_ = w.gateway.l.Close() // bound but never served when Run did not run
+	}
 	if w.exec != nil {
 		w.exec.Close()
 	}
