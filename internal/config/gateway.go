@@ -35,9 +35,9 @@ type Gateway struct {
 	// Default GatewayMaxWaitDefault (30s).
 	MaxWait time.Duration `yaml:"max_wait"`
 	// Reserve is the share of every limit of keys and accounts that
-	// batches leave free for the gateway's requests (creds.Definitions
-	// .Reserve), 0 to creds.ReserveMax. Every worker applies it, whether
-	// it serves the gateway or not. Default 0.
+	// batches leave free for the gateway's requests, 0 to
+	// creds.ReserveMax (the pool's creds.Definitions.Reserve). Every
+	// worker applies it, whether it serves the gateway or not. Default 0.
 	Reserve float64 `yaml:"reserve"`
 }
 
