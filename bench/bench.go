@@ -103,6 +103,9 @@ var scenarios = []*scenario{
 	httpEnqueueScenario,
 	batchesScenario,
 	accountsScenario,
+	gwLatencyScenario,
+	gwBehindScenario,
+	gwThroughputScenario,
 }
 
 // scenario is one numbered item of the benchmark.

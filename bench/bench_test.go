@@ -47,6 +47,9 @@ var quickExcluded = map[string]string{
 	"httpenqueue":   "writes a file of 1,000,000 items (45 MB) and dry-runs it even at quick size, beside a dashboard process",
 	"batches":       "~8 s of two fleets of worker processes even at quick size, and its fair-share windows are wall-clock by construction (doneIn, startsAfter and within are tested)",
 	"peers":         "needs node, npm (a network install on first use) and its own redis-server; 30 s or more per repetition (parsePeers and derive are tested)",
+	"gwlatency":     "a worker process and 600 timed requests at quick size; what the gateway does is tested in-process (internal/gateway) and end to end (internal/e2e/gateway)",
+	"gwbehind":      "two worker processes under a saturating batch for 5 s or more even at quick size (the gateway going first is tested end to end: internal/e2e/gateway TestAheadOfSaturatingBatch)",
+	"gwthroughput":  "two worker processes at 1,000 requests/s: it loads both cores by design, which would slow every package testing in parallel",
 }
 
 func TestEveryScenarioCoveredOrExcluded(t *testing.T) {

@@ -25,7 +25,7 @@
 // One file per scenario: throughput.go, enqueue.go, contended.go, rate.go,
 // handoff.go, shutdown.go, footprint.go, scale.go, acquirecost.go,
 // scopecost.go (9b), shard.go, limits.go, gateway.go, llm.go (13 and 13b, with skew.go), scopes.go (13c), peers.go, persistent.go,
-// httpenqueue.go, batches.go; the
+// httpenqueue.go, batches.go, gatewayproxy.go (18a-c); the
 // ceilings in ceiling.go. Scenarios 8-11 measure pkg/creds in process, many pool
 // handles each with its own Redis client standing for as many processes
 // (handles.go), 9b as well; 12, 13, 13b and 13c run worker processes against internal/fakeapi
@@ -35,5 +35,7 @@
 // with a Python handler, persistent and a process per item; 16 enqueues
 // over HTTP through a `producer dashboard` process and measures the peak
 // RSS of a dry run of 10,000,000 items; 17 steers batches on worker
-// processes (priority, fair share, weights, cancel, 100 batches ÷ one).
+// processes (priority, fair share, weights, cancel, 100 batches ÷ one);
+// 18a-c serve the gateway from worker processes (added latency, behind a
+// saturating batch, 1,000 requests/s).
 package bench

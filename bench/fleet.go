@@ -86,6 +86,10 @@ type fleetSpec struct {
 	batchAPI string
 	// prices is pool.prices as a YAML flow mapping ("" none).
 	prices string
+	// extra, when set, is top-level YAML added to the configuration of
+	// each worker (by its ID; "probe" for the run's own), such as a
+	// gateway section with the worker's own address.
+	extra func(worker string) string
 }
 
 // fleet is one run's stream, pool and worker processes.
@@ -205,6 +209,9 @@ func (f *fleet) writeConfig(name string, listenPort int) (string, error) {
 			fmt.Fprintf(&b, ", cost_from: %s", f.spec.costFrom)
 		}
 		b.WriteString("}\n")
+	}
+	if f.spec.extra != nil {
+		b.WriteString(f.spec.extra(name))
 	}
 	b.WriteString("log: {level: warn, format: json}\n")
 	path := filepath.Join(f.e.dir, "cfg", f.tag+"-"+name+".yaml")

@@ -14,7 +14,7 @@ if ! command -v npm >/dev/null 2>&1; then
   echo "keyfleet's tests need node and npm (Node.js 20 or later): the official SDK checks and examples/node run on them." >&2
   exit 1
 fi
-for dir in internal/fakeapi/sdkcheck examples/node; do
+for dir in internal/fakeapi/sdkcheck internal/e2e/gateway/sdk examples/node; do
   [ -f "$dir/package-lock.json" ] || continue
   if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
     echo "installing the npm packages of $dir (npm ci)" >&2

@@ -80,6 +80,9 @@ type Config struct {
 	// weight before their batches do (priority still comes first), and a
 	// tenant's budget bounds all its batches together. Default none.
 	Tenants map[string]Tenant `yaml:"tenants"`
+	// Gateway serves the providers' own HTTP APIs on the pool's keys,
+	// ahead of every batch (gateway.go). Default: off.
+	Gateway Gateway `yaml:"gateway"`
 	// Log configures logging.
 	Log Log `yaml:"log"`
 
@@ -755,8 +758,9 @@ func Default() *Config {
 			Storage:         "file",
 			ResultsMaxAge:   queue.ResultsMaxAgeDefault,
 		},
-		Jobs: Jobs{MaxOutput: jobs.MaxOutputDefault, BatchAPI: BatchAPI{Poll: BatchAPIPollDefault, Margin: BatchAPIMarginDefault}},
-		Log:  Log{Level: "info", Format: "auto"},
+		Jobs:    Jobs{MaxOutput: jobs.MaxOutputDefault, BatchAPI: BatchAPI{Poll: BatchAPIPollDefault, Margin: BatchAPIMarginDefault}},
+		Gateway: Gateway{MaxWait: GatewayMaxWaitDefault},
+		Log:     Log{Level: "info", Format: "auto"},
 
 		Source: DefaultsSource,
 	}

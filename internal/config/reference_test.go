@@ -55,6 +55,7 @@ func TestReferenceValidates(t *testing.T) {
 	c.Pool.Credentials, c.Pool.Accounts, c.Jobs.Exec, c.Jobs.HTTP, c.Jobs.Kinds = nil, nil, nil, nil, nil
 	c.Pool.Scope = config.Scope{}       // the scope field the example limits need
 	c.Pool.Prices, c.Tenants = nil, nil // examples
+	c.Gateway.Tokens = nil              // an example
 	if len(c.Queue.RedeliveryBackoff) == 0 {
 		c.Queue.RedeliveryBackoff = nil // [] in the file
 	}

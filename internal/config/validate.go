@@ -39,6 +39,7 @@ func (c *Config) validate() check.List {
 	c.checkQueue(&ps)
 	c.checkJobs(&ps)
 	c.checkTenants(&ps)
+	c.checkGateway(&ps)
 	c.checkLog(&ps)
 	return ps
 }

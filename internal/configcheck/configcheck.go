@@ -28,6 +28,8 @@ import (
 //   - every credential whose secret cannot be read: its secret_env unset
 //     or empty, its secret_file missing, unreadable, empty or too large
 //     (getenv reads the variables; os.Getenv when nil);
+//   - with gateway.listen, every gateway token whose token_env is unset
+//     or empty, or holds another's token;
 //   - every job kind whose handler cannot be built: an exec command that
 //     is not found or not executable, a dir that is not a directory, and
 //     the probes of pool.probe_interval likewise. A kind whose section has
@@ -43,6 +45,7 @@ func Check(l *config.Loaded, getenv func(string) string) error {
 		ps.Add("pool.credentials", "is empty: a worker needs at least one credential")
 	}
 	ps = append(ps, cfg.CheckSecrets(getenv)...)
+	ps = append(ps, cfg.CheckGatewayTokens(getenv)...)
 	bad := sectionsWithProblems(valid)
 	ps = append(ps, handlers(cfg, bad)...)
 	ps = append(ps, probes(cfg, bad)...)

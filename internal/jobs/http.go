@@ -255,9 +255,9 @@ const (
 var httpReservedHeaders = []string{headerItem, headerBatch, headerAttempt, headerIdempotency, "Host", "Content-Length"}
 
 const (
-	httpErrBodyMax  = 16 << 10  // bytes of a non-2xx body read
-	httpSnippetMax  = 300       // bytes of it quoted in an error
-	httpDrainMax    = 256 << 10 // bytes read past the bound to reuse the connection
+	httpErrBodyMax  = ReplyBodyMax // bytes of a non-2xx body read
+	httpSnippetMax  = 300          // bytes of it quoted in an error
+	httpDrainMax    = 256 << 10    // bytes read past the bound to reuse the connection
 	quotaMarker     = "insufficient_quota"
 	httpCostBodyMax = 4 << 20 // bytes of a 2xx reply read for cost_from
 )
@@ -409,35 +409,7 @@ func (h *httpHandler) Run(ctx context.Context, item Item, cred Credential) (out 
 	if resp.StatusCode != http.StatusTooManyRequests {
 		reply.Signals = rates.Signals // a 429's go with its RateLimitedError
 	}
-	status := statusText(resp.StatusCode)
-	if snip := snippet(raw, sc); snip != "" {
-		status += ": " + snip
-	}
-	noRetry := strings.EqualFold(strings.TrimSpace(resp.Header.Get("X-Should-Retry")), "false")
-	switch code := resp.StatusCode; {
-	case code == http.StatusTooManyRequests && bytes.Contains(raw, []byte(quotaMarker)):
-		return reply, Rejected("insufficient quota (" + status + ")")
-	case code == http.StatusTooManyRequests && TooLarge(raw):
-		// The item can never fit what the key allows, however long it
-		// waits: the item's failure, and no key rests for it.
-		return reply, Permanent(fmt.Errorf("http: %s (the request is larger than the key's limit)", status))
-	case code == http.StatusUnauthorized, code == http.StatusForbidden, code == http.StatusPaymentRequired:
-		return reply, Rejected(status)
-	case noRetry:
-		return reply, Permanent(fmt.Errorf("http: %s (x-should-retry: false)", status))
-	case code == http.StatusTooManyRequests:
-		detail := status
-		if rates.Unreadable != "" {
-			detail += " (unreadable " + rates.Unreadable + ")"
-		}
-		return reply, &RateLimitedError{RetryAfter: rates.RetryAfter, Source: rates.RetryAfterFrom, Detail: detail, Signals: rates.Signals}
-	case code >= 300 && code <= 399:
-		return reply, Permanent(fmt.Errorf("http: %s (redirects are not followed)", status))
-	case code >= 400 && code <= 499:
-		return reply, Permanent(fmt.Errorf("http: %s", status))
-	default: // 5xx (529 overloaded included: the API's trouble, not the key's), and any status outside the classes
-		return reply, fmt.Errorf("http: %s", status)
-	}
+	return reply, ReplyError(resp.StatusCode, resp.Header, raw, rates, sc)
 }
 
 // requestID is the API's ID of the request, from its reply's headers

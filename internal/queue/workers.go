@@ -25,6 +25,18 @@ type WorkerInfo struct {
 	Kinds       []string  `json:"kinds"`
 	StartedAt   time.Time `json:"started_at"`
 	LastSeen    time.Time `json:"last_seen"`
+	// Gateway is the gateway the worker serves (nil: none).
+	Gateway *GatewayInfo `json:"gateway,omitempty"`
+}
+
+// GatewayInfo is what a worker serving the gateway announces of it: its
+// address and its requests answered (errors among them: 4xx and 5xx)
+// and being answered, since it started.
+type GatewayInfo struct {
+	Listen   string `json:"listen"`
+	Requests int64  `json:"requests"`
+	Errors   int64  `json:"errors"`
+	InFlight int64  `json:"in_flight"`
 }
 
 func workerKey(id string) string { return kvKey(id) }

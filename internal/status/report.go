@@ -31,7 +31,8 @@ import (
 //	  "tenants":  [{"name", "weight", "budget" (null: none), "period" (d|w|mo),
 //	                "period_id", "period_end", "spent", "reserved"}]  the current period's
 //	  "workers":  [{"id", "host", "pid", "version", "state" (running|draining),
-//	                "concurrency", "busy", "done", "failed", "kinds", "started_at", "last_seen"}]
+//	                "concurrency", "busy", "done", "failed", "kinds", "started_at", "last_seen",
+//	                "gateway" (only on a worker serving it: {"listen", "requests", "errors", "in_flight"})}]
 //	              workers heard from within the heartbeat TTL, by id
 //	  "pool":     {"name", "at" (Redis's clock),
 //	               "total", "available", "leased", "cooling", "disabled",

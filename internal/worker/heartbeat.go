@@ -90,7 +90,7 @@ func (w *Worker) announce(ctx context.Context, host string, timeout time.Duratio
 		ID: w.id, Host: host, PID: os.Getpid(), Version: version.Version, State: state,
 		Concurrency: w.cfg.Worker.Concurrency, Busy: int(w.busy.Load()),
 		Done: w.done.Load(), Failed: w.failed.Load(), Kinds: w.kinds(),
-		StartedAt: w.started, LastSeen: time.Now(),
+		StartedAt: w.started, LastSeen: time.Now(), Gateway: w.gatewayInfo(),
 	}
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

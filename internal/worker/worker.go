@@ -18,6 +18,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/connect"
 	"github.com/keyfleet/keyfleet/internal/executor"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
+	"github.com/keyfleet/keyfleet/internal/gateway"
 	"github.com/keyfleet/keyfleet/internal/jobguard"
 	"github.com/keyfleet/keyfleet/internal/jobs"
 	"github.com/keyfleet/keyfleet/internal/lanes"
@@ -76,8 +77,12 @@ type Worker struct {
 	lanes   *batchlanes.Writer
 	batches *batchView
 	// exec runs each delivery of an item (slot.go).
-	exec    *executor.Executor
-	started time.Time
+	exec *executor.Executor
+	// gwTokens are the gateway's callers, gateway the gateway it serves
+	// (gateway.go; nil without gateway.listen).
+	gwTokens []gateway.Token
+	gateway  *gatewayServer
+	started  time.Time
 
 	registerMu sync.Mutex
 	busy       activityCounter
@@ -115,6 +120,10 @@ func New(o Options) (*Worker, error) {
 	if err != nil {
 		return nil, exitcode.With(exitcode.Usage, err)
 	}
+	tokens, err := cfg.ResolveGatewayTokens(o.Getenv)
+	if err != nil {
+		return nil, exitcode.With(exitcode.Usage, err)
+	}
 	w := &Worker{
 		cfg:     cfg,
 		id:      o.ID,
@@ -137,6 +146,10 @@ func New(o Options) (*Worker, error) {
 		}
 		w.defs = append(w.defs, creds.Credential{ID: c.ID, MaxConcurrent: c.MaxConcurrent, Limits: c.PoolLimits(), Groups: c.Groups,
 			Account: c.Account})
+	}
+	for _, t := range tokens {
+		w.gwTokens = append(w.gwTokens, gateway.Token{Token: t.Token, Tenant: t.Tenant})
+		all = append(all, t.Token) // a gateway token is a secret too
 	}
 	w.scrub = secret.NewScrubber(all...)
 	if w.handlers, err = buildHandlers(cfg, w.scrub, o.JobGuard, w.handlerNote); err != nil {
@@ -256,6 +269,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.exec, err = w.newExecutor(); err != nil {
 		return exitcode.With(exitcode.Usage, err)
 	}
+	if err := w.startGateway(); err != nil {
+		return exitcode.With(exitcode.Usage, err)
+	}
 	ok = true
 	w.up.Store(true)
 	return nil
@@ -306,7 +322,8 @@ func (w *Worker) kindKeyCount(kind string) int {
 func (w *Worker) register(ctx context.Context) error {
 	w.registerMu.Lock()
 	defer w.registerMu.Unlock()
-	if err := w.pool.Define(ctx, creds.Definitions{Accounts: w.cfg.Pool.PoolAccounts(), Credentials: w.defs}); err != nil {
+	if err := w.pool.Define(ctx, creds.Definitions{Accounts: w.cfg.Pool.PoolAccounts(), Credentials: w.defs,
+		Reserve: w.cfg.Gateway.Reserve}); err != nil {
 		return err
 	}
 	w.synced.Store(true)
@@ -371,6 +388,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		defer close(probesDone)
 		w.probeLoop(probeCtx)
 	}()
+	w.serveGateway()
 	w.log.Info("worker started",
 		zap.Int("concurrency", w.cfg.Worker.Concurrency), zap.String("pool", w.cfg.Pool.Name),
 		zap.Int("credentials", len(w.defs)), zap.Strings("kinds", w.kinds()), zap.String("version", version.Version))
@@ -383,6 +401,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.noteActivity() // announce the draining state
 	stopPull(executor.ErrDraining)
 	stopProbes()
+	gatewayDone := make(chan struct{})
+	go func() {
+		defer close(gatewayDone)
+		w.stopGateway(grace)
+	}()
 
 	idle := make(chan struct{})
 	go func() {
@@ -404,6 +427,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	// The runs have ended: persistent handler processes end too.
 	w.closeHandlers()
+	<-gatewayDone
 	stopWatch()
 	watchers.Wait()
 	stopHB()
@@ -423,6 +447,9 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 func (w *Worker) closeConns() {
+	if w.gateway != nil {
+		_ = w.gateway.l.Close() // bound but never served when Run did not run
+	}
 	if w.exec != nil {
 		w.exec.Close()
 	}

@@ -469,17 +469,27 @@
     const now = Date.parse(s.at);
     const busy = ws.reduce((a, w) => a + w.busy, 0);
     const slots = ws.reduce((a, w) => a + w.concurrency, 0);
-    $('workers-summary').textContent = `${plural(ws.length, 'worker', 'workers')} · ${busy} of ${slots} slots busy`;
+    // Interactive traffic (the gateway) beside the batches' slots.
+    const gws = ws.filter((w) => w.gateway);
+    const gwReq = gws.reduce((a, w) => a + w.gateway.requests, 0);
+    const gwNow = gws.reduce((a, w) => a + w.gateway.in_flight, 0);
+    $('workers-summary').textContent = `${plural(ws.length, 'worker', 'workers')} · ${busy} of ${slots} slots busy` +
+      (gws.length ? ` · gateway: ${gwNow} in flight, ${num(gwReq)} answered` : '');
     if (ws.length === 0) {
       return el('p', {class: 'muted'}, `No worker heard from in the last ${dur(s.dashboard.heartbeat_ttl_seconds)}.`);
     }
-    return table(['Worker', 'State', 'Slots busy', '#Done', '#Failed', 'Kinds', 'Last seen'], ws.map((w) =>
-      el('tr', {'data-worker': w.id, 'data-busy': w.busy, 'data-done': w.done},
+    const gwCell = (w) => w.gateway
+      ? el('td', {class: 'num gateway', title: `serving ${w.gateway.listen}`},
+        `${num(w.gateway.in_flight)} now · ${num(w.gateway.requests)}`, w.gateway.errors ? el('span', {class: 'bad-text'}, ` · ${num(w.gateway.errors)} errors`) : null)
+      : el('td', {class: 'muted'}, '–');
+    return table(['Worker', 'State', 'Slots busy', '#Done', '#Failed', 'Gateway', 'Kinds', 'Last seen'], ws.map((w) =>
+      el('tr', {'data-worker': w.id, 'data-busy': w.busy, 'data-done': w.done, 'data-gateway': w.gateway ? w.gateway.requests : ''},
         el('td', {class: 'id', title: `${w.host} · pid ${w.pid} · ${w.version}`}, w.id),
         el('td', {}, el('span', {class: 'badge st ' + (w.state === 'running' ? 'available' : 'cooling')}, w.state)),
         el('td', {class: 'slots'}, meter(w.busy, w.concurrency), ` ${w.busy} / ${w.concurrency}`),
         el('td', {class: 'num'}, num(w.done)),
         el('td', {class: 'num' + (w.failed ? ' bad-text' : '')}, num(w.failed)),
+        gwCell(w),
         el('td', {}, (w.kinds || []).join(', ')),
         el('td', {class: 'muted'}, ago(now, w.last_seen)))));
   }
