@@ -58,8 +58,16 @@ func StartCluster(t testing.TB, opts ...Option) *Cluster {
 		var lastErr error
 		var r *launch.Redis
 		for try := 0; try < 10 && r == nil; try++ {
-			if o.Port, lastErr = clusterPort(); lastErr == nil {
-				r, lastErr = launch.StartRedis(context.Background(), o)
+			if o.Port, lastErr = clusterPort(); lastErr != nil {
+				continue
+			}
+			// StartRedis on a given port returns its handle with the
+			// error (the port was taken meanwhile): only a started node
+			// is kept, else the next try picks another port.
+			if started, err := launch.StartRedis(context.Background(), o); err == nil {
+				r = started
+			} else {
+				lastErr = err
 			}
 		}
 		if r == nil {
