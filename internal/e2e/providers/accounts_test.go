@@ -107,6 +107,30 @@ func TestKeysOfAnAccountShareItsLimits(t *testing.T) {
 			if starts < 150 {
 				t.Errorf("status: the accounts counted %d starts for 150 items", starts)
 			}
+
+			// An account's limits change for the running fleet, and creds
+			// list shows the accounts.
+			r = f.Producer(nil, "creds", "set", "org-a", "--limit", "rate=40/10s,burst=40", "--json")
+			var set struct {
+				ID     string `json:"id"`
+				Kind   string `json:"kind"`
+				Limits []struct {
+					Limit string `json:"limit"`
+				} `json:"limits"`
+			}
+			if r.Code != 0 || json.Unmarshal([]byte(r.Stdout), &set) != nil || set.ID != "org-a" || set.Kind != "account" ||
+				len(set.Limits) != 1 || set.Limits[0].Limit != "rate=40/10s,burst=40" {
+				t.Fatalf("creds set org-a:\n%s", r)
+			}
+			if r := f.Producer(nil, "creds", "set", "org-a", "--max-concurrent", "3"); r.Code != 2 ||
+				!strings.Contains(r.Stderr, "an account has no max_concurrent") {
+				t.Fatalf("creds set org-a --max-concurrent: want exit 2 naming why:\n%s", r)
+			}
+			r = f.Producer(nil, "creds", "list")
+			if r.Code != 0 || !strings.Contains(r.Stdout, "Accounts: 2") || !strings.Contains(r.Stdout, "k0,k1,k2") ||
+				!strings.Contains(r.Stdout, "(account org-a)") {
+				t.Fatalf("creds list:\n%s", r)
+			}
 		})
 	}
 }
