@@ -209,9 +209,9 @@ func (e *Executor) Execute(pullCtx, runCtx context.Context, d Delivery) Outcome 
 		if err := x.runs.Peek(itemCtx); err != nil {
 			x.log.Debug("reading the run counters", zap.Error(err))
 		}
-		if k.Fallback != nil && failingOver(x.runs.Cur, k.KeyCount) {
-			// Its runs failed on two of its keys in a row: it starts on
-			// its fallback kinds.
+		if k.Fallback != nil && failingOver(x.runs.Cur) {
+			// Its runs failed twice in a row on its kind's keys: it starts
+			// on its fallback kinds.
 			x.route.failing = true
 		}
 	}

@@ -37,8 +37,9 @@ import (
 //     follow them at once, while each new item still starts on its own
 //     kind the moment one of its keys has room.
 //   - failing: its runs failed transiently (a 5xx, a refused connection,
-//     a timeout before any reply) on two of its own kind's keys in a row
-//     (the run counters keep the credentials of the failures in a row,
+//     a timeout before any reply) twice in a row on its own kind's keys
+//     (two keys, or the same one when the pool gave it that key again;
+//     the run counters keep the credentials of the failures in a row,
 //     RunCount.Streak, across deliveries): it runs on the fallback kinds
 //     at once and at every later start, never on its own kind again.
 //
@@ -219,25 +220,25 @@ func failingKey(x *item, credential string, out jobs.Output) string {
 }
 
 // failingOver reports whether the failures in a row that st counts make
-// an item of a kind of keyCount keys move: the last two on two keys (on
-// its only key, when it has one).
-func failingOver(st RunCount, keyCount int) bool {
-	ids := strings.Split(st.Streak, "\n")
-	if st.Streak == "" || len(ids) < 2 {
-		return false
-	}
-	a, b := ids[len(ids)-2], ids[len(ids)-1]
-	return a != b || keyCount < 2
+// an item move: two. They are on two keys when the pool gives it another
+// key for its second run; when it gives it the same one again (the least
+// recently used of the kind's keys is often the one that just failed it),
+// that key is the one the kind would keep running it on, and two
+// failures there count as well: an item that waited for a second key
+// would spend its attempts on the first and be dead-lettered while the
+// fallback kind's keys sat idle.
+func failingOver(st RunCount) bool {
+	return strings.Count(st.Streak, "\n") >= 1
 }
 
 // movesOn says whether x, whose run just failed on its own kind with st
 // counted, moves to its fallback kinds now (failing).
 func (e *Executor) movesOn(x *item, st RunCount, credential string) bool {
-	if credential == "" || x.route.ran != x.it.Kind || !failingOver(st, x.route.own.KeyCount) {
+	if credential == "" || x.route.ran != x.it.Kind || !failingOver(st) {
 		return false
 	}
 	x.route.failing = true
-	x.log.Warn("its runs failed on two of its kind's keys in a row: the item runs on its kind's fallback",
+	x.log.Warn("its runs failed twice in a row on its kind's keys: the item runs on its kind's fallback",
 		zap.Strings("fallback", x.route.own.Fallback.Kinds), zap.String("keys", strings.ReplaceAll(st.Streak, "\n", ",")))
 	return true
 }

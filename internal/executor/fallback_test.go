@@ -164,7 +164,7 @@ func TestFallback(t *testing.T) {
 			streak: "a",
 		},
 		{
-			name: "failing: a second transient failure in a row on another key, it runs on the fallback kind at once",
+			name: "failing: a second transient failure in a row, on another key: it runs on the fallback kind at once",
 			setup: func(h *harness) {
 				h.d.delivered = 2
 				h.runs.m["b1/i1"] = &runsHash{runs: 1, fails: 1, acc: 1, streak: "a"}
@@ -192,15 +192,17 @@ func TestFallback(t *testing.T) {
 			moves: []string{"chat>azure:failing"},
 		},
 		{
-			name: "two failures in a row on the same key of two: not yet failing",
+			name: "failing: the pool gives it the key that failed it again, which fails again: it moves",
 			setup: func(h *harness) {
 				h.d.delivered = 2
 				h.runs.m["b1/i1"] = &runsHash{runs: 1, fails: 1, acc: 1, streak: "a"}
-				h.pool.grants = []grant{{key: "a"}}
+				h.pool.grants = []grant{{key: "a"}, {key: "f2"}}
 			},
-			runs:  []runFunc{failing5xx},
-			want:  Outcome{Fate: Retried, Kind: "chat", Reply: ReplyNak, Delay: 5 * time.Second, Attempt: 2, Failures: 2},
-			trace: []string{"acquire a,b: a", "runs start", "run a attempt 2", "settle a ok", "runs fail", "nak 5s"},
+			runs: []runFunc{failing5xx, ok},
+			want: Outcome{Fate: Succeeded, Kind: "azure", From: "chat", Why: kftype.FallbackFailing, Reply: ReplyAck, Attempt: 3, Failures: 2, Again: 1},
+			trace: []string{"acquire a,b: a", "runs start", "run a attempt 2", "settle a ok", "runs fail",
+				"acquire f1,f2: f2", "runs start", "run f2 attempt 3", "settle f2 ok", "commit succeeded, ack", "runs done"},
+			moves: []string{"chat>azure:failing"},
 		},
 		{
 			name: "a failure with a reply that is not a 5xx does not count: no fallback",
@@ -352,19 +354,17 @@ func TestFallbackDivertsClass(t *testing.T) {
 	}
 }
 
-// failingOver: the last two failures in a row on two keys, or on the only
-// key of a kind of one.
+// failingOver: two failures in a row, on two keys or on the one the pool
+// gave again.
 func TestFailingOver(t *testing.T) {
 	for _, c := range []struct {
 		streak string
-		keys   int
 		want   bool
 	}{
-		{"", 2, false}, {"a", 2, false}, {"a", 1, false}, {"a\nb", 2, true}, {"a\na", 2, false},
-		{"a\na", 1, true}, {"b\na\na", 3, false}, {"a\nb\na", 3, true},
+		{"", false}, {"a", false}, {"a\nb", true}, {"a\na", true}, {"b\na\na", true},
 	} {
-		if got := failingOver(RunCount{Streak: c.streak}, c.keys); got != c.want {
-			t.Errorf("failingOver(%q, %d keys) = %v, want %v", strings.ReplaceAll(c.streak, "\n", ","), c.keys, got, c.want)
+		if got := failingOver(RunCount{Streak: c.streak}); got != c.want {
+			t.Errorf("failingOver(%q) = %v, want %v", strings.ReplaceAll(c.streak, "\n", ","), got, c.want)
 		}
 	}
 }
