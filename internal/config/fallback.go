@@ -14,7 +14,7 @@ import (
 // Fallback is where a named kind's items run when its own keys cannot
 // serve them (jobs.kinds.<name>.fallback; docs/providers.md,
 // "Fallbacks"): an item that cannot start on its kind's keys within
-// After, or whose runs failed transiently on two of its keys in a row,
+// After, or whose runs failed transiently twice in a row on its keys,
 // runs on the first of Kinds that can take it, with the same request.
 type Fallback struct {
 	// Kinds are the kinds its items may move to, in order: configured

@@ -69,7 +69,7 @@ type routing struct {
 	// ran is the kind it runs on now: its own, or the fallback kind it
 	// moved to; why says why it moved ("" it runs on its own).
 	ran, why string
-	// failing: its runs failed on two of its own kind's keys in a row;
+	// failing: its runs failed twice in a row on its own kind's keys;
 	// it starts on the fallback kinds only.
 	failing bool
 	// counted: its move is counted (once a delivery).

@@ -7,7 +7,7 @@
 // The executor decides when a batch item moves (internal/executor,
 // fallback.go); a gateway request moves by the same rules: a caller that
 // could not start on kind K within After(K) (kftype.FallbackWaited), or
-// whose request failed transiently on two of K's keys in a row
+// whose request failed transiently twice in a row on K's keys
 // (kftype.FallbackFailing), asks Next(K, why, kinds tried) for the kind
 // to try, and counts a start there with Moved.
 package fallback

@@ -12,8 +12,8 @@ const (
 	// the fallback's after (every key resting, disabled or at its limits).
 	FallbackWaited = "waited"
 	// FallbackFailing: its runs failed transiently (5xx, a refused
-	// connection, a timeout before any reply) on two of its own kind's
-	// keys in a row.
+	// connection, a timeout before any reply) twice in a row on its own
+	// kind's keys.
 	FallbackFailing = "failing"
 )
 

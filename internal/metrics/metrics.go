@@ -118,7 +118,7 @@ func New() *Metrics {
 		Spend: counterVec("keyfleet_spend_total",
 			"What provider runs cost at their models' prices (pool.prices, in its currency), by tenant and model; through a Batch API at its discount.", "tenant", "model"),
 		Fallbacks: counterVec("keyfleet_fallbacks_total",
-			"Items of a kind that started on one of its fallback kinds (jobs.kinds.<kind>.fallback), by kind, the kind they ran on (to) and why: waited (no key of their own kind within its after) or failing (their runs failed transiently on two of its keys in a row).", "kind", "to", "why"),
+			"Items of a kind that started on one of its fallback kinds (jobs.kinds.<kind>.fallback), by kind, the kind they ran on (to) and why: waited (no key of their own kind within its after) or failing (their runs failed transiently twice in a row on its keys).", "kind", "to", "why"),
 		RedisUnavailable: counter("keyfleet_redis_unavailable_total",
 			"Credential acquisitions that failed because Redis could not be reached (no job runs then)."),
 	}
