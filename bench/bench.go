@@ -101,6 +101,7 @@ var scenarios = []*scenario{
 	httpEnqueueScenario,
 	batchesScenario,
 	accountsScenario,
+	fallbackScenario,
 }
 
 // scenario is one numbered item of the benchmark.

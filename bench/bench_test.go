@@ -46,6 +46,7 @@ var quickExcluded = map[string]string{
 	"persistent":    "two fleets of worker processes and a python3 process per item of the first: ~10 s at quick size",
 	"httpenqueue":   "writes a file of 1,000,000 items (45 MB) and dry-runs it even at quick size, beside a dashboard process",
 	"batches":       "~8 s of two fleets of worker processes even at quick size, and its fair-share windows are wall-clock by construction (doneIn, startsAfter and within are tested)",
+	"fallback":      "six fleets of worker processes against two stand-in APIs, one waiting out the fallback's 5 s after, even at quick size; what moves and when is tested in-process (internal/executor TestFallback) and end to end (internal/e2e/fallback)",
 	"peers":         "needs node, npm (a network install on first use) and its own redis-server; 30 s or more per repetition (parsePeers and derive are tested)",
 }
 

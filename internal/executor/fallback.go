@@ -41,7 +41,10 @@ import (
 //     (two keys, or the same one when the pool gave it that key again;
 //     the run counters keep the credentials of the failures in a row,
 //     RunCount.Streak, across deliveries): it runs on the fallback kinds
-//     at once and at every later start, never on its own kind again.
+//     at once and at every later start, never on its own kind again. A
+//     worker remembers the kind (per scope) until one of its items runs
+//     to the end on it: meanwhile, an item's first failure on it is
+//     retried at once, not after the retry backoff.
 //
 // On the healthy path this costs no Redis call: the wait on its own keys
 // is the same acquire, bounded by a timer.
@@ -84,10 +87,13 @@ type candidate struct {
 
 // stuckRoutes remembers, per kind and scope, the kinds whose keys could
 // not serve a wait of their After in this worker, until they grant a key
-// again: their items try them once instead of waiting.
+// again: their items try them once instead of waiting; and the kinds
+// whose items moved for failing, until one of their items runs to the end
+// on them again: their items' first failure is retried at once.
 type stuckRoutes struct {
-	mu sync.Mutex
-	m  map[string]bool
+	mu      sync.Mutex
+	m       map[string]bool
+	failing map[string]bool
 }
 
 func routeKey(kind, scope string) string { return kind + "\x00" + scope }
@@ -96,6 +102,24 @@ func (s *stuckRoutes) stuck(kind, scope string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.m[routeKey(kind, scope)]
+}
+
+// isFailing reports whether items of kind and scope moved for failing
+// and none has run to the end on it since.
+func (s *stuckRoutes) isFailing(kind, scope string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failing[routeKey(kind, scope)]
+}
+
+func (s *stuckRoutes) setFailing(kind, scope string, failing bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if failing {
+		s.failing[routeKey(kind, scope)] = true
+	} else if len(s.failing) > 0 {
+		delete(s.failing, routeKey(kind, scope))
+	}
 }
 
 func (s *stuckRoutes) set(kind, scope string, stuck bool) {
@@ -238,9 +262,19 @@ func (e *Executor) movesOn(x *item, st RunCount, credential string) bool {
 		return false
 	}
 	x.route.failing = true
+	e.stuck.setFailing(x.it.Kind, x.scope, true)
 	x.log.Warn("its runs failed twice in a row on its kind's keys: the item runs on its kind's fallback",
 		zap.Strings("fallback", x.route.own.Fallback.Kinds), zap.String("keys", strings.ReplaceAll(st.Streak, "\n", ",")))
 	return true
+}
+
+// retriesAtOnce says whether x, whose run on its own kind just failed
+// (counting toward its fallback: credential set), runs again at once
+// instead of after the retry backoff: while its kind is failing (an item
+// of it moved for failing, and none ran to the end on it since), its
+// second run in a row decides at once whether it moves.
+func (e *Executor) retriesAtOnce(x *item, credential string) bool {
+	return credential != "" && x.route.ran == x.it.Kind && e.stuck.isFailing(x.it.Kind, x.scope)
 }
 
 // served records that x ran on its own kind to the end: items of its
@@ -249,6 +283,7 @@ func (e *Executor) served(x *item) {
 	if x.route.own.Fallback == nil || x.route.why != "" {
 		return
 	}
+	e.stuck.setFailing(x.it.Kind, x.scope, false)
 	if e.waits.undivert(WaitClass(x.route.own.Keys, x.scope)) {
 		e.batches.Poke()
 	}

@@ -368,3 +368,41 @@ func TestFailingOver(t *testing.T) {
 		}
 	}
 }
+
+// While a kind's items are moving for failing, a new item's first
+// failure on it is retried at once, not after the backoff: its second
+// run decides whether it moves. The first item that runs to the end on
+// the kind ends that.
+func TestFallbackFailingRetriesAtOnce(t *testing.T) {
+	h := newHarness(t)
+	m := withFallback(t, h)
+	h.policy.MaxAttempts = 5
+	h.pool.grants = []grant{
+		{key: "b"}, {key: "f1"}, // item 1, delivery 2 (failed on a before): fails on b, moves
+		{key: "a"}, {key: "b"}, {key: "f2"}, // item 2: fails on a, at once on b, moves
+		{key: "a"}, // item 3: the kind answers again
+		{key: "b"}, // item 4: fails; back to the backoff
+	}
+	for i, c := range []struct {
+		delivered uint64
+		streak    string
+		runs      []runFunc
+		want      Outcome
+	}{
+		{2, "a", []runFunc{failing5xx, ok}, Outcome{Fate: Succeeded, Kind: "azure", From: "chat", Why: kftype.FallbackFailing, Reply: ReplyAck, Attempt: 3, Failures: 2, Again: 1}},
+		{1, "", []runFunc{failing5xx, failing5xx, ok}, Outcome{Fate: Succeeded, Kind: "azure", From: "chat", Why: kftype.FallbackFailing, Reply: ReplyAck, Attempt: 3, Failures: 2, Again: 2}},
+		{1, "", []runFunc{ok}, Outcome{Fate: Succeeded, Kind: "chat", Reply: ReplyAck, Attempt: 1}},
+		{1, "", []runFunc{failing5xx}, Outcome{Fate: Retried, Kind: "chat", Reply: ReplyNak, Delay: time.Second, Attempt: 1, Failures: 1}},
+	} {
+		id := fmt.Sprintf("i%d", i+1)
+		h.d.it.ID, h.d.delivered = id, c.delivered
+		if c.streak != "" {
+			h.runs.m["b1/"+id] = &runsHash{runs: 1, fails: 1, acc: 1, streak: c.streak}
+		}
+		h.h.n = 0
+		checkOutcome(t, runFallbackCase(t, h, c.runs), c.want)
+	}
+	if got, want := m.get(), []string{"chat>azure:failing", "chat>azure:failing"}; !slices.Equal(got, want) {
+		t.Errorf("moves: got %q, want %q", got, want)
+	}
+}

@@ -88,6 +88,10 @@ func (e *Executor) settle(pullCtx context.Context, x *item, lease *creds.Lease, 
 		if dead != "" {
 			return e.deadLetterRun(ctx, x, dead, res), false
 		}
+		if e.retriesAtOnce(x, failing) {
+			log.Info("job failed on a kind whose items are moving to its fallback: it runs again at once", zap.String("error", res.errText))
+			return e.againUnlessDraining(pullCtx, x)
+		}
 		log.Warn("job failed: it runs again after the backoff", zap.String("error", res.errText),
 			zap.Int("failures", st.Failures), zap.Int("max_attempts", e.policy.MaxAttempts), zap.Duration("in", delay))
 		o := x.outcome(Retried, e.nak(x, delay))
