@@ -140,7 +140,7 @@ func New(c Config) (*Executor, error) {
 		policy:  c.Policy,
 		judging: judging{cooldown: c.Policy.Cooldown, maxRest: c.Policy.MaxRest, scrub: c.Scrub.String},
 		pool:    c.Pool, rec: c.Recorder, runs: c.Runs, batches: c.Batches, waits: c.Waits, host: c.Host,
-		ledger: c.Ledger, budgets: c.Budgets, moves: c.Moves, stuck: stuckRoutes{m: map[string]bool{}, failing: map[string]bool{}},
+		ledger: c.Ledger, budgets: c.Budgets, moves: c.Moves, stuck: stuckRoutes{m: map[string]bool{}, failing: map[string]bool{}, probes: map[string]chan struct{}{}},
 		clock: c.Clock, metrics: c.Metrics, log: c.Logger, keeper: newKeeper(c.Clock),
 	}, nil
 }

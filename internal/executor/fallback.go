@@ -94,6 +94,28 @@ type stuckRoutes struct {
 	mu      sync.Mutex
 	m       map[string]bool
 	failing map[string]bool
+	probes  map[string]chan struct{} // one probe at a time per kind and scope (probe)
+}
+
+// lock takes the probe lock of kind and scope, waiting for the probe in
+// flight; it fails with ErrDraining when pullCtx ends first, or with
+// itemCtx's cause.
+func (s *stuckRoutes) lock(pullCtx, itemCtx context.Context, kind, scope string) (unlock func(), err error) {
+	s.mu.Lock()
+	ch := s.probes[routeKey(kind, scope)]
+	if ch == nil {
+		ch = make(chan struct{}, 1)
+		s.probes[routeKey(kind, scope)] = ch
+	}
+	s.mu.Unlock()
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, nil
+	case <-pullCtx.Done():
+		return nil, ErrDraining
+	case <-itemCtx.Done():
+		return nil, context.Cause(itemCtx)
+	}
 }
 
 func routeKey(kind, scope string) string { return kind + "\x00" + scope }
@@ -155,26 +177,27 @@ func (e *Executor) route(pullCtx, itemCtx context.Context, x *item) (*creds.Leas
 		waited, never := false, 0
 		for i, c := range cands {
 			isOwn := c.name == x.it.Kind
-			stuck := e.stuck.stuck(c.name, x.scope)
-			mode, bound := mayWait, own.Fallback.After
-			switch {
-			case pass == 0 && stuck:
-				mode = tryOnce
-			case pass > 0 && x.route.failing && i == len(cands)-1:
-				bound = 0 // its last place to wait: as long as it takes
+			var l *creds.Lease
+			var err error
+			waitedOut, probed := false, false
+			if pass == 0 && e.stuck.stuck(c.name, x.scope) {
+				l, err, probed = e.probe(pullCtx, itemCtx, x, c)
 			}
-			l, err, waitedOut := e.leaseBounded(pullCtx, itemCtx, x, c.kind.Keys, mode, bound)
+			if !probed {
+				bound := own.Fallback.After
+				if pass > 0 && x.route.failing && i == len(cands)-1 {
+					bound = 0 // its last place to wait: as long as it takes
+				}
+				l, err, waitedOut = e.leaseBounded(pullCtx, itemCtx, x, c.kind.Keys, mayWait, bound)
+			}
 			switch {
 			case err == nil:
-				if stuck {
-					e.stuck.set(c.name, x.scope, false)
-				}
 				e.runOn(x, c, why)
 				return l, nil
 			case waitedOut:
 				waited = true
 				e.stuck.set(c.name, x.scope, true)
-				x.log.Debug("no key of the kind within its fallback's after", zap.String("on", c.name), zap.Duration("after", bound))
+				x.log.Debug("no key of the kind within its fallback's after", zap.String("on", c.name), zap.Duration("after", own.Fallback.After))
 			case errors.Is(err, creds.ErrNeverFits):
 				never++
 				neverFits = cmp.Or(neverFits, err)
@@ -197,6 +220,31 @@ func (e *Executor) route(pullCtx, itemCtx context.Context, x *item) (*creds.Leas
 			return nil, ErrClassWaiting
 		}
 	}
+}
+
+// probe tries once, without waiting, for a key of c, a kind this worker
+// remembers as stuck: one start at a time (the others wait for its
+// answer), so that when the kind serves again the start that finds it so
+// ends the memory before the next one looks: a burst of items that
+// starts as the kind's keys come back waits for them rather than moving
+// because the first of them took the room. probed is false when the kind
+// is not stuck any more (then the item waits for it as usual); else l or
+// err is the try's (errTriedOnce: no key has room).
+func (e *Executor) probe(pullCtx, itemCtx context.Context, x *item, c candidate) (l *creds.Lease, err error, probed bool) {
+	unlock, err := e.stuck.lock(pullCtx, itemCtx, c.name, x.scope)
+	if err != nil {
+		return nil, err, true
+	}
+	defer unlock()
+	if !e.stuck.stuck(c.name, x.scope) {
+		return nil, nil, false
+	}
+	l, err = e.lease(pullCtx, itemCtx, x, c.kind.Keys, tryOnce)
+	if err == nil {
+		e.stuck.set(c.name, x.scope, false)
+		x.log.Info("the kind's keys serve again", zap.String("kind", c.name))
+	}
+	return l, err, true
 }
 
 // leaseBounded is lease on keys, waiting at most bound (0: as long as it

@@ -406,3 +406,57 @@ func TestFallbackFailingRetriesAtOnce(t *testing.T) {
 		t.Errorf("moves: got %q, want %q", got, want)
 	}
 }
+
+// When a stuck kind's keys come back, a burst of items that start at
+// once waits for them: the start that finds the kind serving ends the
+// memory before the next one looks, so that one does not move because
+// the first took the room.
+func TestFallbackBurstAsTheKindComesBack(t *testing.T) {
+	h := newHarness(t)
+	m := withFallback(t, h)
+	pullCtx, cancelPull := context.WithCancelCause(context.Background())
+	runCtx, cancelRun := context.WithCancelCause(context.Background())
+	defer cancelPull(nil)
+	defer cancelRun(nil)
+	h.pool.exhausted = func() { cancelRun(errScriptOver) }
+	h.h.runs = []runFunc{ok, ok}
+	h.start()
+	h.e.stuck.set("chat", "m", true)
+	second := &fakeDelivery{tr: h.tr, delivered: 1, it: h.d.it}
+	second.it.ID = "i2"
+	done := make(chan Outcome, 1)
+	h.pool.grants = []grant{
+		{key: "a", before: func() {
+			go func() { done <- h.e.Execute(pullCtx, runCtx, second) }()
+			// Give the second item time to look while the first one's try
+			// is in flight (without the probe lock it would try, find no
+			// room and move; with it, it waits for this try's answer).
+			for deadline := time.Now().Add(200 * time.Millisecond); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+				if slices.Contains(h.tr.get(), "try-acquire a,b: none") {
+					break
+				}
+			}
+		}},
+		// No room for a second try (the first took it); a wait gets b.
+		{key: "b", none: true},
+	}
+	first := h.e.Execute(pullCtx, runCtx, h.d)
+	var o Outcome
+	select {
+	case o = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second item did not finish")
+	}
+	for i, got := range []Outcome{first, o} {
+		if got.Fate != Succeeded || got.Kind != "chat" {
+			t.Errorf("item %d: %+v, want succeeded on chat", i+1, got)
+		}
+	}
+	tr := h.tr.get()
+	if !slices.Contains(tr, "try-acquire a,b: a") || !slices.Contains(tr, "acquire a,b: b") {
+		t.Errorf("trace %q: want the first item's try and the second's wait on chat's keys", tr)
+	}
+	if got := m.get(); len(got) != 0 {
+		t.Errorf("moves: %q, want none", got)
+	}
+}
