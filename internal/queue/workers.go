@@ -15,21 +15,21 @@ import (
 
 // WorkerInfo is what a worker announces about itself every heartbeat.
 type WorkerInfo struct {
-	ID          string   `json:"id"`
-	Host        string   `json:"host"`
-	PID         int      `json:"pid"`
-	Version     string   `json:"version"`
-	State       string   `json:"state"` // running | draining
-	Concurrency int      `json:"concurrency"`
-	Busy        int      `json:"busy"`
-	Done        int64    `json:"done"`
-	Failed      int64    `json:"failed"`
-	Kinds       []string `json:"kinds"`
+	ID          string    `json:"id"`
+	Host        string    `json:"host"`
+	PID         int       `json:"pid"`
+	Version     string    `json:"version"`
+	State       string    `json:"state"` // running | draining
+	Concurrency int       `json:"concurrency"`
+	Busy        int       `json:"busy"`
+	Done        int64     `json:"done"`
+	Failed      int64     `json:"failed"`
+	Kinds       []string  `json:"kinds"`
+	StartedAt   time.Time `json:"started_at"`
+	LastSeen    time.Time `json:"last_seen"`
 	// Fallbacks count the items this worker ran on a fallback kind
 	// since it started, by kind, fallback kind and why; [] when none.
 	Fallbacks []kftype.FallbackCount `json:"fallbacks"`
-	StartedAt time.Time              `json:"started_at"`
-	LastSeen  time.Time              `json:"last_seen"`
 }
 
 func workerKey(id string) string { return kvKey(id) }
