@@ -106,6 +106,7 @@ var scenarios = []*scenario{
 	gwLatencyScenario,
 	gwBehindScenario,
 	gwThroughputScenario,
+	fallbackScenario,
 }
 
 // scenario is one numbered item of the benchmark.

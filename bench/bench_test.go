@@ -46,10 +46,14 @@ var quickExcluded = map[string]string{
 	"persistent":    "two fleets of worker processes and a python3 process per item of the first: ~10 s at quick size",
 	"httpenqueue":   "writes a file of 1,000,000 items (45 MB) and dry-runs it even at quick size, beside a dashboard process",
 	"batches":       "~8 s of two fleets of worker processes even at quick size, and its fair-share windows are wall-clock by construction (doneIn, startsAfter and within are tested)",
+	"fallback":      "six fleets of worker processes against two stand-in APIs, one waiting out the fallback's 5 s after, even at quick size; what moves and when is tested in-process (internal/executor TestFallback) and end to end (internal/e2e/fallback)",
 	"peers":         "needs node, npm (a network install on first use) and its own redis-server; 30 s or more per repetition (parsePeers and derive are tested)",
 	"gwlatency":     "a worker process and 600 timed requests at quick size; what the gateway does is tested in-process (internal/gateway) and end to end (internal/e2e/gateway)",
 	"gwbehind":      "two worker processes under a saturating batch for 5 s or more even at quick size (the gateway going first is tested end to end: internal/e2e/gateway TestAheadOfSaturatingBatch)",
 	"gwthroughput":  "two worker processes at 1,000 requests/s: it loads both cores by design, which would slow every package testing in parallel",
+	"accounts":      "four fleets of two worker processes for 10 s each even at quick size (keys sharing an account are tested end to end: internal/e2e/providers TestKeysOfAnAccountShareItsLimits; the pool in pkg/creds)",
+	"nginx":         "needs nginx on the machine, and two worker processes for 10 s at quick size (the pace from bare 429s is tested in pkg/creds)",
+	"refill":        "two fleets of two worker processes for 10 s each at quick size (pacing at the refill rate is tested in pkg/creds TestSignalsRestUntilEnoughHasRefilled)",
 }
 
 func TestEveryScenarioCoveredOrExcluded(t *testing.T) {

@@ -39,6 +39,9 @@ type credSpec struct {
 	limits string
 	// account is the credential's account ("" none).
 	account string
+	// groups are the credential's key groups as a YAML flow sequence
+	// ("" none).
+	groups string
 }
 
 // accountSpec is one account of a fleet's pool.
@@ -90,6 +93,12 @@ type fleetSpec struct {
 	// each worker (by its ID; "probe" for the run's own), such as a
 	// gateway section with the worker's own address.
 	extra func(worker string) string
+	// kinds is jobs.kinds as YAML lines, indented for their place under
+	// it ("" none).
+	kinds string
+	// retryBackoff is worker.retry_backoff as a YAML flow sequence (""
+	// the default).
+	retryBackoff string
 }
 
 // fleet is one run's stream, pool and worker processes.
@@ -153,6 +162,9 @@ func (f *fleet) writeConfig(name string, listenPort int) (string, error) {
 		if c.account != "" {
 			fmt.Fprintf(&b, ", account: %s", c.account)
 		}
+		if c.groups != "" {
+			fmt.Fprintf(&b, ", groups: %s", c.groups)
+		}
 		b.WriteString("}\n")
 	}
 	if len(f.spec.accounts) > 0 {
@@ -182,6 +194,9 @@ func (f *fleet) writeConfig(name string, listenPort int) (string, error) {
 		grace = 5 * time.Second
 	}
 	fmt.Fprintf(&b, "worker:\n  concurrency: %d\n  shutdown_grace: %s\n", f.spec.concurrency, grace)
+	if f.spec.retryBackoff != "" {
+		fmt.Fprintf(&b, "  retry_backoff: %s\n", f.spec.retryBackoff)
+	}
 	if listenPort > 0 {
 		// Loopback only; the profiler serves the -profile option.
 		fmt.Fprintf(&b, "  listen: 127.0.0.1:%d\n  pprof: true\n", listenPort)
@@ -191,8 +206,11 @@ func (f *fleet) writeConfig(name string, listenPort int) (string, error) {
 		ackWait = 30 * time.Second
 	}
 	fmt.Fprintf(&b, "queue:\n  stream: %s\n  subject_prefix: %s\n  consumer: workers\n  ack_wait: %s\n", f.stream, f.prefix, ackWait)
-	if f.spec.httpURL != "" || f.spec.exec != "" || f.spec.batchAPI != "" {
+	if f.spec.httpURL != "" || f.spec.exec != "" || f.spec.batchAPI != "" || f.spec.kinds != "" {
 		b.WriteString("jobs:\n")
+	}
+	if f.spec.kinds != "" {
+		fmt.Fprintf(&b, "  kinds:\n%s\n", strings.TrimRight(f.spec.kinds, "\n"))
 	}
 	if f.spec.batchAPI != "" {
 		fmt.Fprintf(&b, "  batch_api: %s\n", f.spec.batchAPI)

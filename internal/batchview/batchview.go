@@ -92,6 +92,10 @@ type Batch struct {
 	// PausedReason says why it is paused: "" (an operator), budget or
 	// tenant-budget.
 	PausedReason string `json:"paused_reason"`
+	// Fallbacks count its items that ran on a fallback kind of their
+	// kind, by that kind and why (waited, failing), each item once by its
+	// latest result; [] when none.
+	Fallbacks []kftype.FallbackCount `json:"fallbacks"`
 }
 
 // ProviderBatch is one provider batch of a batch: what `batch show`
@@ -163,6 +167,8 @@ type Tally struct {
 	Succeeded, Failed, Cancelled int64
 	// Spent is what the results say their runs cost.
 	Spent spend.Amount
+	// Fallbacks count the items that ran on a fallback kind (nil: none).
+	Fallbacks []kftype.FallbackCount
 	// Kind of the results (for a batch without a record).
 	Kind string
 	// First and Last are the earliest and latest finish times seen.
@@ -196,7 +202,8 @@ func State(rec kftype.BatchInfo, known bool, t Tally) string {
 func Row(id string, rec kftype.BatchInfo, known bool, t Tally) Batch {
 	row := Batch{ID: id, Kind: t.Kind, TotalKnown: known, Succeeded: t.Succeeded, Failed: t.Failed, Cancelled: t.Cancelled,
 		Priority: kftype.PriorityDefault, Weight: kftype.WeightDefault, History: []kftype.BatchEvent{}, Scopes: append([]string{}, rec.Scopes...),
-		Deadline: timePtr(rec.Deadline), ProviderBatches: []ProviderBatch{}, Spent: t.Spent}
+		Deadline: timePtr(rec.Deadline), ProviderBatches: []ProviderBatch{}, Spent: t.Spent,
+		Fallbacks: append([]kftype.FallbackCount{}, t.Fallbacks...)}
 	row.Done = t.Done()
 	row.Total = row.Done
 	if known {

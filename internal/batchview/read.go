@@ -119,6 +119,7 @@ type batchCount struct {
 	kind        string
 	first, last time.Time
 	spent       spend.Amount
+	fallbacks   Fallbacks
 }
 
 // The low 3 bits of a word.
@@ -138,10 +139,12 @@ func newCounter(now time.Time) *counter {
 func (c *counter) add(r kftype.Result) error {
 	b := c.batches[r.Batch]
 	if b == nil {
-		b = &batchCount{kind: r.Kind}
+		b = &batchCount{kind: OwnKind(r)}
 		c.batches[r.Batch] = b
 	}
-	w := maphash.String(c.seed, r.Item) << wordBits
+	h := maphash.String(c.seed, r.Item)
+	b.fallbacks.Add(h, r)
+	w := h << wordBits
 	switch r.Outcome {
 	case kftype.OutcomeSucceeded:
 		w |= wordOK
@@ -201,6 +204,7 @@ func (c *counter) tally(id string) (t Tally, recent int64) {
 		}
 	}
 	t.Kind, t.First, t.Last, t.Spent = b.kind, b.first, b.last, b.spent
+	t.Fallbacks = b.fallbacks.Counts()
 	return t, recent
 }
 

@@ -66,6 +66,7 @@ func printBatch(w io.Writer, b batchview.Batch, now time.Time) {
 	}
 	_ = tw.Flush()
 	printProviderBatches(w, b.ProviderBatches)
+	printFallbacks(w, "  Fallbacks (items that ran on a fallback kind):\n", b.Fallbacks)
 	if len(b.History) == 0 {
 		fmt.Fprintln(w, "  History: no pause, resume or cancel")
 		return

@@ -98,6 +98,9 @@ func printItem(w io.Writer, it itemview.Item, now time.Time) {
 	fmt.Fprintf(w, "Item %s of batch %s: %s\n", termsafe.String(it.Item), termsafe.String(it.Batch), stateText(it))
 	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
 	fmt.Fprintf(tw, "  Kind:\t%s\n", termsafe.String(it.Kind))
+	if r := it.Result; r != nil && r.FallbackFrom != "" {
+		fmt.Fprintf(tw, "  Ran on:\t%s (its kind's fallback: %s)\n", termsafe.String(r.Kind), termsafe.String(r.FallbackReason))
+	}
 	if it.Scope != "" {
 		fmt.Fprintf(tw, "  Scope:\t%s\n", termsafe.String(it.Scope))
 	}

@@ -26,13 +26,15 @@ as JSON Lines (standard output, or FILE with -o), streaming: a batch of
 millions of items works. Each line is the result record as the worker
 stored it:
 
-  item, batch, kind, outcome (succeeded | failed | cancelled: the batch was
-  cancelled before the item ran), attempts (runs of the
-  item), duration (seconds, of the last run), credential_id, error, output
-  (exec stdout or http body, at most jobs.max_output bytes; base64 when
-  output_encoding is "base64"), output_truncated, status_code and
-  request_id (of the item's last API reply: http and provider kinds), via
-  (the provider batch it ran in), worker, finished_at
+  item, batch, kind (the kind that ran it), outcome (succeeded | failed |
+  cancelled: the batch was cancelled before the item ran), attempts (runs
+  of the item), duration (seconds, of the last run), credential_id (the
+  key that ran it), error, output (exec stdout or http body, at most
+  jobs.max_output bytes; base64 when output_encoding is "base64"),
+  output_truncated, status_code and request_id (of the item's last API
+  reply: http and provider kinds), via (the provider batch it ran in),
+  fallback_from and fallback_reason (waited | failing: the item ran on a
+  fallback kind of its own kind, fallback_from), worker, finished_at
 
 --format writes them as a provider's batch output instead, which code
 written for the provider's Batch API reads unchanged:

@@ -35,7 +35,9 @@ cooling until and why, disabled and why, starts in the rate window).
   at, stream{name,messages,bytes},
   consumer{name,pending,ack_pending,redelivered,waiting_pulls,last_active},
   dead_letters, results, workers[{id,host,pid,version,state,concurrency,busy,
-  done,failed,kinds,started_at,last_seen}],
+  done,failed,kinds,fallbacks,started_at,last_seen}],
+  fallbacks[{kind,to,why,items}]   items of a kind that ran on one of its
+    fallback kinds, and why (waited, failing), summed over the workers,
   pool{name,at,total,available,leased,cooling,disabled,in_flight,
   credentials[{id,state,max_concurrent,rate,in_flight,holders[{owner,expires}],
   cooling_until,cooling_reason,disabled_reason,disabled_at,starts_in_window,
@@ -135,6 +137,7 @@ func printStatus(w io.Writer, r status.Report, heartbeatTTL time.Duration) {
 		}
 		_ = tw.Flush()
 	}
+	printFallbacks(w, "\nFallbacks (items that ran on a fallback kind, counted by the workers running now):\n", r.Fallbacks)
 }
 
 // printPool prints the pool's totals and a table of its credentials.

@@ -519,6 +519,9 @@ type Kind struct {
 	// Credentials are the key groups or credential IDs the kind's items
 	// may use (Config.KindKeys). Default: every key of the pool.
 	Credentials []string `yaml:"credentials"`
+	// Fallback is where the kind's items run when its own keys cannot
+	// serve them (fallback.go). Default: nil, nowhere else.
+	Fallback *Fallback `yaml:"fallback"`
 }
 
 // section returns the built-in kind that runs the kind's items (http or

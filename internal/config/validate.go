@@ -504,6 +504,7 @@ func (c *Config) checkJobs(ps *check.List) {
 			}
 		}
 	}
+	c.checkFallbacks(ps)
 }
 
 // namesKey reports whether name is a credential's ID or one of its groups.

@@ -49,6 +49,7 @@ type batchTally struct {
 	kind                         string
 	first, last                  time.Time // finish times of the results seen
 	samples                      []doneSample
+	fallbacks                    batchview.Fallbacks
 }
 
 type doneSample struct {
@@ -74,7 +75,7 @@ func (t *tally) result(r kftype.Result) {
 	defer t.mu.Unlock()
 	b := t.batches[r.Batch]
 	if b == nil {
-		b = &batchTally{items: map[uint64]uint8{}, kind: r.Kind}
+		b = &batchTally{items: map[uint64]uint8{}, kind: batchview.OwnKind(r)}
 		t.batches[r.Batch] = b
 	}
 	now := outcomeNotOK
@@ -85,6 +86,7 @@ func (t *tally) result(r kftype.Result) {
 		now = outcomeCancelled
 	}
 	k := itemHash(r.Item)
+	b.fallbacks.Add(k, r)
 	if was := b.items[k]; was != now {
 		*b.count(was)--
 		*b.count(now)++
@@ -212,7 +214,7 @@ func (t *tally) batch(id string, rec kftype.BatchInfo, known bool, now time.Time
 // samples.
 func (b *batchTally) row(id string, rec kftype.BatchInfo, known bool, now time.Time) Batch {
 	row := batchview.Row(id, rec, known, batchview.Tally{Succeeded: b.succeeded, Failed: b.failed, Cancelled: b.cancelled,
-		Kind: b.kind, First: b.first, Last: b.last})
+		Kind: b.kind, First: b.first, Last: b.last, Fallbacks: b.fallbacks.Counts()})
 	row.SetRate(b.rate(row, rec, known), now)
 	return row
 }

@@ -19,6 +19,7 @@ func (e *Executor) succeed(ctx context.Context, x *item, r runResult) Outcome {
 	attempt := x.runs.Cur.Runs
 	res := e.result(x.it, kftype.OutcomeSucceeded, attempt, r.dur, r.credID, "", r.out)
 	res.LeasedAt, res.Spend = r.leasedAt.UTC(), r.spent
+	x.tag(&res)
 	if err := e.rec.Commit(ctx, res, x.d); err != nil {
 		if o, ok := e.commitAlone(ctx, x, res, err); !ok {
 			return o

@@ -38,6 +38,7 @@ func (e *Executor) deadLetterRun(ctx context.Context, x *item, reason string, r 
 	res := e.result(kftype.Item{ID: dl.Item, Batch: it.Batch, Kind: it.Kind}, kftype.OutcomeFailed, st.Runs, r.dur, r.credID,
 		failureText(reason, r.errText), r.out)
 	res.Spend = r.spent
+	x.tag(&res)
 	if err := e.retry(ctx, "storing the result", x.log, func(c context.Context) error { return e.rec.PutResult(c, res) }); err != nil {
 		x.log.Error("could not store the failed result: handing the item back", zap.Error(err))
 		return x.handedBack(ErrResultNotStored, e.nak(x, recordWait), recordWait)

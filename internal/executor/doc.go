@@ -29,6 +29,11 @@
 //	permanent     release, dead letter
 //	interrupted   (shutdown, lost lease or message) release, nak for immediate redelivery, no attempt used
 //
+// An item of a kind with a fallback (jobs.kinds.<name>.fallback) that
+// cannot start on its kind's keys within the fallback's after, or whose
+// runs failed twice in a row, runs on a fallback kind's keys, in place:
+// the message stays the only checkpoint (fallback.go).
+//
 // A dead letter is stored before the message is terminated (a term deletes
 // it from the work-queue stream). Runs and failures are counted per item in
 // the RunLog, so KEYFLEET_ATTEMPT is exact across workers; a run that never

@@ -30,6 +30,13 @@ type Kind struct {
 	Provider bool
 	// Timeout is how long one run may take (jobs.<kind>.timeout; 0 none).
 	Timeout time.Duration
+	// Endpoint is a provider kind's endpoint (its http.endpoint, else its
+	// provider's): where its items' requests go when they run on a
+	// fallback kind. "" for other kinds.
+	Endpoint string
+	// Fallback is where its items run when its keys cannot serve them
+	// (fallback.go); nil: nowhere else.
+	Fallback *Fallback
 }
 
 // Config builds an Executor. Every collaborator is required but Clock
@@ -60,6 +67,9 @@ type Config struct {
 	// and starts under a budget reserve theirs).
 	Ledger  Ledger
 	Budgets Budgets
+	// Moves counts the items that start on a fallback kind (nil: not
+	// counted but in Metrics).
+	Moves   Mover
 	Clock   Clock
 	Metrics *metrics.Metrics
 	Logger  *zap.Logger
@@ -85,6 +95,8 @@ type Executor struct {
 	host    Host
 	ledger  Ledger
 	budgets Budgets
+	moves   Mover
+	stuck   stuckRoutes // kinds whose keys could not serve a fallback's After (fallback.go)
 	clock   Clock
 	metrics *metrics.Metrics
 	log     *zap.Logger
@@ -111,6 +123,9 @@ func New(c Config) (*Executor, error) {
 	if (c.Ledger == nil) != (c.Budgets == nil) {
 		return nil, fmt.Errorf("executor: Config.Ledger and Config.Budgets go together")
 	}
+	if err := checkFallbacks(c.Kinds); err != nil {
+		return nil, err
+	}
 	if c.Clock == nil {
 		c.Clock = Real
 	}
@@ -125,7 +140,7 @@ func New(c Config) (*Executor, error) {
 		policy:  c.Policy,
 		judging: judging{cooldown: c.Policy.Cooldown, maxRest: c.Policy.MaxRest, scrub: c.Scrub.String},
 		pool:    c.Pool, rec: c.Recorder, runs: c.Runs, batches: c.Batches, waits: c.Waits, host: c.Host,
-		ledger: c.Ledger, budgets: c.Budgets,
+		ledger: c.Ledger, budgets: c.Budgets, moves: c.Moves, stuck: stuckRoutes{m: map[string]bool{}, failing: map[string]bool{}, probes: map[string]chan struct{}{}},
 		clock: c.Clock, metrics: c.Metrics, log: c.Logger, keeper: newKeeper(c.Clock),
 	}, nil
 }
@@ -149,6 +164,7 @@ type item struct {
 	keep      keepHandle
 	again     int
 	spend     spending // what binds its spend, and the current start's reservation
+	route     routing  // the kind it runs on (fallback.go)
 }
 
 // Execute takes one delivery to its settlement and says what became of
@@ -157,7 +173,7 @@ type item struct {
 // (running jobs are cancelled with its cause, ErrGraceOver).
 func (e *Executor) Execute(pullCtx, runCtx context.Context, d Delivery) Outcome {
 	it, decodeErr := d.Item()
-	x := &item{e: e, d: d, it: it, delivered: d.Delivered()}
+	x := &item{e: e, d: d, it: it, delivered: d.Delivered(), route: routing{ran: it.Kind}}
 	// WithLazy: the fields are encoded only if the item logs something.
 	x.log = e.log.WithLazy(zap.String("item", it.ID), zap.String("batch", it.Batch), zap.String("kind", it.Kind))
 	if x.delivered > 1 {
@@ -178,7 +194,7 @@ func (e *Executor) Execute(pullCtx, runCtx context.Context, d Delivery) Outcome 
 	if !ok {
 		return e.deadLetter(x, kftype.ReasonUnknownKind, fmt.Sprintf("worker %s has no jobs.%s configured (it runs %v)", e.id, it.Kind, e.kindNames))
 	}
-	x.kind = k
+	x.kind, x.route.own = k, k
 	if text := e.prepare(x); text != "" {
 		return e.deadLetter(x, kftype.ReasonPermanent, text)
 	}
@@ -192,6 +208,12 @@ func (e *Executor) Execute(pullCtx, runCtx context.Context, d Delivery) Outcome 
 		// What earlier deliveries recorded: which keys refused the item.
 		if err := x.runs.Peek(itemCtx); err != nil {
 			x.log.Debug("reading the run counters", zap.Error(err))
+		}
+		if k.Fallback != nil && failingOver(x.runs.Cur) {
+			// Its runs failed twice in a row on its kind's keys: it starts
+			// on its fallback kinds.
+			x.route.failing = true
+			e.stuck.setFailing(it.Kind, x.scope, true)
 		}
 	}
 	for {
@@ -278,7 +300,11 @@ const (
 
 // outcome is x's outcome with fate f and reply r.
 func (x *item) outcome(f Fate, r Reply) Outcome {
-	return Outcome{Fate: f, Kind: x.it.Kind, Reply: r, Attempt: x.runs.Cur.Runs, Failures: x.runs.Cur.Failures, Again: x.again}
+	o := Outcome{Fate: f, Kind: x.route.ran, Reply: r, Attempt: x.runs.Cur.Runs, Failures: x.runs.Cur.Failures, Again: x.again}
+	if x.route.why != "" {
+		o.From, o.Why = x.it.Kind, x.route.why
+	}
+	return o
 }
 
 // handedBack is x handed back for cause, after delay when r is a nak.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -35,7 +36,11 @@ type harness struct {
 	// ledger and budgets: the spend collaborators (nil: none).
 	ledger  Ledger
 	budgets Budgets
-	e       *Executor
+	// kinds, when set, are the kinds the executor runs instead of
+	// {"sleep": kind}; moves counts the moves to fallback kinds.
+	kinds map[string]Kind
+	moves Mover
+	e     *Executor
 
 	cancelPull, cancelRun context.CancelCauseFunc
 }
@@ -71,8 +76,12 @@ func newHarness(t *testing.T) *harness {
 
 // start builds the Executor (after the case's changes to the harness).
 func (h *harness) start() {
+	kinds := h.kinds
+	if kinds == nil {
+		kinds = map[string]Kind{"sleep": h.kind}
+	}
 	e, err := New(Config{
-		ID: "w1", Kinds: map[string]Kind{"sleep": h.kind}, KindNames: []string{"sleep"},
+		ID: "w1", Kinds: kinds, KindNames: slices.Sorted(maps.Keys(kinds)), Moves: h.moves,
 		Secrets: map[string]secret.Secret{"a": secret.New(testSecret)},
 		Scrub:   secret.NewScrubber(secret.New(testSecret)), Policy: h.policy,
 		Pool: h.pool, Recorder: h.rec, Runs: h.runs, Batches: h.batches, Waits: h.waits, Host: h.host, Clock: h.clk,

@@ -102,6 +102,9 @@ type grant struct {
 	err    error
 	block  bool
 	before func()
+	// none: a try-acquire finds no key with room (an acquire that may
+	// wait takes the next grant).
+	none bool
 }
 
 // fakePool answers acquires from a script; past its end an acquire waits
@@ -130,6 +133,9 @@ func (p *fakePool) next(ctx context.Context, r creds.Request, what string) (*cre
 		g, p.grants = p.grants[0], p.grants[1:]
 	}
 	p.mu.Unlock()
+	if r.Keys != nil {
+		what += " " + strings.Join(r.Keys.IDs(), ",")
+	}
 	if over {
 		g.block = true
 		if p.exhausted != nil {
@@ -160,9 +166,17 @@ func (p *fakePool) AcquireWith(ctx context.Context, r creds.Request) (*creds.Lea
 func (p *fakePool) TryAcquireWith(ctx context.Context, r creds.Request) (*creds.Lease, error) {
 	p.mu.Lock()
 	empty := len(p.grants) == 0
+	none := !empty && p.grants[0].none
+	if none {
+		p.grants = p.grants[1:]
+	}
 	p.mu.Unlock()
-	if empty {
-		p.tr.add("try-acquire: none")
+	if empty || none {
+		what := "try-acquire"
+		if r.Keys != nil {
+			what += " " + strings.Join(r.Keys.IDs(), ",")
+		}
+		p.tr.add("%s: none", what)
 		return nil, creds.ErrNoneAvailable
 	}
 	return p.next(ctx, r, "try-acquire")
@@ -284,7 +298,7 @@ type runsHash struct {
 	runs, fails, limited, refusals int
 	open                           bool
 	acc                            uint64
-	refused                        string
+	refused, streak                string
 }
 
 func (f *fakeRunLog) Do(_ context.Context, batch, id, op string, d uint64, held int, text string) (RunCount, error) {
@@ -307,7 +321,7 @@ func (f *fakeRunLog) Do(_ context.Context, batch, id, op string, d uint64, held 
 		h = &runsHash{}
 	}
 	if op == OpPeek {
-		return RunCount{Runs: h.runs, Failures: h.fails, Limited: h.limited, Refusals: h.refusals, Refused: h.refused}, nil
+		return RunCount{Runs: h.runs, Failures: h.fails, Limited: h.limited, Refusals: h.refusals, Refused: h.refused, Streak: h.streak}, nil
 	}
 	lost := 0
 	switch op {
@@ -325,15 +339,26 @@ func (f *fakeRunLog) Do(_ context.Context, batch, id, op string, d uint64, held 
 	case OpFail:
 		h.runs, h.limited, h.open = max(h.runs, held), 0, false
 		h.fails++
+		if text == "" {
+			h.streak = ""
+		} else {
+			ids := append(strings.Split(h.streak, "\n"), text)
+			if h.streak == "" {
+				ids = ids[1:]
+			}
+			h.streak = strings.Join(ids[max(0, len(ids)-4):], "\n")
+		}
 	case OpSettle:
 		h.runs, h.open = max(h.runs, held), false
 	case OpLimited:
 		h.runs, h.open = max(h.runs, held), false
 		h.limited++
+		h.streak = ""
 	case OpRefuse:
 		h.runs, h.limited, h.open = max(h.runs, held), 0, false
 		h.refusals++
 		h.refused = strings.TrimPrefix(h.refused+"\n"+text, "\n")
+		h.streak = ""
 	case OpNoRun:
 		h.open = false
 	default:
@@ -341,7 +366,7 @@ func (f *fakeRunLog) Do(_ context.Context, batch, id, op string, d uint64, held 
 	}
 	h.acc = max(h.acc, d)
 	f.m[k] = h
-	return RunCount{Runs: h.runs, Failures: h.fails, Lost: lost, Limited: h.limited, Refusals: h.refusals, Refused: h.refused}, nil
+	return RunCount{Runs: h.runs, Failures: h.fails, Lost: lost, Limited: h.limited, Refusals: h.refusals, Refused: h.refused, Streak: h.streak}, nil
 }
 
 // fakeBatches is the batch view.
@@ -401,6 +426,7 @@ type fakeHandler struct {
 	runs []runFunc
 	mu   sync.Mutex
 	n    int
+	seen []jobs.Item // the items it was given, in order
 }
 
 func (h *fakeHandler) Kind() string { return "sleep" }
@@ -409,6 +435,7 @@ func (h *fakeHandler) Run(ctx context.Context, it jobs.Item, cred jobs.Credentia
 	h.mu.Lock()
 	n := h.n
 	h.n++
+	h.seen = append(h.seen, it)
 	h.mu.Unlock()
 	h.tr.add("run %s attempt %d", cred.ID, it.Attempt)
 	if n >= len(h.runs) {

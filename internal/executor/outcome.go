@@ -62,8 +62,12 @@ func (r Reply) String() string {
 // Outcome is what one delivery came to.
 type Outcome struct {
 	Fate Fate
-	// Kind is the item's job kind ("" when it could not be read).
+	// Kind is the kind that ran the item: its own, or the fallback kind
+	// it moved to ("" when it could not be read).
 	Kind string
+	// From is the item's own kind when it ran on a fallback kind (Kind),
+	// Why why it moved (kftype.FallbackWaited, FallbackFailing); "" else.
+	From, Why string
 	// Reason is a dead letter's reason (queue.Reason*).
 	Reason string
 	// Cause says why an item was handed back or interrupted.

@@ -38,20 +38,21 @@ func (e *Executor) runOnce(pullCtx, itemCtx context.Context, x *item, lease *cre
 	inFlight.Inc()
 	log.Debug("job started")
 	start := e.clock.Now()
+	kind := x.route.ran
 	out, jobErr := jobs.SafeRun(jobCtx, x.kind.Handler,
-		jobs.Item{ID: it.ID, Batch: it.Batch, Kind: it.Kind, Attempt: attempt, Payload: it.Payload, Endpoint: it.Endpoint},
+		jobs.Item{ID: it.ID, Batch: it.Batch, Kind: kind, Attempt: attempt, Payload: it.Payload, Endpoint: x.endpoint()},
 		jobs.Credential{ID: lease.CredentialID, Secret: e.secrets[lease.CredentialID], URL: e.urls[lease.CredentialID]})
 	dur := e.clock.Now().Sub(start)
 	inFlight.Dec()
 	renewal.Stop()
-	e.metrics.JobDuration.WithLabelValues(it.Kind).Observe(dur.Seconds())
-	e.metrics.Requests.WithLabelValues(it.Kind, metrics.ViaRealTime).Inc()
+	e.metrics.JobDuration.WithLabelValues(kind).Observe(dur.Seconds())
+	e.metrics.Requests.WithLabelValues(kind, metrics.ViaRealTime).Inc()
 	errText := ""
 	if jobErr != nil {
 		errText = e.scrub.String(jobErr.Error())
 	}
 	if out.CostNote != "" {
-		e.noteOnce("cost:"+it.Kind, func() {
+		e.noteOnce("cost:"+kind, func() {
 			log.Warn("a job did not report its cost: the estimate stands (said once per kind)", zap.String("why", e.scrub.String(out.CostNote)))
 		})
 	}

@@ -12,8 +12,9 @@ type RunLog interface {
 	// Do applies op to the counters of item id of batch, on its
 	// delivery-th delivery; held is the run number the caller holds (a
 	// first run it did not record at its start), text a refusal
-	// ("<credential>\t<reason>", op refuse). It returns the counters after
-	// the op.
+	// ("<credential>\t<reason>", op refuse) or the credential of a failure
+	// that counts toward a fallback (op fail; "" none). It returns the
+	// counters after the op.
 	Do(ctx context.Context, batch, id, op string, delivery uint64, held int, text string) (RunCount, error)
 }
 
@@ -42,6 +43,10 @@ type RunCount struct {
 	// Refused their texts, one a line ("<credential>\t<reason>").
 	Refusals int
 	Refused  string
+	// Streak: the credentials of the last failed runs in a row that count
+	// toward a fallback (FailOn), one a line, at most 4; a failure that
+	// does not count, a rate-limited or a refused run ends the row.
+	Streak string
 }
 
 // ItemRuns tracks one delivery of an item in a RunLog. The first run of an
@@ -106,10 +111,17 @@ func (r *ItemRuns) Start(ctx context.Context) (RunCount, error) {
 }
 
 // Fail records that the current run failed.
-func (r *ItemRuns) Fail(ctx context.Context) (RunCount, error) {
-	st, err := r.do(ctx, OpFail, "")
+func (r *ItemRuns) Fail(ctx context.Context) (RunCount, error) { return r.FailOn(ctx, "") }
+
+// FailOn records that the current run failed on credential, a failure
+// that counts toward a fallback ("" one that does not).
+func (r *ItemRuns) FailOn(ctx context.Context, credential string) (RunCount, error) {
+	st, err := r.do(ctx, OpFail, credential)
 	if err != nil {
 		st = RunCount{Runs: r.Cur.Runs, Failures: r.Cur.Failures + 1}
+		if credential != "" {
+			st.Streak = strings.TrimPrefix(r.Cur.Streak+"\n"+credential, "\n")
+		}
 	}
 	r.Cur = st
 	return st, err

@@ -16,12 +16,12 @@ import (
 // dead-lettered. It reports whether the item runs again at once on another
 // credential.
 func (e *Executor) settle(pullCtx context.Context, x *item, lease *creds.Lease, v verdict, res runResult, log *zap.Logger, why error) (Outcome, bool) {
-	it := x.it
 	ctx, cancel := e.settleCtx()
 	defer cancel()
 	e.endLease(lease, v.lease, log)
 	switch v.label {
 	case labelSucceeded:
+		e.served(x)
 		return e.succeed(ctx, x, res), false
 
 	case labelInterrupted:
@@ -35,7 +35,7 @@ func (e *Executor) settle(pullCtx context.Context, x *item, lease *creds.Lease, 
 
 	case labelRateLimited:
 		e.metrics.Cooldowns.WithLabelValues(lease.CredentialID, v.restSource).Inc()
-		e.metrics.Items.WithLabelValues(it.Kind, "rate_limited").Inc()
+		e.metrics.Items.WithLabelValues(x.route.ran, "rate_limited").Inc()
 		st, err := x.runs.Limited(ctx)
 		if err != nil {
 			log.Debug("counting the rate-limited run", zap.Error(err))
@@ -49,8 +49,8 @@ func (e *Executor) settle(pullCtx context.Context, x *item, lease *creds.Lease, 
 		return e.againUnlessDraining(pullCtx, x)
 
 	case labelRejected:
-		e.metrics.Rejections.WithLabelValues(lease.CredentialID, rejectCause(it.Kind, v.reason)).Inc()
-		e.metrics.Items.WithLabelValues(it.Kind, "rejected").Inc()
+		e.metrics.Rejections.WithLabelValues(lease.CredentialID, rejectCause(x.route.ran, v.reason)).Inc()
+		e.metrics.Items.WithLabelValues(x.route.ran, "rejected").Inc()
 		st, err := x.runs.Refuse(ctx, lease.CredentialID+"\t"+v.reason)
 		if err != nil {
 			log.Debug("counting the refusal", zap.Error(err))
@@ -72,15 +72,25 @@ func (e *Executor) settle(pullCtx context.Context, x *item, lease *creds.Lease, 
 		return e.deadLetterRun(ctx, x, v.dead, res), false
 
 	default: // transient
-		st, err := x.runs.Fail(ctx)
+		failing := failingKey(x, lease.CredentialID, res.out)
+		st, err := x.runs.FailOn(ctx, failing)
 		if err != nil {
 			log.Warn("cannot count the failure in Redis", zap.Error(err))
+		}
+		if e.movesOn(x, st, failing) {
+			// Before its attempts are looked at: the fallback is what
+			// its kind's operator asked for when its keys fail.
+			return e.againUnlessDraining(pullCtx, x)
 		}
 		dead, delay := afterFailure(st.Failures, x.delivered, failurePolicy{
 			maxAttempts: e.policy.MaxAttempts, maxDeliver: e.policy.MaxDeliver, delay: e.policy.RetryDelay,
 		})
 		if dead != "" {
 			return e.deadLetterRun(ctx, x, dead, res), false
+		}
+		if e.retriesAtOnce(x, failing) {
+			log.Info("job failed on a kind whose items are moving to its fallback: it runs again at once", zap.String("error", res.errText))
+			return e.againUnlessDraining(pullCtx, x)
 		}
 		log.Warn("job failed: it runs again after the backoff", zap.String("error", res.errText),
 			zap.Int("failures", st.Failures), zap.Int("max_attempts", e.policy.MaxAttempts), zap.Duration("in", delay))

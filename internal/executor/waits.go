@@ -32,6 +32,9 @@ type ClassWaits struct {
 	entered  map[string]int  // slots in an acquire that may wait
 	inQueued map[string]int  // of those, queued in the pool without a grant
 	busy     map[string]bool // the class's last acquire was queued
+	// diverted: classes whose items move to another class's keys (a
+	// fallback kind's), by the class they move to (waits_divert.go).
+	diverted map[string]string
 }
 
 // classWaitShare is the share of a worker's slots one class may have
@@ -40,7 +43,8 @@ func classWaitShare(concurrency int) int { return max(1, concurrency/2) }
 
 // NewClassWaits bounds the waits of a worker of concurrency slots.
 func NewClassWaits(concurrency int) *ClassWaits {
-	return &ClassWaits{max: classWaitShare(concurrency), entered: map[string]int{}, inQueued: map[string]int{}, busy: map[string]bool{}}
+	return &ClassWaits{max: classWaitShare(concurrency), entered: map[string]int{}, inQueued: map[string]int{}, busy: map[string]bool{},
+		diverted: map[string]string{}}
 }
 
 // enter counts a slot that is about to acquire for class and may wait,
@@ -101,6 +105,11 @@ func (c *ClassWaits) Full() []string {
 	for class := range c.entered {
 		if c.isFull(class) {
 			out = append(out, class)
+		}
+	}
+	for from, to := range c.diverted {
+		if c.isFull(to) && !slices.Contains(out, from) {
+			out = append(out, from)
 		}
 	}
 	slices.Sort(out)

@@ -14,6 +14,7 @@
 package itemview
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -209,7 +210,7 @@ func Read(ctx context.Context, q *queue.Queue, batch, item string) (Item, error)
 	case sum != nil:
 		out.Kind, out.Scope = sum.Kind, sum.Scope
 	default:
-		out.Kind = res.Kind
+		out.Kind = cmp.Or(res.FallbackFrom, res.Kind) // its own kind, not a fallback kind that ran it
 	}
 	// The latest outcome's details: the result's, or the dead letter's
 	// when it is the later (a dead letter and the failed result of the

@@ -47,7 +47,13 @@ type Result struct {
 	Via string `json:"via,omitempty"`
 	// Spend is what the run cost at its model's price (pool.prices), from
 	// its reply's usage (0, left out, when unknown).
-	Spend      Amount    `json:"spend,omitempty"`
-	Worker     string    `json:"worker"`
-	FinishedAt time.Time `json:"finished_at"`
+	Spend Amount `json:"spend,omitempty"`
+	// FallbackFrom is the item's own kind when it ran on one of that
+	// kind's fallback kinds (Kind), FallbackReason why it moved
+	// (FallbackWaited, FallbackFailing); "" (left out) when it ran on its
+	// own.
+	FallbackFrom   string    `json:"fallback_from,omitempty"`
+	FallbackReason string    `json:"fallback_reason,omitempty"`
+	Worker         string    `json:"worker"`
+	FinishedAt     time.Time `json:"finished_at"`
 }

@@ -65,6 +65,14 @@ func (r *Result) AppendJSON(b []byte) ([]byte, error) {
 		b = append(b, `,"spend":`...)
 		b = append(b, r.Spend.String()...)
 	}
+	if r.FallbackFrom != "" {
+		b = append(b, `,"fallback_from":`...)
+		b = jsonl.AppendString(b, r.FallbackFrom)
+	}
+	if r.FallbackReason != "" {
+		b = append(b, `,"fallback_reason":`...)
+		b = jsonl.AppendString(b, r.FallbackReason)
+	}
 	b = append(b, `,"worker":`...)
 	b = jsonl.AppendString(b, r.Worker)
 	b = append(b, `,"finished_at":`...)
@@ -78,7 +86,8 @@ func (r *Result) AppendJSON(b []byte) ([]byte, error) {
 // the strings, plus an eighth for escapes (one allocation for most).
 func (r *Result) jsonSizeHint() int {
 	n := len(r.Item) + len(r.Batch) + len(r.Kind) + len(r.Outcome) + len(r.CredentialID) +
-		len(r.Error) + len(r.Output) + len(r.OutputEncoding) + len(r.Worker) + len(r.RequestID) + len(r.Via)
+		len(r.Error) + len(r.Output) + len(r.OutputEncoding) + len(r.Worker) + len(r.RequestID) + len(r.Via) +
+		len(r.FallbackFrom) + len(r.FallbackReason)
 	return 256 + n + n/8
 }
 

@@ -55,3 +55,24 @@ func TestResultJSONAllocs(t *testing.T) {
 		t.Errorf("%v allocations per encoding, want 1", n)
 	}
 }
+
+// A result of an item that ran on a fallback kind names where it came
+// from and why, in the bytes json.Marshal writes.
+func TestResultJSONFallback(t *testing.T) {
+	now := time.Date(2026, 11, 24, 2, 3, 4, 5, time.UTC)
+	for _, r := range []kftype.Result{
+		{Item: "i1", Batch: "b1", Kind: "chat-azure", Outcome: kftype.OutcomeSucceeded, CredentialID: "az-1",
+			FallbackFrom: "chat", FallbackReason: kftype.FallbackFailing, Spend: 15, Worker: "w", FinishedAt: now},
+		{Item: "i2", Kind: "x", FallbackFrom: "\"q\"\u2028", FinishedAt: now},
+		{Item: "i3", Kind: "x", FallbackReason: kftype.FallbackWaited, FinishedAt: now},
+	} {
+		want, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := r.AppendJSON(nil)
+		if err != nil || string(got) != string(want) {
+			t.Errorf("AppendJSON: %s (%v)\njson.Marshal: %s", got, err, want)
+		}
+	}
+}

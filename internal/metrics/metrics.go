@@ -43,6 +43,10 @@ type Metrics struct {
 	// Spend is what provider runs cost at their models' prices
 	// (pool.prices), by tenant ("" none) and model.
 	Spend *prometheus.CounterVec // tenant, model
+	// Fallbacks counts the items (and gateway requests) of a kind that
+	// started on one of its fallback kinds, by kind, fallback kind (to)
+	// and why (waited, failing).
+	Fallbacks *prometheus.CounterVec // kind, to, why
 }
 
 // Values of the via label of Requests.
@@ -113,12 +117,15 @@ func New() *Metrics {
 			"Requests a provider batch (Batch API) finished after keyfleet, no longer waiting for the provider to end its cancel for the deadline, had sent their items to real time: paid twice, recorded once (real time's result), by provider.", "provider"),
 		Spend: counterVec("keyfleet_spend_total",
 			"What provider runs cost at their models' prices (pool.prices, in its currency), by tenant and model; through a Batch API at its discount.", "tenant", "model"),
+		Fallbacks: counterVec("keyfleet_fallbacks_total",
+			"Items of a kind that started on one of its fallback kinds (jobs.kinds.<kind>.fallback), by kind, the kind they ran on (to) and why: waited (no key of their own kind within its after) or failing (their runs failed transiently twice in a row on its keys).", "kind", "to", "why"),
 		RedisUnavailable: counter("keyfleet_redis_unavailable_total",
 			"Credential acquisitions that failed because Redis could not be reached (no job runs then)."),
 	}
 	r.MustRegister(m.Items, m.JobDuration, m.CredentialWait, m.Attempts, m.InFlight, m.Cooldowns,
 		m.Rejections, m.SlotsBusy, m.Slots, m.Redeliveries, m.LeaseRenewFails, m.LeasesLost,
 		m.MessagesLost, m.DeadLetters, m.RedisUnavailable, m.FetchBatch, m.CommitBatch, m.Requests, m.ProviderBatches, m.SpentTwice, m.Spend)
+	r.MustRegister(m.Fallbacks)
 	return m
 }
 

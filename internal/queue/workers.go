@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/keyfleet/keyfleet/internal/kftype"
 )
 
 // WorkerInfo is what a worker announces about itself every heartbeat.
@@ -27,6 +29,9 @@ type WorkerInfo struct {
 	LastSeen    time.Time `json:"last_seen"`
 	// Gateway is the gateway the worker serves (nil: none).
 	Gateway *GatewayInfo `json:"gateway,omitempty"`
+	// Fallbacks count the items this worker ran on a fallback kind
+	// since it started, by kind, fallback kind and why; [] when none.
+	Fallbacks []kftype.FallbackCount `json:"fallbacks"`
 }
 
 // GatewayInfo is what a worker serving the gateway announces of it: its

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
@@ -14,7 +15,7 @@ import (
 // read before the error.
 func Read(ctx context.Context, q *queue.Queue, pool *creds.Pool) (Report, error) {
 	rep := Report{At: time.Now().UTC(), Workers: []Worker{}, Pool: Pool{Credentials: []Credential{}, Accounts: []Account{}},
-		Accounts: []Account{}, Tenants: []Tenant{}}
+		Accounts: []Account{}, Tenants: []Tenant{}, Fallbacks: []kftype.FallbackCount{}}
 	qs, err := q.Stats(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("reading the queue: %w", err)
@@ -31,6 +32,7 @@ func Read(ctx context.Context, q *queue.Queue, pool *creds.Pool) (Report, error)
 		return rep, fmt.Errorf("reading the worker registry: %w", err)
 	}
 	rep.Workers = WorkersReport(ws)
+	rep.Fallbacks = Fallbacks(rep.Workers)
 	ps, err := pool.Stats(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("reading the credential pool: %w", err)
@@ -47,9 +49,21 @@ func WorkersReport(ws []queue.WorkerInfo) []Worker {
 		if w.Kinds == nil {
 			w.Kinds = []string{}
 		}
+		if w.Fallbacks == nil {
+			w.Fallbacks = []kftype.FallbackCount{}
+		}
 		out = append(out, w)
 	}
 	return out
+}
+
+// Fallbacks sums the workers' fallback counts.
+func Fallbacks(ws []Worker) []kftype.FallbackCount {
+	lists := make([][]kftype.FallbackCount, len(ws))
+	for i, w := range ws {
+		lists[i] = w.Fallbacks
+	}
+	return kftype.SumFallbacks(lists...)
 }
 
 // PoolReport turns the pool's stats into the report's pool object.

@@ -8,6 +8,7 @@ package status
 import (
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
@@ -31,9 +32,11 @@ import (
 //	  "tenants":  [{"name", "weight", "budget" (null: none), "period" (d|w|mo),
 //	                "period_id", "period_end", "spent", "reserved"}]  the current period's
 //	  "workers":  [{"id", "host", "pid", "version", "state" (running|draining),
-//	                "concurrency", "busy", "done", "failed", "kinds", "started_at", "last_seen",
+//	                "concurrency", "busy", "done", "failed", "kinds", "fallbacks", "started_at", "last_seen",
 //	                "gateway" (only on a worker serving it: {"listen", "requests", "errors", "in_flight"})}]
 //	              workers heard from within the heartbeat TTL, by id
+//	  "fallbacks": [{"kind", "to", "why" (waited|failing), "items"}]  items of a kind that ran
+//	              on one of its fallback kinds, and why: the sums of the workers' (since each started)
 //	  "pool":     {"name", "at" (Redis's clock),
 //	               "total", "available", "leased", "cooling", "disabled",
 //	               "in_flight"      live leases in the pool
@@ -77,6 +80,11 @@ type Report struct {
 	// Tenants are the configuration's tenants with their spend in the
 	// current period (Tenants); [] when none.
 	Tenants []Tenant `json:"tenants"`
+	// Fallbacks count the items of each kind that ran on one of its
+	// fallback kinds, by fallback kind and why (waited, failing): the
+	// sums of what the workers heard from count since each started
+	// (Workers[].Fallbacks); [] when none.
+	Fallbacks []kftype.FallbackCount `json:"fallbacks"`
 }
 
 // Stream is the work stream.

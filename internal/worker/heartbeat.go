@@ -89,7 +89,7 @@ func (w *Worker) announce(ctx context.Context, host string, timeout time.Duratio
 	info := queue.WorkerInfo{
 		ID: w.id, Host: host, PID: os.Getpid(), Version: version.Version, State: state,
 		Concurrency: w.cfg.Worker.Concurrency, Busy: int(w.busy.Load()),
-		Done: w.done.Load(), Failed: w.failed.Load(), Kinds: w.kinds(),
+		Done: w.done.Load(), Failed: w.failed.Load(), Kinds: w.kinds(), Fallbacks: w.fallbacks.Counts(),
 		StartedAt: w.started, LastSeen: time.Now(), Gateway: w.gatewayInfo(),
 	}
 	actx, cancel := context.WithTimeout(ctx, timeout)

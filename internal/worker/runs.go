@@ -33,7 +33,7 @@ func (c *runLog) Do(ctx context.Context, batch, id, op string, delivery uint64, 
 	ctx, cancel := context.WithTimeout(ctx, runLogTimeout)
 	defer cancel()
 	args := []any{op, delivery, held, int64(c.ttl.Seconds())}
-	if op == executor.OpRefuse {
+	if op == executor.OpRefuse || (op == executor.OpFail && text != "") {
 		args = append(args, text)
 	}
 	reply, err := runsScript.Run(ctx, c.rdb, []string{c.prefix + batch + "/" + id}, args...).Result()
@@ -41,7 +41,7 @@ func (c *runLog) Do(ctx context.Context, batch, id, op string, delivery uint64, 
 		return executor.RunCount{}, fmt.Errorf("run counter %s: %w", op, err)
 	}
 	arr, ok := reply.([]any)
-	if !ok || len(arr) != 6 {
+	if !ok || len(arr) != 7 {
 		return executor.RunCount{}, fmt.Errorf("run counter %s: unexpected reply %T", op, reply)
 	}
 	v, err := ratelimit.Int64s(arr[:5], 5)
@@ -49,5 +49,7 @@ func (c *runLog) Do(ctx context.Context, batch, id, op string, delivery uint64, 
 		return executor.RunCount{}, fmt.Errorf("run counter %s: %w", op, err)
 	}
 	refused, _ := arr[5].(string)
-	return executor.RunCount{Runs: int(v[0]), Failures: int(v[1]), Lost: int(v[2]), Limited: int(v[3]), Refusals: int(v[4]), Refused: refused}, nil
+	streak, _ := arr[6].(string)
+	return executor.RunCount{Runs: int(v[0]), Failures: int(v[1]), Lost: int(v[2]), Limited: int(v[3]), Refusals: int(v[4]), Refused: refused,
+		Streak: streak}, nil
 }

@@ -7,12 +7,16 @@
 -- ARGV[3]  the run number the worker holds (fail/settle of a first run it
 --          did not record at its start)
 -- ARGV[4]  TTL in seconds (refreshed on every op but done)
--- ARGV[5]  refuse: the refusal ("<credential>\t<reason>")
--- Returns {runs, failures, lost, limited, refusals, refused}: lost is the
--- number of earlier runs that never reported (their workers died), counted
--- as failures by `start`; limited the rate-limited runs in a row (a failed
--- or refused run ends the row); refusals the runs a key refused, refused
--- their texts, one a line.
+-- ARGV[5]  refuse: the refusal ("<credential>\t<reason>"); fail: the
+--          credential of a failure that counts toward a fallback ("" none)
+-- Returns {runs, failures, lost, limited, refusals, refused, streak}: lost
+-- is the number of earlier runs that never reported (their workers died),
+-- counted as failures by `start`; limited the rate-limited runs in a row
+-- (a failed or refused run ends the row); refusals the runs a key refused,
+-- refused their texts, one a line; streak the credentials of the last
+-- failures in a row that count toward a fallback, one a line, at most 4
+-- (a failure without a credential, a rate-limited or refused run ends
+-- the row).
 --
 -- ops: start, fail, settle (ended without failing: interrupted), limited
 -- (rate limited), refuse (a key refused the run), norun, done, peek
@@ -27,9 +31,9 @@ local k = KEYS[1]
 local op = ARGV[1]
 if op == 'done' then
   redis.call('DEL', k)
-  return {0, 0, 0, 0, 0, ''}
+  return {0, 0, 0, 0, 0, '', ''}
 end
-local h = redis.call('HMGET', k, 'runs', 'failures', 'open', 'acc', 'limited', 'refusals', 'refused')
+local h = redis.call('HMGET', k, 'runs', 'failures', 'open', 'acc', 'limited', 'refusals', 'refused', 'streak')
 local runs = tonumber(h[1] or '0') or 0
 local fails = tonumber(h[2] or '0') or 0
 local open = h[3] == '1'
@@ -37,8 +41,9 @@ local acc = tonumber(h[4] or '0') or 0
 local limited = tonumber(h[5] or '0') or 0
 local refusals = tonumber(h[6] or '0') or 0
 local refused = h[7] or ''
+local streak = h[8] or ''
 if op == 'peek' then
-  return {runs, fails, 0, limited, refusals, refused}
+  return {runs, fails, 0, limited, refusals, refused, streak}
 end
 local d = tonumber(ARGV[2])
 local held = tonumber(ARGV[3])
@@ -60,12 +65,27 @@ elseif op == 'fail' then
   fails = fails + 1
   limited = 0
   open = false
+  local cred = string.sub(ARGV[5] or '', 1, 128)
+  if cred == '' then
+    streak = ''
+  else
+    local kept = {}
+    for id in string.gmatch(streak, '[^\n]+') do
+      kept[#kept + 1] = id
+    end
+    kept[#kept + 1] = cred
+    while #kept > 4 do
+      table.remove(kept, 1)
+    end
+    streak = table.concat(kept, '\n')
+  end
 elseif op == 'settle' then
   runs = math.max(runs, held)
   open = false
 elseif op == 'limited' then
   runs = math.max(runs, held)
   limited = limited + 1
+  streak = ''
   open = false
 elseif op == 'refuse' then
   runs = math.max(runs, held)
@@ -75,6 +95,7 @@ elseif op == 'refuse' then
     refused = refused .. '\n'
   end
   refused = refused .. string.sub(ARGV[5] or '', 1, 300)
+  streak = ''
   open = false
 elseif op == 'norun' then
   open = false
@@ -92,5 +113,12 @@ end
 if op == 'refuse' then
   redis.call('HSET', k, 'refusals', refusals, 'refused', refused)
 end
+if streak ~= (h[8] or '') then
+  if streak == '' then
+    redis.call('HDEL', k, 'streak')
+  else
+    redis.call('HSET', k, 'streak', streak)
+  end
+end
 redis.call('EXPIRE', k, ARGV[4])
-return {runs, fails, lost, limited, refusals, refused}
+return {runs, fails, lost, limited, refusals, refused, streak}

@@ -102,6 +102,30 @@ func TestRunCounting(t *testing.T) {
 		noErr(r5.Peek(ctx))
 		check("delivery 5", must(r5.Start(ctx)), executor.RunCount{Runs: 2, Limited: 1})
 	})
+	t.Run("failures in a row that count toward a fallback", func(t *testing.T) {
+		// Two keys failed the item in a row, across deliveries: the next
+		// delivery reads the streak; a failure that does not count (or a
+		// rate-limited run) ends it, and only the last 4 are kept.
+		r := forItem("b", "streak", 1)
+		must(r.Start(ctx))
+		check("first", must(r.FailOn(ctx, "k1")), executor.RunCount{Runs: 1, Failures: 1, Streak: "k1"})
+		r2 := forItem("b", "streak", 2)
+		noErr(r2.Peek(ctx))
+		check("peek", r2.Cur, executor.RunCount{Runs: 1, Failures: 1, Streak: "k1"})
+		must(r2.Start(ctx))
+		check("second", must(r2.FailOn(ctx, "k2")), executor.RunCount{Runs: 2, Failures: 2, Streak: "k1\nk2"})
+		for _, k := range []string{"k3", "k4", "k5"} {
+			must(r2.Start(ctx))
+			must(r2.FailOn(ctx, k))
+		}
+		check("bounded", r2.Cur, executor.RunCount{Runs: 5, Failures: 5, Streak: "k2\nk3\nk4\nk5"})
+		must(r2.Start(ctx))
+		check("a failure that does not count", must(r2.Fail(ctx)), executor.RunCount{Runs: 6, Failures: 6})
+		must(r2.Start(ctx))
+		must(r2.FailOn(ctx, "k1"))
+		must(r2.Start(ctx))
+		check("rate limited", must(r2.Limited(ctx)), executor.RunCount{Runs: 8, Failures: 7, Limited: 1})
+	})
 	t.Run("counters lost with Redis", func(t *testing.T) {
 		// Delivery 4 of an item whose counters are gone: the three earlier
 		// deliveries stand in for lost runs.

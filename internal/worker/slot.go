@@ -48,7 +48,8 @@ func (w *Worker) newExecutor() (*executor.Executor, error) {
 	kinds := make(map[string]executor.Kind, len(w.handlers))
 	for name, h := range w.handlers {
 		kinds[name] = executor.Kind{Handler: h, Keys: w.keysFor(name), KeyCount: w.kindKeyCount(name),
-			Provider: w.cfg.Jobs.KindProvider(name) != "", Timeout: w.cfg.Jobs.KindTimeout(name)}
+			Provider: w.cfg.Jobs.KindProvider(name) != "", Timeout: w.cfg.Jobs.KindTimeout(name),
+			Endpoint: w.cfg.Jobs.KindEndpoint(name), Fallback: w.fallbackOf(name)}
 	}
 	qcfg := w.q.Config()
 	var ledger executor.Ledger
@@ -67,7 +68,7 @@ func (w *Worker) newExecutor() (*executor.Executor, error) {
 		// their deadline.
 		Runs:    &runLog{rdb: w.rdb, prefix: "keyfleet:runs:" + qcfg.Stream + ":", ttl: runsTTL},
 		Batches: w.batches, Waits: w.waits, Host: host{w},
-		Ledger: ledger, Budgets: binding,
+		Ledger: ledger, Budgets: binding, Moves: w.fallbacks,
 		Metrics: w.metrics, Logger: w.log,
 	})
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/executor"
 	"github.com/keyfleet/keyfleet/internal/exitcode"
 	"github.com/keyfleet/keyfleet/internal/gateway"
+	"github.com/keyfleet/keyfleet/internal/fallback"
 	"github.com/keyfleet/keyfleet/internal/jobguard"
 	"github.com/keyfleet/keyfleet/internal/jobs"
 	"github.com/keyfleet/keyfleet/internal/lanes"
@@ -65,6 +66,8 @@ type Worker struct {
 	credURLs map[string]string // a key's own base URL (provider kinds), by ID
 	scrub    *secret.Scrubber
 	handlers map[string]jobs.Handler
+	// fallbacks are the kinds' fallbacks; it counts the moves (fallback.go).
+	fallbacks *fallback.Router
 	// kindKeys are the key sets of the kinds that name their keys
 	// (jobs.kinds.<name>.credentials); other kinds may use every key. One
 	// pool handle serves them all, batching their acquires together.
@@ -160,6 +163,7 @@ func New(o Options) (*Worker, error) {
 		return nil, exitcode.With(exitcode.Usage, fmt.Errorf("%s: %w", cfg.Source, err))
 	}
 	w.metrics.Slots.Set(float64(cfg.Worker.Concurrency))
+	w.fallbacks = fallback.NewRouter(cfg, w.metrics)
 	return w, nil
 }
 

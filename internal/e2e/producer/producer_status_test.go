@@ -19,7 +19,7 @@ func hasStatusKeys(t *testing.T, raw string) {
 		t.Fatal(err)
 	}
 	need := map[string][]string{
-		"":         {"at", "stream", "consumer", "dead_letters", "results", "workers", "pool"},
+		"":         {"at", "stream", "consumer", "dead_letters", "results", "workers", "pool", "fallbacks"},
 		"stream":   {"name", "messages", "bytes"},
 		"consumer": {"name", "pending", "ack_pending", "redelivered", "waiting_pulls", "last_active"},
 		"pool":     {"name", "at", "total", "available", "leased", "cooling", "disabled", "in_flight", "credentials"},

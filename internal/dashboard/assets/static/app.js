@@ -173,6 +173,16 @@
       pbs.length > shown.length ? el('div', {}, `… and ${num(pbs.length - shown.length)} more`) : null);
   }
 
+  // fallbackLine says how many of a batch's items ran on a fallback kind
+  // of their kind, where and why.
+  function fallbackLine(b) {
+    const fs = b.fallbacks || [];
+    if (fs.length === 0) return null;
+    return el('div', {class: 'muted small fallbacks', title: 'items that ran on a fallback kind of their kind'},
+      fs.map((f) => el('div', {class: 'fallback', 'data-to': f.to, 'data-why': f.why, 'data-items': f.items},
+        `${num(f.items)} ran on ${f.to} (${f.why})`)));
+  }
+
   // spendLine says a batch's tenant, what it spent and its budget, and
   // why it is paused when its budget paused it.
   function spendLine(b) {
@@ -276,7 +286,7 @@
       tr.dataset.cancelled = b.cancelled;
       tr.className = b.complete || b.state === 'cancelled' ? 'complete' : '';
       setCell(c[0], 'id', b.id);
-      setCell(c[1], '', b.kind || '–');
+      setCell(c[1], '', b.kind || '–', fallbackLine(b));
       setCell(c[2], 'num', b.priority);
       setCell(c[3], 'num', b.weight);
       setCell(c[4], 'state-cell', el('span', {class: 'badge bst ' + b.state}, b.state), lastChange(b, now), spendLine(b));
@@ -494,6 +504,19 @@
         el('td', {class: 'muted'}, ago(now, w.last_seen)))));
   }
 
+  // renderFallbacks lists the items of each kind that ran on one of its
+  // fallback kinds, and why, as the workers running now counted them.
+  function renderFallbacks(s) {
+    const fs = s.fallbacks || [];
+    $('fallbacks-section').hidden = fs.length === 0;
+    return table(['Kind', 'Ran on', 'Why', '#Items'], fs.map((f) =>
+      el('tr', {'data-kind': f.kind, 'data-to': f.to, 'data-why': f.why, 'data-items': f.items},
+        el('td', {class: 'id'}, f.kind), el('td', {}, f.to),
+        el('td', {}, el('span', {class: 'badge why ' + f.why, title: f.why === 'waited'
+          ? 'no key of its kind could start it within its fallback\'s after' : 'its runs failed on two keys of its kind in a row'}, f.why)),
+        el('td', {class: 'num'}, num(f.items)))));
+  }
+
   function tile(label, value, note, cls) {
     return el('div', {class: 'tile ' + (cls || '')}, el('div', {class: 'tile-val'}, value), el('div', {class: 'tile-label'}, label),
       note ? el('div', {class: 'muted small'}, note) : null);
@@ -578,6 +601,9 @@
       el('span', {class: 'muted'}, itemStates[it.state] || ''),
       it.batch_state === 'paused' && it.state === 'waiting' ? el('span', {class: 'muted'}, ' (its batch is paused)') : null);
     row('kind', it.kind || '–', it.scope ? el('span', {class: 'muted'}, ` · scope ${it.scope}`) : null);
+    if (it.result && it.result.fallback_from) {
+      row('ran on', `${it.result.kind} (its kind's fallback: ${it.result.fallback_reason})`);
+    }
     if (it.message) row('enqueued', `${ago(now, it.message.enqueued_at)}${it.message.replay ? ' (replayed from the dead letters)' : ''}`);
     if (it.result || it.dead_letter) {
       row('attempts', String(it.attempts));
@@ -623,6 +649,7 @@
     replaceIfChanged($('pool'), renderPool(s));
     $('accounts').replaceChildren(renderAccounts(s));
     $('workers').replaceChildren(renderWorkers(s));
+    $('fallbacks').replaceChildren(renderFallbacks(s));
     $('queue').replaceChildren(...renderQueue(s));
     // The list is drawn again only when it changes (its buttons stay put).
     const dlKey = JSON.stringify([s.dead_letters, s.dead_letter_list]);
