@@ -66,6 +66,10 @@ type Config struct {
 	// Answered, when set, is called after each answer (the worker's
 	// heartbeat announces the figures).
 	Answered func()
+	// Fallbacks says where a request of a kind goes when the kind's own
+	// keys cannot take it (jobs.kinds.<name>.fallback; nil: nowhere):
+	// fallback.Router.
+	Fallbacks Fallbacks
 	Logger   *zap.Logger
 }
 
@@ -96,6 +100,8 @@ type Gateway struct {
 	spendMetric *prometheus.CounterVec
 	proxy       *httputil.ReverseProxy
 	answered    func()
+	fallbacks   Fallbacks
+	kinds       map[string]*Kind // every kind served, by name
 	log         *zap.Logger
 
 	seq      atomic.Uint64 // reservation and owner names
@@ -140,6 +146,10 @@ func New(c Config) (*Gateway, error) {
 		leaseTTL: c.LeaseTTL, secrets: c.Secrets, urls: c.URLs, scrub: c.Scrub, judging: c.Judging,
 		ledger: c.Ledger, prices: c.Prices, budgets: c.Budgets,
 		metrics: c.Metrics.NewGateway(), spendMetric: c.Metrics.Spend, answered: c.Answered, log: c.Logger,
+		fallbacks: c.Fallbacks, kinds: map[string]*Kind{},
+	}
+	for i := range c.Kinds {
+		g.kinds[c.Kinds[i].Name] = &c.Kinds[i] // the routes' own *Kind
 	}
 	if g.judging.Scrub == nil {
 		g.judging.Scrub = c.Scrub.String
@@ -203,4 +213,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rq.tenant = tenant
 	rq.serve()
+}
+
+// Fallbacks says where a request goes when its kind's keys cannot take it
+// (fallback.Router): After(kind) is how long it waits on the kind's own
+// keys (ok: the kind has a fallback), Next the kind to try for why
+// (kftype.FallbackWaited, FallbackFailing) among those not tried, Moved
+// counts a start there.
+type Fallbacks interface {
+	After(kind string) (time.Duration, bool)
+	Next(kind, why string, tried ...string) (string, bool)
+	Moved(from, to, why string)
 }

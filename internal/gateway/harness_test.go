@@ -47,8 +47,12 @@ type setup struct {
 	// prices and budgets (by tenant) for spend.
 	prices  spend.Prices
 	budgets map[string]spend.Budget
-	// more kinds beside chat and claude.
-	kinds []gateway.Kind
+	// more kinds beside chat and claude; kindsFor more still, made once
+	// the stand-ins listen.
+	kinds    []gateway.Kind
+	kindsFor func(h *harness) []gateway.Kind
+	// fallbacks: gateway.Config.Fallbacks (nil: none).
+	fallbacks gateway.Fallbacks
 }
 
 type harness struct {
@@ -106,6 +110,9 @@ func newHarness(t *testing.T, s setup) *harness {
 		{Name: "claude", Provider: "anthropic", BaseURL: h.anURL, AuthHeader: "x-api-key", AuthFormat: "{secret}",
 			ProviderHeaders: map[string]string{"anthropic-version": "2023-06-01"}, Keys: h.keys["claude"], Timeout: 20 * time.Second},
 	}, s.kinds...)
+	if s.kindsFor != nil {
+		kinds = append(kinds, s.kindsFor(h)...)
+	}
 	if s.maxWait == 0 {
 		s.maxWait = 10 * time.Second
 	}
@@ -116,7 +123,7 @@ func newHarness(t *testing.T, s setup) *harness {
 		Secrets: secrets, URLs: urls, Scrub: secret.NewScrubber(all...),
 		Judging: executor.ReplyJudging{Cooldown: time.Minute, MaxRest: time.Hour},
 		Ledger:  h.ledger, Prices: s.prices, Budgets: s.budgets,
-		Metrics: h.metrics, Logger: zaptest.NewLogger(t),
+		Metrics: h.metrics, Logger: zaptest.NewLogger(t), Fallbacks: s.fallbacks,
 	})
 	if err != nil {
 		t.Fatal(err)

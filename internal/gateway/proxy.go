@@ -29,6 +29,9 @@ import (
 const (
 	retryRateLimited = "rate_limited"
 	retryRefused     = "refused_connection"
+	// retryServerError: a 5xx, kept from the caller only while the
+	// request has a fallback kind left to move to.
+	retryServerError = "server_error"
 )
 
 var (
@@ -179,8 +182,9 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 
 // modifyResponse reads what the API answered. A 429 that rate-limits
 // the key (not a spent quota, not a request too large) is kept from the
-// caller: the request goes to another key. Any other reply is the
-// caller's, its body passing through a tap.
+// caller: the request goes to another key; so is a 5xx while the request
+// has a fallback kind left to move to. Any other reply is the caller's,
+// its body passing through a tap.
 func (g *Gateway) modifyResponse(res *http.Response) error {
 	at := attemptOf(res.Request.Context())
 	at.stopTimer()
@@ -193,6 +197,14 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 			return errRetry
 		}
 		res.Body = readCloser{io.MultiReader(bytes.NewReader(raw), res.Body), res.Body}
+	}
+	if res.StatusCode >= 500 && at.rq.canMove() {
+		// A transient failure, and a fallback kind to go to: sent again
+		// (another key, then the fallback kind after two in a row).
+		raw, _ := io.ReadAll(io.LimitReader(res.Body, jobs.ReplyBodyMax))
+		at.retry = retryServerError
+		at.err = jobs.ReplyError(res.StatusCode, res.Header, raw, jobs.ParseRateHeaders(res.Header, time.Now()), g.scrub)
+		return errRetry
 	}
 	at.tap = newTap(res)
 	res.Body = at.tap

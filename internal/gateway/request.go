@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keyfleet/keyfleet/internal/jobs"
+	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/pkg/creds"
 )
@@ -46,6 +47,16 @@ type request struct {
 	// upstream is the time spent in the API's round trips (the proxy
 	// sending the request and copying the reply back).
 	upstream time.Duration
+	// kind is the kind whose keys it is sent on: its route's, or a
+	// fallback kind (moveOn); tried the kinds it moved from; kindSince
+	// when it began to wait on kind's keys; failing its transient
+	// failures in a row there; moved why it is on a fallback kind, until
+	// its first start there is counted.
+	kind      *Kind
+	tried     []string
+	kindSince time.Time
+	failing   int
+	moved     string
 }
 
 // serve reads the request, reserves its spend, and sends it on keys of
@@ -66,6 +77,7 @@ func (rq *request) serve() {
 	// (http.ErrAbortHandler), after its lease is settled.
 	defer func() { g.settleSpend(rq, paid) }()
 	deadline := rq.start.Add(g.maxWait)
+	rq.kind, rq.kindSince = rq.route.kind, rq.start
 	var last string // why the last key sent back nothing
 	for {
 		lease, kind, err := g.acquire(rq, deadline)
@@ -76,6 +88,10 @@ func (rq *request) serve() {
 			return
 		}
 		rq.acquired = true
+		if rq.moved != "" {
+			g.fallbacks.Moved(rq.route.kind.Name, kind.Name, rq.moved)
+			rq.moved = ""
+		}
 		at := rq.send(lease, kind)
 		paid = paid || at.paid()
 		if at.retry == "" {
@@ -86,6 +102,17 @@ func (rq *request) serve() {
 		}
 		g.metrics.Retries.WithLabelValues(kind.Name, at.retry).Inc()
 		last = at.cause()
+		// Failed transiently on two keys in a row (a refused
+		// connection, a 5xx): the request moves to a fallback kind.
+		if at.retry == retryRefused || at.retry == retryServerError {
+			rq.failing++
+			if rq.failing >= 2 && g.moveOn(rq, kftype.FallbackFailing) {
+				g.log.Info("a gateway request failed on two keys of its kind in a row: it moves to a fallback kind",
+					zap.String("kind", kind.Name), zap.String("to", rq.kind.Name), zap.String("why", last))
+			}
+		} else {
+			rq.failing = 0
+		}
 		if !time.Now().Before(deadline) {
 			rq.fail(g.noKey(rq, at.err, last), rq.route.anthropic)
 			return
@@ -134,18 +161,82 @@ func (rq *request) read() *apiError {
 // more without waiting: a key free now, or when the pool expects one
 // (*creds.UnavailableError).
 func (g *Gateway) acquire(rq *request, deadline time.Time) (*creds.Lease, *Kind, error) {
-	k := rq.route.kind
-	req := creds.Request{Owner: g.id + "/gateway", Cost: rq.cost, Scope: rq.scope, Keys: k.Keys, Interactive: true}
-	t := time.Now()
-	ctx, cancel := context.WithDeadline(rq.r.Context(), deadline)
-	l, err := g.pool.AcquireWith(ctx, req)
-	cancel()
-	if err != nil && errors.Is(err, context.DeadlineExceeded) && rq.r.Context().Err() == nil {
-		l, err = g.pool.TryAcquireWith(rq.r.Context(), req)
+	for {
+		k := rq.kind
+		req := creds.Request{Owner: g.id + "/gateway", Cost: rq.cost, Scope: rq.scope, Keys: k.Keys, Interactive: true}
+		// With a fallback, it waits on the kind's own keys at most the
+		// fallback's after, then moves (moveOn).
+		until := deadline
+		after, hasFallback := g.fallbackAfter(rq)
+		if hasFallback && rq.kindSince.Add(after).Before(until) {
+			until = rq.kindSince.Add(after)
+		}
+		t := time.Now()
+		ctx, cancel := context.WithDeadline(rq.r.Context(), until)
+		l, err := g.pool.AcquireWith(ctx, req)
+		cancel()
+		rq.waited += time.Since(t)
+		if err != nil && errors.Is(err, context.DeadlineExceeded) && rq.r.Context().Err() == nil {
+			if until.Before(deadline) && g.moveOn(rq, kftype.FallbackWaited) {
+				continue
+			}
+			l, err = g.pool.TryAcquireWith(rq.r.Context(), req)
+		}
+		return l, k, err
 	}
-	d := time.Since(t)
-	rq.waited += d
-	return l, k, err
+}
+
+// fallbackAfter is how long rq may wait on its kind's keys before it
+// moves, and whether it has a kind left to move to.
+func (g *Gateway) fallbackAfter(rq *request) (time.Duration, bool) {
+	if g.fallbacks == nil {
+		return 0, false
+	}
+	after, ok := g.fallbacks.After(rq.route.kind.Name)
+	if !ok {
+		return 0, false
+	}
+	_, left := g.nextKind(rq, kftype.FallbackWaited)
+	return after, left
+}
+
+// nextKind is the fallback kind rq would move to for why (ok false: none
+// left that the gateway serves). A request follows its own kind's list,
+// as an item does.
+func (g *Gateway) nextKind(rq *request, why string) (*Kind, bool) {
+	if g.fallbacks == nil {
+		return nil, false
+	}
+	tried := append([]string{rq.route.kind.Name}, rq.tried...)
+	for {
+		name, ok := g.fallbacks.Next(rq.route.kind.Name, why, tried...)
+		if !ok {
+			return nil, false
+		}
+		if k := g.kinds[name]; k != nil {
+			return k, true
+		}
+		tried = append(tried, name) // a kind the gateway does not serve
+	}
+}
+
+// moveOn moves rq to its next fallback kind for why; false when none is
+// left. Its first start there is counted (Fallbacks.Moved).
+func (g *Gateway) moveOn(rq *request, why string) bool {
+	k, ok := g.nextKind(rq, why)
+	if !ok {
+		return false
+	}
+	rq.tried = append(rq.tried, k.Name)
+	rq.kind, rq.kindSince, rq.failing, rq.moved = k, time.Now(), 0, why
+	return true
+}
+
+// canMove reports whether rq has a fallback kind left to fail over to:
+// then a 5xx on its kind's keys is not the caller's yet.
+func (rq *request) canMove() bool {
+	_, ok := rq.g.nextKind(rq, kftype.FallbackFailing)
+	return ok
 }
 
 // noKey is the answer to a request no key could take (nil: the caller

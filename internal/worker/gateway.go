@@ -41,7 +41,7 @@ func (w *Worker) startGateway() error {
 		Pool: w.pool, LeaseTTL: w.pool.LeaseTTL(), Secrets: w.secrets, URLs: w.credURLs, Scrub: w.scrub,
 		Judging: executor.ReplyJudging{Cooldown: policy.Cooldown, MaxRest: policy.MaxRest, Scrub: w.scrub.String},
 		Ledger:  ledger, Prices: policy.Prices, Budgets: policy.TenantBudgets,
-		Metrics: w.metrics, Answered: w.noteActivity, Logger: w.log.Named("gateway"),
+		Metrics: w.metrics, Answered: w.noteActivity, Logger: w.log.Named("gateway"), Fallbacks: w.fallbacks,
 	})
 	if err != nil {
 		return err
