@@ -70,7 +70,7 @@ type Config struct {
 	// keys cannot take it (jobs.kinds.<name>.fallback; nil: nowhere):
 	// fallback.Router.
 	Fallbacks Fallbacks
-	Logger   *zap.Logger
+	Logger    *zap.Logger
 }
 
 // settleTimeout bounds the I/O that ends a request (its spend).
