@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/keyfleet/keyfleet/internal/ctxsleep"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
 	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/pkg/creds"
@@ -192,22 +191,7 @@ func runAccountFleet(ctx context.Context, e *env, r runInfo, v acctVariant) (flo
 		return fmt.Appendf(nil, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"item %s"}],"max_tokens":16}`, id)
 	}
 	var t0 time.Time
-	stop := func(ctx context.Context) error {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			if ev := api.events(); len(ev) > 0 {
-				t0 = ev[0].at
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("bench: no request reached the API within 30s")
-			}
-			if err := ctxsleep.Sleep(ctx, 5*time.Millisecond); err != nil {
-				return err
-			}
-		}
-		return ctxsleep.Sleep(ctx, time.Until(t0.Add(window+200*time.Millisecond)))
-	}
+	stop := api.windowFromFirst(window, &t0)
 	use, _, err := e.runHTTPFleet(ctx, v.tag, spec, n, 2, v.variant, payload, stop)
 	if err != nil {
 		return 0, 0, CPUUse{}, err

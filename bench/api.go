@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keyfleet/keyfleet/internal/ctxsleep"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
 	"github.com/keyfleet/keyfleet/internal/kftype"
 )
@@ -237,4 +239,26 @@ func dispatchLatency(ev []apiEvent, rs []kftype.Result) []float64 {
 	}
 	slices.Sort(d)
 	return d
+}
+
+// windowFromFirst is a runHTTPFleet stop: it waits (at most 30 s) for the
+// first request to reach the API, sets *t0 to its arrival, and returns
+// window (and 200 ms for the answers on their way) after it.
+func (a *apiServer) windowFromFirst(window time.Duration, t0 *time.Time) func(context.Context) error {
+	return func(ctx context.Context) error {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if ev := a.events(); len(ev) > 0 {
+				*t0 = ev[0].at
+				break
+			}
+			if time.Now().After(deadline) {
+				return errors.New("bench: no request reached the API within 30s")
+			}
+			if err := ctxsleep.Sleep(ctx, 5*time.Millisecond); err != nil {
+				return err
+			}
+		}
+		return ctxsleep.Sleep(ctx, time.Until(t0.Add(window+200*time.Millisecond)))
+	}
 }

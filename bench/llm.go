@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/keyfleet/keyfleet/internal/ctxsleep"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
 	"github.com/keyfleet/keyfleet/pkg/ratelimit"
 )
@@ -253,22 +252,7 @@ func runLLM(ctx context.Context, e *env, r runInfo, v llmVariant) (llmSample, er
 	}
 	window := time.Duration(k) * llmPeriod
 	var t0 time.Time
-	stop := func(ctx context.Context) error {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			if ev := api.events(); len(ev) > 0 {
-				t0 = ev[0].at
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("bench: no request reached the API within 30s")
-			}
-			if err := ctxsleep.Sleep(ctx, 5*time.Millisecond); err != nil {
-				return err
-			}
-		}
-		return ctxsleep.Sleep(ctx, time.Until(t0.Add(window+200*time.Millisecond)))
-	}
+	stop := api.windowFromFirst(window, &t0)
 	use, rs, err := e.runHTTPFleet(ctx, v.tag, spec, n, 2, v.variant, func(id string) []byte { return payloads[id] }, stop)
 	if err != nil {
 		return smp, err

@@ -74,22 +74,7 @@ func runNginx(ctx context.Context, e *env, r runInfo) (*sample, error) {
 	}
 	n := int(float64(nginxKeys*nginxRate)*window.Seconds()) * 2
 	var t0 time.Time
-	stop := func(ctx context.Context) error {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			if ev := api.events(); len(ev) > 0 {
-				t0 = ev[0].at
-				break
-			}
-			if time.Now().After(deadline) {
-				return errors.New("bench: no request reached the API within 30s")
-			}
-			if err := ctxsleep.Sleep(ctx, 5*time.Millisecond); err != nil {
-				return err
-			}
-		}
-		return ctxsleep.Sleep(ctx, time.Until(t0.Add(window+200*time.Millisecond)))
-	}
+	stop := api.windowFromFirst(window, &t0)
 	use, _, err := e.runHTTPFleet(ctx, "nginx", spec, n, 2, "keyfleet: 2 workers behind nginx limit_req, no limits", func(id string) []byte {
 		return fmt.Appendf(nil, `{"id":%q}`, id)
 	}, stop)

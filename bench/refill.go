@@ -2,13 +2,11 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
-	"github.com/keyfleet/keyfleet/internal/ctxsleep"
 	"github.com/keyfleet/keyfleet/internal/fakeapi"
 	"github.com/keyfleet/keyfleet/internal/provider"
 	"github.com/keyfleet/keyfleet/pkg/ratelimit"
@@ -86,22 +84,7 @@ func runRefill(ctx context.Context, e *env, r runInfo, prov string) (float64, fl
 		spec.creds = append(spec.creds, credSpec{id: id, max: 4})
 	}
 	var t0 time.Time
-	stop := func(ctx context.Context) error {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			if ev := api.events(); len(ev) > 0 {
-				t0 = ev[0].at
-				break
-			}
-			if time.Now().After(deadline) {
-				return errors.New("bench: no request reached the API within 30s")
-			}
-			if err := ctxsleep.Sleep(ctx, 5*time.Millisecond); err != nil {
-				return err
-			}
-		}
-		return ctxsleep.Sleep(ctx, time.Until(t0.Add(window+200*time.Millisecond)))
-	}
+	stop := api.windowFromFirst(window, &t0)
 	n := int(allowed * 1.5)
 	use, _, err := e.runHTTPFleet(ctx, "refill"+prov[:2], spec, n, 2, "keyfleet: 2 workers, "+prov+" headers, limits not told",
 		func(id string) []byte { return fmt.Appendf(nil, body, id) }, stop)

@@ -254,16 +254,7 @@ func (c *Config) checkPool(ps *check.List) {
 	c.checkAccounts(ps, firstUse)
 	for i, cr := range p.Credentials {
 		key := fmt.Sprintf("pool.credentials[%d]", i)
-		switch {
-		case cr.ID == "":
-			ps.Add(key+".id", "must be set")
-		case creds.ValidID(cr.ID) != nil:
-			ps.Add(key+".id", "%s: want at most 128 letters, digits, '_', '.', ':', '@' or '-'", check.Quote(cr.ID))
-		case firstUse[cr.ID] != "":
-			ps.Add(key+".id", "%s is used twice (also %s)", check.Quote(cr.ID), firstUse[cr.ID])
-		default:
-			firstUse[cr.ID] = key
-		}
+		checkPoolID(ps, key, cr.ID, firstUse)
 		if (cr.SecretEnv == "") == (cr.SecretFile == "") {
 			ps.Add(key, "set exactly one of secret_env or secret_file")
 		}
@@ -278,15 +269,7 @@ func (c *Config) checkPool(ps *check.List) {
 				ps.Add(key+".rate", "%s", limitMsg(err))
 			}
 		}
-		for j, l := range cr.Limits {
-			lkey := fmt.Sprintf("%s.limits[%d]", key, j)
-			if err := l.Validate(); err != nil {
-				ps.Add(lkey, "%s", limitMsg(err))
-			}
-			if l.Scope != "" && p.Scope.Field == "" && !c.Jobs.HasProvider() {
-				ps.Add(lkey+".scope", "a scoped limit needs pool.scope.field (the items' field holding their scope, e.g. model) or a kind with a provider (its items' scope is their model)")
-			}
-		}
+		c.checkLimits(ps, key, cr.Limits)
 		if cr.URL != "" {
 			if u, err := url.Parse(cr.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				ps.Add(key+".url", "%s is not an http or https URL (the key's own base URL, such as https://east.example.com)", check.Quote(secret.RedactURL(cr.URL)))
@@ -328,6 +311,38 @@ func (c *Config) checkPool(ps *check.List) {
 	}
 }
 
+// checkPoolID checks the id of the credential or account at key: set,
+// valid, and not the ID of another credential or account of the pool
+// (firstUse: the key of each ID seen). It reports whether the ID is new
+// and valid (then it is recorded).
+func checkPoolID(ps *check.List, key, id string, firstUse map[string]string) bool {
+	switch {
+	case id == "":
+		ps.Add(key+".id", "must be set")
+	case creds.ValidID(id) != nil:
+		ps.Add(key+".id", "%s: want at most 128 letters, digits, '_', '.', ':', '@' or '-'", check.Quote(id))
+	case firstUse[id] != "":
+		ps.Add(key+".id", "%s is used twice (also %s)", check.Quote(id), firstUse[id])
+	default:
+		firstUse[id] = key
+		return true
+	}
+	return false
+}
+
+// checkLimits checks the limits of the credential or account at key.
+func (c *Config) checkLimits(ps *check.List, key string, limits []creds.Limit) {
+	for j, l := range limits {
+		lkey := fmt.Sprintf("%s.limits[%d]", key, j)
+		if err := l.Validate(); err != nil {
+			ps.Add(lkey, "%s", limitMsg(err))
+		}
+		if l.Scope != "" && c.Pool.Scope.Field == "" && !c.Jobs.HasProvider() {
+			ps.Add(lkey+".scope", "a scoped limit needs pool.scope.field (the items' field holding their scope, e.g. model) or a kind with a provider (its items' scope is their model)")
+		}
+	}
+}
+
 // checkAccounts checks pool.accounts: IDs (recorded in firstUse, which
 // the credentials' IDs must not repeat), limits, and enclosing accounts
 // that exist and do not form a cycle.
@@ -336,26 +351,10 @@ func (c *Config) checkAccounts(ps *check.List, firstUse map[string]string) {
 	index := map[string]int{}
 	for i, a := range p.Accounts {
 		key := fmt.Sprintf("pool.accounts[%d]", i)
-		switch {
-		case a.ID == "":
-			ps.Add(key+".id", "must be set")
-		case creds.ValidID(a.ID) != nil:
-			ps.Add(key+".id", "%s: want at most 128 letters, digits, '_', '.', ':', '@' or '-'", check.Quote(a.ID))
-		case firstUse[a.ID] != "":
-			ps.Add(key+".id", "%s is used twice (also %s)", check.Quote(a.ID), firstUse[a.ID])
-		default:
-			firstUse[a.ID] = key
+		if checkPoolID(ps, key, a.ID, firstUse) {
 			index[a.ID] = i
 		}
-		for j, l := range a.Limits {
-			lkey := fmt.Sprintf("%s.limits[%d]", key, j)
-			if err := l.Validate(); err != nil {
-				ps.Add(lkey, "%s", limitMsg(err))
-			}
-			if l.Scope != "" && p.Scope.Field == "" && !c.Jobs.HasProvider() {
-				ps.Add(lkey+".scope", "a scoped limit needs pool.scope.field (the items' field holding their scope, e.g. model) or a kind with a provider (its items' scope is their model)")
-			}
-		}
+		c.checkLimits(ps, key, a.Limits)
 	}
 	for i, a := range p.Accounts {
 		if a.Account == "" {
