@@ -36,9 +36,13 @@ var nginxScenario = &scenario{
 	name:  "nginx",
 	title: "12b. nginx limit_req (rate=20r/s per key, bare 429s), limits not told",
 	figures: []figSpec{
-		{id: "per1000", name: "429s per 1,000 requests", unit: "per 1,000", goal: atMost(50)},
-		{id: "efficiency", name: "200s ÷ what limit_req allows (4 keys × 20/s)", unit: "fraction", goal: atLeast(0.85)},
-		{id: "converge", name: "time to converge: until the 429 share of every later second stays under 5%", unit: "s"},
+		{id: "per1000", name: "(a) per key: 429s per 1,000 requests", unit: "per 1,000", goal: atMost(50)},
+		{id: "efficiency", name: "(a) 200s ÷ what limit_req allows (4 keys × 20/s)", unit: "fraction", goal: atLeast(0.85)},
+		{id: "converge", name: "(a) time to converge: until the 429 share of every later second stays under 5%", unit: "s"},
+		{id: "s_per1000", name: "(b) one limit for every key (limit_req per client, 80r/s): 429s per 1,000 requests", unit: "per 1,000", goal: atMost(50)},
+		{id: "s_efficiency", name: "(b) 200s ÷ what limit_req allows (80/s)", unit: "fraction"},
+		{id: "a_per1000", name: "(c) as (b), the keys declared one account (no limits told): 429s per 1,000 requests", unit: "per 1,000", goal: atMost(50)},
+		{id: "a_efficiency", name: "(c) 200s ÷ what limit_req allows (80/s)", unit: "fraction", goal: atLeast(0.85)},
 	},
 	run: runNginx,
 }
@@ -54,23 +58,57 @@ func runNginx(ctx context.Context, e *env, r runInfo) (*sample, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: scenario nginx needs nginx (apt-get install nginx): %w", err)
 	}
+	smp := newSample()
+	for _, v := range []struct {
+		pfx, zoneKey string
+		rate         int
+		account      bool
+	}{
+		{"", "$http_authorization", nginxRate, false},
+		{"s_", "$binary_remote_addr", nginxRate * nginxKeys, false},
+		{"a_", "$binary_remote_addr", nginxRate * nginxKeys, true},
+	} {
+		per1000, eff, converge, use, err := runNginxVariant(ctx, e, r, bin, v.zoneKey, v.rate, v.account)
+		if err != nil {
+			return nil, fmt.Errorf("limit_req per %s: %w", v.zoneKey, err)
+		}
+		smp.cpu = append(smp.cpu, use)
+		smp.values[v.pfx+"per1000"], smp.values[v.pfx+"efficiency"] = per1000, eff
+		if v.pfx == "" {
+			smp.values["converge"] = converge
+		}
+	}
+	return smp, nil
+}
+
+// runNginxVariant runs one fleet behind nginx limiting by zoneKey (the
+// keys' Authorization header: a limit per key; the client's address: one
+// limit for every key) at rate per second.
+func runNginxVariant(ctx context.Context, e *env, r runInfo, bin, zoneKey string, rate int, account bool) (float64, float64, float64, CPUUse, error) {
 	k := pick(r.quick, 3, 1)
 	window := time.Duration(k) * 10 * time.Second
 	ids := credIDs("n", nginxKeys)
 	keys := make([]fakeapi.Key, len(ids))
 	api, err := startAPI(fakeapi.Config{Keys: keys, Latency: 10 * time.Millisecond}, ids)
 	if err != nil {
-		return nil, err
+		return 0, 0, 0, CPUUse{}, err
 	}
 	defer api.close()
-	ng, err := startNginx(ctx, bin, filepath.Join(e.dir, "nginx-"+e.uniq("ng")), strings.TrimSuffix(api.url, "/v1/bench"))
+	ng, err := startNginx(ctx, bin, filepath.Join(e.dir, "nginx-"+e.uniq("ng")), strings.TrimSuffix(api.url, "/v1/bench"), zoneKey, rate)
 	if err != nil {
-		return nil, err
+		return 0, 0, 0, CPUUse{}, err
 	}
 	defer ng.stop()
 	spec := fleetSpec{concurrency: nginxSlots, httpURL: ng.url + "/v1/bench"}
 	for _, id := range ids {
-		spec.creds = append(spec.creds, credSpec{id: id, max: 1})
+		c := credSpec{id: id, max: 1}
+		if account {
+			c.account = "behind-nginx"
+		}
+		spec.creds = append(spec.creds, c)
+	}
+	if account {
+		spec.accounts = []accountSpec{{id: "behind-nginx"}}
 	}
 	n := int(float64(nginxKeys*nginxRate)*window.Seconds()) * 2
 	var t0 time.Time
@@ -79,13 +117,11 @@ func runNginx(ctx context.Context, e *env, r runInfo) (*sample, error) {
 		return fmt.Appendf(nil, `{"id":%q}`, id)
 	}, stop)
 	if err != nil {
-		return nil, err
+		return 0, 0, 0, CPUUse{}, err
 	}
-	smp := newSample()
-	smp.cpu = append(smp.cpu, use)
 	log, err := ng.accessLog()
 	if err != nil {
-		return nil, err
+		return 0, 0, 0, CPUUse{}, err
 	}
 	var oks, all, limited float64
 	var ev []apiEvent
@@ -100,13 +136,10 @@ func runNginx(ctx context.Context, e *env, r runInfo) (*sample, error) {
 		ev = append(ev, apiEvent{at: a.at, status: a.status})
 	}
 	if all == 0 {
-		return nil, errors.New("bench: nginx logged no request")
+		return 0, 0, 0, CPUUse{}, errors.New("bench: nginx logged no request")
 	}
 	allowed := float64(nginxKeys) * (1 + nginxRate*window.Seconds())
-	smp.values["per1000"] = 1000 * limited / all
-	smp.values["efficiency"] = oks / allowed
-	smp.values["converge"] = convergence(ev, 0.05).Seconds()
-	return smp, nil
+	return 1000 * limited / all, oks / allowed, convergence(ev, 0.05).Seconds(), use, nil
 }
 
 // nginxServer is an nginx process serving one bench run.
@@ -117,10 +150,10 @@ type nginxServer struct {
 }
 
 // startNginx runs nginx in the foreground with a configuration of its
-// own in dir: limit_req per Authorization header at nginxRate per second,
+// own in dir: limit_req per zoneKey at rate per second,
 // no burst, status 429, proxying to upstream; its access log holds each
 // request's time (ms) and status.
-func startNginx(ctx context.Context, bin, dir, upstream string) (*nginxServer, error) {
+func startNginx(ctx context.Context, bin, dir, upstream, zoneKey string, rate int) (*nginxServer, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o700); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
@@ -143,7 +176,7 @@ http {
   uwsgi_temp_path %[1]s/tmp;
   scgi_temp_path %[1]s/tmp;
   log_format bench '$msec $status';
-  limit_req_zone $http_authorization zone=keys:1m rate=%[2]dr/s;
+  limit_req_zone %[5]s zone=keys:1m rate=%[2]dr/s;
   upstream api { server %[3]s; keepalive 32; }
   server {
     listen 127.0.0.1:%[4]d;
@@ -157,7 +190,7 @@ http {
     }
   }
 }
-`, dir, nginxRate, strings.TrimPrefix(upstream, "http://"), port)
+`, dir, rate, strings.TrimPrefix(upstream, "http://"), port, zoneKey)
 	path := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
