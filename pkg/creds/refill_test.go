@@ -76,3 +76,39 @@ func TestAZeroResetWithTooLittleLeftIsNotRoom(t *testing.T) {
 	}
 	releaseAll(t, p, held[1:])
 }
+
+// An API whose limit is a window frees nothing before its reset: a 429 on
+// the start that followed a rest cut short at the refill rate stops such
+// rests, and a key short of room then rests until the reset, when the
+// limit is whole again.
+func TestA429AfterARefillRestRestsUntilTheReset(t *testing.T) {
+	e := newEnv(t)
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 10})
+	ctx := context.Background()
+	short := func(reset time.Duration) creds.Outcome {
+		return creds.Outcome{Signals: []creds.Signal{{Name: "x-ratelimit-remaining-requests", Remaining: 0, Reset: reset, Limit: 30}}}
+	}
+	restOf := func() time.Duration {
+		c := credStats(t, p, "k")
+		if c.State != creds.StateCooling {
+			t.Fatalf("not resting after a short figure: %+v", c)
+		}
+		return c.CoolingUntil.Sub(c.LastUsed)
+	}
+	// 0 of 30 left, whole in 3 s: (30-0-1)/3 s, one start refills in 103 ms.
+	if err := p.Settle(ctx, mustAcquire(t, p, "w"), short(3*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if rest := restOf(); rest > time.Second {
+		t.Fatalf("first short figure: rests %s, want the refill of one start (103 ms)", rest)
+	}
+	// The start after that rest is refused: the window had not freed it.
+	l := mustAcquire(t, p, "w")
+	if err := p.Settle(ctx, l, creds.Outcome{RateLimited: true, Rest: 10 * time.Millisecond, RestReason: "429",
+		Signals: short(2900 * time.Millisecond).Signals}); err != nil {
+		t.Fatal(err)
+	}
+	if rest := restOf(); rest < 2500*time.Millisecond {
+		t.Fatalf("429 after a refill rest: rests %s, want until the reset (2.9 s)", rest)
+	}
+}

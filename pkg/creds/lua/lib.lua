@@ -1078,6 +1078,17 @@ end
 -- highest bound the replies gave for a limit (rr_req, rr_tok:
 -- "<units per us>:<limit>") is the entity's refill rate, until a reply
 -- tells another limit (the account's limits changed).
+--
+-- An API whose limit is a window, not a bucket, frees nothing until its
+-- oldest requests leave: a key resting only until one start has refilled
+-- would send into a full window, and its 429's Retry-After would start
+-- the cycle again. Such a rest is noted (rr_short: "<end>:<length>", us);
+-- a 429 on a start granted within one such length after it ended
+-- (share_refused) stops these short rests for REFILL_OFF_US (rr_off:
+-- until when): a short figure then rests the entity until the reset, when
+-- the limit is whole again, as it does with no limit told, and it keeps no
+-- copy, which would refill before then.
+local REFILL_OFF_US = 600e6
 local function refill_rate(id, rr, f, remaining, reset, limit)
   local known, of = string.match(rr[f] or '', '^([^:]*):(.*)$')
   known, of = tonumber(known or ''), tonumber(of or '')
@@ -1132,13 +1143,23 @@ end
 local SHARE_MIN = 1 / 16
 local SHARE_UP = 0.01
 
--- share_refused halves entity id's share of its copies after a 429.
-local function share_refused(id, c)
+-- share_refused halves entity id's share of its copies after a 429 at
+-- now on a start granted at `granted`, and stops its rests short of the
+-- reset for REFILL_OFF_US when that start came just after such a rest
+-- (see REFILL_OFF_US).
+local function share_refused(id, c, now, granted)
   if not c.lbr and not c.lbt then
     return
   end
   c.lb_share = math.max((c.lb_share or 1) / 2, SHARE_MIN)
   redis.call('HSET', k_cred(id), 'lb_share', string.format('%.4f', c.lb_share))
+  local s = redis.call('HGET', k_cred(id), 'rr_short')
+  local ended, len = string.match(s or '', '^(%d+):(%d+)$')
+  ended, len = tonumber(ended or ''), tonumber(len or '')
+  if ended and granted and granted >= ended and granted <= ended + len then
+    redis.call('HSET', k_cred(id), 'rr_off', n2s(now + REFILL_OFF_US))
+    redis.call('HDEL', k_cred(id), 'rr_short')
+  end
 end
 
 -- share_answered gives back part of entity id's share after a reply that
@@ -1165,7 +1186,8 @@ end
 -- flight the reply could not have counted: those granted after this
 -- start (what the API counted before it answered was sent before it).
 -- When that is short of the next start, the entity rests until enough
--- has refilled, and the copy spaces its starts at the refill rate after
+-- has refilled (until the reset, for a while after a 429: REFILL_OFF_US),
+-- and the copy spaces its starts at the refill rate after
 -- that. A reset of 0 with too little left (an API that rounds a short
 -- reset down to 0ms) is not room. Without a limit, a short figure (fewer
 -- requests left than the runs in flight plus one, or fewer tokens than as
@@ -1199,10 +1221,10 @@ local function apply_signals(id, c, now, est, sig, scope, granted, sent, lease_t
     end
     local room = told_room(id, c, now, lkind, scope)
     local told_first = room ~= nil and room <= remaining
-    local rate = nil
+    local rate, off = nil, false
     local short = remaining < need
     if limit > 0 then
-      rr = rr or redis.call('HMGET', k_cred(id), 'rr_req', 'rr_tok')
+      rr = rr or redis.call('HMGET', k_cred(id), 'rr_req', 'rr_tok', 'rr_off')
       rate = refill_rate(id, rr, f, remaining, reset, limit)
       if not rate or rate <= 0 then
         rate = limit / 60e6
@@ -1217,19 +1239,32 @@ local function apply_signals(id, c, now, est, sig, scope, granted, sent, lease_t
       local level = remaining - after * per
       need = remaining - level + per
       short = level < per
+      off = (tonumber(rr[3] or '') or 0) > now
       if scope == '' and not told_first then
-        learn_bucket(id, c, lf, now, limit, rate, level, sent)
-        if not short and remaining > 0 then
-          share_answered(id, c)
+        if off then
+          -- no copy either: it would refill before the reset
+          if c[lf] then
+            c[lf] = nil
+            redis.call('HDEL', k_cred(id), lf)
+          end
+        else
+          learn_bucket(id, c, lf, now, limit, rate, level, sent)
+          if not short and remaining > 0 then
+            share_answered(id, c)
+          end
         end
       end
     end
     if short and not told_first then
       local rest = 0
-      if rate then
+      if off and reset > 0 then
+        rest = reset -- short rests stopped (REFILL_OFF_US)
+      elseif rate then
         rest = math.ceil((need - remaining) / rate)
         if reset > 0 and rest > reset then
           rest = reset
+        elseif rest > 0 and scope == '' and not room then
+          redis.call('HSET', k_cred(id), 'rr_short', n2s(now + rest) .. ':' .. n2s(rest))
         end
       elseif reset > 0 then
         rest = reset
