@@ -502,12 +502,18 @@ local function fit_at(id, c, now, cost, scope)
   end
   -- the API's own buckets, as its replies told them: a request, and the
   -- start's cost in tokens
-  for _, b in ipairs({{c.lbr, 1}, {c.lbt, cost}}) do
-    if b[1] then
-      local w = gcra_when(b[1].tat, now, b[1].iv, b[1].limit, math.min(b[2], b[1].limit))
-      if w > t then
-        t = w
-      end
+  local lb = c.lbr
+  if lb then
+    local w = gcra_when(lb.tat, now, lb.iv, lb.limit, 1)
+    if w > t then
+      t = w
+    end
+  end
+  lb = c.lbt
+  if lb then
+    local w = gcra_when(lb.tat, now, lb.iv, lb.limit, math.min(cost, lb.limit))
+    if w > t then
+      t = w
     end
   end
   for _, l in ipairs(limits_for(id, c, scope)) do
@@ -812,12 +818,13 @@ local function charge(id, c, now, token, cost, scope)
     c.pace_tat = tat + c.pace_us
     redis.call('HSET', k_cred(id), 'pace_tat', n2s(c.pace_tat))
   end
-  for _, b in ipairs({{c.lbr, 'lbr', 1}, {c.lbt, 'lbt', cost}}) do
-    local lb = b[1]
-    if lb then
-      lb.tat = gcra_take(lb.tat, now, lb.iv, b[3])
-      redis.call('HSET', k_cred(id), b[2], write_bucket(lb))
-    end
+  if c.lbr then
+    c.lbr.tat = gcra_take(c.lbr.tat, now, c.lbr.iv, 1)
+    redis.call('HSET', k_cred(id), 'lbr', write_bucket(c.lbr))
+  end
+  if c.lbt then
+    c.lbt.tat = gcra_take(c.lbt.tat, now, c.lbt.iv, cost)
+    redis.call('HSET', k_cred(id), 'lbt', write_bucket(c.lbt))
   end
 end
 
