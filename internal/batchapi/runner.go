@@ -496,14 +496,17 @@ func (r *Runner) deadlinePassed(p queue.ProviderBatch, b kftype.BatchInfo) bool 
 // deadline has been waited for long enough: half the margin since the
 // cancel, or less when the cancel came late (the deadline less half the
 // margin has come), so that its items have at least the other half of the
-// margin (or what is left) in real time.
+// margin (or what is left) in real time. A record is looked at once per
+// poll interval, so the wait ends one poll interval (at most a quarter of
+// half the margin) before that moment: the look that gives up comes by
+// then, not up to a poll interval after it.
 func (r *Runner) waitedEnough(p queue.ProviderBatch, b kftype.BatchInfo) bool {
 	half := r.margin / 2
 	until := p.CancelAt.Add(half)
 	if d := deadlineOf(p, b).Add(-half); d.Before(until) {
 		until = d
 	}
-	return !r.now().Before(until)
+	return !r.now().Before(until.Add(-min(r.poll, half/4)))
 }
 
 // defaultEndpoint is the endpoint of prov's requests when an item names

@@ -46,6 +46,9 @@ type fleetOptions struct {
 	// margin is jobs.batch_api.margin (default 1h); listen the workers'
 	// worker.listen (default none); pool extra lines under pool: (prices).
 	margin, listen, pool string
+	// slots is a worker's concurrency, and both keys' max_concurrent
+	// together (default 8).
+	slots int
 }
 
 // newFleetWith is newFleet shaped by o.
@@ -58,16 +61,17 @@ func newFleetWith(t *testing.T, prov string, o fleetOptions) *fleet {
 	}
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
-	worker := `concurrency: 8
+	slots := cmp.Or(o.slots, 8)
+	worker := fmt.Sprintf(`concurrency: %d
 shutdown_grace: 5s
-retry_backoff: [100ms]`
+retry_backoff: [100ms]`, slots)
 	if o.listen != "" {
 		worker += "\nlisten: " + o.listen
 	}
 	ef := e2etest.NewFleet(t, e2etest.FleetOptions{
 		Pool: o.pool,
-		Credentials: `- {id: key-a, secret_env: KEY_A, max_concurrent: 4}
-- {id: key-b, secret_env: KEY_B, max_concurrent: 4}`,
+		Credentials: fmt.Sprintf(`- {id: key-a, secret_env: KEY_A, max_concurrent: %d}
+- {id: key-b, secret_env: KEY_B, max_concurrent: %d}`, slots/2, slots-slots/2),
 		Worker: worker,
 		Jobs: fmt.Sprintf(`kinds:
   llm: {http: {provider: %s, url: %q}}

@@ -29,9 +29,11 @@ func TestSlowCancelKeepsTheDeadline(t *testing.T) {
 			t.Parallel()
 			addr := testutil.FreeAddr(t)
 			// A request a second: some are done before the cancel, the rest
-			// would take a minute.
+			// would take a minute. The keys take every item at once: the
+			// half of the margin left for real time (2.5 s) is then a
+			// request's time, whatever else loads the machine.
 			const n = 40
-			f := newFleetWith(t, prov, fleetOptions{batchDelay: n * time.Second, cancelDelay: 200 * time.Second, margin: "5s", listen: addr})
+			f := newFleetWith(t, prov, fleetOptions{batchDelay: n * time.Second, cancelDelay: 200 * time.Second, margin: "5s", listen: addr, slots: n})
 			f.StartWorker("w1")
 			deadline := time.Now().Add(20 * time.Second).Truncate(time.Second)
 			f.enqueue("slow", f.batchFile(n, f.model, func(i int) string { return fmt.Sprintf("q %d", i) }), deadline.Format(time.RFC3339))
