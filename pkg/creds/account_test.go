@@ -252,12 +252,15 @@ func TestBare429PacesTheAccount(t *testing.T) {
 	if err := p.Settle(ctx, l, creds.Outcome{RateLimited: true, MaxRest: time.Minute, RestReason: "429"}); err != nil {
 		t.Fatal(err)
 	}
+	// The rest a first bare 429 gives is about the time since the grant
+	// (a few ms): it may be over by the time the stats are read, the pace
+	// is not.
 	a := acctStats(t, p, "org")
-	if a.Pace <= 0 || !strings.Contains(a.RestCause, "bare 429") {
+	if a.Pace <= 0 || a.RateLimited != 1 || (a.State == creds.StateCooling && !strings.Contains(a.RestCause, "bare 429")) {
 		t.Fatalf("org after a bare 429 on k1: %+v", a)
 	}
-	if c := credStats(t, p, "k2"); c.Pace != 0 || c.State == creds.StateAvailable {
-		t.Fatalf("k2 of the paced account: %+v", c)
+	if c := credStats(t, p, "k2"); c.Pace != 0 || c.RateLimited != 0 {
+		t.Fatalf("k2 of the paced account: %+v, want the account paced, not the key", c)
 	}
 }
 

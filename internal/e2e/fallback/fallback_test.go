@@ -25,8 +25,15 @@ var (
 	azureKeys  = []string{"az-east-key-1-5c6d7e8f", "az-east-key-2-9a0b1c2d"}
 )
 
-// after is the kinds' fallback.after in these tests.
+// after is the kinds' fallback.after in these tests, but for
+// TestPrimaryDownRunsOnTheFallback's (downAfter).
 const after = 2 * time.Second
+
+// downAfter is the fallback's after when the primary's API is down: long
+// enough that no item of that test waits for it however loaded the
+// machine (24 items on 4 of the primary's slots), so that each moves for
+// its failures.
+const downAfter = 60 * time.Second
 
 // setup is a fleet whose kind chat (provider openai, at primary) falls
 // back to chat-azure (openai-compatible, at backup), and its worker's
@@ -37,6 +44,12 @@ type setup struct {
 }
 
 func newSetup(t *testing.T, primary, backup string) setup {
+	t.Helper()
+	return newSetupAfter(t, primary, backup, after)
+}
+
+// newSetupAfter is newSetup with the fallback's after.
+func newSetupAfter(t *testing.T, primary, backup string, after time.Duration) setup {
 	t.Helper()
 	metrics := testutil.FreeAddr(t)
 	f := e2etest.NewFleet(t, e2etest.FleetOptions{
@@ -226,7 +239,7 @@ func (s setup) waitCounted(why string, want int) {
 func TestPrimaryDownRunsOnTheFallback(t *testing.T) {
 	primaryAddr := closedAddr(t)
 	backup, backupSrv := standIn(t, azureKeys, nil)
-	s := newSetup(t, "http://"+primaryAddr, backupSrv.URL)
+	s := newSetupAfter(t, "http://"+primaryAddr, backupSrv.URL, downAfter)
 	s.f.StartWorker("w1")
 
 	const n = 24
