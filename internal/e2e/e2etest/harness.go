@@ -255,13 +255,20 @@ func (f *Fleet) Start(name, bin string, args ...string) *Process {
 	return p
 }
 
-// WaitExit waits for the process to exit and returns its exit code.
+// WaitExit waits for the process to exit and returns its exit code. One
+// that does not exit in time gets SIGQUIT first, so that the failure shows
+// where its goroutines were (a Go binary prints them all and exits).
 func (p *Process) WaitExit(t *testing.T, timeout time.Duration) int {
 	t.Helper()
 	select {
 	case <-p.Done():
 	case <-time.After(timeout):
-		t.Fatalf("%s did not exit within %s; log:\n%s", p.Name(), timeout, Tail(p.Log.String(), 40))
+		_ = p.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.Done():
+		case <-time.After(5 * time.Second):
+		}
+		t.Fatalf("%s did not exit within %s; log, with its goroutines at SIGQUIT:\n%s", p.Name(), timeout, Tail(p.Log.String(), 400))
 	}
 	return p.ExitCode()
 }

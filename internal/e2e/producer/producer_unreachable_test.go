@@ -81,7 +81,12 @@ func TestProducerServerGoneMidPublish(t *testing.T) {
 	p := f.Start("producer", e2etest.Binary(t, "producer"), "enqueue", "--kind", "sleep", "--config", f.ConfigPath, path)
 	testutil.WaitFor(t, "publishing to start", time.Minute, func() bool { return f.QueueStats().Stream.Messages > 0 })
 	f.NATS.Shutdown()
-	if code := p.WaitExit(t, time.Minute); code != 3 {
+	// What the producer may wait for once the server is gone, each bounded:
+	// its publishes' confirmations (10 s), the batch record's update and
+	// read (15 s each, in the publishing loop and after it: up to 45 s),
+	// the connection's last flush (2 s). About a minute in all, so a
+	// loaded machine gets two; a hang gets no more.
+	if code := p.WaitExit(t, 2*time.Minute); code != 3 {
 		if code == 0 {
 			t.Skipf("the producer finished before the server went away:\n%s", e2etest.Tail(p.Log.String(), 10))
 		}

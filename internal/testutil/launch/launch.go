@@ -12,19 +12,58 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
 
-// FreePort returns a TCP port that was free on 127.0.0.1 a moment ago.
+// FreePort returns a TCP port that was free on 127.0.0.1 a moment ago,
+// picked at random below the kernel's ephemeral range
+// (/proc/sys/net/ipv4/ip_local_port_range) where it can: a port from that
+// range, which a listen on port 0 hands out, is the source port the
+// kernel gives the next outgoing connections too, so one of the many
+// connections of the tests running beside (another make test) could take
+// it before the server meant for it listens. Below the range only another
+// FreePort picks ports, at random among thousands.
 func FreePort() (int, error) {
+	if lo := ephemeralLow(); lo-freePortFloor >= 1000 {
+		for range 20 {
+			p := freePortFloor + rand.IntN(lo-freePortFloor)
+			if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p)); err == nil {
+				l.Close()
+				return p, nil
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("launch: free port: %w", err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// freePortFloor is the lowest port FreePort picks: above the ports
+// services register (well-known and most registered ones).
+const freePortFloor = 20000
+
+// ephemeralLow is the first port of the kernel's ephemeral range (0 when
+// it cannot be read: not Linux).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	lo, _ := strconv.Atoi(f[0])
+	return lo
 }
 
 // FreeAddr is FreePort as 127.0.0.1:port: an address nothing listened on
