@@ -24,14 +24,11 @@ func TestKeysOfAnAccountShareItsLimits(t *testing.T) {
 		limits string // the accounts' limits in keyfleet's config
 		// max429: the most 429s the organizations may give, of all
 		// requests (the per-key model of before: 8.4% measured with the
-		// headers alone; learnt at the accounts, a few of them come while
-		// each account learns, and more while the replies that teach it
-		// come late: 4.5% once with two test suites loading the machine,
-		// 0.4–1.6% in scenario 18 of make bench).
+		// headers alone).
 		max429 float64
 	}{
 		{"told at the account", "limits: [{rate: 30/10s}]", 0},
-		{"learnt from the headers", "", 0.06},
+		{"learnt from the headers", "", 0.04},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			orgRate := ratelimit.Limit{N: 30, Period: 10 * time.Second}

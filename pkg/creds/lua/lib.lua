@@ -1090,9 +1090,11 @@ end
 -- oldest requests leave: a key resting only until one start has refilled
 -- would send into a full window, and its 429's Retry-After would start
 -- the cycle again. Such a rest is noted (rr_short: "<end>:<length>", us);
--- a 429 on a start granted within one such length after it ended
--- (share_refused) stops these short rests for REFILL_OFF_US (rr_off:
--- until when): a short figure then rests the entity until the reset, when
+-- a 429 on a start granted within one such length after it ended, while
+-- no other run of the entity is in flight (share_refused: with others in
+-- flight, they may have taken what had refilled, as the keys of an
+-- account share its bucket), stops these short rests for REFILL_OFF_US
+-- (rr_off: until when): a short figure then rests the entity until the reset, when
 -- the limit is whole again, as it does with no limit told, and it keeps no
 -- copy, which would refill before then.
 local REFILL_OFF_US = 600e6
@@ -1151,9 +1153,9 @@ local SHARE_MIN = 1 / 16
 local SHARE_UP = 0.01
 
 -- share_refused halves entity id's share of its copies after a 429 at
--- now on a start granted at `granted`, and stops its rests short of the
--- reset for REFILL_OFF_US when that start came just after such a rest
--- (see REFILL_OFF_US).
+-- now on a start granted at `granted` (its lease ended), and stops its
+-- rests short of the reset for REFILL_OFF_US when that start came just
+-- after such a rest with no other run in flight (see REFILL_OFF_US).
 local function share_refused(id, c, now, granted)
   if not c.lbr and not c.lbt then
     return
@@ -1163,7 +1165,7 @@ local function share_refused(id, c, now, granted)
   local s = redis.call('HGET', k_cred(id), 'rr_short')
   local ended, len = string.match(s or '', '^(%d+):(%d+)$')
   ended, len = tonumber(ended or ''), tonumber(len or '')
-  if ended and granted and granted >= ended and granted <= ended + len then
+  if ended and granted and granted >= ended and granted <= ended + len and held(id, c, now) == 0 then
     redis.call('HSET', k_cred(id), 'rr_off', n2s(now + REFILL_OFF_US))
     redis.call('HDEL', k_cred(id), 'rr_short')
   end
