@@ -1094,9 +1094,9 @@ end
 -- no other run of the entity is in flight (share_refused: with others in
 -- flight, they may have taken what had refilled, as the keys of an
 -- account share its bucket), stops these short rests for REFILL_OFF_US
--- (rr_off: until when): a short figure then rests the entity until the reset, when
--- the limit is whole again, as it does with no limit told, and it keeps no
--- copy, which would refill before then.
+-- (rr_off: until when): a short figure then rests the entity until the
+-- reset, when the limit is whole again, as it does with no limit told,
+-- and it keeps no copy, which would refill before then.
 local REFILL_OFF_US = 600e6
 local function refill_rate(id, rr, f, remaining, reset, limit)
   local known, of = string.match(rr[f] or '', '^([^:]*):(.*)$')
@@ -1196,8 +1196,8 @@ end
 -- start (what the API counted before it answered was sent before it).
 -- When that is short of the next start, the entity rests until enough
 -- has refilled (until the reset, for a while after a 429: REFILL_OFF_US),
--- and the copy spaces its starts at the refill rate after
--- that. A reset of 0 with too little left (an API that rounds a short
+-- and the copy spaces its starts at the refill rate after that. A reset
+-- of 0 with too little left (an API that rounds a short
 -- reset down to 0ms) is not room. Without a limit, a short figure (fewer
 -- requests left than the runs in flight plus one, or fewer tokens than as
 -- many estimates) rests the entity until the reset.
