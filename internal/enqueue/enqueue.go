@@ -749,11 +749,13 @@ func publish(ctx context.Context, q *queue.Queue, in *input, req Request, c chec
 			skipped++
 			return nil
 		}
-		if sent&0xff == 0 && time.Since(lastCheck) >= cancelCheckEvery {
+		if sent&0xff == 0 && time.Since(lastCheck) >= cancelCheckEvery && q.Conn().IsConnected() {
 			// A long input: what the server stored so far goes into the
 			// batch's record now (the workers start on it while the rest is
 			// published), and the record says whether the batch was
-			// cancelled meanwhile.
+			// cancelled meanwhile. Not while the connection is down: each
+			// would wait its timeout (15 s) every 256 items, while the
+			// publishes in flight fail and end the publishing.
 			lastCheck = time.Now()
 			rec, n := kftype.BatchInfo{}, pub.Report().Published-rep.recorded
 			if n > 0 {
