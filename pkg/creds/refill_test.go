@@ -112,3 +112,47 @@ func TestA429AfterARefillRestRestsUntilTheReset(t *testing.T) {
 		t.Fatalf("429 after a refill rest: rests %s, want until the reset (2.9 s)", rest)
 	}
 }
+
+// The API counts a request when it arrives, and runs granted one after
+// the other need not arrive in that order. A reply to a run whose request
+// left some time after its grant leaves out the runs granted within that
+// time before it that are still in flight: with 1 of 30 left and one such
+// run, the key has no room for another start. Without that time (the
+// request left at its grant), the run granted before it arrived first and
+// the 1 left is room.
+func TestARunGrantedJustBeforeMayArriveAfter(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		late     bool // whether the second run's request left well after its grant
+		wantRest bool
+	}{
+		{"sent late", true, true},
+		{"sent at the grant", false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 10})
+			first := mustAcquire(t, p, "w")
+			second := mustAcquire(t, p, "w")
+			var sent time.Time
+			if c.late {
+				// Its request left later after its grant than the first
+				// run was granted before it.
+				gap := second.Acquired.Sub(first.Acquired) + 5*time.Millisecond
+				waitFor(t, "the send delay", 5*time.Second, func() bool { return time.Since(second.RequestedAt) > gap })
+				sent = time.Now()
+			}
+			if err := p.Settle(context.Background(), second, creds.Outcome{Sent: sent, Signals: []creds.Signal{{
+				Name: "x-ratelimit-remaining-requests", Remaining: 1, Reset: 10 * time.Second, Limit: 30}}}); err != nil {
+				t.Fatal(err)
+			}
+			st := credStats(t, p, "k")
+			if rests := st.State == creds.StateCooling; rests != c.wantRest {
+				t.Fatalf("1 of 30 left with the first run in flight: resting %v, want %v (%+v)", rests, c.wantRest, st)
+			}
+			if err := p.Release(context.Background(), first); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

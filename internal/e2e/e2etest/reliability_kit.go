@@ -25,7 +25,8 @@ import (
 // cancelled job, a partitioned or paused worker): the credential's hold is
 // a symlink to the job's PID, so a hold left behind by a job that was
 // killed is seen as stale, not as a second holder. A job finding the hold
-// of a LIVE job reports an overlap (and takes the hold over); a job whose
+// of a LIVE job reports an overlap, with the holder's PID, name, state,
+// parent and group as /proc shows them (and takes the hold over); a job whose
 // hold was taken while it ran reports one too.
 //
 // It also logs, with the wall clock, every start and end (and with TICKS=n
@@ -40,7 +41,7 @@ alive() { [ -r "/proc/$1/stat" ] && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat
 if ! ln -s "$$" "$H" 2>/dev/null; then
   holder=$(readlink "$H")
   if [ -n "$holder" ] && alive "$holder"; then
-    echo "overlap on $CID by $ID attempt $A (held by live job $holder)" >> "$D/violations"
+    echo "overlap on $CID by $ID attempt $A (held by live job $holder: $(cat "/proc/$holder/stat" 2>/dev/null | cut -d' ' -f1-5))" >> "$D/violations"
   fi
   ln -sfn "$$" "$H"
 fi

@@ -69,7 +69,7 @@ elseif op == 'enable' or op == 'probed' then
   end
   redis.call('HDEL', k_cred(id), 'disabled', 'disabled_reason', 'disabled_at', 'disabled_by', 'pace_us', 'pace_tat', 'pace_floor',
     'pace_streak', 'pace_widened', 'pace_ok', 'rest_until', 'rest_reason', 'rest_cause', 'rest_at', 'refused', 'refused_items', 'lbr', 'lbt',
-    'lb_share', 'rr_req', 'rr_tok', 'rr_off', 'rr_short')
+    'lb_share', 'rr_req', 'rr_tok', 'rr_off', 'rr_short', 'sd')
   redis.call('HSET', k_cred(id), 'enabled_by', by, 'enabled_reason', why, 'enabled_at', n2s(now))
   if f[1] == '1' then
     recompute_maxcost()

@@ -981,10 +981,6 @@ local function paced_success(id, c)
   end
 end
 
--- apply_signals rests the key until a reset when the API's own figures
--- say it cannot take the next start: fewer requests left than the runs
--- in flight plus one, or fewer tokens than as many estimates. sig is
--- "<kind>:<remaining>:<reset us>:<name>;..." with kind "req" or "tok".
 -- REFUSALS_TO_DISABLE: how many different items a credential must refuse
 -- in a row before it is disabled (creds.RefusalsToDisable).
 local REFUSALS_TO_DISABLE = 3
@@ -1181,6 +1177,39 @@ local function share_answered(id, c)
   end
 end
 
+-- Arrival order. The API counts a request when it arrives, and runs
+-- granted one after the other do not arrive in that order: each waits
+-- its own time between its grant and its request's leaving (a process,
+-- a connection, a scheduler in between). A reply's figures leave out the
+-- runs that arrived after it, which are those granted after it and some
+-- granted shortly before it. The entity keeps the longest of its recent
+-- grant-to-send delays (sd: "<us>:<at>", halved every SEND_SPREAD_HALF_US
+-- since it was set) as the spread of that order: a run granted within it
+-- before this one may have arrived after it.
+local SEND_SPREAD_HALF_US = 1e6
+
+-- send_spread notes the grant-to-send delay of a run granted at `granted`
+-- whose request left at `sent` (0: unknown) and returns entity id's
+-- spread (rr[4] holds its sd field).
+local function send_spread(id, rr, now, granted, sent)
+  local d = 0
+  if sent and sent > granted then
+    d = math.min(sent, now) - granted
+  end
+  local old, at = string.match(rr[4] or '', '^(%d+):(%d+)$')
+  old, at = tonumber(old or ''), tonumber(at or '')
+  local spread = 0
+  if old and at then
+    spread = old * 0.5 ^ (math.max(now - at, 0) / SEND_SPREAD_HALF_US)
+  end
+  if d > spread then
+    rr[4] = n2s(d) .. ':' .. n2s(now)
+    redis.call('HSET', k_cred(id), 'sd', rr[4])
+    return d
+  end
+  return spread
+end
+
 -- apply_signals reads the API's own figures about entity id's room (a
 -- key's, or its account's: the API reports the account's), sig being
 -- "<kind>:<remaining>:<reset us>:<limit>:<name>;..." with kind "req" or
@@ -1193,7 +1222,8 @@ end
 -- refilled at the rate the replies imply (refill_rate; a minute's bucket
 -- of limit until they imply one), holding what was left less the runs in
 -- flight the reply could not have counted: those granted after this
--- start (what the API counted before it answered was sent before it).
+-- start, and those granted within the send spread before it (see
+-- send_spread), which may have arrived after it.
 -- When that is short of the next start, the entity rests until enough
 -- has refilled (until the reset, for a while after a 429: REFILL_OFF_US),
 -- and the copy spaces its starts at the refill rate after that. A reset
@@ -1233,7 +1263,7 @@ local function apply_signals(id, c, now, est, sig, scope, granted, sent, lease_t
     local rate, off = nil, false
     local short = remaining < need
     if limit > 0 then
-      rr = rr or redis.call('HMGET', k_cred(id), 'rr_req', 'rr_tok', 'rr_off')
+      rr = rr or redis.call('HMGET', k_cred(id), 'rr_req', 'rr_tok', 'rr_off', 'sd')
       rate = refill_rate(id, rr, f, remaining, reset, limit)
       if not rate or rate <= 0 then
         rate = limit / 60e6
@@ -1241,7 +1271,8 @@ local function apply_signals(id, c, now, est, sig, scope, granted, sent, lease_t
       if after == nil then
         after = inflight
         if granted and granted > 0 and lease_ttl then
-          after = redis.call('ZCOUNT', k_leases(id), '(' .. n2s(granted + lease_ttl), '+inf')
+          local from = granted - send_spread(id, rr, now, granted, sent)
+          after = redis.call('ZCOUNT', k_leases(id), '(' .. n2s(from + lease_ttl), '+inf')
         end
       end
       -- what this reply left for starts it could not have counted
