@@ -26,8 +26,10 @@ import (
 // a symlink to the job's PID, so a hold left behind by a job that was
 // killed is seen as stale, not as a second holder. A job finding the hold
 // of a LIVE job reports an overlap, with the holder's PID, name, state,
-// parent and group as /proc shows them (and takes the hold over); a job whose
-// hold was taken while it ran reports one too.
+// parent and group as /proc shows them (and takes the hold over); a job
+// whose hold was taken while it ran reports one too. A killed job is a
+// zombie until init reaps it, seconds later on some machines: its stat is
+// read once, so that a reaping between two reads is not taken for life.
 //
 // It also logs, with the wall clock, every start and end (and with TICKS=n
 // every use of the key, n uses TICK seconds apart) to "events" as
@@ -37,11 +39,16 @@ import (
 const HoldGuardScript = `D="{{dir}}"
 ID="$KEYFLEET_ITEM_ID"; A="$KEYFLEET_ATTEMPT"; CID="$KEYFLEET_CREDENTIAL_ID"
 H="$D/held-$CID"
-alive() { [ -r "/proc/$1/stat" ] && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat" 2>/dev/null; }
+# alive reads the process's stat once (a zombie reaped between two reads
+# would look alive) into $st: alive unless gone, a zombie or dead.
+alive() {
+  st=$(cat "/proc/$1/stat" 2>/dev/null) && [ -n "$st" ] || return 1
+  case "${st##*) }" in Z*|X*) return 1 ;; esac
+}
 if ! ln -s "$$" "$H" 2>/dev/null; then
   holder=$(readlink "$H")
   if [ -n "$holder" ] && alive "$holder"; then
-    echo "overlap on $CID by $ID attempt $A (held by live job $holder: $(cat "/proc/$holder/stat" 2>/dev/null | cut -d' ' -f1-5))" >> "$D/violations"
+    echo "overlap on $CID by $ID attempt $A (held by live job $holder: $(echo "$st" | cut -d' ' -f1-5))" >> "$D/violations"
   fi
   ln -sfn "$$" "$H"
 fi
