@@ -134,12 +134,13 @@ func TestARunGrantedJustBeforeMayArriveAfter(t *testing.T) {
 			p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 10})
 			first := mustAcquire(t, p, "w")
 			second := mustAcquire(t, p, "w")
+			granted := time.Now() // no earlier than its grant
 			var sent time.Time
 			if c.late {
 				// Its request left later after its grant than the first
 				// run was granted before it.
 				gap := second.Acquired.Sub(first.Acquired) + 5*time.Millisecond
-				waitFor(t, "the send delay", 5*time.Second, func() bool { return time.Since(second.RequestedAt) > gap })
+				waitFor(t, "the send delay", 5*time.Second, func() bool { return time.Since(granted) > gap })
 				sent = time.Now()
 			}
 			if err := p.Settle(context.Background(), second, creds.Outcome{Sent: sent, Signals: []creds.Signal{{
@@ -154,5 +155,37 @@ func TestARunGrantedJustBeforeMayArriveAfter(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// A run granted before a refill rest was counted in the figure that set
+// the rest: still in flight, it does not keep a 429 right after the rest
+// from stopping such rests (only runs granted since the rest ended could
+// have taken what had refilled).
+func TestARunFromBeforeTheRestDoesNotHideAWindow(t *testing.T) {
+	e := newEnv(t)
+	p := e.registered(creds.Credential{ID: "k", MaxConcurrent: 10})
+	ctx := context.Background()
+	short := func(reset time.Duration) []creds.Signal {
+		return []creds.Signal{{Name: "x-ratelimit-remaining-requests", Remaining: 0, Reset: reset, Limit: 30}}
+	}
+	early := mustAcquire(t, p, "w")
+	if err := p.Settle(ctx, mustAcquire(t, p, "w"), creds.Outcome{Signals: short(3 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if c := credStats(t, p, "k"); c.State != creds.StateCooling || c.CoolingUntil.Sub(c.LastUsed) > time.Second {
+		t.Fatalf("first short figure: want a rest of one start's refill (103 ms): %+v", c)
+	}
+	l := mustAcquire(t, p, "w")
+	if err := p.Settle(ctx, l, creds.Outcome{RateLimited: true, Rest: 10 * time.Millisecond, RestReason: "429",
+		Signals: short(2900 * time.Millisecond)}); err != nil {
+		t.Fatal(err)
+	}
+	c := credStats(t, p, "k")
+	if rest := c.CoolingUntil.Sub(c.LastUsed); c.State != creds.StateCooling || rest < 2500*time.Millisecond {
+		t.Fatalf("429 after a refill rest, the run from before it in flight: rests %s, want until the reset (2.9 s): %+v", rest, c)
+	}
+	if err := p.Release(ctx, early); err != nil {
+		t.Fatal(err)
 	}
 }

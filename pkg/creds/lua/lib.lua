@@ -1087,9 +1087,10 @@ end
 -- would send into a full window, and its 429's Retry-After would start
 -- the cycle again. Such a rest is noted (rr_short: "<end>:<length>", us);
 -- a 429 on a start granted within one such length after it ended, while
--- no other run of the entity is in flight (share_refused: with others in
--- flight, they may have taken what had refilled, as the keys of an
--- account share its bucket), stops these short rests for REFILL_OFF_US
+-- no other run of the entity granted since it ended is in flight
+-- (share_refused: those may have taken what had refilled, as the keys of
+-- an account share its bucket; runs granted before it were counted in
+-- the figure that set it), stops these short rests for REFILL_OFF_US
 -- (rr_off: until when): a short figure then rests the entity until the
 -- reset, when the limit is whole again, as it does with no limit told,
 -- and it keeps no copy, which would refill before then.
@@ -1151,8 +1152,9 @@ local SHARE_UP = 0.01
 -- share_refused halves entity id's share of its copies after a 429 at
 -- now on a start granted at `granted` (its lease ended), and stops its
 -- rests short of the reset for REFILL_OFF_US when that start came just
--- after such a rest with no other run in flight (see REFILL_OFF_US).
-local function share_refused(id, c, now, granted)
+-- after such a rest with no other run granted since in flight, of leases
+-- that live lease_ttl (see REFILL_OFF_US).
+local function share_refused(id, c, now, granted, lease_ttl)
   if not c.lbr and not c.lbt then
     return
   end
@@ -1161,7 +1163,8 @@ local function share_refused(id, c, now, granted)
   local s = redis.call('HGET', k_cred(id), 'rr_short')
   local ended, len = string.match(s or '', '^(%d+):(%d+)$')
   ended, len = tonumber(ended or ''), tonumber(len or '')
-  if ended and granted and granted >= ended and granted <= ended + len and held(id, c, now) == 0 then
+  if ended and granted and granted >= ended and granted <= ended + len and
+    redis.call('ZCOUNT', k_leases(id), '(' .. n2s(ended + lease_ttl), '+inf') == 0 then
     redis.call('HSET', k_cred(id), 'rr_off', n2s(now + REFILL_OFF_US))
     redis.call('HDEL', k_cred(id), 'rr_short')
   end

@@ -258,14 +258,14 @@ while i <= #ARGV do
         else
           set_rest(sid, now, dur, reason or text, cause or '', sc)
         end
-        share_refused(sid, sc, now, granted)
+        share_refused(sid, sc, now, granted, lease_ttl)
         redis.call('HINCRBY', k_cred(id), 'rate_limited', 1)
         if sid ~= id then
           redis.call('HINCRBY', k_cred(sid), 'rate_limited', 1)
         end
       elseif mode == 'bare429' then
         bare_429(sid, sc, now, granted, dur, text)
-        share_refused(sid, sc, now, granted)
+        share_refused(sid, sc, now, granted, lease_ttl)
         redis.call('HINCRBY', k_cred(id), 'rate_limited', 1)
         if sid ~= id then
           redis.call('HINCRBY', k_cred(sid), 'rate_limited', 1)
