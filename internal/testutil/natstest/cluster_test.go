@@ -67,10 +67,7 @@ func testLoseLeader(t *testing.T, lose func(c *natstest.Cluster, i int)) {
 	for i := 10; i < 20; i++ {
 		publish(ctx, t, js, i)
 	}
-	cons, err := js.Consumer(ctx, "T", "C")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cons := consumer(ctx, t, js, "T", "C")
 	// Every message, before and after the loss, is delivered and acked
 	// (one whose ack is lost comes back: count each once).
 	got := map[string]bool{}
@@ -113,6 +110,24 @@ func publish(ctx context.Context, t *testing.T, js jetstream.JetStream, i int) {
 		}
 		if ctx.Err() != nil {
 			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+}
+
+// consumer looks the consumer up, asking again while a request goes
+// unanswered (the consumer's new leader may not have taken over yet, and
+// a request lost meanwhile gets no reply).
+func consumer(ctx context.Context, t *testing.T, js jetstream.JetStream, stream, name string) jetstream.Consumer {
+	t.Helper()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		cons, err := js.Consumer(cctx, stream, name)
+		cancel()
+		if err == nil {
+			return cons
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("consumer %s of %s: %v", name, stream, err)
 		}
 	}
 }
