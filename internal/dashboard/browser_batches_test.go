@@ -1,6 +1,7 @@
 package dashboard_test
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,10 @@ func TestBatchButtonsInBrowser(t *testing.T) {
 	if _, err := e.q.AddToBatch(e.ctx, "steer-me", "exec", 0, queue.WithPriority(2), queue.WithWeight(4)); err != nil {
 		t.Fatal(err)
 	}
-	e.enqueue("steer-me", "exec", waitingItems("s", 24, 3000))
+	// Many more items than the worker runs during the test's steps on a
+	// loaded machine: the cancel must find items to cancel.
+	const steerItems = 200
+	e.enqueue("steer-me", "exec", waitingItems("s", steerItems, 3000))
 	row := `document.querySelector('tr[data-batch="steer-me"]')`
 	button := func(name string) string { return `tr[data-batch="steer-me"] button.action.` + name }
 	until(t, ctx, "steer-me running with a pause button", row+` && `+row+`.dataset.state === 'running' && !!document.querySelector('`+button("pause")+`')`, 30*time.Second)
@@ -107,7 +111,7 @@ func TestBatchButtonsInBrowser(t *testing.T) {
 	testutil.WaitFor(t, "every item of steer-me with an outcome on the page", 60*time.Second, func() bool {
 		var done string
 		_ = chromedp.Run(ctx, chromedp.Evaluate(row+`.dataset.done`, &done))
-		return done == "24"
+		return done == strconv.Itoa(steerItems)
 	})
 
 	noSecretOnPage(t, ctx, e, token)
