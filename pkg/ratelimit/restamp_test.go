@@ -16,22 +16,24 @@ var restampScript = redis.NewScript(ratelimit.SlidingWindowLua() + ratelimit.GCR
 local op = ARGV[1]
 if op == 'sw' then
   -- record 'a' at 1000 and 'b' at 2000 (window 10000), restamp ARGV[2]
-  -- to ARGV[3]; return moved, the wait for 2 starts at 11500 (limit 2)
+  -- to ARGV[3]; return moved, the wait for 2 starts at 11500 (limit 2),
+  -- and the key's PTTL (read here: a window of 10 ms expires the key
+  -- within milliseconds of real time)
   sw_record(KEYS[1], 10000, 1000, 'a')
   sw_record(KEYS[1], 10000, 2000, 'b')
   local moved = sw_restamp(KEYS[1], 10000, ARGV[2], tonumber(ARGV[3]))
   local wait = sw_wait(KEYS[1], 2, 10000, 11500, 1)
-  return {moved, wait}
+  return {moved, wait, redis.call('PTTL', KEYS[1])}
 elseif op == 'cw' then
   -- 'a' costs 30 at 1000, 'b' 50 at 2000 (window 10000, limit 100);
   -- reconcile b to 60, restamp ARGV[2] (cost ARGV[3]) to ARGV[4]; return
-  -- moved, the sum at 11500 and when 20 more fit then
+  -- moved, the sum at 11500, when 20 more fit then and both keys' PTTL
   cw_record(KEYS[1], KEYS[2], 10000, 1000, 'a', 30)
   cw_record(KEYS[1], KEYS[2], 10000, 2000, 'b', 50)
   cw_reconcile(KEYS[1], KEYS[2], 'b', 50, 60)
   local moved = cw_restamp(KEYS[1], KEYS[2], 10000, ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]))
   local sum = cw_sum(KEYS[1], KEYS[2], 10000, 11500)
-  return {moved, sum, cw_when(KEYS[1], KEYS[2], 100, 10000, 11500, 20)}
+  return {moved, sum, cw_when(KEYS[1], KEYS[2], 100, 10000, 11500, 20), redis.call('PTTL', KEYS[1]), redis.call('PTTL', KEYS[2])}
 end
 -- gcra: tat ARGV[2] ('' none), at ARGV[3], interval 100
 return tostring(gcra_restamp(tonumber(ARGV[2]), tonumber(ARGV[3]), 100))
@@ -69,9 +71,9 @@ func TestRestamp(t *testing.T) {
 		if v[0].(int64) != tc.moved || v[1].(int64) != tc.wait {
 			t.Errorf("sw restamp %s to %d = moved %v, wait %v; want %d, %d", tc.member, tc.at, v[0], v[1], tc.moved, tc.wait)
 		}
-	}
-	if ttl := rdb.PTTL(ctx, sw[0]).Val(); ttl <= 0 {
-		t.Errorf("the window's key has no expiry after a restamp: %v", ttl)
+		if ttl := v[2].(int64); ttl <= 0 {
+			t.Errorf("the window's key has no expiry after a restamp of %s: PTTL %d", tc.member, ttl)
+		}
 	}
 
 	cw := []string{prefix + "cw", prefix + "cws"}
@@ -94,10 +96,10 @@ func TestRestamp(t *testing.T) {
 		if v[0].(int64) != tc.moved || v[1].(int64) != tc.sum || v[2].(int64) != tc.when {
 			t.Errorf("cw restamp %s:%d to %d = moved %v, sum %v, fits at %v; want %d, %d, %d", tc.id, tc.cost, tc.at, v[0], v[1], v[2], tc.moved, tc.sum, tc.when)
 		}
-	}
-	for _, k := range cw {
-		if ttl := rdb.PTTL(ctx, k).Val(); ttl <= 0 {
-			t.Errorf("%s has no expiry after a restamp: %v", k, ttl)
+		for i, k := range cw {
+			if ttl := v[3+i].(int64); ttl <= 0 {
+				t.Errorf("%s has no expiry after a restamp of %s: PTTL %d", k, tc.id, ttl)
+			}
 		}
 	}
 
