@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/keyfleet/keyfleet/internal/executor"
+	"github.com/keyfleet/keyfleet/internal/jobs"
 	"github.com/keyfleet/keyfleet/internal/metrics"
 	"github.com/keyfleet/keyfleet/internal/secret"
 	"github.com/keyfleet/keyfleet/internal/spend"
@@ -101,7 +102,8 @@ type Gateway struct {
 	proxy       *httputil.ReverseProxy
 	answered    func()
 	fallbacks   Fallbacks
-	kinds       map[string]*Kind // every kind served, by name
+	kinds       map[string]*Kind  // every kind served, by name
+	clocks      jobs.ServerClocks // reads the times replies name on their hosts' clocks
 	log         *zap.Logger
 
 	seq      atomic.Uint64 // reservation and owner names

@@ -54,6 +54,7 @@ type attempt struct {
 
 	status int         // the API's reply's status (0: none came)
 	header http.Header // its headers
+	host   string      // the host that replied, whose clock its headers' times are on
 	tap    *tap        // its body as it passed
 	// retry says why the request goes to another key ("" it does not),
 	// err what the key's reply (or connection) said then.
@@ -188,10 +189,12 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 func (g *Gateway) modifyResponse(res *http.Response) error {
 	at := attemptOf(res.Request.Context())
 	at.stopTimer()
-	at.status, at.header = res.StatusCode, res.Header
+	received := time.Now()
+	at.status, at.header, at.host = res.StatusCode, res.Header, res.Request.URL.Host
+	g.clocks.Observe(at.host, res.Header, at.sentAt(), received)
 	if res.StatusCode == http.StatusTooManyRequests {
 		raw, _ := io.ReadAll(io.LimitReader(res.Body, jobs.ReplyBodyMax))
-		err := jobs.ReplyError(res.StatusCode, res.Header, raw, jobs.ParseRateHeaders(res.Header, time.Now()), g.scrub)
+		err := jobs.ReplyError(res.StatusCode, res.Header, raw, jobs.ParseRateHeaders(res.Header, g.clocks.Now(at.host, received)), g.scrub)
 		if jobs.Classify(err) == jobs.OutcomeRateLimited {
 			at.retry, at.err = retryRateLimited, err
 			return errRetry
@@ -203,7 +206,7 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 		// (another key, then the fallback kind after two in a row).
 		raw, _ := io.ReadAll(io.LimitReader(res.Body, jobs.ReplyBodyMax))
 		at.retry = retryServerError
-		at.err = jobs.ReplyError(res.StatusCode, res.Header, raw, jobs.ParseRateHeaders(res.Header, time.Now()), g.scrub)
+		at.err = jobs.ReplyError(res.StatusCode, res.Header, raw, jobs.ParseRateHeaders(res.Header, g.clocks.Now(at.host, received)), g.scrub)
 		return errRetry
 	}
 	at.tap = newTap(res)
@@ -250,7 +253,7 @@ func (g *Gateway) settleLease(rq *request, at *attempt) {
 	out := jobs.Output{Status: at.status, Sent: at.sentAt()}
 	var rates jobs.RateReport
 	if at.header != nil {
-		rates = jobs.ParseRateHeaders(at.header, time.Now())
+		rates = jobs.ParseRateHeaders(at.header, g.clocks.Now(at.host, time.Now()))
 	}
 	var runErr error
 	switch {

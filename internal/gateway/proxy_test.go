@@ -155,6 +155,49 @@ func TestRetryDecision(t *testing.T) {
 	}
 }
 
+// An API whose clock is 30 s behind ours names its reset on its own
+// clock: a 429 whose reset is 20 s away there (no limit told, so no
+// refill rate) rests the key 20 s here; read on our clock, the reset has
+// passed.
+func TestRestOnTheAPIsClock(t *testing.T) {
+	behind := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		now := time.Now().Add(-30 * time.Second).UTC()
+		w.Header().Set("Date", now.Format(http.TimeFormat))
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("anthropic-ratelimit-requests-remaining", "0")
+		w.Header().Set("anthropic-ratelimit-requests-reset", now.Add(20*time.Second).Format(time.RFC3339))
+		w.WriteHeader(http.StatusTooManyRequests)
+		fmt.Fprint(w, `{"type":"error","error":{"type":"rate_limit_error","message":"Number of requests has exceeded your rate limit."}}`)
+	}))
+	t.Cleanup(behind.Close)
+	first := key{def: creds.Credential{ID: "an-first", MaxConcurrent: 4}, secret: "sk-ant-secret-first", url: behind.URL}
+	good := key{def: creds.Credential{ID: "an-good", MaxConcurrent: 4}, secret: "sk-ant-secret-good"}
+	h := newHarness(t, setup{anthropic: []key{first, good}})
+	leaseGood, err := h.pool.AcquireWith(ctxT(t, time.Minute), creds.Request{Owner: "t", Keys: mustKeys(t, "an-good")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = h.pool.Release(t.Context(), leaseGood) // an-good used last: an-first is picked first
+	if got := h.post("/claude/v1/messages", claudeBody, apiKey(appToken)...); got.status != 200 {
+		t.Fatalf("%d %s", got.status, got.body)
+	}
+	st, err := h.pool.Stats(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range st.Credentials {
+		if c.ID != "an-first" {
+			continue
+		}
+		// The reset is in whole seconds, as is the Date that tells the skew.
+		if rest := time.Until(c.CoolingUntil); c.State != creds.StateCooling || rest < 17*time.Second || rest > 22*time.Second {
+			t.Fatalf("an-first rests %v after its 429: %+v", rest, c)
+		}
+		return
+	}
+	t.Fatal("an-first is not in the pool's stats")
+}
+
 func mustKeys(t *testing.T, ids ...string) *creds.KeySet {
 	t.Helper()
 	k, err := creds.NewKeySet(ids...)

@@ -276,6 +276,8 @@ type httpHandler struct {
 	client  *http.Client
 	// spec is the provider the kind speaks; nil for none.
 	spec *provider.Spec
+	// clocks reads the times a reply names on its host's clock.
+	clocks ServerClocks
 }
 
 // NewHTTP returns the http handler, after WithDefaults. Its errors name
@@ -361,7 +363,11 @@ func (h *httpHandler) Run(ctx context.Context, item Item, cred Credential) (out 
 	}
 	defer resp.Body.Close()
 
-	rates := ParseRateHeaders(resp.Header, time.Now())
+	received := time.Now()
+	sentMu.Lock()
+	h.clocks.Observe(req.URL.Host, resp.Header, sent, received)
+	sentMu.Unlock()
+	rates := ParseRateHeaders(resp.Header, h.clocks.Now(req.URL.Host, received))
 	reply := Output{Status: resp.StatusCode, RequestID: h.requestID(resp.Header)}
 	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
 		body := &headBuffer{max: h.limit}

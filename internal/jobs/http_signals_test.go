@@ -96,3 +96,32 @@ func TestHTTPProviderSignals(t *testing.T) {
 		})
 	}
 }
+
+// An API whose clock is 30 s off ours names its resets on its own clock:
+// they are read as the time they are from its Date, not from our clock.
+func TestHTTPResetsOnTheAPIsClock(t *testing.T) {
+	t.Parallel()
+	for _, skew := range []time.Duration{30 * time.Second, -30 * time.Second} {
+		t.Run(skew.String(), func(t *testing.T) {
+			t.Parallel()
+			url := serve(t, func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				now := time.Now().Add(skew).UTC()
+				w.Header().Set("Date", now.Format(http.TimeFormat))
+				w.Header().Set("anthropic-ratelimit-requests-remaining", "0")
+				w.Header().Set("anthropic-ratelimit-requests-reset", now.Add(2*time.Second).Format(time.RFC3339Nano))
+				_, _ = io.WriteString(w, `{}`)
+			})
+			h := newHTTP(t, jobs.HTTPConfig{URL: url})
+			out, err := h.Run(t.Context(), testItem, testCred)
+			if err != nil || len(out.Signals) != 1 {
+				t.Fatalf("out %+v, err %v", out, err)
+			}
+			// One reply bounds the skew to within a second (its Date is in
+			// whole seconds): the reset reads 2 s, give or take that.
+			if r := out.Signals[0].Reset; r < 500*time.Millisecond || r > 3500*time.Millisecond {
+				t.Fatalf("reset read as %v, want about 2s", r)
+			}
+		})
+	}
+}

@@ -66,8 +66,11 @@ var rateHeaderFamilies = []rateHeaderFamily{
 // (resets as durations: 20ms, 1.5s, 6m0s) and Anthropic's
 // anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}
 // (resets as RFC 3339 times). A pair whose figures cannot be read is left
-// out; a limit that cannot be read (or is below what remains) is 0. Output tokens count as requests: a run needs at least one, and its
-// estimate is of its whole cost.
+// out; a limit that cannot be read (or is below what remains) is 0.
+// Output tokens count as requests: a run needs at least one, and its
+// estimate is of its whole cost. The times a reply names (a Retry-After
+// date, Anthropic's resets) are read against now, which is the time on
+// the replying host's clock (ServerClocks.Now) when the reply arrived.
 func ParseRateHeaders(h http.Header, now time.Time) RateReport {
 	var r RateReport
 	if v := h.Get("Retry-After-Ms"); v != "" {
