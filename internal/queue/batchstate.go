@@ -200,7 +200,10 @@ func (q *Queue) CancelItem(ctx context.Context, msg jetstream.Msg, it kftype.Ite
 // with a worker, records each item as cancelled (unless it has a result)
 // and deletes it, in each of its lanes (BatchLanes). It returns how many
 // it recorded cancelled, and what the batch's consumers still hold
-// (messages out with workers, or coming back later).
+// (messages out with workers, or coming back later). A lane's consumer
+// deleted while it drains holds nothing: a worker deletes one only once
+// it found the lane drained (its own drain of the batch, or no message of
+// the lane left in the stream).
 func (q *Queue) DrainCancelled(ctx context.Context, batch, by string) (drained int, unacked int, err error) {
 	lanes, err := q.BatchLanes(ctx, batch)
 	if err != nil {
@@ -244,12 +247,21 @@ func (q *Queue) drainLane(ctx context.Context, batch, lane, by string) (drained 
 			}
 		}
 		if err := msgs.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			if errors.Is(err, jetstream.ErrConsumerDeleted) {
+				return drained, 0, nil
+			}
 			return drained, 0, fmt.Errorf("queue: fetch from %s: %w", laneName(lane), err)
 		}
 		if got == 0 {
 			break
 		}
 	}
+	if q.laneFetched != nil {
+		q.laneFetched(lane)
+	}
 	_, unacked, err = LaneHolds(ctx, c)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return drained, 0, nil
+	}
 	return drained, unacked, err
 }

@@ -23,6 +23,9 @@ type Queue struct {
 	workers, batches   jetstream.KeyValue
 	// laneWriter is told of every batch record q writes (lanewriter.go).
 	laneWriter LaneWriter
+	// laneFetched, when set (by tests), runs when a cancel's drain has
+	// fetched the last of a lane, before it asks what the lane still holds.
+	laneFetched func(lane string)
 }
 
 // Open creates or updates the streams and the buckets, idempotently:

@@ -195,3 +195,25 @@ func TestReplayKeepsScope(t *testing.T) {
 		t.Fatalf("the scope's lane holds %+v", items)
 	}
 }
+
+// A lane's consumer deleted while a cancel drains it (a worker's own
+// drain of the batch found nothing out and deleted it) holds nothing:
+// the drain ends without an error.
+func TestDrainCancelledConsumerDeletedMeanwhile(t *testing.T) {
+	q, _ := open(t)
+	if _, err := q.Publish(ctx(t), kftype.Item{ID: "a", Batch: "c", Kind: "sleep", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.SetBatchState(ctx(t), "c", kftype.ActionCancel, "test"); err != nil {
+		t.Fatal(err)
+	}
+	queue.SetLaneFetched(q, func(lane string) {
+		if err := q.DeleteLaneConsumer(ctx(t), lane); err != nil {
+			t.Error(err)
+		}
+	})
+	drained, unacked, err := q.DrainCancelled(ctx(t), "c", "test")
+	if err != nil || drained != 1 || unacked != 0 {
+		t.Fatalf("DrainCancelled = %d, %d, %v; want 1 drained, 0 out", drained, unacked, err)
+	}
+}
