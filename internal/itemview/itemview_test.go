@@ -13,6 +13,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/itemview"
 	"github.com/keyfleet/keyfleet/internal/kftype"
 	"github.com/keyfleet/keyfleet/internal/queue"
+	"github.com/keyfleet/keyfleet/internal/testutil"
 	"github.com/keyfleet/keyfleet/internal/testutil/natstest"
 )
 
@@ -141,6 +142,8 @@ func TestReadFollowsAnItem(t *testing.T) {
 	if err := msgs[0].Term(); err != nil {
 		t.Fatal(err)
 	}
+	// The server takes a term as it comes, with no reply to wait for.
+	testutil.WaitFor(t, "it-0's message to leave once termed", 10*time.Second, func() bool { return read("it-0").Message == nil })
 	v = read("it-0")
 	if v.State != itemview.StateDeadLettered || v.Reason != kftype.ReasonOutOfAttempts || v.Attempts != 5 || v.CredentialID != "key-b" ||
 		v.Error != "out of attempts: exit 1: boom" || v.DeadLetter == nil || v.Result == nil || v.Message != nil {
