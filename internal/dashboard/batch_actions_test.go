@@ -13,6 +13,7 @@ import (
 	"github.com/keyfleet/keyfleet/internal/batchview"
 	"github.com/keyfleet/keyfleet/internal/dashboard"
 	"github.com/keyfleet/keyfleet/internal/kftype"
+	"github.com/keyfleet/keyfleet/internal/ops"
 	"github.com/keyfleet/keyfleet/internal/testutil"
 )
 
@@ -190,6 +191,12 @@ func TestBatchActions(t *testing.T) {
 		return b
 	}
 	testutil.WaitForEvery(t, "batch finished done", 60*time.Second, 100*time.Millisecond, func() bool { return batch("finished").Done == 3 })
+	// Its last result is stored a moment before its message is acked: the
+	// steering rule (ops.Done) holds it done only once no message is left.
+	testutil.WaitForEvery(t, "batch finished done, no message left", 10*time.Second, 20*time.Millisecond, func() bool {
+		_, done, err := ops.Done(e.ctx, e.q, record("finished"))
+		return err == nil && done
+	})
 	if b := batch("held"); b.Done != 0 || b.State != batchview.StatePaused {
 		t.Errorf("held ran while paused: %+v", b)
 	}
