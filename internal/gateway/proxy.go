@@ -51,6 +51,9 @@ type attempt struct {
 
 	sentMu sync.Mutex
 	sent   time.Time // when the request was written (the transport's goroutine sets it)
+	// started is when the attempt began, before its request left: a bound
+	// that holds even when the reply comes before the write is reported.
+	started time.Time
 
 	status int         // the API's reply's status (0: none came)
 	header http.Header // its headers
@@ -119,9 +122,9 @@ func (rq *request) send(lease *creds.Lease, k *Kind) *attempt {
 	in.Body = io.NopCloser(bytes.NewReader(rq.body))
 	in.ContentLength = int64(len(rq.body))
 	in.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(rq.body)), nil }
-	t := time.Now()
+	at.started = time.Now()
 	at.aborted = g.proxyOnce(rq.w, in)
-	rq.upstream += time.Since(t)
+	rq.upstream += time.Since(at.started)
 	timer.Stop()
 	cancel(nil)
 	stopRenew()
@@ -191,7 +194,7 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 	at.stopTimer()
 	received := time.Now()
 	at.status, at.header, at.host = res.StatusCode, res.Header, res.Request.URL.Host
-	g.clocks.Observe(at.host, res.Header, at.sentAt(), received)
+	g.clocks.Observe(at.host, res.Header, at.started, received)
 	if res.StatusCode == http.StatusTooManyRequests {
 		raw, _ := io.ReadAll(io.LimitReader(res.Body, jobs.ReplyBodyMax))
 		err := jobs.ReplyError(res.StatusCode, res.Header, raw, jobs.ParseRateHeaders(res.Header, g.clocks.Now(at.host, received)), g.scrub)

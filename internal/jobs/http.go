@@ -357,6 +357,9 @@ func (h *httpHandler) Run(ctx context.Context, item Item, cred Credential) (out 
 		req.Header.Set(headerIdempotency, item.Batch+"/"+item.ID)
 	}
 
+	// Before the request left: a bound of when the API stamped its Date,
+	// which holds even when the reply comes before the write is reported.
+	started := time.Now()
 	resp, err := h.client.Do(req)
 	if err != nil {
 		return Output{}, h.requestError(ctx, reqCtx, err)
@@ -364,9 +367,7 @@ func (h *httpHandler) Run(ctx context.Context, item Item, cred Credential) (out 
 	defer resp.Body.Close()
 
 	received := time.Now()
-	sentMu.Lock()
-	h.clocks.Observe(req.URL.Host, resp.Header, sent, received)
-	sentMu.Unlock()
+	h.clocks.Observe(req.URL.Host, resp.Header, started, received)
 	rates := ParseRateHeaders(resp.Header, h.clocks.Now(req.URL.Host, received))
 	reply := Output{Status: resp.StatusCode, RequestID: h.requestID(resp.Header)}
 	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
